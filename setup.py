@@ -1,0 +1,16 @@
+"""MSUnmerged: clean /store/unmerged at CMS sites with jobs that run at the site."""
+from setuptools import find_packages, setup
+
+setup(
+    name="msunmerged",
+    version="0.1.0",
+    description="Finds unneeded files in CMS /store/unmerged and deletes them with cleanup jobs at the sites",
+    license="Apache-2.0",
+    python_requires=">=3.11",
+    package_dir={"": "src/python"},
+    packages=find_packages("src/python"),
+    include_package_data=True,
+    install_requires=[line.strip() for line in open("requirements.txt")
+                      if line.strip() and not line.startswith("#")],
+    entry_points={"console_scripts": ["msunmerged = MSUnmerged.cli:main"]},
+)

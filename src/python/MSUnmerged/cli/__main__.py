@@ -1,0 +1,5 @@
+import sys
+
+from MSUnmerged.cli import main
+
+sys.exit(main())

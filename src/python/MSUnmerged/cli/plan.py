@@ -1,0 +1,86 @@
+"""`msunmerged plan`: offline planning of one RSE from local files into a plan directory."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from MSUnmerged import planner
+from MSUnmerged.cli import EXIT_GUARD, EXIT_OK, BadInput
+from MSUnmerged.cli.output import Progress, table
+from MSUnmerged.config import Config
+from MSUnmerged.dumpreader import iter_chunks
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("plan", help="plan the cleanup of one RSE from a dump file (offline)")
+    p.add_argument("--rse", required=True, help="RSE name, e.g. T2_US_Nebraska")
+    p.add_argument("--dump", required=True, help="ConMon dump: text, gzip or JSON array")
+    p.add_argument("--protected", required=True, help="WMStats protectedlfns answer or a JSON list")
+    p.add_argument("--stats", help="ConMon stats answer (dict keyed by RSE); without it the scan is not checked")
+    p.add_argument("--previous-protected-count", type=int, default=None,
+                   help="protected-list size at the previous run (shrink guard)")
+    p.add_argument("--out", required=True, help="plan directory to write")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")
+    p.set_defaults(run=run)
+
+
+def load_json(path: str, what: str) -> Any:
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise BadInput(f"{what} file not found: {path}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadInput(f"{what} file {path} is not readable JSON: {exc}") from None
+
+
+def protected_list(data: Any, source: str) -> list[str]:
+    """Accept the WMStats answer as served ({"result": [...]}) or a bare list of strings."""
+    if isinstance(data, dict) and "result" in data:
+        data = data["result"]
+    if not isinstance(data, list) or not all(isinstance(x, str) for x in data):
+        raise BadInput(f"{source}: expected {{\"result\": [strings]}} or a JSON list of strings")
+    return data
+
+
+def rse_stats(data: Any, rse: str, source: str) -> Any:
+    if not isinstance(data, dict):
+        raise BadInput(f"{source}: expected the ConMon stats answer, a JSON object keyed by RSE")
+    return data.get(rse)
+
+
+def print_summary(plan: planner.Plan, out_dir: str, out: Any = sys.stdout) -> None:
+    rows = [("RSE", plan.rse), ("files in dump", f"{plan.files_total:,}"),
+            ("to delete", f"{plan.files_to_delete:,}"), ("protected", f"{plan.files_protected:,}"),
+            ("excluded", f"{plan.files_excluded:,}"), ("invalid", f"{plan.invalid_total:,}")]
+    rows += [(f"  {reason}", f"{n:,}") for reason, n in plan.files_invalid.items()]
+    rows += [("directories removable", f"{plan.dirs_removable:,}"), ("jobs", f"{plan.jobs:,}"),
+             ("guard", plan.guard or "none"), ("plan directory", out_dir)]
+    if plan.guard:
+        rows.append(("guard detail", plan.guard_detail))
+        rows.append(("would have deleted", f"{plan.would_delete:,}"))
+    table(rows, ("", "value"), out)
+
+
+def run(args: argparse.Namespace, config: Config) -> int:
+    protected = protected_list(load_json(args.protected, "protected list"), args.protected)
+    stats = rse_stats(load_json(args.stats, "stats"), args.rse, args.stats) if args.stats else None
+    if not Path(args.dump).is_file():
+        raise BadInput(f"dump file not found: {args.dump}")
+    if args.stats is None:
+        print("warning: no --stats given: scan status, age and line count are not checked", file=sys.stderr)
+    result = planner.plan(args.rse, iter_chunks(args.dump), protected, config, args.out, stats=stats,
+                          previous_protected_count=args.previous_protected_count,
+                          require_scan=args.stats is not None,
+                          progress=Progress(f"planning {args.rse}"))
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=1, sort_keys=True))
+    else:
+        print_summary(result, args.out)
+    if result.guard:
+        print(f"msunmerged plan: guard {result.guard}: {result.guard_detail}; nothing will be deleted",
+              file=sys.stderr)
+        return EXIT_GUARD
+    return EXIT_OK

@@ -1,0 +1,290 @@
+"""Typed service configuration: one object, loaded from a TOML file plus environment overrides."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+ENV_PREFIX = "MSUNMERGED_"
+DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "etc" / "msunmerged.toml"
+
+# Production WMCore MSUnmerged excludes the log areas of production workflows.
+DEFAULT_EXCLUDES = [
+    "/store/unmerged/logs/prod/",
+    "/store/unmerged/data/logs/prod/",
+    "/store/unmerged/hidata/logs/prod/",
+    "/store/unmerged/express/logs/prod/",
+]
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, unknown or invalid; the message names the key."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"configuration key '{key}': {message}")
+        self.key = key
+
+
+@dataclass
+class ServiceConfig:
+    instance: str = ""  # empty: hostname-pid
+    state_dir: str = "~/.msunmerged"
+    interval_s: int = 3600
+    parallel_rses: int = 4
+    dry_run: bool = True
+    lease_ttl_s: int = 600
+    log_level: str = "INFO"
+
+
+@dataclass
+class PlannerConfig:
+    rse_expression: str = "cms_type=real&rse_type=DISK"
+    skip_rses: list[str] = field(default_factory=list)
+    include: list[str] = field(default_factory=list)  # empty: everything under /store/unmerged/
+    exclude: list[str] = field(default_factory=lambda: list(DEFAULT_EXCLUDES))
+    files_per_job: int = 2000
+    max_lfn_length: int = 1024
+    # Emptied directories are removed down to this many path components
+    # (7 = /store/unmerged/<era>/<primary>/<tier>/<procstr-vN>), never above.
+    dir_floor_depth: int = 7
+    spill_partitions: int = 64
+    partition_max_bytes: int = 8 * 1024 * 1024
+
+
+@dataclass
+class GuardConfig:
+    max_scan_age_h: float = 14 * 24.0
+    max_protected_shrink: float = 0.5  # fraction of the previous protected-list size
+    max_delete_fraction: float = 0.95
+    max_delete_files: int = 20_000_000
+    check_line_count: bool = True
+
+
+@dataclass
+class ConMonConfig:
+    url: str = "https://cmsweb.cern.ch/rucioconmon/unmerged"
+    format: str = "raw"  # raw | text | json
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 300.0
+    retries: int = 3
+    backoff_s: float = 2.0
+
+
+@dataclass
+class WMStatsConfig:
+    url: str = "https://cmsweb.cern.ch/wmstatsserver"
+    t0_url: str = ""  # empty: no Tier-0 source
+    timeout_s: float = 60.0
+    retries: int = 3
+    backoff_s: float = 2.0
+
+
+@dataclass
+class RucioConfig:
+    host: str = "https://cms-rucio.cern.ch"
+    auth_host: str = "https://cms-rucio-auth.cern.ch"
+    account: str = "wmcore_transferor"
+    auth_type: str = "x509"  # x509 | x509_proxy | userpass | oidc token
+    username: str = ""
+    password_file: str = ""
+    timeout_s: float = 60.0
+
+
+@dataclass
+class AuthConfig:
+    """Credentials for outgoing HTTPS calls (ConMon, WMStats, Rucio)."""
+
+    cert: str = ""
+    key: str = ""
+    proxy: str = ""
+    ca_path: str = ""
+    token_file: str = ""
+
+
+@dataclass
+class MongoConfig:
+    url: str = ""  # empty: embedded SecantusDB under service.state_dir
+    database: str = "msunmerged"
+    replica_set: str = ""
+    username: str = ""
+    password_file: str = ""
+    generations_kept: int = 3
+    embedded_port: int = 0  # 0: pick a free loopback port
+
+
+@dataclass
+class JobsConfig:
+    backend: str = "local"  # local | condor | slurm
+    deadline_h: float = 48.0
+    file_timeout_s: float = 120.0
+    retries: int = 2
+    max_consecutive_denied: int = 20
+    request_memory_mb: int = 500
+    request_disk_mb: int = 500
+    max_runtime_s: int = 4 * 3600
+    local_parallel: int = 2
+    # Per-RSE overrides: RSE -> {"site": ..., "backend": ..., "siteconfig": ...}
+    sites: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+@dataclass
+class CondorConfig:
+    pool: str = ""
+    schedd: str = ""
+    token_dir: str = ""
+    scitoken_file: str = ""
+    accounting_group: str = "analysis"
+    accounting_group_user: str = "msunmerged"
+    hold_max_s: int = 24 * 3600
+    extra_attributes: dict[str, str] = field(default_factory=dict)
+    requirements: str = ""
+
+
+@dataclass
+class RestConfig:
+    host: str = "127.0.0.1"
+    port: int = 8249
+    base: str = "/ms-unmerged"
+    hmac_key_file: str = ""
+    operator_roles: list[str] = field(default_factory=lambda: ["admin:group:dmwm", "operator:group:dmwm"])
+    trigger_rate_per_min: int = 6
+    audit_log: str = ""
+
+
+@dataclass
+class Config:
+    service: ServiceConfig = field(default_factory=ServiceConfig)
+    planner: PlannerConfig = field(default_factory=PlannerConfig)
+    guards: GuardConfig = field(default_factory=GuardConfig)
+    conmon: ConMonConfig = field(default_factory=ConMonConfig)
+    wmstats: WMStatsConfig = field(default_factory=WMStatsConfig)
+    rucio: RucioConfig = field(default_factory=RucioConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    mongo: MongoConfig = field(default_factory=MongoConfig)
+    jobs: JobsConfig = field(default_factory=JobsConfig)
+    condor: CondorConfig = field(default_factory=CondorConfig)
+    rest: RestConfig = field(default_factory=RestConfig)
+
+    @property
+    def state_dir(self) -> Path:
+        return Path(os.path.expanduser(self.service.state_dir))
+
+
+def _coerce(key: str, tp: Any, value: Any) -> Any:
+    """Convert a TOML or environment value to the declared type, or raise ConfigError."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Union:  # Optional[X]
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return None if value is None else _coerce(key, args[0], value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            return value.lower() in ("1", "true", "yes", "on")
+        raise ConfigError(key, f"expected true or false, got {value!r}")
+    if tp in (int, float):
+        if isinstance(value, bool):
+            raise ConfigError(key, f"expected a number, got {value!r}")
+        try:
+            out = tp(value)
+        except (TypeError, ValueError):
+            raise ConfigError(key, f"expected {tp.__name__}, got {value!r}") from None
+        if tp is int and isinstance(value, float) and value != out:
+            raise ConfigError(key, f"expected an integer, got {value!r}")
+        return out
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(key, f"expected a string, got {value!r}")
+        return value
+    if origin is list:
+        if isinstance(value, str):  # environment: comma-separated
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, list):
+            raise ConfigError(key, f"expected a list, got {value!r}")
+        (item_tp,) = typing.get_args(tp)
+        return [_coerce(f"{key}[{i}]", item_tp, v) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(key, f"expected a table, got {value!r}")
+        _, val_tp = typing.get_args(tp)
+        return {str(k): _coerce(f"{key}.{k}", val_tp, v) for k, v in value.items()}
+    raise ConfigError(key, f"unsupported type {tp!r}")  # pragma: no cover - programming error
+
+
+def _apply(obj: Any, data: Mapping[str, Any], prefix: str) -> None:
+    hints = typing.get_type_hints(type(obj))
+    names = {f.name for f in dataclasses.fields(obj)}
+    for name, value in data.items():
+        key = f"{prefix}{name}"
+        if name not in names:
+            raise ConfigError(key, "unknown key")
+        current = getattr(obj, name)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise ConfigError(key, "expected a table")
+            _apply(current, value, f"{key}.")
+        else:
+            setattr(obj, name, _coerce(key, hints[name], value))
+
+
+def _env_overrides(env: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """MSUNMERGED_<SECTION>__<KEY>=value, e.g. MSUNMERGED_SERVICE__DRY_RUN=false."""
+    out: dict[str, dict[str, str]] = {}
+    for name, value in env.items():
+        if not name.startswith(ENV_PREFIX) or "__" not in name:
+            continue
+        section, _, key = name[len(ENV_PREFIX):].lower().partition("__")
+        out.setdefault(section, {})[key] = value
+    return out
+
+
+def _validate(cfg: Config) -> None:
+    def need(cond: bool, key: str, msg: str) -> None:
+        if not cond:
+            raise ConfigError(key, msg)
+
+    g, p, s, j = cfg.guards, cfg.planner, cfg.service, cfg.jobs
+    need(0.0 <= g.max_protected_shrink <= 1.0, "guards.max_protected_shrink", "must be between 0 and 1")
+    need(0.0 < g.max_delete_fraction <= 1.0, "guards.max_delete_fraction", "must be in (0, 1]")
+    need(g.max_delete_files >= 0, "guards.max_delete_files", "must be >= 0")
+    need(g.max_scan_age_h > 0, "guards.max_scan_age_h", "must be > 0")
+    need(p.files_per_job >= 1, "planner.files_per_job", "must be >= 1")
+    need(64 <= p.max_lfn_length <= 65536, "planner.max_lfn_length", "must be between 64 and 65536")
+    need(p.dir_floor_depth >= 4, "planner.dir_floor_depth", "must be >= 4 (never remove /store/unmerged/<x>)")
+    need(1 <= p.spill_partitions <= 512, "planner.spill_partitions", "must be between 1 and 512")
+    need(p.partition_max_bytes >= 1024 * 1024, "planner.partition_max_bytes", "must be >= 1 MiB")
+    for key, paths in (("planner.include", p.include), ("planner.exclude", p.exclude)):
+        for i, path in enumerate(paths):
+            need(path.startswith("/"), f"{key}[{i}]", f"must be an absolute path, got {path!r}")
+    need(s.interval_s >= 1, "service.interval_s", "must be >= 1")
+    need(s.parallel_rses >= 1, "service.parallel_rses", "must be >= 1")
+    need(s.lease_ttl_s >= 10, "service.lease_ttl_s", "must be >= 10")
+    need(cfg.conmon.format in ("raw", "text", "json"), "conmon.format", "must be raw, text or json")
+    need(j.backend in ("local", "condor", "slurm"), "jobs.backend", "must be local, condor or slurm")
+    need(j.deadline_h > 0, "jobs.deadline_h", "must be > 0")
+    need(j.retries >= 0, "jobs.retries", "must be >= 0")
+    need(cfg.mongo.generations_kept >= 1, "mongo.generations_kept", "must be >= 1")
+    need(1 <= cfg.rest.port <= 65535, "rest.port", "must be a TCP port")
+
+
+def load_config(path: Optional[os.PathLike | str] = None, env: Optional[Mapping[str, str]] = None) -> Config:
+    """Load the configuration: defaults, then the TOML file, then MSUNMERGED_* environment overrides."""
+    env = os.environ if env is None else env
+    if path is None:
+        path = env.get("MSUNMERGED_CONFIG") or DEFAULT_CONFIG
+    cfg = Config()
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text()) if path.exists() else {}
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(path), f"not valid TOML: {exc}") from None
+    if not path.exists() and str(path) != str(DEFAULT_CONFIG):
+        raise ConfigError(str(path), "configuration file does not exist")
+    _apply(cfg, data, "")
+    _apply(cfg, _env_overrides(env), "")
+    _validate(cfg)
+    return cfg

@@ -1,0 +1,157 @@
+"""Streams a ConMon dump (plain text, gzip or a JSON array of strings) as chunks of whole lines."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import zlib
+from typing import BinaryIO, Iterator, Union
+
+CHUNK_BYTES = 4 * 1024 * 1024
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+class DumpError(ValueError):
+    """The dump cannot be read to its end: truncated, corrupt, or not a dump at all."""
+
+
+Source = Union[str, os.PathLike, BinaryIO]
+
+
+def iter_chunks(source: Source, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """Yield chunks of the dump, each made of whole lines and ending with b'\\n'.
+
+    The format is detected from the content (gzip magic bytes, a leading '['), never from a
+    file name. Memory is bounded by `chunk_bytes` plus the longest line.
+    """
+    if isinstance(source, (str, os.PathLike)):
+        with open(source, "rb") as fh:
+            yield from iter_chunks(fh, chunk_bytes)
+        return
+    head = source.read(2)
+    if head == GZIP_MAGIC:
+        stream: BinaryIO = gzip.GzipFile(fileobj=_Prepend(head, source), mode="rb")  # type: ignore[assignment]
+    else:
+        stream = _Prepend(head, source)  # type: ignore[assignment]
+    try:
+        first = _first_non_space(stream)
+        if first.lstrip()[:1] == b"[":
+            yield from _json_chunks(first, stream, chunk_bytes)
+        else:
+            yield from _line_chunks(first, stream, chunk_bytes)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise DumpError(f"gzip stream is truncated or corrupt: {exc}") from None
+
+
+class _Prepend:
+    """A read-only stream that first returns some bytes already consumed from another."""
+
+    def __init__(self, head: bytes, stream: BinaryIO) -> None:
+        self._head = head
+        self._stream = stream
+
+    def read(self, size: int = -1) -> bytes:
+        if self._head:
+            head, self._head = self._head, b""
+            if size < 0:
+                return head + self._stream.read()
+            return head + self._stream.read(max(0, size - len(head)))
+        return self._stream.read(size)
+
+    def readable(self) -> bool:
+        return True
+
+
+def _first_non_space(stream: BinaryIO) -> bytes:
+    """Read until the first non-whitespace byte (inclusive); b'' for an empty dump."""
+    buf = b""
+    while True:
+        block = stream.read(4096)
+        if not block:
+            return buf
+        buf += block
+        if buf.strip():
+            return buf
+
+
+def _line_chunks(first: bytes, stream: BinaryIO, chunk_bytes: int) -> Iterator[bytes]:
+    rest = first
+    while True:
+        block = stream.read(chunk_bytes)
+        if not block:
+            break
+        data = rest + block if rest else block
+        cut = data.rfind(b"\n") + 1
+        if cut:
+            yield data[:cut]
+            rest = data[cut:]
+        else:
+            rest = data
+    if rest:
+        yield rest + b"\n"
+
+
+def _json_chunks(first: bytes, stream: BinaryIO, chunk_bytes: int) -> Iterator[bytes]:
+    """Parse a JSON array of strings incrementally and re-emit it as newline-separated lines."""
+    decoder = json.JSONDecoder()
+    text = first.decode("utf-8", errors="surrogateescape")
+    pos = text.index("[") + 1
+    out: list[str] = []
+    out_len = 0
+    index = 0
+    expect_value = True
+    eof = False
+    while True:
+        # Skip separators; keep enough text buffered to decode the next element.
+        while pos < len(text) and text[pos] in " \t\r\n":
+            pos += 1
+        if pos >= len(text):
+            if eof:
+                raise DumpError(f"JSON dump ends before its closing ']' after {index} elements")
+            block = stream.read(chunk_bytes)
+            if not block:
+                eof = True
+                continue
+            text = text[pos:] + block.decode("utf-8", errors="surrogateescape")
+            pos = 0
+            continue
+        ch = text[pos]
+        if ch == "]" and (not expect_value or index == 0):
+            break
+        if ch == "," and not expect_value:
+            expect_value = True
+            pos += 1
+            continue
+        if not expect_value:
+            raise DumpError(f"JSON dump: expected ',' or ']' after element {index}, got {ch!r}")
+        try:
+            value, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            if not eof:
+                block = stream.read(chunk_bytes)
+                if block:
+                    text = text[pos:] + block.decode("utf-8", errors="surrogateescape")
+                    pos = 0
+                    continue
+            raise DumpError(f"JSON dump: element {index} is not valid JSON: {exc.msg}") from None
+        if not isinstance(value, str):
+            raise DumpError(f"JSON dump: element {index} is not a string: {type(value).__name__}")
+        out.append(value)
+        out_len += len(value)
+        index += 1
+        pos = end
+        expect_value = False
+        if out_len >= chunk_bytes:
+            yield _encode_lines(out)
+            out, out_len = [], 0
+    tail = text[pos + 1:].strip()
+    if tail or stream.read(1).strip():
+        raise DumpError("JSON dump: data after the closing ']'")
+    if out:
+        yield _encode_lines(out)
+
+
+def _encode_lines(values: list[str]) -> bytes:
+    # A value holding a newline would become two lines: a NUL in its place makes it one invalid line.
+    joined = "\n".join(v.replace("\n", "\0") if "\n" in v else v for v in values) + "\n"
+    return joined.encode("utf-8", errors="surrogateescape")

@@ -1,0 +1,71 @@
+"""The contract every batch backend (local, HTCondor, Slurm) fulfils for cleanup jobs."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Optional, Protocol, Sequence
+
+from MSUnmerged.jobs.spec import CleanupJob
+
+
+class JobState(str, enum.Enum):
+    """Ledger job states; backends map their own states onto these."""
+
+    SUBMITTING = "submitting"  # intent recorded in the ledger, submit not yet confirmed
+    QUEUED = "queued"
+    RUNNING = "running"
+    HELD = "held"
+    FINISHED = "finished"  # the worker exited; its report decides each file's outcome
+    FAILED = "failed"  # the batch system gave up on it (removed, killed, time limit, ...)
+    REMOVED = "removed"  # we removed it (revalidation, policy)
+    VANISHED = "vanished"  # unknown to the batch system, no report: files get outcome "unknown"
+    COLLECTED = "collected"  # report handed to the collector, job removed from the queue
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobState.FINISHED, JobState.FAILED, JobState.REMOVED, JobState.VANISHED,
+                        JobState.COLLECTED)
+
+
+class BackendError(Exception):
+    """A batch system refused or could not be reached. `kind` classifies it for the ledger:
+    auth_refused, auth_denied, unreachable, timeout, submit_failed, bad_answer."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+        self.message = message
+
+
+@dataclass
+class JobStatus:
+    job_id: str
+    state: JobState
+    batch_id: str = ""
+    reason: str = ""  # hold reason, failure reason, ...
+    exit_code: Optional[int] = None
+
+
+class BatchBackend(Protocol):
+    """Submits cleanup jobs somewhere they run at the site, tracks them and brings back reports."""
+
+    name: str
+
+    def preflight(self) -> None:
+        """Check the batch system is reachable and accepts our credentials; raise BackendError."""
+
+    def submit(self, jobs: Sequence[CleanupJob]) -> dict[str, str]:
+        """Submit jobs (all at once where the system allows); returns job_id -> batch_id."""
+
+    def poll(self, batch_ids: Mapping[str, str]) -> dict[str, JobStatus]:
+        """Current state of the given jobs (job_id -> batch_id); unknown ones come back VANISHED."""
+
+    def find(self, job_ids: Sequence[str]) -> dict[str, str]:
+        """Reconciliation after a crash: which of these job ids the batch system knows (job_id -> batch_id)."""
+
+    def fetch_report(self, job_id: str, batch_id: str, dest: Path) -> Optional[Path]:
+        """Bring the job's per-file report (JSON lines) to `dest`; None when there is none."""
+
+    def remove(self, job_id: str, batch_id: str, reason: str) -> None:
+        """Remove a job from the batch system (before it runs, or after its report was fetched)."""

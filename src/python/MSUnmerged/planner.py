@@ -1,0 +1,499 @@
+"""Turns a dump, a protected list and the configuration into a reviewable deletion plan on disk.
+
+The work is batched: dump chunks are validated with C-level byte operations and split into
+runs of lines that share a directory with one regular expression, so Python-level work is per
+directory, not per line. Deletable runs are spilled to partition files keyed by the dataset
+base (the first `dir_floor_depth` path elements), then each partition is grouped, de-duplicated
+and written out as job files. Memory depends on the partition size, not on the dump size.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional
+
+from MSUnmerged import lfn
+from MSUnmerged.config import Config
+from MSUnmerged.lfn import PrefixSet
+
+SUMMARY_VERSION = 1
+EXAMPLES_PER_REASON = 5
+
+# Guard reasons: each one means "delete nothing for this RSE".
+GUARD_PROTECTED_EMPTY = "protected_list_empty"
+GUARD_PROTECTED_INVALID = "protected_list_invalid"
+GUARD_PROTECTED_SHRANK = "protected_list_shrank"
+GUARD_SCAN_MISSING = "scan_missing"
+GUARD_SCAN_NOT_DONE = "scan_not_done"
+GUARD_SCAN_NO_END_TIME = "scan_end_time_missing"
+GUARD_SCAN_STALE = "scan_stale"
+GUARD_LINE_COUNT = "scan_line_count_mismatch"
+GUARD_DELETE_FRACTION = "delete_fraction_exceeded"
+GUARD_DELETE_COUNT = "delete_count_exceeded"
+GUARD_DUMP_UNREADABLE = "dump_unreadable"
+
+# One match = consecutive lines in the same directory. Group 1 is the directory with its slash.
+_RUN = re.compile(rb"(/[^\n]*/)[^/\n]+\n(?:\1[^/\n]+\n)*")
+_UNSAFE_IN_CHUNK = (b"//", b"/./", b"/../", b"/.\n", b"/..\n", b"/\n", b"\n\n")
+_ALLOWED = lfn.PRINTABLE + b"\n"
+
+
+class GuardTripped(Exception):
+    """A guard refused the plan; `reason` is one of the GUARD_* names."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass
+class Plan:
+    """What a planning run decided; `summary.json` in the plan directory holds the same."""
+
+    rse: str
+    files_total: int = 0
+    files_to_delete: int = 0
+    files_protected: int = 0
+    files_excluded: int = 0
+    files_invalid: dict[str, int] = field(default_factory=dict)
+    invalid_examples: dict[str, list[str]] = field(default_factory=dict)
+    dirs_removable: int = 0
+    jobs: int = 0
+    job_files: list[str] = field(default_factory=list)
+    job_sizes: list[int] = field(default_factory=list)
+    guard: Optional[str] = None
+    guard_detail: str = ""
+    would_delete: int = 0  # what the plan held before a guard emptied it
+    protected_count: int = 0
+    dump_version: Optional[float] = None  # the scan's end_time
+    scan_checked: bool = False
+    created: float = 0.0
+    seconds: float = 0.0
+    version: int = SUMMARY_VERSION
+
+    @property
+    def invalid_total(self) -> int:
+        return sum(self.files_invalid.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+ProgressFn = Callable[[int], None]
+
+
+def check_protection(protected: Iterable[str], previous_count: Optional[int], max_shrink: float) -> PrefixSet:
+    """Build the protection index, or raise GuardTripped when the list cannot be trusted."""
+    bases = list(protected)
+    if not bases:
+        raise GuardTripped(GUARD_PROTECTED_EMPTY, "the protected LFN list is empty")
+    try:
+        index = PrefixSet(bases)
+    except lfn.ProtectionListError as exc:
+        raise GuardTripped(GUARD_PROTECTED_INVALID, str(exc)) from None
+    if previous_count and len(index) < previous_count * (1.0 - max_shrink):
+        raise GuardTripped(GUARD_PROTECTED_SHRANK,
+                           f"{len(index)} protected bases now, {previous_count} at the previous run "
+                           f"(more than {max_shrink:.0%} fewer)")
+    return index
+
+
+def check_scan(stats: Optional[dict[str, Any]], max_age_h: float, now: float) -> float:
+    """Return the scan's end_time, or raise GuardTripped when the scan is not complete and fresh."""
+    if not stats:
+        raise GuardTripped(GUARD_SCAN_MISSING, "ConMon has no scan for this RSE")
+    status = stats.get("status")
+    if status != "done":
+        raise GuardTripped(GUARD_SCAN_NOT_DONE, f"scan status is {status!r}, not 'done'")
+    end_time = stats.get("end_time")
+    if not isinstance(end_time, (int, float)) or isinstance(end_time, bool):
+        raise GuardTripped(GUARD_SCAN_NO_END_TIME, f"scan end_time is {end_time!r}")
+    age_h = (now - float(end_time)) / 3600.0
+    if age_h > max_age_h:
+        raise GuardTripped(GUARD_SCAN_STALE, f"scan finished {age_h:.1f} h ago (limit {max_age_h:g} h)")
+    return float(end_time)
+
+
+class _Counts:
+    """Mutable tallies while reading, kept apart from the Plan until the end."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.protected = 0
+        self.excluded = 0
+        self.invalid: dict[str, int] = {}
+        self.examples: dict[str, list[str]] = {}
+
+    def add_invalid(self, reason: str, raw: bytes, n: int = 1) -> None:
+        self.invalid[reason] = self.invalid.get(reason, 0) + n
+        examples = self.examples.setdefault(reason, [])
+        if len(examples) < EXAMPLES_PER_REASON:
+            examples.append(raw.decode("utf-8", errors="backslashreplace")[:300])
+
+
+class _Spill:
+    """Partition files of deletable runs, keyed by dataset base so a base never spans two."""
+
+    def __init__(self, directory: Path, partitions: int, floor: int) -> None:
+        self.directory = directory
+        self.floor = floor
+        directory.mkdir(parents=True, exist_ok=True)
+        self.paths = [directory / f"part-{i:03d}" for i in range(partitions)]
+        self.files = [open(p, "wb", buffering=256 * 1024) for p in self.paths]
+
+    def key(self, directory: bytes) -> bytes:
+        cut = -1
+        for _ in range(self.floor):
+            cut = directory.find(b"/", cut + 1)
+            if cut < 0:
+                return directory
+        return directory[:cut]
+
+    def write(self, directory: bytes, block: bytes) -> None:
+        self.files[zlib.crc32(self.key(directory)) % len(self.files)].write(block)
+
+    def close(self) -> None:
+        for fh in self.files:
+            fh.close()
+
+
+class _JobWriter:
+    """Writes planned LFNs into job files of at most `per_job` lines."""
+
+    def __init__(self, directory: Path, per_job: int) -> None:
+        self.directory = directory
+        self.per_job = per_job
+        directory.mkdir(parents=True, exist_ok=True)
+        self.names: list[str] = []
+        self.sizes: list[int] = []
+        self._fh: Any = None
+        self._room = 0
+
+    def add(self, lfns: list[bytes]) -> None:
+        start = 0
+        while start < len(lfns):
+            if self._room == 0:
+                self._open()
+            take = lfns[start:start + self._room]
+            self._fh.write(b"\n".join(take) + b"\n")
+            self._room -= len(take)
+            self.sizes[-1] += len(take)
+            start += len(take)
+
+    def _open(self) -> None:
+        self.close()
+        name = f"job-{len(self.names) + 1:06d}.txt"
+        self._fh = open(self.directory / name, "wb")
+        self.names.append(name)
+        self.sizes.append(0)
+        self._room = self.per_job
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+class Planner:
+    """Plans one RSE: feed dump chunks, then `finish` writes the plan directory."""
+
+    def __init__(self, rse: str, protection: PrefixSet, config: Config, out_dir: os.PathLike | str,
+                 progress: Optional[ProgressFn] = None) -> None:
+        pcfg = config.planner
+        self.rse = rse
+        self.protection = protection
+        self.exclude = PrefixSet(pcfg.exclude)
+        self.include = PrefixSet(pcfg.include) if pcfg.include else None
+        self.config = config
+        self.out_dir = Path(out_dir)
+        self.max_length = pcfg.max_lfn_length
+        self.floor = pcfg.dir_floor_depth
+        self.progress = progress
+        self.counts = _Counts()
+        if self.out_dir.exists():
+            for stale in ("jobs", ".spill", "dirs.txt", "summary.json"):
+                target = self.out_dir / stale
+                if target.is_dir():
+                    shutil.rmtree(target)
+                elif target.exists():
+                    target.unlink()
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.spill = _Spill(self.out_dir / ".spill", pcfg.spill_partitions, self.floor)
+
+    # -- phase 1: classify every line, spill the deletable runs ---------------------------------
+
+    def feed(self, chunk: bytes) -> None:
+        """Take one chunk of whole lines (as produced by dumpreader.iter_chunks)."""
+        if b"\r" in chunk:
+            chunk = chunk.replace(b"\r\n", b"\n")
+        lines = chunk.split(b"\n")
+        if lines[-1] == b"":
+            lines.pop()
+        else:
+            chunk += b"\n"
+        if not self._chunk_is_clean(chunk, lines):
+            chunk = self._clean(lines)
+        covered = 0
+        for m in _RUN.finditer(chunk):
+            covered += self._run(m.group(1)[:-1], m.group(0))
+        clean_lines = chunk.count(b"\n")
+        if covered != clean_lines:  # cannot happen for validated lines; refuse rather than guess
+            raise RuntimeError(f"internal error: {clean_lines - covered} validated lines not grouped")
+        if self.progress is not None:
+            self.progress(self.counts.total)
+
+    def _chunk_is_clean(self, chunk: bytes, lines: list[bytes]) -> bool:
+        n = len(lines)
+        self.counts.total += n
+        if not n:
+            return True
+        if chunk.translate(None, _ALLOWED):
+            return False
+        if any(bad in chunk for bad in _UNSAFE_IN_CHUNK):
+            return False
+        if not chunk.startswith(lfn.UNMERGED) or chunk.count(b"\n" + lfn.UNMERGED) != n - 1:
+            return False
+        if max(map(len, lines)) > self.max_length:
+            return False
+        return True
+
+    def _clean(self, lines: list[bytes]) -> bytes:
+        """Slow path for a chunk with anything odd: classify line by line, keep the valid ones."""
+        keep = []
+        for raw in lines:
+            line, reason = lfn.classify_line(raw, self.max_length)
+            if reason is not None:
+                self.counts.add_invalid(reason, raw)
+            elif line is not None:
+                keep.append(line)
+            else:
+                self.counts.total -= 1  # blank lines are not files
+        return b"\n".join(keep) + b"\n" if keep else b""
+
+    def _run(self, directory: bytes, block: bytes) -> int:
+        """Classify a run of files that share `directory`; returns the number of lines in it."""
+        n = block.count(b"\n")
+        prot = self.protection.dir_state(directory)
+        if prot == PrefixSet.ALL:
+            self.counts.protected += n
+            return n
+        excl = self.exclude.dir_state(directory)
+        if excl == PrefixSet.ALL:
+            self.counts.excluded += n
+            return n
+        incl = self.include.dir_state(directory) if self.include is not None else PrefixSet.ALL
+        if incl == PrefixSet.NONE:
+            self.counts.excluded += n
+            return n
+        if PrefixSet.SOME in (prot, excl, incl):
+            block = self._filter_files(block, prot, excl, incl)
+            if not block:
+                return n
+        self.spill.write(directory, block)
+        return n
+
+    def _filter_files(self, block: bytes, prot: int, excl: int, incl: int) -> bytes:
+        """A protected base or filter prefix names a file in this directory: check each file."""
+        keep = []
+        for path in block.split(b"\n")[:-1]:
+            if prot == PrefixSet.SOME and self.protection.covers(path):
+                self.counts.protected += 1
+            elif (excl == PrefixSet.SOME and self.exclude.covers(path)) or (
+                    incl == PrefixSet.SOME and not self.include.covers(path)):  # type: ignore[union-attr]
+                self.counts.excluded += 1
+            else:
+                keep.append(path)
+        return b"\n".join(keep) + b"\n" if keep else b""
+
+    # -- phase 2: group, de-duplicate, write jobs and removable directories --------------------
+
+    def finish(self, scan_end_time: Optional[float] = None, expected_files: Optional[int] = None,
+               guard: Optional[GuardTripped] = None) -> Plan:
+        """Write jobs/, dirs.txt and summary.json; apply the guards that need the whole dump."""
+        started = time.time()
+        self.spill.close()
+        jobs = _JobWriter(self.out_dir / "jobs", self.config.planner.files_per_job)
+        n_dirs = 0
+        with open(self.out_dir / "dirs.txt", "wb") as dirs_out:
+            for path in self.spill.paths:
+                for data in self._partition_groups(path):
+                    n_dirs += self._write_group(data, jobs, dirs_out)
+                path.unlink()
+        jobs.close()
+        shutil.rmtree(self.spill.directory, ignore_errors=True)
+
+        c = self.counts
+        plan = Plan(rse=self.rse, files_total=c.total, files_protected=c.protected,
+                    files_excluded=c.excluded, files_invalid=dict(sorted(c.invalid.items())),
+                    invalid_examples=c.examples, dirs_removable=n_dirs, jobs=len(jobs.names),
+                    job_files=jobs.names, job_sizes=jobs.sizes, protected_count=len(self.protection),
+                    dump_version=scan_end_time, scan_checked=scan_end_time is not None,
+                    created=time.time())
+        plan.files_to_delete = sum(jobs.sizes)
+        if guard is None:
+            guard = self._final_guard(plan, expected_files)
+        if guard is not None:
+            self._empty(plan, guard)
+        plan.seconds = round(time.time() - started, 3)
+        write_summary(self.out_dir, plan)
+        return plan
+
+    def _final_guard(self, plan: Plan, expected_files: Optional[int]) -> Optional[GuardTripped]:
+        g = self.config.guards
+        if g.check_line_count and plan.scan_checked:
+            if expected_files is None:
+                return GuardTripped(GUARD_LINE_COUNT, "the scan reports no file count to check the dump against")
+            if plan.files_total != expected_files:
+                return GuardTripped(GUARD_LINE_COUNT,
+                                    f"read {plan.files_total} files, the scan reported {expected_files}")
+        if plan.files_to_delete > g.max_delete_files:
+            return GuardTripped(GUARD_DELETE_COUNT,
+                                f"{plan.files_to_delete} files to delete, limit {g.max_delete_files}")
+        if plan.files_total and plan.files_to_delete / plan.files_total > g.max_delete_fraction:
+            return GuardTripped(GUARD_DELETE_FRACTION,
+                                f"{plan.files_to_delete / plan.files_total:.1%} of the files to delete, "
+                                f"limit {g.max_delete_fraction:.1%}")
+        return None
+
+    def _empty(self, plan: Plan, guard: GuardTripped) -> None:
+        shutil.rmtree(self.out_dir / "jobs", ignore_errors=True)
+        (self.out_dir / "jobs").mkdir()
+        (self.out_dir / "dirs.txt").write_bytes(b"")
+        plan.guard, plan.guard_detail = guard.reason, guard.detail
+        plan.would_delete = plan.files_to_delete
+        plan.files_to_delete = plan.jobs = plan.dirs_removable = 0
+        plan.job_files, plan.job_sizes = [], []
+
+    def _partition_groups(self, path: Path) -> Iterable[bytes]:
+        """The partition's content, split further by dataset base when it is too large to hold."""
+        limit = self.config.planner.partition_max_bytes
+        size = path.stat().st_size
+        if size <= limit:
+            if size:
+                yield path.read_bytes()
+            return
+        # Oversized: split by dataset base into sub-partitions (a hash unrelated to crc32, which
+        # put them all here), streaming, then hand them out one at a time.
+        n_sub = min(256, 2 * (size // limit + 1))
+        sub = _Spill(path.with_name(path.name + "-sub"), n_sub, self.floor)
+        for chunk in _read_line_chunks(path):
+            for m in _RUN.finditer(chunk):
+                key = sub.key(m.group(1)[:-1])
+                sub.files[zlib.adler32(key) % n_sub].write(m.group(0))
+        sub.close()
+        for sub_path in sub.paths:
+            if sub_path.stat().st_size:
+                yield sub_path.read_bytes()  # one base larger than the limit stays whole
+            sub_path.unlink()
+        sub.directory.rmdir()
+
+    def _write_group(self, data: bytes, jobs: _JobWriter, dirs_out: Any) -> int:
+        by_dir: dict[bytes, list[bytes]] = {}
+        for m in _RUN.finditer(data):
+            by_dir.setdefault(m.group(1)[:-1], []).append(m.group(0))
+        del data
+        removable: set[bytes] = set()
+        for directory in sorted(by_dir):
+            files = b"".join(by_dir[directory]).split(b"\n")
+            files.pop()
+            unique = list(dict.fromkeys(files)) if len(files) > 1 else files
+            if len(unique) != len(files):
+                self._count_duplicates(files, len(files) - len(unique))
+            jobs.add(unique)
+            cut = len(directory)
+            while cut > 0:
+                parent = directory[:cut]
+                if lfn.depth(parent) < self.floor or parent in removable:
+                    break
+                if not (self.protection.holds_below(parent) or self.exclude.holds_below(parent)):
+                    removable.add(parent)
+                cut = directory.rfind(b"/", 0, cut)
+        if removable:
+            # Leaf first: deeper directories before their parents.
+            ordered = sorted(removable, key=lambda d: (-lfn.depth(d), d))
+            dirs_out.write(b"\n".join(ordered) + b"\n")
+        return len(removable)
+
+    def _count_duplicates(self, files: list[bytes], n: int) -> None:
+        seen: set[bytes] = set()
+        examples = []
+        for f in files:
+            if f in seen and len(examples) < EXAMPLES_PER_REASON:
+                examples.append(f)
+            seen.add(f)
+        c = self.counts
+        c.invalid[lfn.DUPLICATE] = c.invalid.get(lfn.DUPLICATE, 0) + n
+        for f in examples:
+            c.examples.setdefault(lfn.DUPLICATE, [])
+            if len(c.examples[lfn.DUPLICATE]) < EXAMPLES_PER_REASON:
+                c.examples[lfn.DUPLICATE].append(f.decode("utf-8", errors="backslashreplace"))
+
+
+def _read_line_chunks(path: Path, size: int = 4 * 1024 * 1024) -> Iterable[bytes]:
+    with open(path, "rb") as fh:
+        rest = b""
+        while True:
+            block = fh.read(size)
+            if not block:
+                break
+            data = rest + block
+            cut = data.rfind(b"\n") + 1
+            yield data[:cut]
+            rest = data[cut:]
+        if rest:
+            yield rest
+
+
+def write_summary(out_dir: Path, plan: Plan) -> None:
+    tmp = out_dir / "summary.json.tmp"
+    tmp.write_text(json.dumps(plan.to_dict(), indent=1, sort_keys=True))
+    os.replace(tmp, out_dir / "summary.json")
+
+
+def read_summary(out_dir: os.PathLike | str) -> Plan:
+    data = json.loads((Path(out_dir) / "summary.json").read_text())
+    names = {f.name for f in dataclasses.fields(Plan)}
+    return Plan(**{k: v for k, v in data.items() if k in names})
+
+
+def plan(rse: str, chunks: Iterable[bytes], protected: Iterable[str], config: Config,
+         out_dir: os.PathLike | str, stats: Optional[dict[str, Any]] = None,
+         previous_protected_count: Optional[int] = None, require_scan: bool = True,
+         now: Optional[float] = None, progress: Optional[ProgressFn] = None) -> Plan:
+    """Plan one RSE from dump chunks. Any guard gives an empty plan with its reason, never a guess.
+
+    `stats` is the RSE's entry of the ConMon `stats` answer; without it the scan guards are
+    skipped only when `require_scan` is False (offline planning of a local dump).
+    """
+    from MSUnmerged.dumpreader import DumpError  # local: keeps the planner importable on its own
+
+    g = config.guards
+    now = time.time() if now is None else now
+    guard: Optional[GuardTripped] = None
+    end_time: Optional[float] = None
+    expected: Optional[int] = None
+    protection = PrefixSet(["/"])  # until the list is checked, everything is protected
+    try:
+        protection = check_protection(protected, previous_protected_count, g.max_protected_shrink)
+        if stats is not None or require_scan:
+            end_time = check_scan(stats, g.max_scan_age_h, now)
+            files = (stats or {}).get("files")
+            expected = files if isinstance(files, int) and not isinstance(files, bool) else None
+    except GuardTripped as tripped:
+        guard = tripped
+    planner = Planner(rse, protection, config, out_dir, progress)
+    if guard is None:
+        try:
+            for chunk in chunks:
+                planner.feed(chunk)
+        except DumpError as exc:
+            guard = GuardTripped(GUARD_DUMP_UNREADABLE, str(exc))
+    return planner.finish(end_time, expected, guard)
