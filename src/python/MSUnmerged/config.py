@@ -145,6 +145,36 @@ class CondorConfig:
 
 
 @dataclass
+class SlurmConfig:
+    """A Slurm cluster reached through slurmrestd or the command line (see docs/slurm.md).
+    `sites` holds per-site overrides of these keys (site name -> {key: value as text})."""
+
+    transport: str = "cli"  # cli | rest
+    command_prefix: str = ""  # cli: prefix of sbatch/squeue/... and file commands, e.g. "ssh login.hpc"
+    rest_url: str = ""  # rest: e.g. http://slurmrestd.hpc:6820
+    rest_api: str = "v0.0.38"
+    user: str = ""  # rest: X-SLURM-USER-NAME
+    token_file: str = ""  # rest: the JWT, read anew on every call so it can be rotated
+    work_dir: str = ""  # shared folder for manifests, worker and reports, seen alike by service and jobs
+    partition: str = ""
+    account: str = ""
+    qos: str = ""
+    python: str = "python3"  # the worker node's interpreter
+    setup: str = ""  # shell lines run in the job before the worker, e.g. sourcing an environment
+    sacct: str = "sacct"  # cli: command for jobs gone from squeue ("sacct -c" without slurmdbd; "" none)
+    array_max_size: int = 1000  # at most the cluster's MaxArraySize
+    array_parallel: int = 0  # at most this many tasks of one array run at once (0: no limit)
+    timeout_s: float = 60.0
+    sites: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def for_site(self, site: str) -> "SlurmConfig":
+        """These settings with the site's overrides applied."""
+        out = dataclasses.replace(self, sites={})
+        _apply(out, self.sites.get(site, {}), f"slurm.sites.{site}.")
+        return out
+
+
+@dataclass
 class RestConfig:
     host: str = "127.0.0.1"
     port: int = 8249
@@ -169,6 +199,7 @@ class Config:
     mongo: MongoConfig = field(default_factory=MongoConfig)
     jobs: JobsConfig = field(default_factory=JobsConfig)
     condor: CondorConfig = field(default_factory=CondorConfig)
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
     rest: RestConfig = field(default_factory=RestConfig)
 
     @property
@@ -267,6 +298,12 @@ def _validate(cfg: Config) -> None:
     need(s.lease_ttl_s >= 10, "service.lease_ttl_s", "must be >= 10")
     need(cfg.conmon.format in ("raw", "text", "json"), "conmon.format", "must be raw, text or json")
     need(j.backend in ("local", "condor", "slurm"), "jobs.backend", "must be local, condor or slurm")
+    for site in ("", *cfg.slurm.sites):
+        sl = cfg.slurm.for_site(site)
+        need(sl.transport in ("cli", "rest"), f"slurm.sites.{site}.transport" if site else "slurm.transport",
+             "must be cli or rest")
+        need(1 <= sl.array_max_size, f"slurm.sites.{site}.array_max_size" if site else "slurm.array_max_size",
+             "must be >= 1")
     need(j.deadline_h > 0, "jobs.deadline_h", "must be > 0")
     need(j.retries >= 0, "jobs.retries", "must be >= 0")
     need(cfg.mongo.generations_kept >= 1, "mongo.generations_kept", "must be >= 1")
