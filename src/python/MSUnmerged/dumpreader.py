@@ -35,7 +35,10 @@ def iter_chunks(source: Source, chunk_bytes: int = CHUNK_BYTES) -> Iterator[byte
         stream = _Prepend(head, source)  # type: ignore[assignment]
     try:
         first = _first_non_space(stream)
-        if first.lstrip()[:1] == b"[":
+        lead = first.lstrip()[:1]
+        if lead in (b"{", b'"'):
+            raise DumpError(f"dump starts with {lead.decode()!r}: JSON that is not an array of LFNs")
+        if lead == b"[":
             yield from _json_chunks(first, stream, chunk_bytes)
         else:
             yield from _line_chunks(first, stream, chunk_bytes)
@@ -80,13 +83,13 @@ def _line_chunks(first: bytes, stream: BinaryIO, chunk_bytes: int) -> Iterator[b
         block = stream.read(chunk_bytes)
         if not block:
             break
-        data = rest + block if rest else block
-        cut = data.rfind(b"\n") + 1
-        if cut:
-            yield data[:cut]
-            rest = data[cut:]
-        else:
-            rest = data
+        cut = block.rfind(b"\n") + 1
+        if not cut:
+            rest += block
+            continue
+        # Copy only the partial lines at the edges; a whole block passes through as it is.
+        yield (rest + block[:cut]) if rest else (block if cut == len(block) else block[:cut])
+        rest = block[cut:]
     if rest:
         yield rest + b"\n"
 

@@ -39,10 +39,19 @@ GUARD_DELETE_FRACTION = "delete_fraction_exceeded"
 GUARD_DELETE_COUNT = "delete_count_exceeded"
 GUARD_DUMP_UNREADABLE = "dump_unreadable"
 
-# One match = consecutive lines in the same directory. Group 1 is the directory with its slash.
-_RUN = re.compile(rb"(/[^\n]*/)[^/\n]+\n(?:\1[^/\n]+\n)*")
-_UNSAFE_IN_CHUNK = (b"//", b"/./", b"/../", b"/.\n", b"/..\n", b"/\n", b"\n\n")
-_ALLOWED = lfn.PRINTABLE + b"\n"
+# One match = consecutive lines in the same directory; group 1 is the directory with its slash.
+# It also validates: printable ASCII only, file names non-empty, at most 255 bytes, not '.' or
+# '..'. A chunk that these runs tile exactly holds only such lines (directories are checked
+# once per run); anything else sends the chunk to the line-by-line path.
+_RUN = re.compile(rb"(/[!-~]*/)(?!\.\.?\n)[!-.0-~]{1,255}\n(?:\1(?!\.\.?\n)[!-.0-~]{1,255}\n)*")
+_MAX_NAME = 255
+_BAD_IN_DIR = (b"//", b"/./", b"/../")
+
+
+def _dir_is_canonical(directory: bytes) -> bool:
+    """A run's directory (no trailing slash) is under /store/unmerged and canonical."""
+    return ((directory.startswith(lfn.UNMERGED) or directory + b"/" == lfn.UNMERGED)
+            and not any(bad in directory + b"/" for bad in _BAD_IN_DIR))
 
 
 class GuardTripped(Exception):
@@ -157,12 +166,27 @@ class _Spill:
                 return directory
         return directory[:cut]
 
-    def write(self, directory: bytes, block: bytes) -> None:
-        self.files[zlib.crc32(self.key(directory)) % len(self.files)].write(block)
+    def write(self, directory: bytes, block: bytes, salt: int = 0) -> None:
+        """Append one run as a record: b"<dir>\\0<bytes>\\n" then the run's lines."""
+        key = self.key(directory)
+        index = (zlib.adler32(key) if salt else zlib.crc32(key)) % len(self.files)
+        self.files[index].write(b"%b\0%d\n%b" % (directory, len(block), block))
+
 
     def close(self) -> None:
         for fh in self.files:
             fh.close()
+
+
+def _records(data: bytes) -> Iterable[tuple[bytes, bytes]]:
+    """Read back the (directory, block) records of a spill partition."""
+    pos, end = 0, len(data)
+    while pos < end:
+        nul = data.index(b"\0", pos)
+        eol = data.index(b"\n", nul)
+        stop = eol + 1 + int(data[nul + 1:eol])
+        yield data[pos:nul], data[eol + 1:stop]
+        pos = stop
 
 
 class _JobWriter:
@@ -234,36 +258,33 @@ class Planner:
         """Take one chunk of whole lines (as produced by dumpreader.iter_chunks)."""
         if b"\r" in chunk:
             chunk = chunk.replace(b"\r\n", b"\n")
-        lines = chunk.split(b"\n")
-        if lines[-1] == b"":
-            lines.pop()
-        else:
+        if not chunk.endswith(b"\n"):
             chunk += b"\n"
-        if not self._chunk_is_clean(chunk, lines):
-            chunk = self._clean(lines)
-        covered = 0
-        for m in _RUN.finditer(chunk):
-            covered += self._run(m.group(1)[:-1], m.group(0))
-        clean_lines = chunk.count(b"\n")
-        if covered != clean_lines:  # cannot happen for validated lines; refuse rather than guess
-            raise RuntimeError(f"internal error: {clean_lines - covered} validated lines not grouped")
+        self.counts.total += chunk.count(b"\n")
+        runs = self._runs(chunk)
+        if runs is None:
+            chunk = self._clean(chunk.split(b"\n")[:-1])
+            runs = self._runs(chunk)
+            if runs is None:  # cannot happen for lines classify_line accepted; refuse rather than guess
+                raise RuntimeError("internal error: validated lines do not form directory runs")
+        for m in runs:
+            self._run(m.group(1)[:-1], m.group(0))
         if self.progress is not None:
             self.progress(self.counts.total)
 
-    def _chunk_is_clean(self, chunk: bytes, lines: list[bytes]) -> bool:
-        n = len(lines)
-        self.counts.total += n
-        if not n:
-            return True
-        if chunk.translate(None, _ALLOWED):
-            return False
-        if any(bad in chunk for bad in _UNSAFE_IN_CHUNK):
-            return False
-        if not chunk.startswith(lfn.UNMERGED) or chunk.count(b"\n" + lfn.UNMERGED) != n - 1:
-            return False
-        if max(map(len, lines)) > self.max_length:
-            return False
-        return True
+    def _runs(self, chunk: bytes) -> Optional[list[re.Match[bytes]]]:
+        """The chunk's directory runs when every line is valid, else None."""
+        runs = list(_RUN.finditer(chunk))
+        if sum(m.end() - m.start() for m in runs) != len(chunk):
+            return None
+        longest_ok = self.max_length - _MAX_NAME - 1
+        for m in runs:
+            directory = m.group(1)
+            if not _dir_is_canonical(directory[:-1]):
+                return None
+            if len(directory) > longest_ok and max(map(len, m.group(0).split(b"\n"))) > self.max_length:
+                return None
+        return runs
 
     def _clean(self, lines: list[bytes]) -> bytes:
         """Slow path for a chunk with anything odd: classify line by line, keep the valid ones."""
@@ -278,27 +299,22 @@ class Planner:
                 self.counts.total -= 1  # blank lines are not files
         return b"\n".join(keep) + b"\n" if keep else b""
 
-    def _run(self, directory: bytes, block: bytes) -> int:
-        """Classify a run of files that share `directory`; returns the number of lines in it."""
-        n = block.count(b"\n")
+    def _run(self, directory: bytes, block: bytes) -> None:
+        """Classify a run of files that share `directory`; spill the deletable ones (counted later)."""
         prot = self.protection.dir_state(directory)
         if prot == PrefixSet.ALL:
-            self.counts.protected += n
-            return n
+            self.counts.protected += block.count(b"\n")
+            return
         excl = self.exclude.dir_state(directory)
-        if excl == PrefixSet.ALL:
-            self.counts.excluded += n
-            return n
         incl = self.include.dir_state(directory) if self.include is not None else PrefixSet.ALL
-        if incl == PrefixSet.NONE:
-            self.counts.excluded += n
-            return n
+        if excl == PrefixSet.ALL or incl == PrefixSet.NONE:
+            self.counts.excluded += block.count(b"\n")
+            return
         if PrefixSet.SOME in (prot, excl, incl):
             block = self._filter_files(block, prot, excl, incl)
             if not block:
-                return n
+                return
         self.spill.write(directory, block)
-        return n
 
     def _filter_files(self, block: bytes, prot: int, excl: int, incl: int) -> bytes:
         """A protected base or filter prefix names a file in this directory: check each file."""
@@ -380,31 +396,36 @@ class Planner:
             if size:
                 yield path.read_bytes()
             return
-        # Oversized: split by dataset base into sub-partitions (a hash unrelated to crc32, which
-        # put them all here), streaming, then hand them out one at a time.
+        # Oversized: split by dataset base into sub-partitions with a hash unrelated to the one
+        # that put them all here, then hand them out one at a time. One base larger than the
+        # limit stays whole.
         n_sub = min(256, 2 * (size // limit + 1))
         sub = _Spill(path.with_name(path.name + "-sub"), n_sub, self.floor)
-        for chunk in _read_line_chunks(path):
-            for m in _RUN.finditer(chunk):
-                key = sub.key(m.group(1)[:-1])
-                sub.files[zlib.adler32(key) % n_sub].write(m.group(0))
+        with open(path, "rb") as fh:
+            while True:
+                header = fh.readline()
+                if not header:
+                    break
+                directory, _, size_ = header.rstrip(b"\n").partition(b"\0")
+                sub.write(directory, fh.read(int(size_)), salt=1)
         sub.close()
         for sub_path in sub.paths:
             if sub_path.stat().st_size:
-                yield sub_path.read_bytes()  # one base larger than the limit stays whole
+                yield sub_path.read_bytes()
             sub_path.unlink()
         sub.directory.rmdir()
 
     def _write_group(self, data: bytes, jobs: _JobWriter, dirs_out: Any) -> int:
         by_dir: dict[bytes, list[bytes]] = {}
-        for m in _RUN.finditer(data):
-            by_dir.setdefault(m.group(1)[:-1], []).append(m.group(0))
+        for directory, block in _records(data):
+            by_dir.setdefault(directory, []).append(block)
         del data
         removable: set[bytes] = set()
         for directory in sorted(by_dir):
-            files = b"".join(by_dir[directory]).split(b"\n")
+            blocks = by_dir[directory]
+            files = (blocks[0] if len(blocks) == 1 else b"".join(blocks)).split(b"\n")
             files.pop()
-            unique = list(dict.fromkeys(files)) if len(files) > 1 else files
+            unique = list(dict.fromkeys(files))
             if len(unique) != len(files):
                 self._count_duplicates(files, len(files) - len(unique))
             jobs.add(unique)
@@ -435,21 +456,6 @@ class Planner:
             c.examples.setdefault(lfn.DUPLICATE, [])
             if len(c.examples[lfn.DUPLICATE]) < EXAMPLES_PER_REASON:
                 c.examples[lfn.DUPLICATE].append(f.decode("utf-8", errors="backslashreplace"))
-
-
-def _read_line_chunks(path: Path, size: int = 4 * 1024 * 1024) -> Iterable[bytes]:
-    with open(path, "rb") as fh:
-        rest = b""
-        while True:
-            block = fh.read(size)
-            if not block:
-                break
-            data = rest + block
-            cut = data.rfind(b"\n") + 1
-            yield data[:cut]
-            rest = data[cut:]
-        if rest:
-            yield rest
 
 
 def write_summary(out_dir: Path, plan: Plan) -> None:

@@ -1,0 +1,75 @@
+"""Streaming of plain, gzip and JSON dumps, and refusal of broken ones."""
+import gzip
+import io
+import json
+
+import pytest
+
+from MSUnmerged.dumpreader import DumpError, iter_chunks
+
+LINES = [f"/store/unmerged/E/P/T/p-v1/{i // 100:04d}/{i:06d}.root" for i in range(5000)]
+
+
+def read_all(data: bytes, chunk_bytes: int = 1000) -> list[bytes]:
+    chunks = list(iter_chunks(io.BytesIO(data), chunk_bytes))
+    assert all(c.endswith(b"\n") for c in chunks)
+    return b"".join(chunks).split(b"\n")[:-1]
+
+
+def test_plain_text_in_whole_lines():
+    assert read_all(("\n".join(LINES) + "\n").encode()) == [x.encode() for x in LINES]
+
+
+def test_last_line_without_newline():
+    assert read_all(b"/a/b\n/c/d") == [b"/a/b", b"/c/d"]
+
+
+def test_gzip_detected_by_magic_bytes(tmp_path):
+    path = tmp_path / "dump.txt"  # the name says text; the content is gzip
+    path.write_bytes(gzip.compress(("\n".join(LINES) + "\n").encode()))
+    assert b"".join(iter_chunks(path, 777)).split(b"\n")[:-1] == [x.encode() for x in LINES]
+
+
+def test_truncated_gzip_is_an_error():
+    data = gzip.compress(("\n".join(LINES) + "\n").encode())
+    with pytest.raises(DumpError, match="truncated or corrupt"):
+        read_all(data[: len(data) // 2])
+
+
+def test_corrupt_gzip_tail_is_an_error():
+    data = bytearray(gzip.compress(("\n".join(LINES) + "\n").encode()))
+    data[-6:-2] = b"\0\0\0\0"  # CRC/length trailer damaged
+    with pytest.raises(DumpError):
+        read_all(bytes(data))
+
+
+def test_json_array_streamed_in_chunks():
+    data = json.dumps(LINES, indent=1).encode()
+    assert read_all(data, 512) == [x.encode() for x in LINES]
+
+
+def test_json_empty_array():
+    assert read_all(b"  [ ]  ") == []
+
+
+@pytest.mark.parametrize("body, message", [
+    (b'["/a/b", 3]', "element 1 is not a string"),
+    (b'["/a/b", "/c/d"', "before its closing"),
+    (b'["/a/b" "/c/d"]', "expected ','"),
+    (b'["/a/b"] trailing', "after the closing"),
+    (b'["/a/b", {"x": 1}]', "element 1 is not a string"),
+])
+def test_bad_json_names_the_problem(body, message):
+    with pytest.raises(DumpError, match=message):
+        read_all(body)
+
+
+@pytest.mark.parametrize("body", [b'{"result": ["/store/unmerged/a/b"]}', b'  "/store/unmerged/a"'])
+def test_json_that_is_not_an_array_is_an_error(body):
+    with pytest.raises(DumpError, match="not an array"):
+        read_all(body)
+
+
+def test_json_string_with_newline_stays_one_line():
+    out = read_all(json.dumps(["/store/unmerged/a/b\n/store/unmerged/c"]).encode())
+    assert out == [b"/store/unmerged/a/b\0/store/unmerged/c"]

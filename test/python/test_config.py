@@ -1,0 +1,48 @@
+"""Configuration: defaults, file, environment overrides, errors that name the key."""
+import pytest
+
+from MSUnmerged.config import DEFAULT_CONFIG, Config, ConfigError, load_config
+
+
+def test_defaults_and_shipped_file_agree():
+    assert load_config(DEFAULT_CONFIG, env={}) == Config()
+    assert Config().service.dry_run is True
+
+
+def test_file_and_environment(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('[planner]\nfiles_per_job = 10\nexclude = ["/store/unmerged/logs"]\n[guards]\nmax_delete_fraction = 0.5\n')
+    cfg = load_config(path, env={"MSUNMERGED_SERVICE__DRY_RUN": "false", "MSUNMERGED_PLANNER__SKIP_RSES": "A, B",
+                                 "MSUNMERGED_GUARDS__MAX_DELETE_FILES": "7"})
+    assert cfg.planner.files_per_job == 10 and cfg.planner.exclude == ["/store/unmerged/logs"]
+    assert cfg.guards.max_delete_fraction == 0.5 and cfg.guards.max_delete_files == 7
+    assert cfg.service.dry_run is False and cfg.planner.skip_rses == ["A", "B"]
+
+
+@pytest.mark.parametrize("text, env, key", [
+    ("[planner]\nfiles_per_jobs = 3\n", {}, "planner.files_per_jobs"),
+    ("[plannr]\n", {}, "plannr"),
+    ("[planner]\nfiles_per_job = 0\n", {}, "planner.files_per_job"),
+    ("[planner]\nfiles_per_job = 'many'\n", {}, "planner.files_per_job"),
+    ("[planner]\nexclude = ['relative/x']\n", {}, "planner.exclude[0]"),
+    ("[guards]\nmax_delete_fraction = 1.5\n", {}, "guards.max_delete_fraction"),
+    ("[service]\ndry_run = 'maybe'\n", {}, "service.dry_run"),
+    ("", {"MSUNMERGED_SERVICE__DRY_RUN": "perhaps"}, "service.dry_run"),
+    ("", {"MSUNMERGED_JOBS__BACKEND": "pbs"}, "jobs.backend"),
+    ("", {"MSUNMERGED_SERVICE__NOPE": "1"}, "service.nope"),
+])
+def test_errors_name_the_key(tmp_path, text, env, key):
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path, env=env)
+    assert err.value.key == key and key in str(err.value)
+
+
+def test_bad_toml_and_missing_file(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[planner\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(bad, env={})
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "missing.toml", env={})
