@@ -1,0 +1,91 @@
+"""Operator triggers: a queue worked by one thread, so a trigger never blocks a request or the loop."""
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import queue
+import threading
+import time
+from typing import Any, Callable, Optional
+
+log = logging.getLogger("MSUnmerged.rest.triggers")
+
+# run(rse, mode) does one RSE now; mode "plan" records a plan only, "apply" also submits jobs.
+RunFn = Callable[[str, str], Any]
+
+
+class TriggerQueue:
+    """Triggers run one at a time, in order; an RSE already queued or running is not queued twice."""
+
+    def __init__(self, run: RunFn, keep: int = 200) -> None:
+        self.run = run
+        self._queue: queue.Queue[Optional[dict[str, Any]]] = queue.Queue()
+        self._recent: collections.deque[dict[str, Any]] = collections.deque(maxlen=keep)
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._work, name="msunmerged-triggers", daemon=True)
+        self._thread.start()
+
+    def submit(self, rse: str, mode: str, user: str) -> dict[str, Any]:
+        """Queue a trigger; returns its record (an existing one when the same RSE/mode is pending)."""
+        with self._lock:
+            for rec in self._recent:
+                if rec["rse"] == rse and rec["mode"] == mode and rec["state"] in ("queued", "running"):
+                    return dict(rec)
+            rec = {"id": next(self._ids), "rse": rse, "mode": mode, "user": user, "state": "queued",
+                   "queued": round(time.time(), 3), "started": None, "finished": None, "error": None}
+            self._recent.append(rec)
+        self._queue.put(rec)
+        return dict(rec)
+
+    def _work(self) -> None:
+        while True:
+            rec = self._queue.get()
+            if rec is None:
+                return
+            self._set(rec, state="running", started=round(time.time(), 3))
+            try:
+                result = self.run(rec["rse"], rec["mode"])
+                self._set(rec, state="done", result=_summary(result), finished=round(time.time(), 3))
+            except Exception as exc:  # a failed trigger is reported, never kills the worker
+                log.exception("trigger %s (%s %s) failed", rec["id"], rec["rse"], rec["mode"])
+                self._set(rec, state="failed", error=f"{type(exc).__name__}: {exc}"[:500],
+                          finished=round(time.time(), 3))
+
+    def _set(self, rec: dict[str, Any], **values: Any) -> None:
+        with self._lock:
+            rec.update(values)
+
+    def recent(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(r) for r in reversed(self._recent)]
+
+    def summary(self) -> dict[str, Any]:
+        counts: dict[str, int] = {}
+        for rec in self.recent():
+            counts[rec["state"]] = counts.get(rec["state"], 0) + 1
+        return {"enabled": True, "by_state": counts}
+
+    def wait_idle(self, timeout: float) -> bool:
+        """True once nothing is queued or running (for tests and shutdown)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(r["state"] not in ("queued", "running") for r in self.recent()):
+                return True
+            time.sleep(0.05)
+        return False
+
+    def stop(self) -> None:
+        self._queue.put(None)
+        self._thread.join(5)
+
+
+def _summary(result: Any) -> Any:
+    """A JSON-ready short form of what run() returned."""
+    if result is None or isinstance(result, (str, int, float, bool)):
+        return result
+    if isinstance(result, dict):
+        return {k: v for k, v in result.items() if isinstance(v, (str, int, float, bool, type(None)))}
+    to_dict = getattr(result, "to_dict", None)
+    return _summary(to_dict()) if callable(to_dict) else str(result)[:500]
