@@ -140,8 +140,9 @@ class CondorConfig:
     accounting_group: str = "analysis"
     accounting_group_user: str = "msunmerged"
     hold_max_s: int = 24 * 3600
-    extra_attributes: dict[str, str] = field(default_factory=dict)
+    extra_attributes: dict[str, str] = field(default_factory=dict)  # job ClassAd attributes: name -> expression
     requirements: str = ""
+    ping_timeout_s: float = 30.0  # preflight; an unresponsive schedd blocks the bindings ~20 s
 
 
 @dataclass
