@@ -1,0 +1,70 @@
+"""A real HTCondor pool (Debian trixie minicondor in a chroot) on 127.0.0.1:9618, for the whole session.
+
+test/scripts/condor-pool.sh builds and starts it; this fixture waits until the pool can run a job (a schedd
+ad AND a slot ad in the collector) and stops it by PID at the end. The slot advertises
+GLIDEIN_CMSSite = T2_XX_Condor and gives its jobs SITECONFIG_PATH=/srv/siteconf (paths inside the chroot),
+as a CMS glidein would.
+"""
+from __future__ import annotations
+
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from servers import run_script, server_dir
+
+POOL = "127.0.0.1:9618"
+SITE = "T2_XX_Condor"
+JOB_UID = 2000  # the 'submitter' account that jobs run as
+
+
+@dataclass
+class CondorPool:
+    root: Path  # the chroot
+    pool: str = POOL
+    site: str = SITE
+
+    def token_dir(self, user: str) -> Path:
+        """A token directory holding an IDTOKEN for user@localpool (created once)."""
+        return Path(run_script("condor-pool.sh", "token", user).strip().splitlines()[-1])
+
+    def run(self, *argv: str, timeout: float = 60) -> str:
+        """Run a command inside the chroot (condor_q, condor_status, ...)."""
+        return subprocess.run(["chroot", str(self.root), *argv], capture_output=True, text=True, check=True,
+                              timeout=timeout).stdout
+
+    def inside(self, path: str) -> Path:
+        """The host path of a path inside the pool's chroot."""
+        return self.root / path.lstrip("/")
+
+
+def _wait_ready(pool: CondorPool, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            schedds = pool.run("condor_status", "-schedd", "-af", "Name", timeout=20).split()
+            slots = [n for n in pool.run("condor_status", "-af", "Name", timeout=20).split() if "slot" in n]
+            if schedds and slots:
+                return
+            last = f"schedds={schedds} slots={slots}"
+        except subprocess.SubprocessError as exc:
+            last = str(exc)
+        time.sleep(1)
+    raise TimeoutError(f"HTCondor pool not ready after {timeout} s: {last}")
+
+
+@pytest.fixture(scope="session")
+def condor_pool() -> Iterator[CondorPool]:
+    base = server_dir("condor")
+    run_script("condor-pool.sh", "start", timeout=1800)
+    pool = CondorPool(root=base / "root")
+    try:
+        _wait_ready(pool)
+        yield pool
+    finally:
+        run_script("condor-pool.sh", "stop", timeout=120)
