@@ -4,6 +4,8 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import queue
+import threading
 import zlib
 from typing import BinaryIO, Iterator, Union
 
@@ -18,15 +20,20 @@ class DumpError(ValueError):
 Source = Union[str, os.PathLike, BinaryIO]
 
 
-def iter_chunks(source: Source, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
+def iter_chunks(source: Source, chunk_bytes: int = CHUNK_BYTES, read_ahead: int = 2) -> Iterator[bytes]:
     """Yield chunks of the dump, each made of whole lines and ending with b'\\n'.
 
     The format is detected from the content (gzip magic bytes, a leading '['), never from a
-    file name. Memory is bounded by `chunk_bytes` plus the longest line.
+    file name. Up to `read_ahead` chunks are read (and decompressed) by a background thread,
+    which overlaps with planning because zlib and file reads release the GIL. Memory is
+    bounded by (`read_ahead` + 1) * `chunk_bytes` plus the longest line.
     """
     if isinstance(source, (str, os.PathLike)):
         with open(source, "rb") as fh:
-            yield from iter_chunks(fh, chunk_bytes)
+            yield from iter_chunks(fh, chunk_bytes, read_ahead)
+        return
+    if read_ahead > 0:
+        yield from _read_ahead(iter_chunks(source, chunk_bytes, 0), read_ahead)
         return
     head = source.read(2)
     if head == GZIP_MAGIC:
@@ -44,6 +51,44 @@ def iter_chunks(source: Source, chunk_bytes: int = CHUNK_BYTES) -> Iterator[byte
             yield from _line_chunks(first, stream, chunk_bytes)
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise DumpError(f"gzip stream is truncated or corrupt: {exc}") from None
+
+
+_DONE = object()
+
+
+def _read_ahead(chunks: Iterator[bytes], depth: int) -> Iterator[bytes]:
+    """Run `chunks` in a thread, `depth` items ahead; its exceptions are raised here."""
+    q: "queue.Queue[object]" = queue.Queue(depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for chunk in chunks:
+                while not stop.is_set():
+                    try:
+                        q.put(chunk, timeout=0.2)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put(_DONE)
+        except BaseException as exc:  # handed to the consumer, which raises it
+            q.put(exc)
+
+    thread = threading.Thread(target=produce, name="dump-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = q.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item  # type: ignore[misc]
+    finally:
+        stop.set()
+        thread.join(5)
 
 
 class _Prepend:

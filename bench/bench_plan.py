@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Planning benchmark: lines/s and peak RSS at 1M and 10M lines, plain and gzip, against a
+plain per-line Python loop (the baseline) run by the same command.
+
+Each measurement runs in its own process so that its peak RSS (VmHWM) is its own.
+Usage: python3 bench/bench_plan.py [--sizes 1000000,10000000] [--data bench/data]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src" / "python"))
+
+from MSUnmerged import sample  # noqa: E402
+
+RSE = "T2_XX_Bench"
+
+
+def peak_rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def measure_planner(dump: str, protected: str, stats: str, out: str) -> dict:
+    from MSUnmerged import planner
+    from MSUnmerged.config import Config
+    from MSUnmerged.dumpreader import iter_chunks
+
+    config = Config()
+    config.guards.max_delete_fraction = 1.0
+    prot = json.loads(Path(protected).read_text())["result"]
+    st = json.loads(Path(stats).read_text())[RSE]
+    wall, cpu = time.perf_counter(), time.process_time()
+    plan = planner.plan(RSE, iter_chunks(dump), prot, config, out, stats=st)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    assert plan.guard is None, plan.guard_detail
+    return {"lines": plan.files_total, "to_delete": plan.files_to_delete, "wall_s": wall, "cpu_s": cpu,
+            "peak_rss_mib": peak_rss_mib()}
+
+
+def measure_baseline(dump: str, protected: str, stats: str, out: str) -> dict:
+    """A straightforward planner: decode each line, validate, walk its ancestors, write it out."""
+    import gzip
+
+    from MSUnmerged.lfn import PrefixSet, classify_line
+
+    prot = PrefixSet(json.loads(Path(protected).read_text())["result"])
+    opener = gzip.open if Path(dump).read_bytes()[:2] == b"\x1f\x8b" else open
+    n = kept = 0
+    wall, cpu = time.perf_counter(), time.process_time()
+    with opener(dump, "rb") as fh, open(out + ".baseline", "wb") as sink:  # type: ignore[operator]
+        for raw in fh:
+            n += 1
+            line, reason = classify_line(raw, 1024)
+            if line is not None and not prot.covers(line):
+                sink.write(line + b"\n")
+                kept += 1
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    os.unlink(out + ".baseline")
+    return {"lines": n, "to_delete": kept, "wall_s": wall, "cpu_s": cpu, "peak_rss_mib": peak_rss_mib()}
+
+
+def in_child(kind: str, *args: str) -> dict:
+    res = subprocess.run([sys.executable, __file__, "--child", kind, *args], capture_output=True, text=True,
+                         check=True)
+    return json.loads(res.stdout)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="1000000,10000000")
+    ap.add_argument("--data", default=str(REPO / "bench" / "data"))
+    ap.add_argument("--baseline-lines", type=int, default=1_000_000, help="baseline only at sizes up to this")
+    ap.add_argument("--child", nargs="+")
+    args = ap.parse_args()
+    if args.child:
+        kind, *rest = args.child
+        print(json.dumps((measure_planner if kind == "planner" else measure_baseline)(*rest)))
+        return
+    rows = []
+    for size in (int(s) for s in args.sizes.split(",")):
+        for compress in (False, True):
+            folder = Path(args.data) / f"{size}-{'gz' if compress else 'txt'}"
+            if not (folder / "stats.json").exists():
+                t = time.time()
+                sample.write_sample_inputs(folder, RSE, sample.SampleSpec(files=size), compress=compress)
+                print(f"generated {folder} in {time.time() - t:.0f} s", file=sys.stderr)
+            dump = str(folder / ("dump.gz" if compress else "dump.txt"))
+            files = [dump, str(folder / "protected.json"), str(folder / "stats.json"), str(folder / "plan")]
+            res = in_child("planner", *files)
+            base = in_child("baseline", *files) if size <= args.baseline_lines else None
+            if base:
+                assert base["to_delete"] + 0 >= res["to_delete"] - res["lines"] // 10  # same job, same scale
+            row = {"lines": size, "format": "gzip" if compress else "plain",
+                   "lines_per_s": round(res["lines"] / res["wall_s"]),
+                   "lines_per_cpu_s": round(res["lines"] / res["cpu_s"]),
+                   "peak_rss_mib": round(res["peak_rss_mib"], 1),
+                   "baseline_lines_per_s": round(base["lines"] / base["wall_s"]) if base else None,
+                   "speedup_vs_baseline": round(base["wall_s"] / res["wall_s"] * res["lines"] / base["lines"], 2)
+                   if base else None}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    Path(args.data, "results-plan.json").write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
