@@ -1,0 +1,61 @@
+"""File-based Sources for the CLI, tests and offline runs: the same answers the real services give.
+
+Layout of the directory:
+  stats.json        the ConMon `stats` answer ({RSE: {...}})
+  protected.json    the WMStats `protectedlfns` answer ({"result": [...]}) or a JSON list
+  dumps/<RSE>       the RSE's dump (text, gzip or JSON array; any extension: .txt, .gz, .json)
+  rses.json         optional list of RSE names (default: the keys of stats.json)
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from MSUnmerged.sources.errors import BAD_CONTENT, HTTP_STATUS, NO_MATCH, SourceError
+
+
+class OfflineSources:
+    """Answers stats(), protected(), rses() and open_dump(rse) from files in one directory."""
+
+    def __init__(self, directory: Path | str) -> None:
+        self.directory = Path(directory)
+
+    def _json(self, name: str, source: str) -> Any:
+        path = self.directory / name
+        try:
+            return json.loads(path.read_text())
+        except FileNotFoundError:
+            # Like WMStats' 503 while its cache is empty: the answer is not available.
+            raise SourceError(HTTP_STATUS, f"{path} not found", source, 503) from None
+        except (OSError, ValueError) as exc:
+            raise SourceError(BAD_CONTENT, f"{path}: {exc}", source) from None
+
+    def stats(self) -> dict[str, Any]:
+        data = self._json("stats.json", "conmon")
+        if not isinstance(data, dict):
+            raise SourceError(BAD_CONTENT, "stats.json is not an object keyed by RSE", "conmon")
+        return data
+
+    def protected(self) -> list[str]:
+        data = self._json("protected.json", "wmstats")
+        if isinstance(data, dict):
+            data = data.get("result")
+        if not isinstance(data, list) or not all(isinstance(x, str) for x in data):
+            raise SourceError(BAD_CONTENT, "protected.json is not a list of LFN strings", "wmstats")
+        return data
+
+    def rses(self) -> list[str]:
+        if (self.directory / "rses.json").exists():
+            names = self._json("rses.json", "rucio")
+            if not isinstance(names, list) or not all(isinstance(x, str) for x in names):
+                raise SourceError(BAD_CONTENT, "rses.json is not a list of RSE names", "rucio")
+            return sorted(names)
+        return sorted(self.stats())
+
+    def open_dump(self, rse: str) -> BinaryIO:
+        matches = sorted((self.directory / "dumps").glob(f"{rse}*"))
+        exact = [p for p in matches if p.name == rse or p.name.split(".")[0] == rse]
+        if not exact:
+            raise SourceError(NO_MATCH, f"no dump for {rse} in {self.directory / 'dumps'}", "conmon")
+        return open(exact[0], "rb")

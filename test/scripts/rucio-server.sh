@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# A real Rucio server (PyPI rucio 41.x) on SQLite for the tests, in its own virtual environment.
+#   rucio-server.sh install              create/refresh the venv (idempotent)
+#   rucio-server.sh init <dir> <port>    fresh rucio.cfg + SQLite database in <dir>, root account
+#   rucio-server.sh argv <dir> <port>    print the gunicorn command line (one word a line)
+# The server itself is started and stopped by PID from test/python/servers/rucio.py.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+VENV="${RUCIO_SERVER_VENV:-$REPO/test/.servers/rucio-venv}"
+RUCIO_SPEC='rucio>=41,<42'
+PY="${PYTHON:-python3}"
+# Root identity of the test server; never a production secret.
+ROOT_USER=ddmlab
+ROOT_PASS=secret
+
+install() {
+    if [[ -x "$VENV/bin/gunicorn" && -f "$VENV/.installed" && "$(cat "$VENV/.installed")" == "$RUCIO_SPEC" ]]; then
+        return 0
+    fi
+    "$PY" -m venv "$VENV"
+    "$VENV/bin/pip" install -q --disable-pip-version-check "$RUCIO_SPEC" gunicorn
+    echo "$RUCIO_SPEC" > "$VENV/.installed"
+}
+
+init() {
+    local dir="$1" port="$2"
+    install
+    mkdir -p "$dir"
+    rm -f "$dir/rucio.db"
+    cat > "$dir/rucio.cfg" <<CFG
+[common]
+loglevel = INFO
+[database]
+default = sqlite:///$dir/rucio.db
+[bootstrap]
+userpass_identity = $ROOT_USER
+userpass_pwd = $ROOT_PASS
+userpass_email = root@localhost
+[policy]
+permission = generic
+schema = generic
+lfn2pfn_algorithm_default = identity
+support = root@localhost
+[alembic]
+cfg = $dir/alembic.ini
+[trace]
+tracedir = $dir/trace
+# Traces are never sent in the tests, but the module reads these at import.
+brokers = 127.0.0.1
+port = 61613
+topic = /topic/rucio.tracer
+username = none
+password = none
+CFG
+    mkdir -p "$dir/trace"
+    cat > "$dir/alembic.ini" <<INI
+[alembic]
+sqlalchemy.url = sqlite:///$dir/rucio.db
+script_location = rucio:db/sqla/migrate_repo
+[loggers]
+keys = root
+[handlers]
+keys = console
+[formatters]
+keys = generic
+[logger_root]
+level = WARN
+handlers = console
+[handler_console]
+class = StreamHandler
+args = (sys.stderr,)
+formatter = generic
+[formatter_generic]
+format = %%(levelname)s %%(message)s
+INI
+    RUCIO_CONFIG="$dir/rucio.cfg" "$VENV/bin/python" -c "
+from rucio.db.sqla.util import build_database, create_base_vo, create_root_account
+build_database(); create_base_vo(); create_root_account()"
+}
+
+argv() {
+    local dir="$1" port="$2"
+    printf '%s\n' "$VENV/bin/gunicorn" -w 2 -b "127.0.0.1:$port" --chdir "$dir" --timeout 120 \
+        rucio.web.rest.flaskapi.v1.main:application
+}
+
+case "${1:-}" in
+    install) install ;;
+    init) init "$2" "$3" ;;
+    argv) argv "$2" "$3" ;;
+    *) echo "usage: $0 install | init <dir> <port> | argv <dir> <port>" >&2; exit 2 ;;
+esac
