@@ -187,7 +187,7 @@ class DataApi:
     def __init__(self, config: Config, view: LedgerView, triggers: Optional[TriggerQueue]) -> None:
         self.config = config
         self.view = view
-        self.triggers = triggers
+        self.queue = triggers
         self.cache = TtlCache(config.rest.cache_ttl_s)
         self.keyfile = KeyFile(config.rest.hmac_key_file)
         self.limiter = RateLimiter(config.rest.trigger_rate_per_min)
@@ -229,7 +229,7 @@ class DataApi:
             "uptime_s": round(time.time() - STARTED, 1),
             "rses": {"total": len(rses), "by_state": by_state},
             "cycles": self.view.cycles(n_cycles),
-            "triggers": self.triggers.summary() if self.triggers else {"enabled": False},
+            "triggers": self.queue.summary() if self.queue else {"enabled": False},
         }
 
     @json_call()
@@ -337,7 +337,7 @@ class DataApi:
         rse = one(params, "rse", required=True, pattern=RSE_RE)
         mode = one(params, "mode", "plan", choices=("plan", "apply"))
         no_more(params)
-        if self.triggers is None:
+        if self.queue is None:
             return _error(503, "this instance runs no service loop: triggers are disabled")
         allowed, wait = self.limiter.allow(user.login or user.dn)
         if not allowed:
@@ -345,7 +345,7 @@ class DataApi:
             cherrypy.response.headers["Retry-After"] = str(int(wait) + 1)
             return _error(429, f"rate limit of {self.config.rest.trigger_rate_per_min} triggers per minute "
                                f"reached; retry in {wait:.0f} s")
-        record = self.triggers.submit(rse, mode, user.login or user.dn)
+        record = self.queue.submit(rse, mode, user.login or user.dn)
         self.audit.write(action="trigger", outcome="accepted", rse=rse, mode=mode, id=record["id"], **who)
         cherrypy.response.status = 202
         return envelope([record])
@@ -368,4 +368,4 @@ class DataApi:
     def triggers(self, **params: Any) -> bytes:
         """Recent triggers of this instance and their state."""
         no_more(params)
-        return envelope(self.triggers.recent() if self.triggers else [])
+        return envelope(self.queue.recent() if self.queue else [])
