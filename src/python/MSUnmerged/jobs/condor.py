@@ -1,0 +1,498 @@
+"""HTCondor backend: cleanup jobs go to a (remote) schedd with tokens, inputs spooled, reports retrieved.
+
+One submit call per (schedd, site, resources) makes one cluster with one proc per cleanup job (itemdata).
+Each job carries its ledger id in the job attribute `MSUnmergedJobId`, so `find()` can tell after a crash
+which jobs the schedd already has. Batch ids read "<cluster>.<proc>@<schedd name>"; schedd names may
+themselves contain "@", so the first "@" separates them.
+
+Security settings (token directory or SciToken file) are process-wide in the bindings: one process talks
+with one identity. Token contents and paths are never logged.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+# The service has no HTCondor installation of its own: without this the bindings look for one and warn.
+os.environ.setdefault("CONDOR_CONFIG", "/dev/null")
+import htcondor2  # noqa: E402
+
+from MSUnmerged.config import CondorConfig, JobsConfig  # noqa: E402
+from MSUnmerged.jobs.backend import BackendError, JobState, JobStatus  # noqa: E402
+from MSUnmerged.jobs.spec import CleanupJob  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+JOB_ID_ATTR = "MSUnmergedJobId"
+MANIFEST_NAME = "manifest.json"
+REPORT_NAME = "report.jsonl"
+REMOVE_PREFIX = "MSUnmerged: "  # RemoveReason of our own removals, to tell them from the schedd's
+SPOOLING_HOLD = 16  # HoldReasonCode while a spool=True submit waits for its input files
+SPOOL_GRACE_S = 3600  # a job still waiting for its inputs this long lost its submitter: remove it
+KEEP_COMPLETED_S = 10 * 24 * 3600  # completed jobs whose outputs were never retrieved leave after this
+PROJECTION = [JOB_ID_ATTR, "ClusterId", "ProcId", "JobStatus", "HoldReason", "HoldReasonCode", "ExitCode",
+              "ExitBySignal", "ExitSignal", "RemoveReason", "StageOutFinish", "EnteredCurrentStatus"]
+_JOB_ID_RE = re.compile(r"[A-Za-z0-9_.:+-]+")
+_BATCH_ID_RE = re.compile(r"(\d+)\.(\d+)@(.+)")
+_MEMBER_CHUNK = 500  # job ids per query constraint
+
+
+def parse_batch_id(batch_id: str) -> tuple[int, int, str]:
+    """'12.3@schedd' -> (12, 3, 'schedd')."""
+    m = _BATCH_ID_RE.fullmatch(batch_id)
+    if not m:
+        raise ValueError(f"not an HTCondor batch id: {batch_id!r}")
+    return int(m.group(1)), int(m.group(2)), m.group(3)
+
+
+def classify(text: str, default: str = "bad_answer") -> str:
+    """Map an HTCondor error message (or the bindings' debug log) onto a BackendError kind."""
+    if "SECMAN:2010" in text or '"DENIED"' in text or "PERMISSION DENIED" in text:
+        return "auth_denied"
+    if "AUTHENTICATE:" in text or "Failed to authenticate" in text:
+        return "auth_refused"
+    if "SECMAN:2007" in text or "timed out" in text.lower():
+        return "timeout"
+    if ("CEDAR:6001" in text or "Failed to connect" in text or "communication with collector" in text
+            or "Unable to locate" in text or "Unable to find" in text):
+        return "unreachable"
+    return default
+
+
+def configure_security(cfg: CondorConfig) -> None:
+    """Point the bindings at our credentials (process-wide). A SciToken file wins over a token directory."""
+    if cfg.scitoken_file:
+        htcondor2.param["SEC_CLIENT_AUTHENTICATION_METHODS"] = "SCITOKENS"
+        htcondor2.param["SCITOKENS_FILE"] = cfg.scitoken_file
+    elif cfg.token_dir:
+        htcondor2.param["SEC_CLIENT_AUTHENTICATION_METHODS"] = "IDTOKENS"
+        htcondor2.param["SEC_TOKEN_DIRECTORY"] = cfg.token_dir
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a job goes: a pool's collector and a schedd name ('' = the pool's only/default schedd)."""
+
+    pool: str
+    schedd: str
+
+
+def _quote(value: str) -> str:
+    """A ClassAd string literal."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _safe_name(job_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", job_id)
+
+
+def _member(attr: str, values: Iterable[Any]) -> str:
+    items = ", ".join(_quote(v) if isinstance(v, str) else str(v) for v in values)
+    return f"member({attr}, {{{items}}})"
+
+
+def _chunks(seq: Sequence[Any], n: int = _MEMBER_CHUNK) -> Iterable[Sequence[Any]]:
+    for i in range(0, len(seq), n):
+        yield seq[i:i + n]
+
+
+class CondorBackend:
+    """BatchBackend on htcondor2: spool-mode submission to remote schedds, polling, retrieval, removal."""
+
+    name = "condor"
+
+    def __init__(self, condor: CondorConfig, jobs: JobsConfig, workdir: Path, worker: Optional[Path] = None) -> None:
+        self.condor = condor
+        self.jobs = jobs
+        self.workdir = Path(workdir).resolve()  # manifests go out from here, outputs come back here
+        self._worker = worker
+        self._schedds: dict[str, htcondor2.Schedd] = {}  # schedd name -> handle
+        self._names: dict[Target, str] = {}
+        self._pools: dict[str, str] = {}  # schedd name -> pool it was located in
+        self._lock = threading.Lock()
+        configure_security(condor)
+
+    # ----- where jobs go ---------------------------------------------------------------------------------
+
+    def target(self, rse: Optional[str] = None) -> Target:
+        """The RSE's schedd: jobs.sites[rse] may set 'pool' and 'schedd', else the [condor] ones."""
+        site = self.jobs.sites.get(rse or "", {})
+        return Target(site.get("pool") or self.condor.pool, site.get("schedd") or self.condor.schedd)
+
+    def _targets(self) -> list[Target]:
+        found = [self.target()] + [self.target(rse) for rse in self.jobs.sites]
+        return list(dict.fromkeys(found))
+
+    def _locate(self, target: Target) -> tuple[str, htcondor2.Schedd]:
+        with self._lock:
+            name = self._names.get(target)
+            if name is not None:
+                return name, self._schedds[name]
+        try:
+            collector = htcondor2.Collector(target.pool) if target.pool else htcondor2.Collector()
+            ad = collector.locate(htcondor2.DaemonType.Schedd, target.schedd or None)
+        except Exception as exc:  # the bindings raise HTCondorException, ValueError, ...
+            raise BackendError(classify(str(exc), "unreachable"),
+                               f"cannot locate schedd {target.schedd or '(default)'} in pool "
+                               f"{target.pool or '(default)'}: {exc}") from None
+        name = str(ad.get("Name", target.schedd))
+        with self._lock:
+            self._names[target] = name
+            self._pools[name] = target.pool
+            self._schedds[name] = htcondor2.Schedd(ad)
+            return name, self._schedds[name]
+
+    def _schedd_by_name(self, name: str) -> htcondor2.Schedd:
+        with self._lock:
+            if name in self._schedds:
+                return self._schedds[name]
+        # After a restart: the schedd is one of the configured targets; an unnamed default one matches by Name.
+        for target in self._targets():
+            if target.schedd in (name, ""):
+                found, schedd = self._locate(target)
+                if found == name:
+                    return schedd
+        raise BackendError("unreachable", f"schedd {name} is not one of the configured schedds")
+
+    # ----- preflight -------------------------------------------------------------------------------------
+
+    def preflight(self, rse: Optional[str] = None) -> None:
+        """Locate the RSE's schedd and ping it at WRITE level with our token, in a child process.
+
+        A child process, because a schedd that accepts connections but never answers blocks the bindings
+        for ~20 s and the bindings cache authenticated sessions: the child proves the token afresh and is
+        killed after condor.ping_timeout_s without holding anything of this process.
+        """
+        target = self.target(rse)
+        request = {"pool": target.pool, "schedd": target.schedd, "token_dir": self.condor.token_dir,
+                   "scitoken_file": self.condor.scitoken_file}
+        try:
+            done = subprocess.run([sys.executable, "-m", __name__], input=json.dumps(request), text=True,
+                                  capture_output=True, timeout=self.condor.ping_timeout_s)
+        except subprocess.TimeoutExpired:
+            raise BackendError("timeout", f"schedd {target.schedd or '(default)'} in pool "
+                                          f"{target.pool or '(default)'} did not answer within "
+                                          f"{self.condor.ping_timeout_s:g} s") from None
+        try:
+            answer = json.loads(done.stdout.strip().splitlines()[-1])
+        except (IndexError, ValueError):
+            raise BackendError("bad_answer", f"preflight child failed (exit {done.returncode})") from None
+        if answer.get("ok"):
+            return
+        # The bindings' exceptions say little ("Failed to start command."); their debug log names the cause.
+        errors = [line.split("ERROR: ", 1)[1] for line in done.stderr.splitlines() if "ERROR: " in line]
+        detail = "; ".join(errors) or answer.get("message", "")
+        kind = classify(detail + " " + answer.get("message", ""), answer.get("kind") or "bad_answer")
+        raise BackendError(kind, f"{answer.get('stage', 'ping')} of schedd {target.schedd or '(default)'} in pool "
+                                 f"{target.pool or '(default)'}: {detail}")
+
+    # ----- submission ------------------------------------------------------------------------------------
+
+    def worker(self) -> Path:
+        """The worker zipapp shipped with every job (built once into the work directory)."""
+        if self._worker is None:
+            from MSUnmerged.jobs.workerpkg import build_worker
+            self._worker = build_worker(self.workdir / "worker.pyz")
+        return Path(self._worker).resolve()
+
+    def job_dir(self, job_id: str) -> Path:
+        return self.workdir / "jobs" / _safe_name(job_id)
+
+    def description(self, site: str, memory_mb: int, disk_mb: int, runtime_s: int) -> dict[str, str]:
+        """The submit description shared by one cluster; per-job values come from itemdata."""
+        c = self.condor
+        remove_when = " || ".join([
+            f"(JobStatus == 5 && HoldReasonCode =!= {SPOOLING_HOLD} && time() - EnteredCurrentStatus > {c.hold_max_s})",
+            f"(JobStatus == 5 && HoldReasonCode =?= {SPOOLING_HOLD} && time() - EnteredCurrentStatus > {SPOOL_GRACE_S})",
+            "(JobStatus == 1 && time() > MSUnmergedDeadline)",
+            f"(JobStatus == 2 && time() - EnteredCurrentStatus > {runtime_s})",
+        ])
+        desc = {
+            "universe": "vanilla",
+            "executable": str(self.worker()),
+            "transfer_executable": "true",
+            "arguments": MANIFEST_NAME,
+            "initialdir": "$(msu_dir)",
+            "transfer_input_files": MANIFEST_NAME,
+            "should_transfer_files": "YES",
+            "when_to_transfer_output": "ON_EXIT",
+            "output": "job.out",
+            "error": "job.err",
+            "request_cpus": "1",
+            "request_memory": f"{memory_mb}",
+            "request_disk": f"{disk_mb * 1024}",  # KiB
+            "+DESIRED_Sites": _quote(site),
+            "+MaxWallTimeMins": str(max(1, runtime_s // 60)),
+            "accounting_group": c.accounting_group,
+            "accounting_group_user": c.accounting_group_user,
+            f"+{JOB_ID_ATTR}": '"$(msu_job_id)"',
+            "+MSUnmergedDeadline": "$(msu_deadline)",
+            "periodic_remove": remove_when,
+            # Outputs stay until we retrieved them (StageOutFinish set), then the job may leave.
+            "leave_in_queue": f"JobStatus == 4 && (StageOutFinish =?= undefined || StageOutFinish == 0) "
+                              f"&& time() - EnteredCurrentStatus < {KEEP_COMPLETED_S}",
+        }
+        if c.requirements:
+            desc["requirements"] = c.requirements
+        for name, expr in c.extra_attributes.items():
+            desc[f"+{name.lstrip('+')}"] = expr
+        return desc
+
+    def submit(self, jobs: Sequence[CleanupJob]) -> dict[str, str]:
+        """Submit in one cluster per (schedd, site, resources); returns job_id -> batch id.
+
+        A BackendError may leave earlier clusters submitted: reconcile with find() before resubmitting.
+        """
+        groups: dict[tuple[Target, str, int, int, int], list[CleanupJob]] = {}
+        for job in jobs:
+            if not _JOB_ID_RE.fullmatch(job.job_id):
+                raise ValueError(f"job id {job.job_id!r} has characters a ClassAd attribute should not carry")
+            key = (self.target(job.rse), job.site, job.request_memory_mb, job.request_disk_mb, job.max_runtime_s)
+            groups.setdefault(key, []).append(job)
+        out: dict[str, str] = {}
+        for (target, site, mem, disk, runtime), group in groups.items():
+            name, schedd = self._locate(target)
+            items = []
+            for job in group:
+                jdir = self.job_dir(job.job_id)
+                jdir.mkdir(parents=True, exist_ok=True)
+                job.write_manifest(jdir / MANIFEST_NAME)
+                items.append({"msu_job_id": job.job_id, "msu_dir": str(jdir), "msu_deadline": f"{job.deadline:.0f}"})
+            sub = htcondor2.Submit(self.description(site, mem, disk, runtime))
+            try:
+                result = schedd.submit(sub, itemdata=iter(items), spool=True)
+            except Exception as exc:
+                raise BackendError(classify(str(exc), "submit_failed"), f"submit to {name}: {exc}") from None
+            cluster, first = result.cluster(), result.first_proc()
+            try:
+                schedd.spool(result)
+            except Exception as exc:
+                # Without their inputs these jobs can never run: take them back out at once.
+                self._act(schedd, htcondor2.JobAction.Remove, f"ClusterId == {cluster}", "spool failed")
+                raise BackendError(classify(str(exc), "submit_failed"), f"spool to {name}: {exc}") from None
+            for i, job in enumerate(group):
+                out[job.job_id] = f"{cluster}.{first + i}@{name}"
+            log.info("submitted %d jobs for site %s to %s as cluster %d", len(group), site, name, cluster)
+        return out
+
+    # ----- tracking --------------------------------------------------------------------------------------
+
+    def _by_schedd(self, batch_ids: Mapping[str, str]) -> dict[str, dict[tuple[int, int], str]]:
+        out: dict[str, dict[tuple[int, int], str]] = {}
+        for job_id, batch_id in batch_ids.items():
+            cluster, proc, name = parse_batch_id(batch_id)
+            out.setdefault(name, {})[(cluster, proc)] = job_id
+        return out
+
+    @staticmethod
+    def _constraint(keys: Iterable[tuple[int, int]]) -> str:
+        per_cluster: dict[int, list[int]] = {}
+        for cluster, proc in keys:
+            per_cluster.setdefault(cluster, []).append(proc)
+        return " || ".join(f"(ClusterId == {c} && {_member('ProcId', sorted(p))})" for c, p in per_cluster.items())
+
+    def _ads(self, schedd: htcondor2.Schedd, name: str, wanted: Mapping[tuple[int, int], str],
+             history: bool = True) -> dict[tuple[int, int], Any]:
+        """Job ads from the queue, then the history for the rest; only ads whose job id attribute matches."""
+        found: dict[tuple[int, int], Any] = {}
+        keys = sorted(wanted)
+        try:
+            for chunk in _chunks(keys):
+                for ad in schedd.query(self._constraint(chunk), PROJECTION):
+                    found[(ad["ClusterId"], ad["ProcId"])] = ad
+            rest = [k for k in keys if k not in found]
+            if history:
+                for chunk in _chunks(rest):
+                    for ad in schedd.history(self._constraint(chunk), PROJECTION, match=len(chunk)):
+                        found.setdefault((ad["ClusterId"], ad["ProcId"]), ad)
+        except Exception as exc:
+            raise BackendError(classify(str(exc), "bad_answer"), f"query of {name}: {exc}") from None
+        # A rebuilt schedd reuses cluster ids: an ad that is not our job is as good as none.
+        return {k: ad for k, ad in found.items() if ad.get(JOB_ID_ATTR) == wanted[k]}
+
+    @staticmethod
+    def status_of(job_id: str, batch_id: str, ad: Any) -> JobStatus:
+        """Map an HTCondor job ad onto a ledger JobStatus."""
+        code = ad.get("JobStatus")
+        if code == 1:
+            return JobStatus(job_id, JobState.QUEUED, batch_id)
+        if code in (2, 6, 7):  # running, transferring output, suspended
+            return JobStatus(job_id, JobState.RUNNING, batch_id)
+        if code == 5:
+            if ad.get("HoldReasonCode") == SPOOLING_HOLD:  # waiting for its inputs: not a failure
+                return JobStatus(job_id, JobState.QUEUED, batch_id, reason="spooling input")
+            return JobStatus(job_id, JobState.HELD, batch_id,
+                             reason=f"{ad.get('HoldReason', '')} (code {ad.get('HoldReasonCode')})")
+        if code == 4:
+            exit_code = ad.get("ExitCode")
+            if ad.get("ExitBySignal"):
+                exit_code = 128 + int(ad.get("ExitSignal", 0))
+            return JobStatus(job_id, JobState.FINISHED, batch_id, exit_code=exit_code)
+        if code == 3 and ad.get("ExitCode") is not None:
+            # The job exited on its own and left the queue afterwards (after retrieval, or removed by us).
+            return JobStatus(job_id, JobState.FINISHED, batch_id, exit_code=ad.get("ExitCode"))
+        if code == 3:
+            reason = str(ad.get("RemoveReason", ""))
+            state = JobState.REMOVED if reason.startswith(REMOVE_PREFIX) else JobState.FAILED
+            return JobStatus(job_id, state, batch_id, reason=reason)
+        return JobStatus(job_id, JobState.FAILED, batch_id, reason=f"unexpected JobStatus {code}")
+
+    def poll(self, batch_ids: Mapping[str, str]) -> dict[str, JobStatus]:
+        """States from the queue and the history; outputs of newly completed jobs are retrieved in one call."""
+        out: dict[str, JobStatus] = {}
+        for name, wanted in self._by_schedd(batch_ids).items():
+            schedd = self._schedd_by_name(name)
+            ads = self._ads(schedd, name, wanted)
+            to_retrieve = []
+            for key, job_id in wanted.items():
+                batch_id = batch_ids[job_id]
+                ad = ads.get(key)
+                if ad is None:
+                    out[job_id] = JobStatus(job_id, JobState.VANISHED, batch_id,
+                                            reason="in neither the queue nor the history")
+                    continue
+                out[job_id] = self.status_of(job_id, batch_id, ad)
+                if ad.get("JobStatus") == 4 and not ad.get("StageOutFinish"):
+                    to_retrieve.append(key)
+            if to_retrieve:
+                self._retrieve(schedd, name, to_retrieve)
+        return out
+
+    def _retrieve(self, schedd: htcondor2.Schedd, name: str, keys: Sequence[tuple[int, int]]) -> None:
+        try:
+            for chunk in _chunks(list(keys)):
+                schedd.retrieve(self._constraint(chunk))
+        except Exception as exc:
+            raise BackendError(classify(str(exc), "bad_answer"), f"retrieve from {name}: {exc}") from None
+
+    def fetch_report(self, job_id: str, batch_id: str, dest: Path) -> Optional[Path]:
+        """Copy the job's report to `dest` (a file path); retrieves the outputs first if poll() did not."""
+        report = self.job_dir(job_id) / REPORT_NAME
+        if not report.exists():
+            cluster, proc, name = parse_batch_id(batch_id)
+            schedd = self._schedd_by_name(name)
+            ad = self._ads(schedd, name, {(cluster, proc): job_id}, history=False).get((cluster, proc))
+            if ad is None or ad.get("JobStatus") != 4:
+                return None
+            self._retrieve(schedd, name, [(cluster, proc)])
+            if not report.exists():
+                return None
+        dest = Path(dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(report, dest)
+        return dest
+
+    def output(self, job_id: str, name: str = "job.err") -> str:
+        """A retrieved output file of the job (job.out, job.err), for error messages; '' if none."""
+        path = self.job_dir(job_id) / name
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    # ----- removal and reconciliation --------------------------------------------------------------------
+
+    def _act(self, schedd: htcondor2.Schedd, action: Any, spec: str, reason: str) -> Any:
+        return schedd.act(action, spec, reason=REMOVE_PREFIX + reason)
+
+    def remove(self, job_id: str, batch_id: str, reason: str) -> None:
+        """Remove the job from the queue (a job already gone is fine) and drop its local files."""
+        cluster, proc, name = parse_batch_id(batch_id)
+        schedd = self._schedd_by_name(name)
+        try:
+            self._act(schedd, htcondor2.JobAction.Remove,
+                      f"ClusterId == {cluster} && ProcId == {proc} && {JOB_ID_ATTR} == {_quote(job_id)}", reason)
+        except Exception as exc:
+            raise BackendError(classify(str(exc), "bad_answer"), f"remove {batch_id} from {name}: {exc}") from None
+        shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
+
+    def pending(self, batch_ids: Mapping[str, str]) -> dict[str, str]:
+        """The jobs among these that have not started: idle, or held (spooling or otherwise)."""
+        out: dict[str, str] = {}
+        for name, wanted in self._by_schedd(batch_ids).items():
+            schedd = self._schedd_by_name(name)
+            for key, ad in self._ads(schedd, name, wanted, history=False).items():
+                if ad.get("JobStatus") in (1, 5):
+                    out[wanted[key]] = batch_ids[wanted[key]]
+        return out
+
+    def remove_pending(self, batch_ids: Mapping[str, str], reason: str) -> list[str]:
+        """Remove those of these jobs that have still not started (revalidation); returns the removed job ids.
+
+        The constraint is evaluated by the schedd at removal time, so a job that started in between is left
+        alone and keeps being tracked.
+        """
+        removed: list[str] = []
+        for name, wanted in self._by_schedd(batch_ids).items():
+            schedd = self._schedd_by_name(name)
+            try:
+                for chunk in _chunks(sorted(wanted)):
+                    self._act(schedd, htcondor2.JobAction.Remove,
+                              f"({self._constraint(chunk)}) && (JobStatus == 1 || JobStatus == 5)", reason)
+                after = self._ads(schedd, name, wanted)
+            except BackendError:
+                raise
+            except Exception as exc:
+                raise BackendError(classify(str(exc), "bad_answer"), f"remove from {name}: {exc}") from None
+            for key, job_id in wanted.items():
+                ad = after.get(key)
+                if ad is not None and ad.get("JobStatus") == 3 and str(ad.get("RemoveReason", "")).startswith(
+                        REMOVE_PREFIX):
+                    removed.append(job_id)
+                    shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
+        return removed
+
+    def find(self, job_ids: Sequence[str]) -> dict[str, str]:
+        """Which of these job ids any configured schedd knows, in its queue or history (job_id -> batch id).
+
+        Used after a crash between submit and record: a job found here must not be submitted again.
+        """
+        out: dict[str, str] = {}
+        ids = list(dict.fromkeys(job_ids))
+        for target in self._targets():
+            name, schedd = self._locate(target)
+            try:
+                for chunk in _chunks(ids):
+                    constraint = _member(JOB_ID_ATTR, chunk)
+                    ads = list(schedd.history(constraint, PROJECTION)) + list(schedd.query(constraint, PROJECTION))
+                    for ad in ads:  # queue last: a job still queued wins over an older record in the history
+                        out[ad[JOB_ID_ATTR]] = f"{ad['ClusterId']}.{ad['ProcId']}@{name}"
+            except Exception as exc:
+                raise BackendError(classify(str(exc), "bad_answer"), f"find in {name}: {exc}") from None
+        return out
+
+
+def _ping_main() -> None:
+    """Child process of preflight(): locate and ping one schedd; one JSON line on stdout.
+
+    The bindings' security debug log goes to stderr, where the parent reads the error codes from it.
+    """
+    req = json.loads(sys.stdin.read())
+    configure_security(CondorConfig(token_dir=req.get("token_dir", ""), scitoken_file=req.get("scitoken_file", "")))
+    htcondor2.param["TOOL_DEBUG"] = "D_SECURITY"
+    htcondor2.enable_debug()
+    stage = "locate"
+    try:
+        collector = htcondor2.Collector(req["pool"]) if req["pool"] else htcondor2.Collector()
+        ad = collector.locate(htcondor2.DaemonType.Schedd, req["schedd"] or None)
+        stage = "ping"
+        started = time.monotonic()
+        answer = htcondor2.ping(ad, "WRITE")
+        ok = bool(answer.get("AuthorizationSucceeded", True))
+        print(json.dumps({"ok": ok, "stage": stage, "kind": "" if ok else "auth_denied",
+                          "user": str(answer.get("MyRemoteUserName", "")),
+                          "seconds": round(time.monotonic() - started, 3)}), flush=True)
+    except Exception as exc:
+        kind = classify(str(exc), "unreachable" if stage == "locate" else "bad_answer")
+        print(json.dumps({"ok": False, "stage": stage, "kind": kind, "message": str(exc)}), flush=True)
+
+
+if __name__ == "__main__":
+    _ping_main()

@@ -1,0 +1,86 @@
+"""CondorBackend pieces that need no pool: error classes, batch ids, state mapping, submit description."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from MSUnmerged.config import CondorConfig, JobsConfig
+from MSUnmerged.jobs.backend import JobState
+from MSUnmerged.jobs.condor import CondorBackend, Target, classify, parse_batch_id
+
+
+@pytest.mark.parametrize("text,kind", [
+    ('SECMAN:2010:Received "DENIED" from server for user intruder@localpool using method IDTOKENS.', "auth_denied"),
+    ("AUTHENTICATE:1003:Failed to authenticate with any method|AUTHENTICATE:1004:Failed to authenticate using "
+     "IDTOKENS", "auth_refused"),
+    ("CEDAR:6001:Failed to connect to <127.0.0.1:9>", "unreachable"),
+    ("Failed communication with collector.", "unreachable"),
+    ("SECMAN:2007:Failed to end classad message.", "timeout"),
+    ("something else", "bad_answer"),
+])
+def test_classify(text: str, kind: str) -> None:
+    assert classify(text) == kind
+
+
+def test_batch_id_keeps_at_signs_of_schedd_names() -> None:
+    assert parse_batch_id("12.3@crab3@vocms0155.cern.ch") == (12, 3, "crab3@vocms0155.cern.ch")
+    with pytest.raises(ValueError):
+        parse_batch_id("12@schedd")
+
+
+@pytest.fixture
+def backend(tmp_path: Path) -> CondorBackend:
+    worker = tmp_path / "worker.pyz"
+    worker.write_text("")
+    cfg = CondorConfig(pool="pool.example:9618", schedd="schedd1", hold_max_s=600,
+                       requirements="stringListMember(TARGET.GLIDEIN_CMSSite, MY.DESIRED_Sites)",
+                       extra_attributes={"CMS_JobType": '"Cleanup"', "+CMS_Type": '"production"'})
+    jobs = JobsConfig(sites={"T1_XX_Disk": {"site": "T1_XX", "schedd": "schedd2", "pool": "other:9618"},
+                             "T2_YY": {"site": "T2_YY"}})
+    return CondorBackend(cfg, jobs, tmp_path / "work", worker=worker)
+
+
+def test_targets_per_site(backend: CondorBackend) -> None:
+    assert backend.target("T1_XX_Disk") == Target("other:9618", "schedd2")
+    assert backend.target("T2_YY") == Target("pool.example:9618", "schedd1")
+    assert backend.target(None) == Target("pool.example:9618", "schedd1")
+
+
+def test_description_as_cms_production(backend: CondorBackend) -> None:
+    d = backend.description("T2_XX_Site", memory_mb=700, disk_mb=300, runtime_s=7200)
+    assert d["+DESIRED_Sites"] == '"T2_XX_Site"'
+    assert d["accounting_group"] == "analysis" and d["accounting_group_user"] == "msunmerged"
+    assert d["request_memory"] == "700" and d["request_disk"] == str(300 * 1024)
+    assert d["+MaxWallTimeMins"] == "120"
+    assert d["+MSUnmergedJobId"] == '"$(msu_job_id)"'
+    assert "HoldReasonCode =!= 16" in d["periodic_remove"] and "> 600" in d["periodic_remove"]
+    assert "time() > MSUnmergedDeadline" in d["periodic_remove"] and "> 7200" in d["periodic_remove"]
+    assert "StageOutFinish" in d["leave_in_queue"]
+    assert d["requirements"].startswith("stringListMember")
+    assert d["+CMS_JobType"] == '"Cleanup"' and d["+CMS_Type"] == '"production"'
+    assert Path(d["executable"]).is_absolute()
+
+
+@pytest.mark.parametrize("ad,state,reason", [
+    ({"JobStatus": 1}, JobState.QUEUED, ""),
+    ({"JobStatus": 5, "HoldReasonCode": 16, "HoldReason": "Spooling input data files"}, JobState.QUEUED,
+     "spooling input"),
+    ({"JobStatus": 5, "HoldReasonCode": 13, "HoldReason": "Transfer input files failure"}, JobState.HELD,
+     "Transfer input files failure (code 13)"),
+    ({"JobStatus": 2}, JobState.RUNNING, ""),
+    ({"JobStatus": 6}, JobState.RUNNING, ""),
+    ({"JobStatus": 4, "ExitCode": 2}, JobState.FINISHED, ""),
+    ({"JobStatus": 3, "RemoveReason": "MSUnmerged: revalidation"}, JobState.REMOVED, "MSUnmerged: revalidation"),
+    ({"JobStatus": 3, "RemoveReason": "The job attribute PeriodicRemove expression evaluated to TRUE"},
+     JobState.FAILED, "The job attribute PeriodicRemove expression evaluated to TRUE"),
+    ({"JobStatus": 3, "ExitCode": 0, "StageOutFinish": 5}, JobState.FINISHED, ""),
+])
+def test_state_mapping(ad: dict, state: JobState, reason: str) -> None:
+    status = CondorBackend.status_of("j", "1.0@s", ad)
+    assert (status.state, status.reason) == (state, reason)
+
+
+def test_exit_by_signal() -> None:
+    status = CondorBackend.status_of("j", "1.0@s", {"JobStatus": 4, "ExitBySignal": True, "ExitSignal": 9})
+    assert status.exit_code == 137
