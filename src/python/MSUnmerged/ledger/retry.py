@@ -1,0 +1,53 @@
+"""Retries MongoDB calls on transient errors with capped exponential backoff."""
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import Callable, TypeVar
+
+from pymongo import errors
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# AutoReconnect covers NotPrimaryError, NetworkTimeout and ServerSelectionTimeoutError.
+TRANSIENT = (errors.AutoReconnect, errors.ConnectionFailure, errors.NetworkTimeout, errors.NotPrimaryError,
+             errors.WaitQueueTimeoutError)
+TRANSIENT_LABELS = ("RetryableWriteError", "TransientTransactionError", "ResetPool")
+
+
+class LedgerError(Exception):
+    """The ledger cannot do what was asked: `reason` is recorded on the RSE that stopped."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+def is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, TRANSIENT):
+        return True
+    return isinstance(exc, errors.PyMongoError) and any(exc.has_error_label(lb) for lb in TRANSIENT_LABELS)
+
+
+def with_retry(fn: Callable[[], T], what: str, attempts: int = 6, base_s: float = 0.2,
+               max_s: float = 10.0) -> T:
+    """Call `fn`; retry transient errors; raise LedgerError on a permanent one or when retries run out.
+
+    Every write that goes through here is idempotent, so repeating it after a lost answer is safe.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            return fn()
+        except errors.PyMongoError as exc:
+            if not is_transient(exc):
+                raise LedgerError("ledger_error", f"{what}: {type(exc).__name__}: {exc}") from exc
+            if attempt == attempts:
+                raise LedgerError("ledger_unavailable", f"{what}: {attempts} attempts: {exc}") from exc
+            delay = min(max_s, base_s * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
+            log.warning("%s: transient %s (attempt %d/%d), retrying in %.1f s", what, type(exc).__name__,
+                        attempt, attempts, delay)
+            time.sleep(delay)
+    raise AssertionError("unreachable")  # pragma: no cover

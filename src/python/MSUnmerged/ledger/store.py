@@ -1,0 +1,441 @@
+"""The ledger: every planned file's fate, every job, every RSE's state and every cycle, in MongoDB.
+
+Collections (see docs/ledger.md):
+  rses    one document per RSE: state, reason, current generation, counters, last events
+  files   one per (RSE, generation, LFN); _id "<rse>|<generation>|<lfn>" makes re-recording idempotent
+          and serves generation and directory-prefix queries as _id ranges without extra indexes
+  jobs    one per cleanup job; _id "<rse>:<generation>:<round>-<n>"
+  cycles  one per polling cycle of an instance
+  leases  see leases.py
+
+A file's `state` changes when its job's outcome is known; whether the job is submitted is on the
+job document. That is one write per job instead of one per file (1M single-file updates take
+minutes on the embedded server).
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
+
+from pymongo import ASCENDING, DESCENDING, UpdateMany, UpdateOne, errors
+from pymongo.collection import Collection
+from pymongo.database import Database
+
+from MSUnmerged.jobs.spec import CleanupJob
+from MSUnmerged.ledger.retry import LedgerError, with_retry
+from MSUnmerged.lfn import PrefixSet
+from MSUnmerged.planner import Plan
+
+# File states.
+PLANNED = "planned"  # in a job, outcome not known yet (see the job's state)
+DELETED = "deleted"
+WOULD_DELETE = "would_delete"  # dry run: the job found the file and left it
+MISSING = "missing"  # already gone at the site
+FAILED = "failed"  # see error_class / error; retried up to the attempt limit
+UNKNOWN = "unknown"  # the job ended without reporting on this file; retried
+SKIPPED_PROTECTED = "skipped_protected"  # became protected after planning: dropped, never deleted
+FILE_STATES = (PLANNED, DELETED, WOULD_DELETE, MISSING, FAILED, UNKNOWN, SKIPPED_PROTECTED)
+OUTCOME_STATES = frozenset(FILE_STATES) - {PLANNED}
+RETRIABLE = (FAILED, UNKNOWN)
+
+# Job states: "planned" before intent, then jobs.backend.JobState values.
+JOB_PLANNED = "planned"
+JOB_SUBMITTING = "submitting"
+LIVE_JOB_STATES = ("submitting", "queued", "running", "held")
+BACKEND_JOB_STATES = ("queued", "running", "held")
+
+EVENTS_KEPT = 50
+BATCH = 10_000
+
+
+def gen_key(generation: float) -> str:
+    """The generation (ConMon end_time) as it appears in ids."""
+    return f"{float(generation):.3f}"
+
+
+def file_id(rse: str, generation: float, lfn: str) -> str:
+    return f"{rse}|{gen_key(generation)}|{lfn}"
+
+
+def job_id(rse: str, generation: float, round_: int, n: int) -> str:
+    return f"{rse}:{gen_key(generation)}:{round_}-{n:06d}"
+
+
+def _prefix_range(prefix: str) -> dict[str, str]:
+    # Every id starting with `prefix` sorts between it and prefix + U+10FFFF.
+    return {"$gte": prefix, "$lt": prefix + "\U0010ffff"}
+
+
+class Ledger:
+    """All reads and writes of the ledger; writes are idempotent and retried on transient errors."""
+
+    def __init__(self, db: Database, generations_kept: int = 3) -> None:
+        self.db = db
+        self.generations_kept = generations_kept
+        self.rses: Collection = db["rses"]
+        self.files: Collection = db["files"]
+        self.jobs: Collection = db["jobs"]
+        self.cycles: Collection = db["cycles"]
+
+    def ensure_indexes(self) -> None:
+        """Indexes for the operators' questions; kept few because each one slows ingest."""
+        def make() -> None:
+            self.files.create_index([("rse", ASCENDING), ("gen", ASCENDING), ("state", ASCENDING)])
+            self.files.create_index([("job", ASCENDING)])
+            self.jobs.create_index([("rse", ASCENDING), ("gen", ASCENDING), ("state", ASCENDING)])
+            self.jobs.create_index([("state", ASCENDING)])
+            self.cycles.create_index([("started", DESCENDING)])
+        with_retry(make, "create indexes")
+
+    # -- RSE documents ---------------------------------------------------------------------------
+
+    def rse(self, rse: str) -> dict[str, Any]:
+        return with_retry(lambda: self.rses.find_one({"_id": rse}), f"read rse {rse}") or {}
+
+    def set_rse_state(self, rse: str, state: str, reason: str = "", detail: str = "",
+                      **fields: Any) -> None:
+        """Set the RSE's state with the reason; a skip or failure is also kept in `events`."""
+        now = time.time()
+        update: dict[str, Any] = {"$set": {"state": state, "reason": reason, "detail": detail,
+                                           "updated": now, **fields},
+                                  "$setOnInsert": {"created": now}}
+        if reason:
+            event = {"at": now, "state": state, "reason": reason, "detail": detail[:2000]}
+            update["$push"] = {"events": {"$each": [event], "$slice": -EVENTS_KEPT}}
+        with_retry(lambda: self.rses.update_one({"_id": rse}, update, upsert=True), f"set state {rse}")
+
+    # -- plans -------------------------------------------------------------------------------------
+
+    def record_plan(self, plan_dir: os.PathLike | str, plan: Plan, generation: float,
+                    protected_count: Optional[int] = None) -> int:
+        """Record a plan's files (state planned, each in its job) and jobs; returns files recorded.
+
+        Safe to repeat after a crash: the same ids are inserted again and duplicates are ignored,
+        so existing records (which may have moved on) are kept. Repeat it with the SAME plan
+        directory: `recording` on the RSE document says which generation was being recorded.
+        """
+        if plan.guard:
+            raise ValueError(f"plan for {plan.rse} was refused by guard {plan.guard}: nothing to record")
+        rse, plan_dir = plan.rse, Path(plan_dir)
+        now = time.time()
+        entry = {"gen": generation, "plan_dir": str(plan_dir), "planned": plan.created or now,
+                 "files_total": plan.files_total, "to_delete": plan.files_to_delete,
+                 "protected": plan.files_protected, "excluded": plan.files_excluded,
+                 "invalid": plan.files_invalid, "dirs_removable": plan.dirs_removable, "jobs": plan.jobs,
+                 "protected_count": plan.protected_count, "dropped_protected": 0}
+        with_retry(lambda: self.rses.update_one(
+            {"_id": rse}, {"$set": {"recording": generation, "updated": now},
+                           "$setOnInsert": {"created": now, "state": "new"}}, upsert=True), "mark recording")
+        with_retry(lambda: self.rses.update_one({"_id": rse, "generations.gen": {"$ne": generation}},
+                                                {"$push": {"generations": entry}}), "add generation")
+        n = self._insert_files(rse, generation, plan_dir, plan.job_files)
+        jobs = [{"_id": job_id(rse, generation, 1, i), "rse": rse, "gen": generation, "round": 1, "n": i,
+                 "state": JOB_PLANNED, "files": size, "plan_file": name, "created": now}
+                for i, (name, size) in enumerate(zip(plan.job_files, plan.job_sizes), 1)]
+        self._insert_ignoring_duplicates(self.jobs, jobs)
+        count = protected_count if protected_count is not None else plan.protected_count
+        with_retry(lambda: self.rses.update_one(
+            {"_id": rse}, {"$set": {"generation": generation, "protected_count": count, "state": "planned",
+                                    "reason": "", "detail": "", "updated": time.time()},
+                           "$unset": {"recording": ""}}), "finish recording")
+        self.prune_generations(rse)
+        return n
+
+    def _insert_files(self, rse: str, generation: float, plan_dir: Path, job_files: Sequence[str]) -> int:
+        prefix = f"{rse}|{gen_key(generation)}|"
+        now = time.time()
+        batch: list[dict[str, Any]] = []
+        n = 0
+        for i, name in enumerate(job_files, 1):
+            jid = job_id(rse, generation, 1, i)
+            with open(plan_dir / "jobs" / name, encoding="utf-8", errors="surrogateescape") as fh:
+                for line in fh:
+                    lfn = line.rstrip("\n")
+                    if not lfn:
+                        continue
+                    batch.append({"_id": prefix + lfn, "rse": rse, "gen": generation, "lfn": lfn,
+                                  "dir": lfn[:lfn.rfind("/")], "state": PLANNED, "job": jid, "attempts": 1,
+                                  "t": now})
+                    if len(batch) >= BATCH:
+                        n += len(batch)
+                        self._insert_ignoring_duplicates(self.files, batch)
+                        batch = []
+        if batch:
+            n += len(batch)
+            self._insert_ignoring_duplicates(self.files, batch)
+        return n
+
+    @staticmethod
+    def _insert_ignoring_duplicates(coll: Collection, docs: list[dict[str, Any]]) -> None:
+        if not docs:
+            return
+
+        def insert() -> None:
+            try:
+                coll.insert_many(docs, ordered=False)
+            except errors.BulkWriteError as exc:
+                other = [e for e in exc.details.get("writeErrors", []) if e.get("code") != 11000]
+                if other or exc.details.get("writeConcernErrors"):
+                    raise
+        with_retry(insert, f"insert into {coll.name}")
+
+    def drop_protected(self, rse: str, generation: float, protection: PrefixSet) -> int:
+        """Files not yet deleted that the current protected list covers become skipped_protected."""
+        flt = {"rse": rse, "gen": generation, "state": {"$in": [PLANNED, *RETRIABLE]}}
+        ids = [d["_id"] for d in with_retry(lambda: list(self.files.find(flt, {"lfn": 1})), "scan protection")
+               if protection.covers(d["lfn"].encode("utf-8", "surrogateescape"))]
+        for start in range(0, len(ids), BATCH):
+            chunk = ids[start:start + BATCH]
+            with_retry(lambda: self.files.update_many(
+                {"_id": {"$in": chunk}, "state": {"$in": [PLANNED, *RETRIABLE]}},
+                {"$set": {"state": SKIPPED_PROTECTED, "error_class": "protected_since_planning",
+                          "t": time.time()}}), "drop protected")
+        if ids:
+            with_retry(lambda: self.rses.update_one({"_id": rse, "generations.gen": generation},
+                                                    {"$inc": {"generations.$.dropped_protected": len(ids)}}),
+                       "count dropped")
+        return len(ids)
+
+    def prune_generations(self, rse: str) -> list[float]:
+        """Delete file and job records of generations older than the last `generations_kept`."""
+        doc = self.rse(rse)
+        gens = sorted(g["gen"] for g in doc.get("generations", []))
+        old = gens[:-self.generations_kept]
+        if not old:
+            return []
+        with_retry(lambda: self.files.delete_many({"rse": rse, "gen": {"$in": old}}), "prune files")
+        with_retry(lambda: self.jobs.delete_many({"rse": rse, "gen": {"$in": old},
+                                                  "state": {"$nin": list(LIVE_JOB_STATES)}}), "prune jobs")
+        with_retry(lambda: self.rses.update_one({"_id": rse}, {"$pull": {"generations": {"gen": {"$in": old}}}}),
+                   "prune generations")
+        return old
+
+    # -- jobs --------------------------------------------------------------------------------------
+
+    def jobs_in(self, rse: str, states: Sequence[str], generation: Optional[float] = None) -> list[dict[str, Any]]:
+        flt: dict[str, Any] = {"rse": rse, "state": {"$in": list(states)}}
+        if generation is not None:
+            flt["gen"] = generation
+        return with_retry(lambda: list(self.jobs.find(flt).sort("_id", ASCENDING)), f"jobs of {rse}")
+
+    def job(self, job_id_: str) -> dict[str, Any]:
+        return with_retry(lambda: self.jobs.find_one({"_id": job_id_}), f"job {job_id_}") or {}
+
+    def job_lfns(self, job_id_: str) -> list[str]:
+        """The files a job must still work on (state planned), in id order."""
+        docs = with_retry(lambda: list(self.files.find({"job": job_id_, "state": PLANNED}, {"lfn": 1})),
+                          f"files of {job_id_}")
+        return sorted(d["lfn"] for d in docs)
+
+    def record_job_intent(self, jobs: Sequence[CleanupJob], backend: str = "") -> None:
+        """Before submitting: the jobs go from planned to submitting (with site and backend)."""
+        now = time.time()
+        ops = [UpdateOne({"_id": j.job_id, "state": JOB_PLANNED},
+                         {"$set": {"state": JOB_SUBMITTING, "site": j.site, "backend": backend,
+                                   "files": len(j.step.lfns), "dry_run": j.step.dry_run, "intent_at": now}})
+               for j in jobs]
+        if ops:
+            with_retry(lambda: self.jobs.bulk_write(ops, ordered=False), "record intent")
+
+    def mark_submitted(self, job_id_: str, batch_id: str) -> None:
+        """The batch system accepted the job (or reconciliation found it there)."""
+        with_retry(lambda: self.jobs.update_one(
+            {"_id": job_id_, "state": JOB_SUBMITTING},
+            {"$set": {"state": "queued", "batch_id": batch_id, "submitted_at": time.time()}}), "mark submitted")
+
+    def set_job_state(self, job_id_: str, state: str, reason: str = "") -> None:
+        """A live job's state as the backend reports it (queued, running, held)."""
+        with_retry(lambda: self.jobs.update_one({"_id": job_id_, "state": {"$in": list(BACKEND_JOB_STATES)}},
+                                                {"$set": {"state": state, "reason": reason,
+                                                          "polled_at": time.time()}}), "set job state")
+
+    def record_outcomes(self, job_id_: str, outcomes: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+        """Sink for the collector: per-file outcomes of one job, as
+        {"lfn", "state" (one of OUTCOME_STATES), "error_class"?, "error"?, "size"?}.
+
+        Only files still assigned to this job change (a late report never overwrites a retry);
+        repeating the call gives the same records. Returns the job's outcome summary.
+        """
+        job = self.job(job_id_)
+        if not job:
+            raise LedgerError("unknown_job", f"no job {job_id_} in the ledger")
+        prefix = f"{job['rse']}|{gen_key(job['gen'])}|"
+        now = time.time()
+        grouped: dict[tuple[str, str, str], list[str]] = {}
+        ops: list[Any] = []
+        summary: dict[str, Any] = {"states": {}, "failed_by_class": {}, "bytes_freed": 0}
+        for o in outcomes:
+            state = o.get("state")
+            if state not in OUTCOME_STATES:
+                raise LedgerError("bad_outcome", f"job {job_id_}: unknown file state {state!r} for {o.get('lfn')}")
+            cls, err = str(o.get("error_class") or ""), str(o.get("error") or "")[:1000]
+            summary["states"][state] = summary["states"].get(state, 0) + 1
+            if state == FAILED:
+                summary["failed_by_class"][cls] = summary["failed_by_class"].get(cls, 0) + 1
+            size = o.get("size")
+            if isinstance(size, int) and not isinstance(size, bool) and size >= 0:
+                if state == DELETED:
+                    summary["bytes_freed"] += size
+                ops.append(UpdateOne({"_id": prefix + o["lfn"], "job": job_id_},
+                                     {"$set": {"state": state, "error_class": cls, "error": err, "size": size,
+                                               "t": now}}))
+            else:
+                grouped.setdefault((state, cls, err), []).append(prefix + o["lfn"])
+        for (state, cls, err), ids in grouped.items():
+            for start in range(0, len(ids), BATCH):
+                ops.append(UpdateMany({"_id": {"$in": ids[start:start + BATCH]}, "job": job_id_},
+                                      {"$set": {"state": state, "error_class": cls, "error": err, "t": now}}))
+        if ops:
+            with_retry(lambda: self.files.bulk_write(ops, ordered=False), f"outcomes of {job_id_}")
+        with_retry(lambda: self.jobs.update_one({"_id": job_id_}, {"$set": {"summary": summary}}), "job summary")
+        return summary
+
+    def close_job(self, job_id_: str, state: str, reason: str = "") -> int:
+        """The job is over: files it did not report on become unknown (retried); returns how many."""
+        res = with_retry(lambda: self.files.update_many(
+            {"job": job_id_, "state": PLANNED},
+            {"$set": {"state": UNKNOWN, "error_class": "no_report", "error": reason[:1000], "t": time.time()}}),
+            f"close {job_id_}")
+        with_retry(lambda: self.jobs.update_one({"_id": job_id_}, {"$set": {
+            "state": state, "reason": reason, "finished_at": time.time()}}), f"close {job_id_}")
+        return res.modified_count
+
+    def new_round(self, rse: str, generation: float, max_attempts: int, files_per_job: int) -> list[str]:
+        """Put retriable files (failed, unknown, fewer than `max_attempts` tries) into new planned jobs."""
+        # A crash between creating a job and assigning its files leaves an empty planned job: drop it.
+        for job in self.jobs_in(rse, [JOB_PLANNED], generation):
+            if not with_retry(lambda: self.files.count_documents({"job": job["_id"]}, limit=1), "count"):
+                with_retry(lambda: self.jobs.delete_one({"_id": job["_id"], "state": JOB_PLANNED}), "drop job")
+        rounds = [j.get("round", 1) for j in with_retry(
+            lambda: list(self.jobs.find({"rse": rse, "gen": generation}, {"round": 1})), "rounds")]
+        round_ = max(rounds, default=0) + 1
+        docs = with_retry(lambda: list(self.files.find(
+            {"rse": rse, "gen": generation, "state": {"$in": list(RETRIABLE)}, "attempts": {"$lt": max_attempts}},
+            {"_id": 1}).sort("_id", ASCENDING)), "retriable files")
+        ids = [d["_id"] for d in docs]
+        created = []
+        for n, start in enumerate(range(0, len(ids), files_per_job), 1):
+            chunk = ids[start:start + files_per_job]
+            jid = job_id(rse, generation, round_, n)
+            self._insert_ignoring_duplicates(self.jobs, [{
+                "_id": jid, "rse": rse, "gen": generation, "round": round_, "n": n, "state": JOB_PLANNED,
+                "files": len(chunk), "created": time.time()}])
+            with_retry(lambda: self.files.update_many(
+                {"_id": {"$in": chunk}, "state": {"$in": list(RETRIABLE)}},
+                {"$set": {"state": PLANNED, "job": jid, "attempts": round_, "t": time.time()}}), "assign retry")
+            created.append(jid)
+        return created
+
+    # -- progress and counters -------------------------------------------------------------------
+
+    def count_files(self, rse: str, generation: float, states: Sequence[str], **extra: Any) -> int:
+        flt = {"rse": rse, "gen": generation, "state": {"$in": list(states)}, **extra}
+        return with_retry(lambda: self.files.count_documents(flt), "count files")
+
+    def refresh_counters(self, rse: str) -> dict[str, Any]:
+        """Recompute the RSE's counters for its current generation from the records (idempotent)."""
+        doc = self.rse(rse)
+        gen = doc.get("generation")
+        if gen is None:
+            return {}
+        entry = next((g for g in doc.get("generations", []) if g["gen"] == gen), {})
+        by_state = {s: self.count_files(rse, gen, [s]) for s in FILE_STATES}
+        failed_by_class = {r["_id"] or "unclassified": r["n"] for r in with_retry(lambda: list(self.files.aggregate([
+            {"$match": {"rse": rse, "gen": gen, "state": FAILED}},
+            {"$group": {"_id": "$error_class", "n": {"$sum": 1}}}])), "failed by class")}
+        bytes_freed = sum(j.get("summary", {}).get("bytes_freed", 0) for j in with_retry(
+            lambda: list(self.jobs.find({"rse": rse, "gen": gen}, {"summary.bytes_freed": 1})), "bytes"))
+        counters = {"to_delete": entry.get("to_delete", 0), "pending": by_state[PLANNED],
+                    "deleted": by_state[DELETED], "would_delete": by_state[WOULD_DELETE],
+                    "missing": by_state[MISSING], "failed": by_state[FAILED], "unknown": by_state[UNKNOWN],
+                    "failed_by_class": failed_by_class, "skipped_protected": by_state[SKIPPED_PROTECTED],
+                    "protected": entry.get("protected", 0), "excluded": entry.get("excluded", 0),
+                    "invalid": entry.get("invalid", {}), "dirs_removable": entry.get("dirs_removable", 0),
+                    "bytes_freed": bytes_freed, "protected_count": entry.get("protected_count", 0)}
+        with_retry(lambda: self.rses.update_one({"_id": rse}, {"$set": {"counters": counters,
+                                                                        "counted_at": time.time()}}), "counters")
+        return counters
+
+    # -- cycles ------------------------------------------------------------------------------------
+
+    def start_cycle(self, instance: str, slot: int, rses: Sequence[str]) -> str:
+        cid = f"{instance}:{slot}:{time.time():.3f}"
+        with_retry(lambda: self.cycles.update_one({"_id": cid}, {"$setOnInsert": {
+            "instance": instance, "slot": slot, "started": time.time(), "rses": list(rses), "results": {}}},
+            upsert=True), "start cycle")
+        return cid
+
+    def record_cycle_result(self, cycle_id: str, rse: str, result: Mapping[str, Any]) -> None:
+        # RSE names hold no dots (Rucio naming), so they are safe as field names.
+        with_retry(lambda: self.cycles.update_one({"_id": cycle_id}, {"$set": {f"results.{rse}": dict(result)}}),
+                   "cycle result")
+
+    def end_cycle(self, cycle_id: str, **fields: Any) -> None:
+        with_retry(lambda: self.cycles.update_one({"_id": cycle_id}, {"$set": {"finished": time.time(), **fields}}),
+                   "end cycle")
+
+    # -- queries for the REST API and the CLI ------------------------------------------------------
+
+    def rse_docs(self, rse: Optional[str] = None) -> list[dict[str, Any]]:
+        flt = {"_id": rse} if rse else {}
+        return with_retry(lambda: list(self.rses.find(flt).sort("_id", ASCENDING)), "rse docs")
+
+    def query_files(self, rse: str, state: Optional[str] = None, job: Optional[str] = None,
+                    dir_prefix: Optional[str] = None, generation: Optional[float] = None,
+                    after: Optional[str] = None, limit: int = 100) -> dict[str, Any]:
+        """Files of one RSE generation (default: current), by state, job or directory prefix.
+
+        Paginated by _id: pass the answer's `next` as `after`. State "submitted" means planned
+        files whose job is live in the batch system.
+        """
+        limit = max(1, min(limit, 10_000))
+        if generation is None:
+            generation = self.rse(rse).get("generation")
+            if generation is None:
+                return {"items": [], "next": None, "generation": None}
+        flt: dict[str, Any] = {"rse": rse, "gen": generation}
+        id_range = _prefix_range(f"{rse}|{gen_key(generation)}|{dir_prefix or ''}")
+        if after:
+            id_range["$gt"] = after
+        flt["_id"] = id_range
+        if state == "submitted":
+            live = [j["_id"] for j in self.jobs_in(rse, LIVE_JOB_STATES, generation) if not job or j["_id"] == job]
+            flt.update(state=PLANNED, job={"$in": live})
+        else:
+            if state:
+                flt["state"] = state
+            if job:
+                flt["job"] = job
+        docs = with_retry(lambda: list(self.files.find(flt).sort("_id", ASCENDING).limit(limit)), "query files")
+        return {"items": docs, "next": docs[-1]["_id"] if len(docs) == limit else None, "generation": generation}
+
+    def file_history(self, rse: str, lfn: str) -> list[dict[str, Any]]:
+        """One file's records across the kept generations, newest first."""
+        gens = [g["gen"] for g in self.rse(rse).get("generations", [])]
+        ids = [file_id(rse, g, lfn) for g in gens]
+        return with_retry(lambda: list(self.files.find({"_id": {"$in": ids}}).sort("gen", DESCENDING)), "history")
+
+    def query_jobs(self, rse: Optional[str] = None, state: Optional[str] = None,
+                   generation: Optional[float] = None, after: Optional[str] = None,
+                   limit: int = 100) -> dict[str, Any]:
+        flt: dict[str, Any] = {}
+        if rse:
+            flt["rse"] = rse
+        if state:
+            flt["state"] = state
+        if generation is not None:
+            flt["gen"] = generation
+        if after:
+            flt["_id"] = {"$gt": after}
+        limit = max(1, min(limit, 10_000))
+        docs = with_retry(lambda: list(self.jobs.find(flt).sort("_id", ASCENDING).limit(limit)), "query jobs")
+        return {"items": docs, "next": docs[-1]["_id"] if len(docs) == limit else None}
+
+    def query_cycles(self, limit: int = 20) -> list[dict[str, Any]]:
+        return with_retry(lambda: list(self.cycles.find().sort("started", DESCENDING).limit(limit)), "cycles")
+
+    def iter_files(self, rse: str, generation: float) -> Iterator[dict[str, Any]]:
+        """Every file record of one generation, in id order (comparisons, exports)."""
+        yield from self.files.find({"_id": _prefix_range(f"{rse}|{gen_key(generation)}|")}).sort("_id", ASCENDING)

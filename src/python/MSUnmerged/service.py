@@ -1,0 +1,430 @@
+"""The polling service: `run_once(rse)` works one RSE start to end; `Service.cycle()` runs many in parallel.
+
+run_once: lease -> reconcile jobs left in `submitting` -> poll and collect live jobs -> ConMon stats
+-> state machine -> (new dump) protected list + dump -> plan -> record -> jobs -> intent -> submit.
+Every step is idempotent against the ledger, so a crash anywhere is repaired by running it again.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO, Callable, Optional, Protocol, Sequence
+
+from MSUnmerged import lfn, planner, statemachine
+from MSUnmerged.config import Config
+from MSUnmerged.dumpreader import iter_chunks
+from MSUnmerged.jobs.backend import BackendError, BatchBackend, JobState, JobStatus
+from MSUnmerged.jobs.spec import CleanupJob, DeleteFilesStep
+from MSUnmerged.ledger import (FAILED, JOB_PLANNED, LIVE_JOB_STATES, PLANNED, RETRIABLE, LeaseLost, Leases, Ledger,
+                               LedgerError, gen_key)
+from MSUnmerged.lfn import PrefixSet
+from MSUnmerged.sources.errors import SourceError
+from MSUnmerged.sources.rucio import site_from_rse
+
+log = logging.getLogger(__name__)
+
+# Steps of run_once, in order; `hook(step, rse)` is called after each (fault injection in tests).
+STEPS = ("reconciled", "polled", "planned", "recorded", "intent", "submitted", "marked", "collected", "counted")
+Hook = Callable[[str, str], None]
+
+
+class Sources(Protocol):
+    """The outside services run_once reads (real clients in sources/, files in sources/offline.py)."""
+
+    def rses(self) -> list[str]:
+        """This instance's RSEs (the Rucio RSE expression of its partition)."""
+
+    def stats(self) -> dict[str, Any]:
+        """The ConMon `stats` answer: {RSE: scan}."""
+
+    def protected(self) -> list[str]:
+        """Every protected LFN base (WMStats, and Tier-0 WMStats where configured); SourceError if unsure."""
+
+    def open_dump(self, rse: str) -> BinaryIO:
+        """The RSE's dump as a binary stream (closed by the caller)."""
+
+
+@dataclass
+class RunResult:
+    """What one run_once did for an RSE (also the cycle document's entry)."""
+
+    rse: str
+    action: str  # skip, new_generation, resume, finish, poll, leased_elsewhere, done_this_cycle, failed
+    state: str = ""
+    reason: str = ""
+    detail: str = ""
+    generation: Optional[float] = None
+    submitted: int = 0
+    collected: int = 0
+    dropped_protected: int = 0
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def default_instance() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def parse_report(path: Path) -> list[dict[str, Any]]:
+    """A worker report (JSON lines, one per file) as ledger outcomes."""
+    aliases = {"would_delete": "would_delete", "dry_run": "would_delete", "deleted": "deleted",
+               "missing": "missing", "not_found": "missing", "failed": "failed", "error": "failed",
+               "skipped_protected": "skipped_protected", "protected": "skipped_protected"}
+    out = []
+    with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            rec = json.loads(line)
+            if not isinstance(rec, dict) or "lfn" not in rec:
+                continue  # directory lines and summaries are not file outcomes
+            raw = rec.get("state") or rec.get("status") or rec.get("outcome")
+            state = aliases.get(str(raw), "failed")
+            cls = rec.get("error_class") or ("" if state != "failed" or raw in aliases else f"unexpected_{raw}")
+            out.append({"lfn": rec["lfn"], "state": state, "error_class": cls, "error": rec.get("error") or "",
+                        "size": rec.get("size")})
+    return out
+
+
+class Service:
+    """One instance: its ledger, leases, sources and batch backend; see the module docstring."""
+
+    def __init__(self, config: Config, ledger: Ledger, sources: Sources, backend: BatchBackend,
+                 instance: Optional[str] = None, hook: Optional[Hook] = None) -> None:
+        self.config = config
+        self.ledger = ledger
+        self.sources = sources
+        self.backend = backend
+        self.instance = instance or config.service.instance or default_instance()
+        self.leases = Leases(ledger.db, self.instance, config.service.lease_ttl_s)
+        self.hook = hook or (lambda step, rse: None)
+        self._pool: Optional[ThreadPoolExecutor] = None
+        self._in_flight: dict[str, Future[RunResult]] = {}
+        self._stop = threading.Event()
+
+    # -- one RSE -------------------------------------------------------------------------------
+
+    def run_once(self, rse: str, slot: Optional[int] = None, wait_s: float = 0.0) -> RunResult:
+        """Work one RSE start to end under its lease; waits up to `wait_s` for its jobs to finish."""
+        started = time.time()
+        self.leases.start_heartbeat()
+        if not self.leases.acquire(rse, slot):
+            lease = self.leases.describe(rse)
+            if slot is not None and lease.get("done_slot") == slot:
+                return RunResult(rse, "done_this_cycle", reason="done_this_cycle")
+            return RunResult(rse, "leased_elsewhere", reason="leased_elsewhere",
+                             detail=f"held by {lease.get('owner')} until {lease.get('expires')}")
+        try:
+            result = self._run(rse, wait_s)
+        except LeaseLost as exc:  # someone else works on it now: leave everything to them
+            return RunResult(rse, "failed", reason="lease_lost", detail=str(exc))
+        except LedgerError as exc:
+            result = self._fail(rse, exc.reason, exc.detail)
+        except BackendError as exc:
+            result = self._fail(rse, f"backend_{exc.kind}", exc.message)
+        except SourceError as exc:
+            result = self._fail(rse, f"{exc.source}_{exc.kind}", exc.message)
+        except planner.GuardTripped as exc:  # raised while re-checking protection before a resubmit
+            result = self._fail(rse, exc.reason, exc.detail)
+        except Exception as exc:  # one RSE's bug must not stop the others
+            log.exception("run_once %s", rse)
+            result = self._fail(rse, "internal_error", f"{type(exc).__name__}: {exc}")
+        result.seconds = round(time.time() - started, 3)
+        self.leases.release(rse, slot if result.action != "failed" else None)
+        return result
+
+    def _fail(self, rse: str, reason: str, detail: str) -> RunResult:
+        log.error("%s: %s: %s", rse, reason, detail)
+        try:
+            self.ledger.set_rse_state(rse, statemachine.STATE_FAILED, reason, detail)
+        except LedgerError:
+            log.exception("%s: could not record the failure", rse)
+        return RunResult(rse, "failed", statemachine.STATE_FAILED, reason, detail)
+
+    def _run(self, rse: str, wait_s: float) -> RunResult:
+        self._reconcile(rse)
+        self.hook("reconciled", rse)
+        collected = 0
+        deadline = time.monotonic() + wait_s
+        while True:
+            collected += self._poll(rse)
+            live = self.ledger.jobs_in(rse, LIVE_JOB_STATES)
+            if not live or time.monotonic() >= deadline:
+                break
+            time.sleep(min(2.0, max(0.05, deadline - time.monotonic())))
+        self.hook("polled", rse)
+        if live:
+            detail = f"{len(live)} jobs in the batch system"
+            self.ledger.set_rse_state(rse, statemachine.STATE_RUNNING, detail=detail)
+            self.ledger.refresh_counters(rse)
+            return RunResult(rse, "poll", statemachine.STATE_RUNNING, statemachine.JOBS_RUNNING, detail,
+                             collected=collected)
+
+        doc = self.ledger.rse(rse)
+        current = None if doc.get("recording") is not None else doc.get("generation")
+        scan = self.sources.stats().get(rse)
+        decision = statemachine.decide(scan, current, self._progress(rse, current), time.time(),
+                                       self.config.guards.max_scan_age_h)
+        result = RunResult(rse, decision.action, reason=decision.reason, detail=decision.detail,
+                           generation=decision.generation, collected=collected)
+        if decision.action == statemachine.SKIP:
+            self.ledger.set_rse_state(rse, statemachine.STATE_SKIPPED, decision.reason, decision.detail)
+            result.state = statemachine.STATE_SKIPPED
+            return result
+        assert decision.generation is not None
+        if decision.action == statemachine.FINISH:
+            self.ledger.set_rse_state(rse, decision.state, decision.reason, decision.detail, finished=time.time())
+            self.ledger.refresh_counters(rse)
+            result.state = decision.state
+            return result
+
+        protected = self.sources.protected()
+        try:
+            protection = planner.check_protection(protected, doc.get("protected_count"),
+                                                  self.config.guards.max_protected_shrink)
+        except planner.GuardTripped as guard:
+            return self._guarded(rse, result, guard.reason, guard.detail)
+        if decision.action == statemachine.NEW_GENERATION:
+            plan_dir = self.config.state_dir / "plans" / rse / gen_key(decision.generation)
+            plan = self._plan(rse, scan, protected, plan_dir, decision.generation, doc)
+            self.hook("planned", rse)
+            if plan.guard:
+                return self._guarded(rse, result, plan.guard, plan.guard_detail)
+            self.ledger.record_plan(plan_dir, plan, decision.generation, protected_count=len(protection))
+            self.hook("recorded", rse)
+        else:
+            result.dropped_protected = self.ledger.drop_protected(rse, decision.generation, protection)
+            self.ledger.new_round(rse, decision.generation, 1 + self.config.jobs.retries,
+                                  self.config.planner.files_per_job)
+        result.submitted = self._submit_planned(rse, decision.generation, protected)
+        result.state = statemachine.STATE_RUNNING if result.submitted else statemachine.STATE_PLANNED
+        self.ledger.set_rse_state(rse, result.state, detail=f"{result.submitted} jobs submitted",
+                                  started=time.time())
+        if wait_s > 0 and result.submitted:
+            while time.monotonic() < deadline and self.ledger.jobs_in(rse, LIVE_JOB_STATES):
+                time.sleep(0.2)
+                result.collected += self._poll(rse)
+        self.ledger.refresh_counters(rse)
+        self.hook("counted", rse)
+        return result
+
+    def _guarded(self, rse: str, result: RunResult, reason: str, detail: str) -> RunResult:
+        """A guard refused: nothing is submitted for this RSE; the reason is on its document."""
+        self.ledger.set_rse_state(rse, statemachine.STATE_GUARDED, reason, detail)
+        result.state, result.reason, result.detail = statemachine.STATE_GUARDED, reason, detail
+        return result
+
+    def _progress(self, rse: str, generation: Optional[float]) -> statemachine.Progress:
+        if generation is None:
+            return statemachine.Progress()
+        max_attempts = 1 + self.config.jobs.retries
+        return statemachine.Progress(
+            planned_jobs=len(self.ledger.jobs_in(rse, [JOB_PLANNED], generation)),
+            retriable=self.ledger.count_files(rse, generation, RETRIABLE, attempts={"$lt": max_attempts}),
+            exhausted=self.ledger.count_files(rse, generation, RETRIABLE, attempts={"$gte": max_attempts}))
+
+    def _plan(self, rse: str, scan: Any, protected: list[str], plan_dir: Path, generation: float,
+              doc: dict[str, Any]) -> planner.Plan:
+        """Plan the dump, or reuse the plan whose recording a crash interrupted (same files, same jobs)."""
+        if doc.get("recording") == generation and (plan_dir / "summary.json").exists():
+            plan = planner.read_summary(plan_dir)
+            if plan.dump_version == generation and not plan.guard:
+                return plan
+        with self.sources.open_dump(rse) as dump:
+            return planner.plan(rse, iter_chunks(dump), protected, self.config, plan_dir, stats=scan,
+                                previous_protected_count=doc.get("protected_count"))
+
+    # -- jobs ----------------------------------------------------------------------------------
+
+    def _site(self, rse: str) -> str:
+        site = self.config.jobs.sites.get(rse, {}).get("site") or site_from_rse(rse)
+        if not site:
+            raise LedgerError("no_site", f"no site for RSE {rse}: set jobs.sites.{rse}.site")
+        return site
+
+    def _build(self, rse: str, job_doc: dict[str, Any], protected: Sequence[str],
+               removable: set[str]) -> Optional[CleanupJob]:
+        lfns = self.ledger.job_lfns(job_doc["_id"])
+        if not lfns:
+            return None
+        dirs: set[str] = set()
+        for name in lfns:
+            d = name[:name.rfind("/")]
+            while d in removable and d not in dirs:
+                dirs.add(d)
+                d = d[:d.rfind("/")]
+        bases = {"/".join(name.split("/")[:self.config.planner.dir_floor_depth + 1]) for name in lfns}
+        relevant = sorted(p for p in protected if any(p.startswith(b) or b.startswith(p.rstrip("/")) for b in bases))
+        j = self.config.jobs
+        step = DeleteFilesStep(lfns=lfns, remove_dirs=sorted(dirs, key=lambda d: (-d.count("/"), d)),
+                               protected=relevant, dry_run=self.config.service.dry_run,
+                               file_timeout_s=j.file_timeout_s, retries=j.retries,
+                               max_consecutive_denied=j.max_consecutive_denied)
+        return CleanupJob(job_id=job_doc["_id"], rse=rse, site=self._site(rse),
+                          deadline=time.time() + j.deadline_h * 3600, step=step, generation=job_doc["gen"],
+                          request_memory_mb=j.request_memory_mb, request_disk_mb=j.request_disk_mb,
+                          max_runtime_s=j.max_runtime_s)
+
+    def _removable(self, rse: str, generation: float) -> set[str]:
+        entry = next((g for g in self.ledger.rse(rse).get("generations", []) if g["gen"] == generation), {})
+        path = Path(entry.get("plan_dir", "")) / "dirs.txt"
+        if not entry or not path.exists():
+            return set()
+        return set(path.read_text(encoding="utf-8", errors="surrogateescape").split())
+
+    def _submit_planned(self, rse: str, generation: float, protected: Sequence[str]) -> int:
+        """Intent first, then submit, then mark: a crash in between is repaired by _reconcile."""
+        removable = self._removable(rse, generation)
+        jobs = []
+        for doc in self.ledger.jobs_in(rse, [JOB_PLANNED], generation):
+            job = self._build(rse, doc, protected, removable)
+            if job is None:
+                self.ledger.close_job(doc["_id"], JobState.COLLECTED.value, "no files left")
+            else:
+                jobs.append(job)
+        if not jobs:
+            return 0
+        self.ledger.record_job_intent(jobs, self.backend.name)
+        self.hook("intent", rse)
+        return self._submit(rse, jobs)
+
+    def _submit(self, rse: str, jobs: list[CleanupJob]) -> int:
+        self.leases.check(rse)  # fencing: never submit for an RSE another instance took over
+        ids = self.backend.submit(jobs)
+        self.hook("submitted", rse)
+        for jid, batch_id in ids.items():
+            self.ledger.mark_submitted(jid, batch_id)
+        self.hook("marked", rse)
+        return len(ids)
+
+    def _reconcile(self, rse: str) -> None:
+        """Jobs left in `submitting` by a crash: adopt the ones the batch system has, submit the rest."""
+        pending = self.ledger.jobs_in(rse, ["submitting"])
+        if not pending:
+            return
+        found = self.backend.find([j["_id"] for j in pending])
+        for jid, batch_id in found.items():
+            self.ledger.mark_submitted(jid, batch_id)
+        missing = [j for j in pending if j["_id"] not in found]
+        if missing:
+            protected = self.sources.protected()
+            protection = planner.check_protection(protected, self.ledger.rse(rse).get("protected_count"),
+                                                  self.config.guards.max_protected_shrink)
+            jobs = []
+            for doc in missing:
+                self.ledger.drop_protected(rse, doc["gen"], protection)
+                job = self._build(rse, doc, protected, self._removable(rse, doc["gen"]))
+                if job is None:
+                    self.ledger.close_job(doc["_id"], JobState.COLLECTED.value, "no files left")
+                else:
+                    jobs.append(job)
+            if jobs:
+                log.info("%s: resubmitting %d jobs whose submission was not confirmed", rse, len(jobs))
+                self._submit(rse, jobs)
+
+    def _poll(self, rse: str) -> int:
+        """Ask the backend about live jobs; collect the finished ones. Returns how many were collected."""
+        live = [j for j in self.ledger.jobs_in(rse, ["queued", "running", "held"]) if j.get("batch_id")]
+        if not live:
+            return 0
+        statuses = self.backend.poll({j["_id"]: j["batch_id"] for j in live})
+        n = 0
+        for job in live:
+            status = statuses.get(job["_id"]) or JobStatus(job["_id"], JobState.VANISHED, job["batch_id"])
+            if status.state.terminal:
+                self._collect(job, status)
+                n += 1
+            elif status.state.value != job["state"]:
+                self.ledger.set_job_state(job["_id"], status.state.value, status.reason)
+        if n:
+            self.hook("collected", rse)
+        return n
+
+    def _collect(self, job: dict[str, Any], status: JobStatus) -> None:
+        """Report -> per-file outcomes -> job closed (unreported files: unknown) -> job removed."""
+        dest = self.config.state_dir / "reports" / job["rse"] / f"{job['_id'].replace(':', '_')}.jsonl"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        report = self.backend.fetch_report(job["_id"], job["batch_id"], dest)
+        if report is not None:
+            self.ledger.record_outcomes(job["_id"], parse_report(report))
+        self.ledger.close_job(job["_id"], status.state.value, status.reason or ("" if report else "no report"))
+        try:
+            self.backend.remove(job["_id"], job["batch_id"], "collected")
+        except BackendError as exc:  # the outcome is recorded; a left-over queue entry is harmless
+            log.warning("%s: removing %s after collection: %s", job["rse"], job["_id"], exc)
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def my_rses(self) -> list[str]:
+        skip = set(self.config.planner.skip_rses)
+        return [r for r in self.sources.rses() if r not in skip]
+
+    def cycle(self, rses: Optional[Sequence[str]] = None, slot: Optional[int] = None) -> dict[str, RunResult]:
+        """One polling cycle: every RSE of this instance once (across instances), in parallel.
+
+        An RSE leased by another instance is retried until that instance marks it done for this
+        slot or its lease expires and we take it over. An RSE still running from an earlier cycle
+        is not started twice; the cycle does not wait past the interval for a slow RSE.
+        """
+        interval = self.config.service.interval_s
+        slot = int(time.time() // interval) if slot is None else slot
+        names = list(rses) if rses is not None else self.my_rses()
+        cid = self.ledger.start_cycle(self.instance, slot, names)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.config.service.parallel_rses, thread_name_prefix="rse")
+        self.leases.start_heartbeat()
+        end = time.monotonic() + interval
+        results: dict[str, RunResult] = {}
+        pending = set(names)
+        while pending and not self._stop.is_set() and time.monotonic() < end:
+            futures = {}
+            for rse in sorted(pending):
+                if rse in self._in_flight and not self._in_flight[rse].done():
+                    continue  # still working from an earlier cycle
+                futures[rse] = self._in_flight[rse] = self._pool.submit(self.run_once, rse, slot)
+            for rse, fut in futures.items():
+                res = self._wait(fut, end)
+                if res is None:
+                    continue
+                if res.action != "leased_elsewhere":
+                    pending.discard(rse)
+                    results[rse] = res
+                    self.ledger.record_cycle_result(cid, rse, res.to_dict())
+            if pending:
+                self._stop.wait(min(5.0, self.config.service.lease_ttl_s / 4))
+        self.ledger.end_cycle(cid, unfinished=sorted(pending))
+        return results
+
+    @staticmethod
+    def _wait(fut: Future[RunResult], end: float) -> Optional[RunResult]:
+        try:
+            return fut.result(timeout=max(0.0, end - time.monotonic()))
+        except TimeoutError:
+            return None
+
+    def serve(self) -> None:
+        """Run cycles every service.interval_s until stop()."""
+        interval = self.config.service.interval_s
+        while not self._stop.is_set():
+            slot = int(time.time() // interval)
+            try:
+                self.cycle(slot=slot)
+            except (LedgerError, SourceError) as exc:  # e.g. Rucio down: try again next interval
+                log.error("cycle %d: %s", slot, exc)
+            self._stop.wait(max(1.0, (slot + 1) * interval - time.time()))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.leases.stop_heartbeat()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
