@@ -10,12 +10,14 @@ from typing import Any, Optional
 
 import pytest
 
+from MSUnmerged.ledger import Ledger, file_id, job_id
 from MSUnmerged.rest.auth import sign
 
 pytestmark = pytest.mark.integration
 
 RSE = "T2_RT_Api"
 NOW = time.time()
+GEN = NOW - 7200  # the ConMon scan end_time of the recorded generation
 
 
 def get(app: Any, path: str) -> tuple[int, Any, dict[str, str]]:
@@ -49,31 +51,39 @@ def operator_headers(key: bytes, login: str = "alice", role: str = "operator", s
     return headers
 
 
+def job(n: int) -> str:
+    return job_id(RSE, GEN, 1, n)
+
+
 @pytest.fixture(scope="module")
 def seeded(rest_app: Any) -> Any:
+    """One RSE generation written in the ledger's own shapes; counters computed by Ledger.refresh_counters."""
     db = rest_app.db
     db.rses.delete_many({"_id": RSE})
     db.files.delete_many({"rse": RSE})
     db.jobs.delete_many({"rse": RSE})
-    db.rses.insert_one({"_id": RSE, "rse": RSE, "state": "running", "reason": "", "dump_version": NOW - 7200,
-                        "started": NOW - 600, "finished": None, "updated": NOW,
-                        "counters": {"files_total": 3000, "to_delete": 2600, "deleted": 2000, "failed": 300,
-                                     "missing": 100, "protected": 400, "failed_by_class": {"permission_denied": 200,
-                                                                                          "timeout": 100},
-                                     "bytes_freed": 123456789}})
+    db.rses.insert_one({"_id": RSE, "state": "running", "reason": "", "generation": GEN, "updated": NOW,
+                        "generations": [{"gen": GEN, "files_total": 3000, "to_delete": 2600, "protected": 400,
+                                         "excluded": 0, "invalid": {"bad_chars": 2}, "dirs_removable": 8,
+                                         "jobs": 6, "planned": NOW - 3600}]})
     files = []
     for i in range(2600):
         state = "deleted" if i < 2000 else "failed" if i < 2300 else "missing" if i < 2400 else "planned"
         d = f"/store/unmerged/Run3/Prim{i % 4}/RAW/v{i % 2}"
-        files.append({"rse": RSE, "lfn": f"{d}/f{i:05d}.root", "dir": d, "state": state, "job": f"job-{i // 500}",
-                      "error_class": ("permission_denied" if i < 2200 else "timeout") if state == "failed" else None,
-                      "error": "denied" if state == "failed" else None, "attempts": 1})
+        lfn = f"{d}/f{i:05d}.root"
+        failed = state == "failed"
+        files.append({"_id": file_id(RSE, GEN, lfn), "rse": RSE, "gen": GEN, "lfn": lfn, "dir": d, "state": state,
+                      "job": job(i // 500 + 1), "attempts": 1, "t": NOW,
+                      "error_class": ("permission_denied" if i < 2200 else "timeout") if failed else "",
+                      "error": "denied" if failed else ""})
     db.files.insert_many(files)
-    db.jobs.insert_many([{"_id": f"job-{j}", "rse": RSE, "site": "T2_RT_Api", "state": "done" if j < 4 else "running",
-                          "files": 500, "submitted": NOW - 500 + j, "finished": NOW - 100 if j < 4 else None}
-                         for j in range(6)])
-    db.cycles.insert_one({"_id": "cycle-rest-1", "started": NOW - 900, "finished": NOW - 300, "rses": [RSE],
-                          "files_deleted": 2000, "errors": 300})
+    db.jobs.insert_many([{"_id": job(j), "rse": RSE, "gen": GEN, "round": 1, "n": j, "site": "T2_RT_Api",
+                          "state": "finished" if j <= 4 else "running", "files": 500,
+                          "submitted_at": NOW - 500 + j, "finished_at": NOW - 100 if j <= 4 else None,
+                          "summary": {"bytes_freed": 123456789 if j == 1 else 0}} for j in range(1, 7)])
+    db.cycles.insert_one({"_id": "cycle-rest-1", "instance": "test", "slot": 0, "started": NOW - 900,
+                          "finished": NOW - 300, "rses": [RSE], "results": {RSE: {"deleted": 2000}}})
+    Ledger(db).refresh_counters(RSE)
     return rest_app
 
 
@@ -83,7 +93,7 @@ def test_status_envelope_and_cycles(seeded: Any) -> None:
     (doc,) = body["result"]
     assert doc["status"] == "OK" and doc["rses"]["total"] >= 1
     cycle = next(c for c in doc["cycles"] if c["id"] == "cycle-rest-1")
-    assert cycle["duration_s"] == pytest.approx(600, abs=0.01) and cycle["files_deleted"] == 2000
+    assert cycle["duration_s"] == pytest.approx(600, abs=0.01) and cycle["results"][RSE]["deleted"] == 2000
 
 
 def test_info_one_rse_uses_wmcore_names(seeded: Any) -> None:
@@ -92,7 +102,10 @@ def test_info_one_rse_uses_wmcore_names(seeded: Any) -> None:
     (doc,) = body["result"]
     assert doc["name"] == RSE and doc["isClean"] is False
     assert doc["counters"]["filesToDelete"] == 2600 and doc["counters"]["filesDeletedSuccess"] == 2000
-    assert doc["counters"]["filesDeletedFail"] == 300 and doc["timestamps"]["rseConsStatTime"] == pytest.approx(NOW - 7200)
+    assert doc["counters"]["filesDeletedFail"] == 300 and doc["timestamps"]["rseConsStatTime"] == pytest.approx(GEN)
+    assert doc["counters"]["totalNumFiles"] == 3000 and doc["counters"]["dirsToDelete"] == 8
+    assert doc["counters"]["deletionErrors"] == {"permission_denied": 200, "timeout": 100}
+    assert doc["counters"]["pending"] == 200 and doc["counters"]["invalid"] == 2
     assert "jobs" not in doc
 
 
@@ -149,8 +162,10 @@ def test_files_filters(seeded: Any) -> None:
     assert len(body["result"]) == 100 and {f["error_class"] for f in body["result"]} == {"timeout"}
     _, body, _ = get(seeded, f"data/files?rse={RSE}&dir=/store/unmerged/Run3/Prim1/&limit=10000")
     assert len(body["result"]) == 650 and all("/Prim1/" in f["lfn"] for f in body["result"])
-    _, body, _ = get(seeded, "data/files?job=job-1&limit=10000")
-    assert len(body["result"]) == 500 and {f["job"] for f in body["result"]} == {"job-1"}
+    _, body, _ = get(seeded, f"data/files?job={urllib.parse.quote(job(2))}&limit=10000")
+    assert len(body["result"]) == 500 and {f["job"] for f in body["result"]} == {job(2)}
+    _, body, _ = get(seeded, f"data/files?rse={RSE}&state=submitted&limit=10000")
+    assert len(body["result"]) == 200 and {f["job"] for f in body["result"]} == {job(5), job(6)}
 
 
 def test_files_stream_is_one_valid_envelope(seeded: Any) -> None:
@@ -161,12 +176,13 @@ def test_files_stream_is_one_valid_envelope(seeded: Any) -> None:
 
 def test_jobs_cycles_plan(seeded: Any) -> None:
     _, body, _ = get(seeded, f"data/jobs?rse={RSE}&state=running")
-    assert [j["id"] for j in body["result"]] == ["job-5", "job-4"]
+    assert [j["id"] for j in body["result"]] == [job(6), job(5)]
     _, body, _ = get(seeded, "data/cycles?limit=5")
     assert any(c["id"] == "cycle-rest-1" for c in body["result"])
     _, body, _ = get(seeded, f"data/plan?rse={RSE}&limit=50")
     (plan,) = body["result"]
-    assert plan["files_to_delete"] == 200 and plan["shown"] == 50
+    assert plan["files_to_delete"] == 500 and plan["shown"] == 50  # 200 planned + 300 failed to retry
+    assert plan["plan"]["to_delete"] == 2600
     assert sum(len(d["files"]) for d in plan["directories"]) == 50
 
 

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from MSUnmerged.ledger import file_id
+
 pytestmark = pytest.mark.integration
 
 EVIL_RSE = 'T2_XX_<img src=x onerror="document.title=1">'
@@ -36,14 +38,17 @@ def page_app(rest_app: Any) -> Any:
     db.rses.delete_many({"_id": {"$in": [EVIL_RSE, GOOD_RSE]}})
     db.files.delete_many({"rse": {"$in": [EVIL_RSE, GOOD_RSE]}})
     db.rses.insert_many([
-        {"_id": GOOD_RSE, "state": "clean", "reason": "", "dump_version": now - 3600, "started": now - 1000,
-         "finished": now - 100, "counters": {"to_delete": 5000, "deleted": 4000, "failed": 321,
-                                             "failed_by_class": {"permission_denied": 300, "timeout": 21}}},
-        {"_id": EVIL_RSE, "state": "failed", "reason": EVIL_ERROR, "dump_version": now - 3600,
-         "counters": {"to_delete": 10, "deleted": 5, "failed": 5, "failed_by_class": {EVIL_ERROR: 5}}},
+        {"_id": GOOD_RSE, "state": "clean", "reason": "", "generation": now - 3600, "updated": now - 100,
+         "counters": {"to_delete": 5000, "pending": 700, "deleted": 4000, "failed": 321,
+                      "failed_by_class": {"permission_denied": 300, "timeout": 21}}},
+        {"_id": EVIL_RSE, "state": "failed", "reason": EVIL_ERROR, "generation": now - 3600,
+         "events": [{"at": now, "state": "failed", "reason": EVIL_ERROR, "detail": EVIL_ERROR}],
+         "counters": {"to_delete": 10, "pending": 0, "deleted": 5, "failed": 5, "failed_by_class": {EVIL_ERROR: 5}}},
     ])
-    db.files.insert_one({"rse": EVIL_RSE, "lfn": "/store/unmerged/x/<i>f</i>.root", "dir": "/store/unmerged/x",
-                         "state": "failed", "error_class": "storage_error", "error": EVIL_ERROR, "attempts": 2})
+    lfn = "/store/unmerged/x/<i>f</i>.root"
+    db.files.insert_one({"_id": file_id(EVIL_RSE, now - 3600, lfn), "rse": EVIL_RSE, "gen": now - 3600, "lfn": lfn,
+                         "dir": "/store/unmerged/x", "state": "failed", "error_class": "storage_error",
+                         "error": EVIL_ERROR, "attempts": 2, "job": "j"})
     return rest_app
 
 

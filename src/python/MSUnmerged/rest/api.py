@@ -31,15 +31,7 @@ WMCORE_COUNTERS = {
     "to_delete": "filesToDelete",
     "deleted": "filesDeletedSuccess",
     "failed": "filesDeletedFail",
-    "dirs_total": "totalNumDirs",
-    "dirs_to_delete": "dirsToDelete",
-    "dirs_deleted": "dirsDeletedSuccess",
-    "dirs_failed": "dirsDeletedFail",
-    "missing": "filesMissing",
-    "protected": "filesProtected",
-    "excluded": "filesExcluded",
-    "invalid": "filesInvalid",
-    "bytes_freed": "bytesFreed",
+    "dirs_removable": "dirsToDelete",
     "failed_by_class": "deletionErrors",  # WMCore: gfalErrors, a tally by error
 }
 
@@ -171,11 +163,12 @@ def wmcore_info(rse: dict[str, Any]) -> dict[str, Any]:
         "isClean": rse.get("state") == "clean",
         "state": rse.get("state"),
         "reason": rse.get("reason"),
+        "detail": rse.get("detail"),
         "timestamps": {
-            "rseConsStatTime": rse.get("dump_version"),  # WMCore: the ConMon scan time used
-            "startTime": rse.get("last_start"),
-            "endTime": rse.get("last_end"),
+            "rseConsStatTime": rse.get("dump_version"),  # WMCore: the ConMon scan end_time used
+            "planTime": rse.get("planned"),
             "updateTime": rse.get("updated"),
+            "countTime": rse.get("counted_at"),
         },
         "counters": named,
     }
@@ -264,8 +257,8 @@ class DataApi:
         stream = boolean(params, "stream", False)
         limit = integer(params, "limit", 100, 1, MAX_PAGE)
         no_more(params)
-        if not rse and not job:
-            raise BadParam("rse", "required unless 'job' is given")
+        if not rse and (not job or state == "submitted"):
+            raise BadParam("rse", "required unless 'job' is given (and always with state=submitted)")
         if dir_prefix is not None and not dir_prefix.startswith("/store/unmerged/"):
             raise BadParam("dir", "must start with /store/unmerged/")
         if after is not None and len(after) > 4096:

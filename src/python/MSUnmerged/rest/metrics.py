@@ -39,7 +39,7 @@ def render(view: LedgerView) -> str:
     failed = _Family("msunmerged_files_failed", "gauge", "Files whose deletion failed, by error class.")
     freed = _Family("msunmerged_bytes_freed", "gauge", "Bytes freed where file sizes are known.")
     state = _Family("msunmerged_rse_state", "gauge", "1 for the RSE's current state.")
-    updated = _Family("msunmerged_rse_last_end_timestamp_seconds", "gauge", "End of the RSE's last run.")
+    updated = _Family("msunmerged_rse_updated_timestamp_seconds", "gauge", "Last change of the RSE's ledger state.")
     jobs = _Family("msunmerged_jobs", "gauge", "Cleanup jobs by RSE and state.")
     cycle = _Family("msunmerged_cycle_duration_seconds", "gauge", "Duration of the last finished polling cycle.")
     cycle_end = _Family("msunmerged_cycle_last_end_timestamp_seconds", "gauge", "End of the last polling cycle.")
@@ -54,8 +54,8 @@ def render(view: LedgerView) -> str:
             failed.add(n, rse=name, error_class=error_class)
         freed.add(c.get("bytes_freed", 0), rse=name)
         state.add(1, rse=name, state=rse.get("state", "unknown"))
-        if isinstance(rse.get("last_end"), (int, float)):
-            updated.add(rse["last_end"], rse=name)
+        if isinstance(rse.get("updated"), (int, float)):
+            updated.add(rse["updated"], rse=name)
     for row in view.jobs_by_state():
         jobs.add(row["count"], rse=row["rse"], state=row["state"])
     finished = [c for c in view.cycles(5) if c.get("duration_s") is not None]

@@ -24,7 +24,7 @@ th{background:#f0f0f0}td.n{text-align:right;font-variant-numeric:tabular-nums}
 .st-clean{color:#060}.st-failed,.st-error{color:#b00;font-weight:bold}.st-skipped{color:#a60}
 .muted{color:#777}.bar{width:8em;height:.8em;background:#eee;display:inline-block;vertical-align:middle}
 .bar span{display:block;height:100%;background:#48a}
-code{word-break:break-all}
+code{word-break:break-all}td.t{white-space:nowrap}
 """
 
 
@@ -48,12 +48,11 @@ def number(n: Any) -> str:
 
 
 def progress(counters: dict[str, Any]) -> tuple[float, str]:
-    """Fraction of the planned files with an outcome (deleted, missing or failed)."""
+    """Fraction of the planned files with an outcome (anything but still pending)."""
     planned = counters.get("to_delete") or 0
     if not isinstance(planned, int) or planned <= 0:
         return 0.0, "-"
-    done = sum(counters.get(k) or 0 for k in ("deleted", "missing", "failed"))
-    frac = min(1.0, done / planned)
+    frac = min(1.0, max(0.0, 1.0 - (counters.get("pending") or 0) / planned))
     return frac, f"{frac:.0%}"
 
 
@@ -105,8 +104,8 @@ def index_page(view: LedgerView, base: str) -> str:
             td(f'<a href="{esc(base)}/rse?name={url_arg(r["name"])}">{esc(r["name"])}</a>'),
             state_cell(r.get("state")),
             td(esc(r.get("reason")) or '<span class="muted">-</span>'),
-            td(esc(when(r.get("dump_version")))),
-            td(esc(when(r.get("last_end") or r.get("last_start")))),
+            td(esc(when(r.get("dump_version"))), cls="t"),
+            td(esc(when(r.get("updated"))), cls="t"),
             td(number(c.get("to_delete", 0)), numeric=True),
             td(number(c.get("deleted", 0)), numeric=True),
             td(number(c.get("failed", 0)), numeric=True),
@@ -118,7 +117,7 @@ def index_page(view: LedgerView, base: str) -> str:
                   f"finished {esc(when(last.get('finished')))}" if last else "No polling cycle recorded yet.")
     body = (f"<h1>MSUnmerged: /store/unmerged cleanup</h1><p>{cycle_text}. {len(rses)} RSEs. "
             f'<a href="{esc(base)}/data/status">status JSON</a> · <a href="{esc(base)}/metrics">metrics</a></p>'
-            + table(["RSE", "state", "reason", "last dump", "last run", "to delete", "deleted", "failed",
+            + table(["RSE", "state", "reason", "last dump", "last update", "to delete", "deleted", "failed",
                      "top error classes", "progress"], rows, "no RSE in the ledger yet"))
     return document("MSUnmerged", body)
 
@@ -131,14 +130,16 @@ def rse_page(view: LedgerView, base: str, name: str) -> Optional[str]:
     c = r.get("counters") or {}
     facts = [("state", esc(r.get("state"))), ("reason", esc(r.get("reason")) or "-"),
              ("dump version", esc(when(r.get("dump_version")))),
-             ("last start", esc(when(r.get("last_start")))), ("last end", esc(when(r.get("last_end")))),
-             ("progress", bar(c))]
+             ("planned", esc(when(r.get("planned")))), ("last update", esc(when(r.get("updated")))),
+             ("detail", esc(r.get("detail")) or "-"), ("progress", bar(c))]
     facts += [(esc(k), number(v)) for k, v in sorted(c.items()) if not isinstance(v, dict)]
     facts.append(("errors by class", top_errors(c, 20)))
     jobs = view.jobs(name, None, 50)
     job_rows = [[td(f"<code>{esc(j.get('id'))}</code>"), state_cell(j.get("state")), td(esc(j.get("site"))),
-                 td(number(j.get("files", 0)), numeric=True), td(esc(when(j.get("submitted")))),
-                 td(esc(when(j.get("finished"))))] for j in jobs]
+                 td(number(j.get("files", 0)), numeric=True), td(esc(when(j.get("submitted_at"))), cls="t"),
+                 td(esc(when(j.get("finished_at"))), cls="t"), td(esc(j.get("reason")))] for j in jobs]
+    events = [[td(esc(when(e.get("at"))), cls="t"), state_cell(e.get("state")), td(esc(e.get("reason"))),
+               td(esc(e.get("detail")))] for e in reversed(r.get("events") or [])]
     failed = list(view.files(name, "failed", None, None, None, None, 200))
     file_rows = [[td(f"<code>{esc(f.get('lfn'))}</code>"), td(esc(f.get("error_class"))),
                   td(esc(f.get("error"))), td(number(f.get("attempts", 0)), numeric=True),
@@ -146,7 +147,9 @@ def rse_page(view: LedgerView, base: str, name: str) -> Optional[str]:
     body = (f'<p><a href="{esc(base)}/">all RSEs</a></p><h1>{esc(name)}</h1>'
             + table(["", "value"], [[td(k), td(v)] for k, v in facts])
             + "<h2>Recent jobs</h2>"
-            + table(["job", "state", "site", "files", "submitted", "finished"], job_rows, "no jobs")
+            + table(["job", "state", "site", "files", "submitted", "finished", "reason"], job_rows, "no jobs")
+            + "<h2>Recent skips and failures</h2>"
+            + table(["when", "state", "reason", "detail"], events, "none recorded")
             + f"<h2>Failed files (first {len(failed)})</h2>"
             + table(["LFN", "error class", "message", "attempts", "job"], file_rows, "no failed files")
             + f'<p><a href="{esc(base)}/data/files?rse={url_arg(name)}&amp;state=failed&amp;stream=true">'

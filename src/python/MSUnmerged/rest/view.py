@@ -5,13 +5,17 @@ plain dicts in the shapes documented on `LedgerView`.
 """
 from __future__ import annotations
 
-import re
 from typing import Any, Iterator, Optional, Protocol
 
 from pymongo.database import Database
 
-FILE_STATES = ("planned", "submitted", "deleted", "missing", "failed", "skipped_protected", "skipped")
-JOB_STATES = ("created", "submitted", "idle", "running", "held", "done", "failed", "removed", "lost")
+from MSUnmerged.jobs.backend import JobState
+from MSUnmerged.ledger import FILE_STATES as LEDGER_FILE_STATES
+from MSUnmerged.ledger import JOB_PLANNED, LIVE_JOB_STATES, PLANNED, RETRIABLE, Ledger, gen_key
+
+# "submitted": planned files whose job is live in the batch system (as Ledger.query_files has it).
+FILE_STATES = (*LEDGER_FILE_STATES, "submitted")
+JOB_STATES = (JOB_PLANNED, *(s.value for s in JobState))
 
 
 class LedgerView(Protocol):
@@ -21,7 +25,7 @@ class LedgerView(Protocol):
         """Raise if the database cannot be reached."""
 
     def rses(self) -> list[dict[str, Any]]:
-        """One summary per RSE: name, state, reason, dump_version, last_start, last_end, counters."""
+        """One summary per RSE: name, state, reason, detail, dump_version, planned, updated, counters, events."""
 
     def rse(self, name: str) -> Optional[dict[str, Any]]:
         """The summary of one RSE, or None."""
@@ -38,7 +42,7 @@ class LedgerView(Protocol):
         """[{rse, state, count}] over all jobs."""
 
     def cycles(self, limit: int) -> list[dict[str, Any]]:
-        """Most recent polling cycles first: start, end, duration, rses, files_deleted, errors."""
+        """Most recent polling cycles first: id, started, finished, duration_s, rses, results."""
 
     def plan_preview(self, rse: str, limit: int) -> dict[str, Any]:
         """What would be deleted now: counts and the first planned files by directory."""
@@ -66,38 +70,52 @@ def _scalar(v: Any) -> Any:
     return str(v)
 
 
+def _range(prefix: str) -> dict[str, str]:
+    """Every ledger id starting with `prefix` (ids are "<rse>|<gen>|<lfn>")."""
+    return {"$gte": prefix, "$lt": prefix + "\U0010ffff"}
+
+
 class MongoLedgerView:
-    """LedgerView over the ledger's MongoDB collections (rses, files, jobs, cycles)."""
+    """LedgerView over the ledger's collections, reusing `Ledger` where it has the query."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
+        self.ledger = Ledger(db)
 
     def ping(self) -> None:
         self.db.client.admin.command("ping")
 
     # -- RSEs --------------------------------------------------------------------------------
 
-    def _rse_summary(self, doc: dict[str, Any]) -> dict[str, Any]:
-        doc = _clean(doc)
-        counters = doc.get("counters") or {}
-        return {
-            "name": doc.get("rse") or doc.get("_id"),
+    @staticmethod
+    def _rse_summary(doc: dict[str, Any]) -> dict[str, Any]:
+        gen = doc.get("generation")
+        entry = next((g for g in doc.get("generations") or [] if g.get("gen") == gen), {})
+        counters = dict(doc.get("counters") or {})
+        if "files_total" in entry:
+            counters.setdefault("files_total", entry["files_total"])
+        if isinstance(counters.get("invalid"), dict):  # per reason; the summary wants one number
+            counters["invalid_by_reason"] = counters.pop("invalid")
+            counters["invalid"] = sum(counters["invalid_by_reason"].values())
+        return _clean({
+            "name": doc["_id"],
             "state": doc.get("state", "unknown"),
             "reason": doc.get("reason") or "",
-            "dump_version": doc.get("dump_version"),
-            "last_start": doc.get("started"),
-            "last_end": doc.get("finished"),
+            "detail": doc.get("detail") or "",
+            "dump_version": gen,
+            "planned": entry.get("planned"),
             "updated": doc.get("updated"),
-            "lease_owner": (doc.get("lease") or {}).get("owner"),
+            "counted_at": doc.get("counted_at"),
             "protected_count": doc.get("protected_count"),
             "counters": counters,
-        }
+            "events": (doc.get("events") or [])[-10:],
+        })
 
     def rses(self) -> list[dict[str, Any]]:
-        return [self._rse_summary(d) for d in self.db.rses.find({}).sort("_id", 1)]
+        return [self._rse_summary(d) for d in self.ledger.rse_docs()]
 
     def rse(self, name: str) -> Optional[dict[str, Any]]:
-        doc = self.db.rses.find_one({"_id": name})
+        doc = self.ledger.rse(name)
         return self._rse_summary(doc) if doc else None
 
     # -- files -------------------------------------------------------------------------------
@@ -105,26 +123,35 @@ class MongoLedgerView:
     def files(self, rse: Optional[str], state: Optional[str], error_class: Optional[str],
               dir_prefix: Optional[str], job: Optional[str], after: Optional[str],
               limit: int) -> Iterator[dict[str, Any]]:
+        """Ledger.query_files' filter (current generation, _id order) plus error_class and job-only queries."""
         query: dict[str, Any] = {}
         if rse:
-            query["rse"] = rse
-        if state:
-            query["state"] = state
+            gen = self.ledger.rse(rse).get("generation")
+            if gen is None:
+                return
+            query.update(rse=rse, gen=gen, _id=_range(f"{rse}|{gen_key(gen)}|{dir_prefix or ''}"))
+        elif dir_prefix:
+            query["dir"] = {"$gte": dir_prefix.rstrip("/"), "$lt": dir_prefix.rstrip("/") + "\U0010ffff"}
+        if after:
+            query.setdefault("_id", {})["$gt"] = after
+        if state == "submitted":
+            live = [j["_id"] for j in self.db.jobs.find({"rse": rse, "gen": query.get("gen"),
+                                                         "state": {"$in": list(LIVE_JOB_STATES)}}, {"_id": 1})]
+            query["state"] = PLANNED
+            query["job"] = {"$in": [j for j in live if not job or j == job]}
+        else:
+            if state:
+                query["state"] = state
+            if job:
+                query["job"] = job
         if error_class:
             query["error_class"] = error_class
-        if job:
-            query["job"] = job
-        if dir_prefix:
-            # An anchored, escaped prefix uses the index on dir like a range scan.
-            query["dir"] = {"$regex": "^" + re.escape(dir_prefix)}
-        if after:
-            query["lfn"] = {"$gt": after}
-        cursor = self.db.files.find(query, {"_id": 0}).sort("lfn", 1).batch_size(1000)
+        cursor = self.db.files.find(query).sort("_id", 1).batch_size(1000)
         if limit:
             cursor = cursor.limit(limit)
         for doc in cursor:
             out = _clean(doc)
-            out["cursor"] = out.get("lfn")
+            out["cursor"] = out.pop("_id")
             yield out
 
     # -- jobs and cycles ---------------------------------------------------------------------
@@ -135,7 +162,8 @@ class MongoLedgerView:
             query["rse"] = rse
         if state:
             query["state"] = state
-        docs = self.db.jobs.find(query).sort("submitted", -1).limit(limit)
+        # Job ids are "<rse>:<gen>:<round>-<n>": descending id order is newest first within an RSE.
+        docs = self.db.jobs.find(query).sort("_id", -1).limit(limit)
         return [_clean({"id": d.pop("_id"), **d}) for d in docs]
 
     def jobs_by_state(self) -> list[dict[str, Any]]:
@@ -145,7 +173,7 @@ class MongoLedgerView:
 
     def cycles(self, limit: int) -> list[dict[str, Any]]:
         out = []
-        for d in self.db.cycles.find({}).sort("started", -1).limit(limit):
+        for d in self.ledger.query_cycles(limit):
             d = _clean({"id": d.pop("_id"), **d})
             start, end = d.get("started"), d.get("finished")
             d["duration_s"] = round(end - start, 3) if isinstance(start, (int, float)) and \
@@ -154,13 +182,20 @@ class MongoLedgerView:
         return out
 
     def plan_preview(self, rse: str, limit: int) -> dict[str, Any]:
-        summary = self.rse(rse)
+        """The current generation's plan and the files still to delete (planned or to retry)."""
+        doc = self.ledger.rse(rse)
+        gen = doc.get("generation")
+        entry = next((g for g in doc.get("generations") or [] if g.get("gen") == gen), {})
+        if gen is None:
+            return {"rse": rse, "dump_version": None, "files_to_delete": 0, "shown": 0, "directories": [],
+                    "plan": {}, "state": doc.get("state"), "reason": doc.get("reason")}
+        query = {"rse": rse, "gen": gen, "state": {"$in": [PLANNED, *RETRIABLE]}}
         dirs: dict[str, list[str]] = {}
         shown = 0
-        for doc in self.db.files.find({"rse": rse, "state": "planned"}, {"lfn": 1, "dir": 1}).limit(limit):
-            dirs.setdefault(doc.get("dir", ""), []).append(doc["lfn"])
-            shown += 1
-        planned = self.db.files.count_documents({"rse": rse, "state": "planned"})
-        return {"rse": rse, "dump_version": summary["dump_version"] if summary else None,
-                "files_to_delete": planned, "shown": shown,
-                "directories": [{"dir": k, "files": v} for k, v in sorted(dirs.items())]}
+        if limit:
+            for f in self.db.files.find(query, {"lfn": 1, "dir": 1}).sort("_id", 1).limit(limit):
+                dirs.setdefault(f.get("dir", ""), []).append(f["lfn"])
+                shown += 1
+        return {"rse": rse, "dump_version": gen, "state": doc.get("state"), "reason": doc.get("reason"),
+                "files_to_delete": self.db.files.count_documents(query), "shown": shown,
+                "plan": _clean(entry), "directories": [{"dir": k, "files": v} for k, v in sorted(dirs.items())]}
