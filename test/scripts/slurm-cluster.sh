@@ -59,7 +59,8 @@ start_daemon() {
 
 write_config() {
     mkdir -p "$DIR/etc" "$DIR/state" "$DIR/spool" "$DIR/log" "$DIR/run"
-    rm -rf "$DIR/state"/* "$DIR/spool"/*  # a fresh cluster each session: no jobs left from earlier runs
+    # A fresh cluster each session: job ids restart at 1, so no jobs or completions from earlier runs.
+    rm -rf "$DIR/state"/* "$DIR/spool"/* "$DIR/log/jobcomp.txt"
     [ -s "$DIR/etc/jwt.key" ] || head -c 32 /dev/urandom > "$DIR/etc/jwt.key"
     chown slurm:slurm "$DIR/etc/jwt.key" "$DIR/state" "$DIR/log"
     chmod 600 "$DIR/etc/jwt.key"

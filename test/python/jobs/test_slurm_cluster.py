@@ -1,0 +1,235 @@
+"""SlurmBackend against a real single-node Slurm cluster: jobs run the worker and delete files in a posix storage."""
+from __future__ import annotations
+
+import json
+import time
+import zipapp
+from pathlib import Path
+from typing import Callable, Mapping
+
+import pytest
+
+from MSUnmerged.jobs.backend import JobState, JobStatus
+from MSUnmerged.jobs.slurm import SlurmBackend
+from MSUnmerged.jobs.spec import CleanupJob, DeleteFilesStep
+
+pytestmark = pytest.mark.integration
+
+RSE = "T2_XX_Slurm"
+SITE = "T2_XX_Slurm"
+
+# Stand-in for the real worker until it lands: same command line (`worker.pyz manifest.json`, report.jsonl).
+STANDIN_WORKER = '''
+import json, os, sys
+manifest = json.load(open(sys.argv[1]))
+storage = json.load(open(os.path.join(os.environ["SITECONFIG_PATH"], "storage.json")))
+prefix = [p for p in storage[0]["protocols"] if p["protocol"] == "posix"][0]["prefix"]
+with open("report.jsonl", "w") as out:
+    for lfn in manifest["task"]["steps"][0]["lfns"]:
+        try:
+            os.unlink(prefix + lfn)
+            outcome = "deleted"
+        except FileNotFoundError:
+            outcome = "missing"
+        out.write(json.dumps({"lfn": lfn, "outcome": outcome}) + "\\n")
+'''
+
+
+@pytest.fixture(scope="module")
+def worker(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    src = tmp_path_factory.mktemp("standin")
+    (src / "__main__.py").write_text(STANDIN_WORKER)
+    dest = tmp_path_factory.mktemp("worker") / "worker.pyz"
+    zipapp.create_archive(src, dest, interpreter="/usr/bin/env python3")
+    return dest
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> tuple[Path, Path]:
+    """A posix storage folder and its site configuration (SITECONFIG_PATH with JobConfig/site-local-config.xml)."""
+    root = tmp_path / "storage"
+    siteconf = tmp_path / "SITECONF" / SITE
+    (siteconf / "JobConfig").mkdir(parents=True)
+    (siteconf / "JobConfig" / "site-local-config.xml").write_text(
+        f'<site-local-config>\n<site name="{SITE}">\n  <stage-out>\n'
+        f'    <method volume="{SITE}_posix" protocol="posix" command="cp"/>\n'
+        f'  </stage-out>\n</site>\n</site-local-config>\n')
+    (siteconf / "storage.json").write_text(json.dumps([{
+        "site": SITE, "volume": f"{SITE}_posix", "rse": RSE, "type": "DISK",
+        "protocols": [{"protocol": "posix", "access": "site-rw", "prefix": str(root)}]}], indent=1))
+    return root, siteconf
+
+
+def make_files(root: Path, lfns: list[str]) -> None:
+    for lfn in lfns:
+        path = root / lfn.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x" * 10)
+
+
+def lfns_for(job: int, n: int) -> list[str]:
+    return [f"/store/unmerged/Run2024A/Prim/AOD/Proc-v{job}/000/{i:04d}/file{i}.root" for i in range(n)]
+
+
+def cleanup_job(n: int, lfns: list[str], runtime_s: int = 3600) -> CleanupJob:
+    return CleanupJob(job_id=f"{RSE}:1700000000:{n}", rse=RSE, site=SITE, deadline=time.time() + 3600,
+                      step=DeleteFilesStep(lfns=lfns, dry_run=False), generation=1700000000.0,
+                      request_memory_mb=100, max_runtime_s=runtime_s)
+
+
+def wait_for(backend: SlurmBackend, batch_ids: Mapping[str, str], until: Callable[[JobStatus], bool],
+             timeout_s: float = 120.0) -> dict[str, JobStatus]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        statuses = backend.poll(batch_ids)
+        if all(until(s) for s in statuses.values()):
+            return statuses
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"jobs not there after {timeout_s} s: {statuses}")
+        time.sleep(1)
+
+
+def terminal(s: JobStatus) -> bool:
+    return s.state.terminal
+
+
+@pytest.fixture(params=["cli", "rest"])
+def transport(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+def backend_for(cluster, transport: str, tmp_path: Path, siteconf: Path, worker: Path, **overrides) -> SlurmBackend:
+    settings = cluster.settings(transport, tmp_path / "slurm-work", **overrides)
+    return SlurmBackend(settings, {RSE: str(siteconf)}, worker)
+
+
+def test_array_deletes_files_and_reports(slurm_cluster, transport, tmp_path, storage, worker) -> None:
+    root, siteconf = storage
+    jobs = [cleanup_job(i, lfns_for(i, 4)) for i in range(3)]
+    for job in jobs:
+        make_files(root, job.step.lfns)
+    kept = lfns_for(99, 2)  # not in any job
+    make_files(root, kept)
+    backend = backend_for(slurm_cluster, transport, tmp_path, siteconf, worker)
+    backend.preflight()
+
+    batch_ids = backend.submit(jobs)
+    assert len({b.split("_")[0] for b in batch_ids.values()}) == 1  # one array
+    assert sorted(b.split("_")[1] for b in batch_ids.values()) == ["0", "1", "2"]
+    assert backend.find([j.job_id for j in jobs] + [f"{RSE}:other:0"]) == batch_ids
+
+    statuses = wait_for(backend, batch_ids, terminal)
+    for job in jobs:
+        status = statuses[job.job_id]
+        assert (status.state, status.exit_code, status.batch_id) == (JobState.FINISHED, 0, batch_ids[job.job_id])
+        report = backend.fetch_report(job.job_id, batch_ids[job.job_id], tmp_path / "reports" / f"{status.batch_id}")
+        assert report is not None
+        lines = [json.loads(line) for line in report.read_text().splitlines()]
+        assert [(r["lfn"], r["outcome"]) for r in lines] == [(lfn, "deleted") for lfn in job.step.lfns]
+        assert not any((root / lfn.lstrip("/")).exists() for lfn in job.step.lfns)
+    assert all((root / lfn.lstrip("/")).exists() for lfn in kept)
+
+    # Resubmitting a job id starts clean: the old report is not taken for the new attempt's.
+    again = backend.submit([jobs[0]])
+    assert backend.fetch_report(jobs[0].job_id, again[jobs[0].job_id], tmp_path / "r2") is None
+    status = wait_for(backend, again, terminal)[jobs[0].job_id]
+    assert status.state == JobState.FINISHED
+    report = backend.fetch_report(jobs[0].job_id, again[jobs[0].job_id], tmp_path / "r2")
+    assert {json.loads(line)["outcome"] for line in report.read_text().splitlines()} == {"missing"}
+
+
+def test_cancelled_jobs_recorded_with_reason(slurm_cluster, transport, tmp_path, storage, worker) -> None:
+    """Our removal of a running or a pending task is REMOVED with our reason; anyone else's scancel of a running
+    task is FAILED. Someone else's scancel of a pending task leaves no trace in Slurm 22.05 without slurmdbd: VANISHED."""
+    root, siteconf = storage
+    jobs = [cleanup_job(i, lfns_for(i, 2)) for i in range(4)]
+    for job in jobs:
+        make_files(root, job.step.lfns)
+    # Two tasks at a time (2 cores), each first sleeping: tasks 0 and 1 run, 2 and 3 pend.
+    backend = backend_for(slurm_cluster, transport, tmp_path, siteconf, worker, setup="sleep 300",
+                          array_parallel=2)
+    batch_ids = backend.submit(jobs)
+    running, outside, pending, outside_pending = (j.job_id for j in jobs)
+    wait_for(backend, {j: batch_ids[j] for j in (running, outside)}, lambda s: s.state == JobState.RUNNING, 60)
+    statuses = backend.poll(batch_ids)
+    assert statuses[pending].state == statuses[outside_pending].state == JobState.QUEUED
+
+    backend.remove(running, batch_ids[running], "revalidation: files became protected")
+    backend.remove(pending, batch_ids[pending], "revalidation: dump superseded")
+    for job_id in (outside, outside_pending):
+        slurm_cluster.run("scancel", batch_ids[job_id])
+
+    statuses = wait_for(backend, batch_ids, terminal, 60)
+    assert (statuses[running].state, statuses[running].reason) == (JobState.REMOVED,
+                                                                   "revalidation: files became protected")
+    assert (statuses[pending].state, statuses[pending].reason) == (JobState.REMOVED, "revalidation: dump superseded")
+    assert (statuses[outside].state, statuses[outside].reason) == (JobState.FAILED, "cancelled outside MSUnmerged")
+    assert statuses[outside_pending].state == JobState.VANISHED
+    assert all((root / lfn.lstrip("/")).exists() for job in jobs for lfn in job.step.lfns)
+    assert backend.fetch_report(running, batch_ids[running], tmp_path / "r") is None
+
+
+def test_time_limit_recorded(slurm_cluster, tmp_path, storage, worker) -> None:
+    """Slurm's minimum limit is one minute, enforced about every 30 s: one slow test, over REST."""
+    root, siteconf = storage
+    job = cleanup_job(0, lfns_for(0, 2), runtime_s=60)
+    make_files(root, job.step.lfns)
+    backend = backend_for(slurm_cluster, "rest", tmp_path, siteconf, worker, setup="sleep 600")
+    batch_ids = backend.submit([job])
+    status = wait_for(backend, batch_ids, terminal, 180)[job.job_id]
+    assert (status.state, status.reason) == (JobState.FAILED, "time limit")
+    assert all((root / lfn.lstrip("/")).exists() for lfn in job.step.lfns)
+
+
+def test_node_failure_recorded(slurm_cluster, tmp_path, storage, worker) -> None:
+    root, siteconf = storage
+    job = cleanup_job(0, lfns_for(0, 2))
+    make_files(root, job.step.lfns)
+    backend = backend_for(slurm_cluster, "cli", tmp_path, siteconf, worker, setup="sleep 600")
+    batch_ids = backend.submit([job])
+    wait_for(backend, batch_ids, lambda s: s.state == JobState.RUNNING, 60)
+    try:
+        slurm_cluster.run("scontrol", "update", f"nodename={slurm_cluster.node}", "state=down",
+                          "reason=msunmerged test: node down")
+        status = wait_for(backend, batch_ids, terminal, 60)[job.job_id]
+    finally:
+        slurm_cluster.resume_node()
+    assert (status.state, status.reason) == (JobState.FAILED, "node failure")
+    assert backend.fetch_report(job.job_id, batch_ids[job.job_id], tmp_path / "r") is None
+
+
+def test_purged_jobs_judged_by_accounting_and_markers(slurm_cluster, tmp_path, storage, worker) -> None:
+    """After MinJobAge Slurm's queue forgets a job: sacct (cli) or the job's own markers (rest) still tell."""
+    root, siteconf = storage
+    job = cleanup_job(0, lfns_for(0, 1))
+    make_files(root, job.step.lfns)
+    cli = backend_for(slurm_cluster, "cli", tmp_path, siteconf, worker)
+    batch_ids = cli.submit([job])
+    wait_for(cli, batch_ids, terminal)
+    # A batch id Slurm never had stands for a purged one: same job folder, unknown array id.
+    purged = {job.job_id: "999999_0"}
+    assert cli.poll(purged)[job.job_id].state == JobState.FINISHED  # sacct -c by the raw id the job recorded
+    rest = backend_for(slurm_cluster, "rest", tmp_path, siteconf, worker)
+    assert (rest.poll(purged)[job.job_id].state, rest.poll(purged)[job.job_id].exit_code) == (JobState.FINISHED, 0)
+    never = {f"{RSE}:1700000000:77": "999998_0"}
+    assert rest.poll(never)[f"{RSE}:1700000000:77"].state == JobState.VANISHED
+
+
+def test_refusals_are_classified(slurm_cluster, tmp_path, storage, worker) -> None:
+    from MSUnmerged.jobs.backend import BackendError
+
+    _, siteconf = storage
+    bogus = tmp_path / "bogus-token"
+    bogus.write_text("not-a-jwt")
+    backend = backend_for(slurm_cluster, "rest", tmp_path, siteconf, worker, token_file=str(bogus))
+    with pytest.raises(BackendError) as err:
+        backend.preflight()
+    assert err.value.kind == "auth_refused"
+    unreachable = backend_for(slurm_cluster, "rest", tmp_path, siteconf, worker, rest_url="http://127.0.0.1:9")
+    with pytest.raises(BackendError) as err:
+        unreachable.preflight()
+    assert err.value.kind == "unreachable"
+    bad_partition = backend_for(slurm_cluster, "cli", tmp_path, siteconf, worker, partition="nosuch")
+    with pytest.raises(BackendError) as err:
+        bad_partition.submit([cleanup_job(0, lfns_for(0, 1))])
+    assert err.value.kind == "submit_failed"
