@@ -1,0 +1,47 @@
+"""`msunmerged status [--rse RSE]`: every RSE's state and counters, or one RSE in detail."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from MSUnmerged.cli import EXIT_OK, BadInput
+from MSUnmerged.cli.ledgercli import ledger_view, print_json
+from MSUnmerged.cli.output import table
+from MSUnmerged.config import Config
+from MSUnmerged.rest.page import progress, when
+
+EXIT_NOT_FOUND = 4  # --rse names an RSE the ledger does not know
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("status", help="RSE states and counters from the ledger")
+    p.add_argument("--rse", help="one RSE in detail")
+    p.add_argument("--json", action="store_true", help="print the WMCore-style JSON envelope")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, config: Config) -> int:
+    with ledger_view(config) as view:
+        if args.rse:
+            rse = view.rse(args.rse)
+            if rse is None:
+                raise BadInput(f"no RSE {args.rse!r} in the ledger")
+            rses = [rse]
+        else:
+            rses = view.rses()
+    if args.json:
+        print_json(rses)
+        return EXIT_OK
+    if args.rse:
+        r = rses[0]
+        rows = [("state", r["state"]), ("reason", r["reason"] or "-"), ("detail", r["detail"] or "-"),
+                ("dump version", when(r["dump_version"])), ("updated", when(r["updated"])),
+                ("progress", progress(r["counters"])[1])]
+        rows += [(k, f"{v:,}" if isinstance(v, int) else v) for k, v in sorted(r["counters"].items())]
+        table(rows, ("", "value"))
+        return EXIT_OK
+    table([(r["name"], r["state"], r["reason"] or "-", when(r["dump_version"]),
+            f"{r['counters'].get('to_delete', 0):,}", f"{r['counters'].get('deleted', 0):,}",
+            f"{r['counters'].get('failed', 0):,}", progress(r["counters"])[1]) for r in rses],
+          ("RSE", "state", "reason", "dump", "to delete", "deleted", "failed", "progress"))
+    return EXIT_OK
