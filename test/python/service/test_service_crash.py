@@ -1,0 +1,90 @@
+"""A crash after any step of run_once, then a restart, leaves the ledger as a run without the crash."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pymongo import MongoClient
+from pymongo.database import Database
+
+from MSUnmerged.config import Config
+from MSUnmerged.ledger import Ledger
+from MSUnmerged.service import STEPS, Service
+from MSUnmerged.sources.offline import OfflineSources
+from svc_doubles import DirBackend, write_sources
+
+pytestmark = pytest.mark.integration
+RSE = "T2_DE_Crash"
+
+
+class Crash(BaseException):
+    """Stands for the process dying: nothing in run_once may catch it."""
+
+
+def service(tmp: Path, db: Database, src: Path, hook: Any = None) -> Service:
+    config = Config()
+    config.service.state_dir = str(tmp / "state")
+    config.service.dry_run = False
+    config.planner.files_per_job = 250
+    ledger = Ledger(db)
+    ledger.ensure_indexes()
+    return Service(config, ledger, OfflineSources(src), DirBackend(tmp / "batch"), instance="crashy", hook=hook)
+
+
+def run_to_end(svc: Service) -> None:
+    for _ in range(5):
+        if svc.run_once(RSE, wait_s=20).action == "finish":
+            return
+    raise AssertionError("run_once never finished the RSE")
+
+
+def snapshot(db: Database) -> dict[str, Any]:
+    files = {d["_id"]: (d["state"], d["job"], d["attempts"], d.get("error_class")) for d in db.files.find()}
+    jobs = {d["_id"]: (d["state"], d["files"], d.get("batch_id"), d.get("summary")) for d in db.jobs.find()}
+    rse = db.rses.find_one({"_id": RSE})
+    return {"files": files, "jobs": jobs, "state": rse["state"], "generation": rse["generation"],
+            "counters": rse["counters"], "generations": [g["gen"] for g in rse["generations"]]}
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_sources(tmp_path_factory.mktemp("crash-src"), [RSE], files=1000)
+
+
+@pytest.fixture(scope="module")
+def baseline(sources: Path, tmp_path_factory: pytest.TempPathFactory, mongo_client: MongoClient) -> dict[str, Any]:
+    db = mongo_client["crash_baseline"]
+    mongo_client.drop_database(db.name)
+    svc = service(tmp_path_factory.mktemp("baseline"), db, sources)
+    run_to_end(svc)
+    svc.leases.stop_heartbeat()
+    snap = snapshot(db)
+    snap["submissions"] = sorted(svc.backend.submissions())
+    mongo_client.drop_database(db.name)
+    return snap
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_restart_after_crash_matches_uncrashed_run(step: str, sources: Path, baseline: dict[str, Any],
+                                                   tmp_path: Path, mongo_db: Database) -> None:
+    fired = []
+
+    def crash_once(at: str, rse: str) -> None:
+        if at == step and not fired:
+            fired.append(at)
+            raise Crash(at)
+
+    crashing = service(tmp_path, mongo_db, sources, crash_once)
+    with pytest.raises(Crash):
+        run_to_end(crashing)
+    crashing.leases.stop_heartbeat()
+    restarted = service(tmp_path, mongo_db, sources)  # same instance name: takes its own lease back
+    run_to_end(restarted)
+    restarted.leases.stop_heartbeat()
+    snap = snapshot(mongo_db)
+    submissions = restarted.backend.submissions()
+    assert len(submissions) == len(set(submissions)), "a job was submitted twice"
+    assert sorted(submissions) == baseline["submissions"]
+    for key in ("files", "jobs", "state", "generation", "counters", "generations"):
+        assert snap[key] == baseline[key], key
