@@ -36,8 +36,8 @@ def add_cms_rse(client: Any, name: str, site: str | None = None, tier: int = 2, 
                 rse_type: str = "DISK", cms_type: str = "real", prefix: str = "/store/test/rucio",
                 hostname: str = "xrootd.example.org") -> None:
     """An RSE with the attributes CMS sets, and an xrootd protocol whose PFNs end in the LFN."""
-    client.add_rse(name)
-    attrs = {"cms_type": cms_type, "rse_type": rse_type, "tier": str(tier), "country": country}
+    client.add_rse(name, rse_type=rse_type)  # the RSE's own type, which expressions see as rse_type
+    attrs = {"cms_type": cms_type, "tier": str(tier), "country": country}
     if site:
         attrs["site"] = site
     for key, value in attrs.items():
