@@ -1,0 +1,55 @@
+"""One service instance as its own process, for the multi-instance test: runs one cycle and exits.
+
+usage: svc_instance.py URL DB SOURCES BATCH STATE INSTANCE SLOT WORKLOG
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from pymongo import MongoClient
+
+from MSUnmerged.config import Config
+from MSUnmerged.ledger import Ledger
+from MSUnmerged.service import RunResult, Service
+from MSUnmerged.sources.offline import OfflineSources
+from svc_doubles import DirBackend
+
+
+class LoggingService(Service):
+    """Appends one line per RSE actually worked on (not skipped for a lease) to a shared log."""
+
+    def __init__(self, *args: object, worklog: Path, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.worklog = worklog
+
+    def run_once(self, rse: str, slot: int | None = None, wait_s: float = 0.0) -> RunResult:
+        result = super().run_once(rse, slot, wait_s)
+        if result.action not in ("leased_elsewhere", "done_this_cycle"):
+            with open(self.worklog, "a") as fh:
+                fh.write(json.dumps({"rse": rse, "instance": self.instance, "action": result.action,
+                                     "reason": result.reason}) + "\n")
+        return result
+
+
+def main(url: str, db: str, sources: str, batch: str, state: str, instance: str, slot: str, worklog: str) -> int:
+    config = Config()
+    config.service.state_dir = state
+    config.service.dry_run = False
+    config.service.lease_ttl_s = 10
+    config.service.parallel_rses = 2
+    config.service.interval_s = 3600
+    config.planner.files_per_job = 100
+    ledger = Ledger(MongoClient(url)[db])
+    ledger.ensure_indexes()
+    svc = LoggingService(config, ledger, OfflineSources(sources), DirBackend(Path(batch), submit_delay_s=0.15),
+                         instance=instance, worklog=Path(worklog))
+    results = svc.cycle(slot=int(slot))
+    svc.stop()
+    print(json.dumps({rse: r.to_dict() for rse, r in results.items()}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))

@@ -1,0 +1,75 @@
+"""Two service instances (separate processes) on one database: each RSE once per cycle, even when one dies."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from pymongo import MongoClient
+
+from svc_doubles import DirBackend, write_sources
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+HERE = Path(__file__).resolve().parent
+RSES = [f"T2_XX_Site{i:02d}" for i in range(12)]
+SLOT = 42
+
+
+def start(tmp: Path, url: str, db: str, name: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parents[2] / "src" / "python")])}
+    return subprocess.Popen([sys.executable, str(HERE / "svc_instance.py"), url, db, str(tmp / "src"),
+                             str(tmp / "batch"), str(tmp / f"state-{name}"), name, str(SLOT), str(tmp / "work.log")],
+                            stdout=subprocess.PIPE, stderr=open(tmp / f"{name}.err", "w"), text=True, env=env,
+                            start_new_session=True)
+
+
+def test_two_instances_one_killed_mid_cycle(tmp_path: Path, mongo_url: str, mongo_client: MongoClient) -> None:
+    write_sources(tmp_path / "src", RSES, files=600)
+    db_name = f"instances_{os.getpid()}"
+    mongo_client.drop_database(db_name)
+    db = mongo_client[db_name]
+    a = start(tmp_path, mongo_url, db_name, "inst-a")
+    b = start(tmp_path, mongo_url, db_name, "inst-b")
+    # Kill A while it holds a lease, in the middle of its work.
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        held = db.leases.count_documents({"owner": "inst-a"})
+        done_by_a = (tmp_path / "work.log").exists() and '"inst-a"' in (tmp_path / "work.log").read_text()
+        if held and done_by_a:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("instance A never got to work")
+    held_by_a = [d["_id"] for d in db.leases.find({"owner": "inst-a"})]
+    os.killpg(a.pid, signal.SIGKILL)
+    a.wait(10)
+    out, _ = b.communicate(timeout=240)
+    assert b.returncode == 0, (tmp_path / "inst-b.err").read_text()[-3000:]
+    results_b = json.loads(out)
+
+    work = [json.loads(line) for line in (tmp_path / "work.log").read_text().splitlines()]
+    worked = [w["rse"] for w in work]
+    assert sorted(worked) == sorted(RSES), "each RSE exactly once in the cycle"
+    for w in work:  # A died holding some: B took them over after expiry and finished what A began
+        expected = ("new_generation", "finish", "resume") if w["rse"] in held_by_a else ("new_generation",)
+        assert w["action"] in expected, w
+    assert all(results_b[rse]["action"] != "failed" for rse in held_by_a)
+    assert all(d["done_slot"] == SLOT for d in db.leases.find())
+
+    submissions = DirBackend(tmp_path / "batch").submissions()
+    assert len(submissions) == len(set(submissions)), "a job was submitted twice"
+    jobs = {d["_id"]: d for d in db.jobs.find()}
+    assert set(submissions) == set(jobs), "a recorded job was never submitted, or an unrecorded one was"
+    assert all(j["state"] in ("queued", "finished") and j["batch_id"] for j in jobs.values())
+    for rse in RSES:
+        doc = db.rses.find_one({"_id": rse})
+        assert len(doc["generations"]) == 1
+        n = db.files.count_documents({"rse": rse})
+        assert n == doc["generations"][0]["to_delete"] > 0
+        assert sum(j["files"] for j in jobs.values() if j["rse"] == rse) == n  # each file in exactly one job
+    mongo_client.drop_database(db_name)
