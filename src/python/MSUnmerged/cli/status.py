@@ -10,9 +10,6 @@ from MSUnmerged.cli.output import table
 from MSUnmerged.config import Config
 from MSUnmerged.rest.page import progress, when
 
-EXIT_NOT_FOUND = 4  # --rse names an RSE the ledger does not know
-
-
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("status", help="RSE states and counters from the ledger")
     p.add_argument("--rse", help="one RSE in detail")

@@ -11,7 +11,7 @@ from pymongo.database import Database
 
 from MSUnmerged.jobs.backend import JobState
 from MSUnmerged.ledger import FILE_STATES as LEDGER_FILE_STATES
-from MSUnmerged.ledger import JOB_PLANNED, LIVE_JOB_STATES, PLANNED, RETRIABLE, Ledger, gen_key
+from MSUnmerged.ledger import JOB_PLANNED, LIVE_JOB_STATES, PLANNED, RETRIABLE, Ledger
 
 # "submitted": planned files whose job is live in the batch system (as Ledger.query_files has it).
 FILE_STATES = (*LEDGER_FILE_STATES, "submitted")
@@ -71,7 +71,7 @@ def _scalar(v: Any) -> Any:
 
 
 def _range(prefix: str) -> dict[str, str]:
-    """Every ledger id starting with `prefix` (ids are "<rse>|<gen>|<lfn>")."""
+    """Every string starting with `prefix`."""
     return {"$gte": prefix, "$lt": prefix + "\U0010ffff"}
 
 
@@ -129,9 +129,10 @@ class MongoLedgerView:
             gen = self.ledger.rse(rse).get("generation")
             if gen is None:
                 return
-            query.update(rse=rse, gen=gen, _id=_range(f"{rse}|{gen_key(gen)}|{dir_prefix or ''}"))
-        elif dir_prefix:
-            query["dir"] = {"$gte": dir_prefix.rstrip("/"), "$lt": dir_prefix.rstrip("/") + "\U0010ffff"}
+            # Filter on the indexed (rse, gen, state) fields; a range on _id is slow on SecantusDB.
+            query.update(rse=rse, gen=gen)
+        if dir_prefix:
+            query["lfn"] = _range(dir_prefix)
         if after:
             query.setdefault("_id", {})["$gt"] = after
         if state == "submitted":
