@@ -14,11 +14,13 @@ The marker files let a job be judged after Slurm forgot it (MinJobAge), and tell
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 import re
 import shlex
 import subprocess
+import tarfile
 import tempfile
 import time
 from collections import defaultdict
@@ -375,6 +377,17 @@ def _expand(indexes: str) -> list[int]:
     return out
 
 
+def _tar(files: Mapping[str, bytes]) -> bytes:
+    """An uncompressed tar archive of these (relative path -> content) files."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(data), int(time.time()), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
 def job_folder(job_id: str) -> str:
     """A file-system-safe, unique folder name for a ledger job id ("<rse>:<dump version>:<n>")."""
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", job_id)[:80]
@@ -453,21 +466,22 @@ class SlurmBackend:
         ids = [j.job_id for j in jobs]
         tag = hashlib.sha1(json.dumps([ids, time.time()]).encode()).hexdigest()[:12]
         array_dir = f"{self.work_dir}/arrays/{tag}"
-        for job in jobs:
-            d = self._job_dir(job.job_id)
-            # A resubmitted job id must not inherit the markers or report of an earlier attempt.
-            self.shell.run(f"mkdir -p {shlex.quote(d)} && cd {shlex.quote(d)} && "
-                           f"rm -f {' '.join(MARKERS)} {REPORT_NAME} job.log")
-            self.shell.write(f"{d}/{MANIFEST_NAME}", json.dumps(job.manifest(), indent=1).encode())
-        self.shell.write(f"{array_dir}/worker.pyz", worker)
-        self.shell.write(f"{array_dir}/jobs.txt", "".join(f"{self._job_dir(i)}\n" for i in ids).encode())
-        self.shell.write(f"{array_dir}/jobs.json", json.dumps(ids).encode())
         siteconfig = self.siteconfigs.get(rse)
         script = JOB_SCRIPT.format(
             path=JOB_PATH, array_dir=shlex.quote(array_dir), python=shlex.quote(self.settings.python),
             manifest=MANIFEST_NAME, setup=self.settings.setup,
             exports=f"export SITECONFIG_PATH={shlex.quote(siteconfig)}\n" if siteconfig else "")
-        self.shell.write(f"{array_dir}/job.sh", script.encode())
+        files = {f"jobs/{job_folder(j.job_id)}/{MANIFEST_NAME}": json.dumps(j.manifest(), indent=1).encode()
+                 for j in jobs}
+        files.update({f"arrays/{tag}/worker.pyz": worker, f"arrays/{tag}/job.sh": script.encode(),
+                      f"arrays/{tag}/jobs.json": json.dumps(ids).encode(),
+                      f"arrays/{tag}/jobs.txt": "".join(f"{self._job_dir(i)}\n" for i in ids).encode()})
+        # One command for the whole array (one ssh round trip, not one per job). A resubmitted job id must
+        # not inherit the markers or report of an earlier attempt.
+        w = shlex.quote(self.work_dir)
+        self.shell.run(f"mkdir -p {w} && tar -x -f - -C {w} && while IFS= read -r d; do "
+                       f"for f in {' '.join(MARKERS)} {REPORT_NAME} job.log; do rm -f \"$d/$f\"; done; "
+                       f"done < {shlex.quote(array_dir)}/jobs.txt", stdin=_tar(files))
         s = self.settings
         spec = ArraySpec(name=NAME_PREFIX + tag, size=len(jobs), parallel=s.array_parallel,
                          time_limit_min=max(1, math.ceil(runtime_s / 60)), memory_mb=memory_mb,
