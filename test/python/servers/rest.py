@@ -1,9 +1,7 @@
-"""Fixtures for the REST tests: a SecantusDB server, the CherryPy app on a free port, headless Chromium."""
+"""Fixtures for the REST tests: the CherryPy app on a free port over the shared SecantusDB, headless Chromium."""
 from __future__ import annotations
 
 import hashlib
-import shutil
-import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -13,36 +11,7 @@ from pymongo.database import Database
 
 from MSUnmerged.config import Config
 
-from servers import Process, free_port, run_script, server_dir, wait_port
-
-
-def secantusd() -> str:
-    local = Path(sys.executable).with_name("secantusd-py")
-    found = str(local) if local.exists() else shutil.which("secantusd-py")
-    if not found:
-        pytest.fail("secantusd-py not found: pip install -r requirements.txt")
-    return found
-
-
-@pytest.fixture(scope="session")
-def rest_mongo_url() -> Iterator[str]:
-    """A SecantusDB (MongoDB wire protocol) server in memory on a free loopback port."""
-    port = free_port()
-    proc = Process("rest-secantusdb", [secantusd(), "--host", "127.0.0.1", "--port", str(port),
-                                       "--storage-path", ":memory:", "--standalone", "--log-level", "WARNING"],
-                   server_dir("rest-mongo"))
-    try:
-        wait_port(port, timeout=60, proc=proc)
-        yield f"mongodb://127.0.0.1:{port}/?directConnection=true"
-    finally:
-        proc.stop()
-
-
-@pytest.fixture(scope="session")
-def rest_mongo(rest_mongo_url: str) -> Iterator[MongoClient]:
-    client: MongoClient = MongoClient(rest_mongo_url, serverSelectionTimeoutMS=10000)
-    yield client
-    client.close()
+from servers import free_port, run_script
 
 
 @pytest.fixture(scope="session")
@@ -76,8 +45,8 @@ class RestApp:
 
 
 @pytest.fixture(scope="session")
-def rest_app(rest_mongo: MongoClient, hmac_key: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestApp]:
-    """The CherryPy app on a free loopback port over a real MongoDB wire-protocol server.
+def rest_app(mongo_client: MongoClient, hmac_key: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestApp]:
+    """The CherryPy app on a free loopback port over the shared MongoDB wire-protocol server (servers.mongo).
 
     CherryPy's engine is process-global, so one app serves the whole session; tests seed their own RSEs.
     """
@@ -90,7 +59,8 @@ def rest_app(rest_mongo: MongoClient, hmac_key: Path, tmp_path_factory: pytest.T
     config.rest.audit_log = str(tmp_path_factory.mktemp("rest-audit") / "audit.jsonl")
     config.rest.cache_ttl_s = 0.0
     config.rest.trigger_rate_per_min = 3
-    db = rest_mongo["msunmerged_rest_test"]
+    mongo_client.drop_database("msunmerged_rest_test")
+    db = mongo_client["msunmerged_rest_test"]
     port = free_port()
     state = RestApp(f"http://127.0.0.1:{port}{config.rest.base}", db, hmac_key, Path(config.rest.audit_log), config)
     triggers = TriggerQueue(state.run)
