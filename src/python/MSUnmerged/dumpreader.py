@@ -136,7 +136,7 @@ def _line_chunks(first: bytes, stream: BinaryIO, chunk_bytes: int) -> Iterator[b
         yield (rest + block[:cut]) if rest else (block if cut == len(block) else block[:cut])
         rest = block[cut:]
     if rest:
-        yield rest + b"\n"
+        yield rest if rest.endswith(b"\n") else rest + b"\n"
 
 
 def _json_chunks(first: bytes, stream: BinaryIO, chunk_bytes: int) -> Iterator[bytes]:

@@ -20,6 +20,10 @@ def test_plain_text_in_whole_lines():
     assert read_all(("\n".join(LINES) + "\n").encode()) == [x.encode() for x in LINES]
 
 
+def test_tiny_dump_gains_no_blank_line():
+    assert list(iter_chunks(io.BytesIO(b"/store/a/b\n"))) == [b"/store/a/b\n"]
+
+
 def test_last_line_without_newline():
     assert read_all(b"/a/b\n/c/d") == [b"/a/b", b"/c/d"]
 
