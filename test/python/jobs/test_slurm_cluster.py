@@ -233,3 +233,21 @@ def test_refusals_are_classified(slurm_cluster, tmp_path, storage, worker) -> No
     with pytest.raises(BackendError) as err:
         bad_partition.submit([cleanup_job(0, lfns_for(0, 1))])
     assert err.value.kind == "submit_failed"
+
+
+def test_arrays_split_by_size_and_resources(slurm_cluster, tmp_path, storage, worker) -> None:
+    root, siteconf = storage
+    jobs = [cleanup_job(i, lfns_for(i, 1)) for i in range(3)]
+    jobs.append(cleanup_job(3, lfns_for(3, 1), runtime_s=7200))  # other time limit: its own array
+    for job in jobs:
+        make_files(root, job.step.lfns)
+    backend = backend_for(slurm_cluster, "cli", tmp_path, siteconf, worker, array_max_size=2)
+    batch_ids = backend.submit(jobs)
+    arrays = [batch_ids[j.job_id].split("_")[0] for j in jobs]
+    assert arrays[0] == arrays[1] != arrays[2] != arrays[3] != arrays[0]
+    assert [batch_ids[j.job_id].split("_")[1] for j in jobs] == ["0", "1", "0", "0"]
+    limits = slurm_cluster.run("squeue", "-h", "-r", "-t", "all", "-j", ",".join(sorted(set(arrays))), "-o", "%i %l")
+    assert f"{batch_ids[jobs[3].job_id]} 2:00:00" in limits and f"{batch_ids[jobs[0].job_id]} 1:00:00" in limits
+    statuses = wait_for(backend, batch_ids, terminal)
+    assert {s.state for s in statuses.values()} == {JobState.FINISHED}
+    assert not any((root / job.step.lfns[0].lstrip("/")).exists() for job in jobs)
