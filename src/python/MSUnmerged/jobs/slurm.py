@@ -49,7 +49,7 @@ _HELD = {"SUSPENDED": "suspended", "STOPPED": "stopped", "REQUEUE_HOLD": "held f
 _FAILED = {"TIMEOUT": "time limit", "NODE_FAIL": "node failure", "BOOT_FAIL": "node boot failure",
            "OUT_OF_MEMORY": "out of memory", "DEADLINE": "deadline", "PREEMPTED": "preempted",
            "REVOKED": "revoked"}
-# Pending reasons under which the job will not start by itself: HELD, so the service's hold limit applies.
+# Pending reasons under which the job will not start without someone acting: HELD (needs attention).
 _HOLD_REASONS = {"JobHeldUser", "JobHeldAdmin", "PartitionTimeLimit", "PartitionNodeLimit", "PartitionDown",
                  "PartitionInactive", "BadConstraints", "InvalidAccount", "InvalidQOS", "AssociationJobLimit",
                  "DependencyNeverSatisfied", "QOSMaxWallDurationPerJobLimit", "ReqNodeNotAvail",
