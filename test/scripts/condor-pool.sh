@@ -7,6 +7,8 @@
 # Everything lives in test/.servers/condor/ (override with CONDOR_POOL_DIR); only 127.0.0.1 is used.
 set -euo pipefail
 
+# The pool uses its own /etc/condor config, whatever the caller (e.g. the bindings) set.
+unset CONDOR_CONFIG
 REPO="$(cd "$(dirname "$0")/../.." && pwd)"
 BASE="${CONDOR_POOL_DIR:-$REPO/test/.servers/condor}"
 R="$BASE/root"

@@ -7,6 +7,7 @@ as a CMS glidein would.
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from dataclasses import dataclass
@@ -34,8 +35,10 @@ class CondorPool:
 
     def run(self, *argv: str, timeout: float = 60) -> str:
         """Run a command inside the chroot (condor_q, condor_status, ...)."""
+        # The backend sets CONDOR_CONFIG=/dev/null for this process; the pool's tools need their own config.
+        env = {k: v for k, v in os.environ.items() if k != "CONDOR_CONFIG"}
         return subprocess.run(["chroot", str(self.root), *argv], capture_output=True, text=True, check=True,
-                              timeout=timeout).stdout
+                              timeout=timeout, env=env).stdout
 
     def inside(self, path: str) -> Path:
         """The host path of a path inside the pool's chroot."""

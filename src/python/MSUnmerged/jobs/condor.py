@@ -400,7 +400,8 @@ class CondorBackend:
     # ----- removal and reconciliation --------------------------------------------------------------------
 
     def _act(self, schedd: htcondor2.Schedd, action: Any, spec: str, reason: str) -> Any:
-        return schedd.act(action, spec, reason=REMOVE_PREFIX + reason)
+        # htcondor2 25.x drops a plain-string reason; the (reason, code) form reaches the schedd.
+        return schedd.act(action, spec, reason=(REMOVE_PREFIX + reason, None))
 
     def remove(self, job_id: str, batch_id: str, reason: str) -> None:
         """Remove the job from the queue (a job already gone is fine) and drop its local files."""

@@ -1,0 +1,307 @@
+"""CondorBackend against a real HTCondor pool: jobs run the worker in the pool and delete files of the "site".
+
+Different identities are tried in different processes: the bindings cache authenticated sessions and the
+security settings are process-wide.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterator, Mapping
+
+import pytest
+
+from MSUnmerged.config import CondorConfig, JobsConfig
+from MSUnmerged.jobs.backend import BackendError, JobState, JobStatus
+from MSUnmerged.jobs.condor import CondorBackend
+from MSUnmerged.jobs.spec import CleanupJob, DeleteFilesStep
+from servers import free_port
+from servers.condor import JOB_UID, SITE, CondorPool
+
+pytestmark = pytest.mark.integration
+
+RSE = "T2_XX_Condor_Disk"
+# Only the test slot advertises this site: the requirement makes the job go there, as in production.
+SITE_MATCH = "stringListMember(TARGET.GLIDEIN_CMSSite, MY.DESIRED_Sites)"
+STORAGE = "/srv/storage"  # inside the pool's chroot
+
+# Stand-in for the worker until the real one exists: deletes <STORAGE><lfn>, one JSON line per file.
+STANDIN = f"""#!/usr/bin/env python3
+import json, os, sys
+manifest = json.load(open(sys.argv[1]))
+with open("report.jsonl", "w") as report:
+    for lfn in manifest["task"]["steps"][0]["lfns"]:
+        try:
+            os.unlink("{STORAGE}" + lfn)
+            outcome = "deleted"
+        except FileNotFoundError:
+            outcome = "missing"
+        report.write(json.dumps({{"lfn": lfn, "outcome": outcome}}) + "\\n")
+"""
+
+
+@pytest.fixture(scope="module")
+def worker(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("worker") / "worker.py"
+    path.write_text(STANDIN)
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def make_files(condor_pool: CondorPool) -> Callable[[list[str]], None]:
+    def make(lfns: list[str]) -> None:
+        for lfn in lfns:
+            path = condor_pool.inside(STORAGE + lfn)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("x")
+        for dirpath, _, files in os.walk(condor_pool.inside(STORAGE)):
+            os.chown(dirpath, JOB_UID, JOB_UID)
+            for f in files:
+                os.chown(os.path.join(dirpath, f), JOB_UID, JOB_UID)
+    return make
+
+
+def config(pool: CondorPool, token_dir: Path | str, requirements: str = SITE_MATCH, **kw: object) -> CondorConfig:
+    return CondorConfig(pool=pool.pool, token_dir=str(token_dir), requirements=requirements, **kw)
+
+
+@pytest.fixture
+def backend(condor_pool: CondorPool, worker: Path, tmp_path: Path) -> CondorBackend:
+    return CondorBackend(config(condor_pool, condor_pool.token_dir("submitter")), JobsConfig(), tmp_path / "work",
+                         worker=worker)
+
+
+def make_jobs(tag: str, lfn_sets: list[list[str]], deadline_s: float = 3600) -> list[CleanupJob]:
+    return [CleanupJob(job_id=f"{RSE}:{tag}:{i}", rse=RSE, site=SITE, deadline=time.time() + deadline_s,
+                       step=DeleteFilesStep(lfns=lfns, dry_run=False)) for i, lfns in enumerate(lfn_sets)]
+
+
+def wait_for(backend: CondorBackend, ids: Mapping[str, str], done: Callable[[JobStatus], bool],
+             timeout: float = 180) -> dict[str, JobStatus]:
+    deadline = time.monotonic() + timeout
+    while True:
+        states = backend.poll(ids)
+        if all(done(s) for s in states.values()):
+            return states
+        if time.monotonic() > deadline:
+            raise AssertionError(f"jobs not done after {timeout} s: {states}")
+        time.sleep(1)
+
+
+def tag() -> str:
+    return f"{time.time():.6f}"
+
+
+def queue(pool: CondorPool, constraint: str) -> list[str]:
+    return pool.run("condor_q", "-allusers", "-constraint", constraint, "-af", "MSUnmergedJobId").split()
+
+
+def test_jobs_delete_files_and_reports_come_back(condor_pool: CondorPool, backend: CondorBackend,
+                                                  make_files: Callable[[list[str]], None], tmp_path: Path) -> None:
+    t = tag()
+    sets = [[f"/store/unmerged/E/P/T/p-v1/{t}/{j}/f{i}.root" for i in range(3)] for j in range(3)]
+    make_files([lfn for s in sets for lfn in s])
+    sets[2].append(f"/store/unmerged/E/P/T/p-v1/{t}/2/never-there.root")
+    jobs = make_jobs(t, sets)
+    backend.preflight(RSE)
+    ids = backend.submit(jobs)
+    clusters = {b.split(".")[0] for b in ids.values()}
+    assert len(ids) == 3 and len(clusters) == 1  # one cluster through itemdata
+    assert backend.find([j.job_id for j in jobs]) == ids
+
+    states = wait_for(backend, ids, lambda s: s.state.terminal)
+    assert {s.state for s in states.values()} == {JobState.FINISHED}
+    assert all(s.exit_code == 0 for s in states.values())
+    for job in jobs:
+        report = backend.fetch_report(job.job_id, ids[job.job_id], tmp_path / "reports" / f"{job.step.lfns[0][-8:]}")
+        assert report is not None
+        outcomes = {r["lfn"]: r["outcome"] for r in map(json.loads, report.read_text().splitlines())}
+        expected = {lfn: "missing" if "never-there" in lfn else "deleted" for lfn in job.step.lfns}
+        assert outcomes == expected
+        backend.remove(job.job_id, ids[job.job_id], "collected")
+    for lfn in (lfn for s in sets for lfn in s):
+        assert not condor_pool.inside(STORAGE + lfn).exists()
+    assert queue(condor_pool, f"ClusterId == {clusters.pop()}") == []
+    # Gone from the queue, still known from the history (crash reconciliation).
+    assert backend.find([j.job_id for j in jobs]) == ids
+
+
+def test_held_job_is_recorded_with_reason(condor_pool: CondorPool, backend: CondorBackend) -> None:
+    (job,) = make_jobs(tag(), [["/store/unmerged/E/P/T/p-v1/held.root"]])
+    backend.condor.requirements = "False"  # never matches: the job stays idle until we hold it
+    ids = backend.submit([job])
+    cluster_proc = ids[job.job_id].split("@")[0]
+    wait_for(backend, ids, lambda s: s.state is JobState.QUEUED and s.reason == "", timeout=30)
+    condor_pool.run("condor_hold", "-reason", "operator says wait", cluster_proc)
+    (status,) = wait_for(backend, ids, lambda s: s.state is JobState.HELD, timeout=30).values()
+    assert "operator says wait" in status.reason
+    backend.remove(job.job_id, ids[job.job_id], "held too long")
+    (status,) = backend.poll(ids).values()
+    assert status.state is JobState.REMOVED and status.reason.startswith("MSUnmerged: held too long")
+
+
+def test_revalidation_removes_only_jobs_not_started(condor_pool: CondorPool, backend: CondorBackend,
+                                                     make_files: Callable[[list[str]], None]) -> None:
+    t = tag()
+    blocker = f"/store/unmerged/E/P/T/p-v1/{t}/blocker.root"
+    make_files([blocker])
+    backend.condor.requirements = "False"
+    waiting = backend.submit(make_jobs(t, [[f"/store/unmerged/E/P/T/p-v1/{t}/q{i}.root"] for i in range(2)]))
+    wait_for(backend, waiting, lambda s: s.state is JobState.QUEUED and s.reason == "", timeout=30)
+    assert backend.pending(waiting) == waiting
+    removed = backend.remove_pending(waiting, "revalidation: file became protected")
+    assert sorted(removed) == sorted(waiting)
+    states = backend.poll(waiting)
+    assert all(s.state is JobState.REMOVED for s in states.values())
+    assert backend.pending(waiting) == {}
+
+
+def test_vanished_job(backend: CondorBackend, condor_pool: CondorPool) -> None:
+    states = backend.poll({f"{RSE}:never:0": "999999.0@" + condor_pool.run("condor_status", "-schedd", "-af",
+                                                                           "Name").strip()})
+    assert [s.state for s in states.values()] == [JobState.VANISHED]
+
+
+# ----- refusals and crashes: each identity in its own process ------------------------------------------------
+
+CHILD = """
+import json, sys, time
+from pathlib import Path
+from MSUnmerged.config import CondorConfig, JobsConfig
+from MSUnmerged.jobs.backend import BackendError
+from MSUnmerged.jobs.condor import CondorBackend
+from MSUnmerged.jobs.spec import CleanupJob, DeleteFilesStep
+args = json.loads(sys.argv[1])
+backend = CondorBackend(CondorConfig(**args["condor"]), JobsConfig(), Path(args["workdir"]), worker=Path(args["worker"]))
+jobs = [CleanupJob(job_id=j, rse=args["rse"], site=args["site"], deadline=time.time() + 3600,
+                   step=DeleteFilesStep(lfns=["/store/unmerged/E/P/T/p-v1/x.root"])) for j in args["job_ids"]]
+out = {}
+for step in args["steps"]:
+    try:
+        if step == "preflight":
+            backend.preflight(args["rse"])
+            out[step] = "ok"
+        elif step == "submit":
+            out[step] = backend.submit(jobs)
+            print(json.dumps(out), flush=True)
+            time.sleep(3600)  # where the service would record the batch ids: killed before it does
+    except BackendError as exc:
+        out[step] = {"kind": exc.kind, "message": exc.message}
+print(json.dumps(out), flush=True)
+"""
+
+
+def child(args: dict, timeout: float = 120) -> dict:
+    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(args)], capture_output=True, text=True,
+                          timeout=timeout)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def refusal_args(pool: CondorPool, worker: Path, tmp_path: Path, token_dir: str, job_id: str,
+                 pool_address: str | None = None) -> dict:
+    return {"condor": {"pool": pool_address or pool.pool, "token_dir": token_dir, "ping_timeout_s": 8,
+                       "requirements": "False"},
+            "workdir": str(tmp_path / "child"), "worker": str(worker), "rse": RSE, "site": pool.site,
+            "job_ids": [job_id], "steps": ["preflight", "submit"]}
+
+
+@pytest.mark.parametrize("who,kind", [("nobody", "auth_refused"), ("intruder", "auth_denied"),
+                                      ("unreachable", "unreachable")])
+def test_refusals_are_classified_and_nothing_is_submitted(condor_pool: CondorPool, backend: CondorBackend,
+                                                          worker: Path, tmp_path: Path, who: str, kind: str) -> None:
+    job_id = f"{RSE}:refused-{who}:{tag()}"
+    if who == "nobody":
+        token_dir, address = tmp_path / "empty-tokens", None
+        token_dir.mkdir()
+    elif who == "intruder":
+        token_dir, address = condor_pool.token_dir("intruder"), None
+    else:
+        token_dir, address = condor_pool.token_dir("submitter"), f"127.0.0.1:{free_port()}"
+    out = child(refusal_args(condor_pool, worker, tmp_path, str(token_dir), job_id, address))
+    assert out["preflight"]["kind"] == kind, out
+    assert out["submit"]["kind"] == kind, out  # the submit itself is refused the same way
+    assert "eyJ" not in json.dumps(out)  # no token text in any message
+    assert backend.find([job_id]) == {}
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port that accepts connections and never answers, like a hung schedd or collector."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join()
+    for s in held:
+        s.close()
+    server.close()
+
+
+def test_silent_schedd_times_out_without_stalling_others(condor_pool: CondorPool, backend: CondorBackend,
+                                                         worker: Path, silent_port: int, tmp_path: Path) -> None:
+    jobs = JobsConfig(sites={"T2_XX_Hung": {"site": "T2_XX_Hung", "pool": f"127.0.0.1:{silent_port}"}})
+    cfg = config(condor_pool, condor_pool.token_dir("submitter"), ping_timeout_s=4)
+    two = CondorBackend(cfg, jobs, tmp_path / "work2", worker=worker)
+    results: dict[str, object] = {}
+
+    def check(rse: str) -> None:
+        started = time.monotonic()
+        try:
+            two.preflight(rse)
+            results[rse] = ("ok", time.monotonic() - started)
+        except BackendError as exc:
+            results[rse] = (exc.kind, time.monotonic() - started)
+
+    threads = [threading.Thread(target=check, args=(rse,)) for rse in ("T2_XX_Hung", RSE)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(30)
+    hung_kind, hung_s = results["T2_XX_Hung"]  # type: ignore[misc]
+    ok_kind, ok_s = results[RSE]  # type: ignore[misc]
+    assert hung_kind == "timeout" and 3.5 < hung_s < 10
+    assert ok_kind == "ok" and ok_s < 3
+
+
+def test_crash_between_submit_and_record_is_reconciled(condor_pool: CondorPool, backend: CondorBackend,
+                                                       worker: Path, tmp_path: Path) -> None:
+    t = tag()
+    job_ids = [f"{RSE}:crash-{t}:{i}" for i in range(3)]
+    args = refusal_args(condor_pool, worker, tmp_path, str(condor_pool.token_dir("submitter")), "")
+    args.update(job_ids=job_ids, steps=["submit"])
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(args)], stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        submitted = json.loads(line)["submit"]
+    finally:
+        proc.send_signal(signal.SIGKILL)  # dies before recording anything
+        proc.wait(10)
+    # The restarted service asks before resubmitting: every job is there, each exactly once.
+    found = backend.find(job_ids + [f"{RSE}:crash-{t}:never"])
+    assert found == submitted
+    assert sorted(queue(condor_pool, f'stringListMember(MSUnmergedJobId, "{",".join(job_ids)}")')) == sorted(job_ids)
+    assert backend.pending(found) == found
+    assert sorted(backend.remove_pending(found, "test cleanup")) == sorted(job_ids)
