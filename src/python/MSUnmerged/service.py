@@ -362,6 +362,33 @@ class Service:
         except BackendError as exc:  # the outcome is recorded; a left-over queue entry is harmless
             log.warning("%s: removing %s after collection: %s", job["rse"], job["_id"], exc)
 
+    def apply_plan(self, plan_dir: Path, protected: list[str]) -> RunResult:
+        """Record and submit exactly the plan in `plan_dir` (from `msunmerged plan`), under the RSE's lease,
+        after dropping the files the current protected list covers."""
+        plan = planner.read_summary(plan_dir)
+        result = RunResult(plan.rse, "apply")
+        if plan.guard:
+            return self._guarded(plan.rse, result, plan.guard, plan.guard_detail)
+        generation = plan.dump_version if plan.dump_version is not None else plan.created
+        result.generation = generation
+        if not self.leases.acquire(plan.rse):
+            return RunResult(plan.rse, "leased_elsewhere", reason="leased_elsewhere")
+        try:
+            protection = planner.check_protection(protected, plan.protected_count,
+                                                  self.config.guards.max_protected_shrink)
+        except planner.GuardTripped as guard:
+            self.leases.release(plan.rse)
+            return self._guarded(plan.rse, result, guard.reason, guard.detail)
+        self.ledger.record_plan(plan_dir, plan, generation, protected_count=len(protection))
+        result.dropped_protected = self.ledger.drop_protected(plan.rse, generation, protection)
+        result.submitted = self._submit_planned(plan.rse, generation, protected)
+        result.state = statemachine.STATE_RUNNING if result.submitted else statemachine.STATE_PLANNED
+        self.ledger.set_rse_state(plan.rse, result.state, detail=f"applied {plan_dir}: {result.submitted} jobs, "
+                                  f"{result.dropped_protected} files dropped as protected since planning")
+        self.ledger.refresh_counters(plan.rse)
+        self.leases.release(plan.rse)
+        return result
+
     # -- the loop ------------------------------------------------------------------------------
 
     def my_rses(self) -> list[str]:

@@ -395,11 +395,12 @@ class Ledger:
             generation = self.rse(rse).get("generation")
             if generation is None:
                 return {"items": [], "next": None, "generation": None}
-        flt: dict[str, Any] = {"rse": rse, "gen": generation}
-        id_range = _prefix_range(f"{rse}|{gen_key(generation)}|{dir_prefix or ''}")
-        if after:
-            id_range["$gt"] = after
-        flt["_id"] = id_range
+        # One index per question: job -> (job); directory -> the _id range; state -> (rse, gen, state).
+        flt: dict[str, Any] = {}
+        if dir_prefix or not (state or job):
+            flt["_id"] = _prefix_range(f"{rse}|{gen_key(generation)}|{dir_prefix or ''}")
+        elif not job:
+            flt.update(rse=rse, gen=generation)
         if state == "submitted":
             live = [j["_id"] for j in self.jobs_in(rse, LIVE_JOB_STATES, generation) if not job or j["_id"] == job]
             flt.update(state=PLANNED, job={"$in": live})
@@ -408,6 +409,8 @@ class Ledger:
                 flt["state"] = state
             if job:
                 flt["job"] = job
+        if after:
+            flt.setdefault("_id", {})["$gt"] = after
         docs = with_retry(lambda: list(self.files.find(flt).sort("_id", ASCENDING).limit(limit)), "query files")
         return {"items": docs, "next": docs[-1]["_id"] if len(docs) == limit else None, "generation": generation}
 
