@@ -1,0 +1,111 @@
+"""The ledger on a real SecantusDB: idempotent recording, outcomes, queries, transient-error retries."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pymongo import MongoClient
+from pymongo.database import Database
+
+from MSUnmerged import planner
+from MSUnmerged.config import Config
+from MSUnmerged.embedded_mongo import EmbeddedMongo
+from MSUnmerged.ledger import Ledger, LedgerError, job_id, with_retry
+
+pytestmark = pytest.mark.integration
+RSE = "T2_FR_Ledger"
+GEN = 1_700_000_000.0
+
+
+def make_plan(tmp_path: Path, files: int = 900) -> planner.Plan:
+    lines = [f"/store/unmerged/Era/P{i % 3}/RAW/Proc-v1/000/{i % 4:03d}/f{i}.root" for i in range(files)]
+    config = Config()
+    config.planner.files_per_job = 200
+    config.guards.max_delete_fraction = 1.0
+    return planner.plan(RSE, [("\n".join(lines) + "\n").encode()], ["/store/unmerged/Era/Other/RAW/X-v1"], config,
+                        tmp_path / "plan", require_scan=False)
+
+
+def test_record_plan_twice_gives_the_same_records(tmp_path: Path, mongo_db: Database) -> None:
+    plan = make_plan(tmp_path)
+    ledger = Ledger(mongo_db)
+    ledger.ensure_indexes()
+    assert ledger.record_plan(tmp_path / "plan", plan, GEN) == 900
+    first = list(mongo_db.files.find({}, {"t": 0}).sort("_id"))
+    ledger.record_plan(tmp_path / "plan", plan, GEN)
+    assert list(mongo_db.files.find({}, {"t": 0}).sort("_id")) == first
+    assert mongo_db.jobs.count_documents({}) == plan.jobs == 5
+    assert len(ledger.rse(RSE)["generations"]) == 1 and "recording" not in ledger.rse(RSE)
+
+
+def test_outcomes_are_idempotent_and_scoped_to_their_job(tmp_path: Path, mongo_db: Database) -> None:
+    plan = make_plan(tmp_path)
+    ledger = Ledger(mongo_db)
+    ledger.record_plan(tmp_path / "plan", plan, GEN)
+    jid = job_id(RSE, GEN, 1, 1)
+    lfns = ledger.job_lfns(jid)
+    outcomes = [{"lfn": lfns[0], "state": "failed", "error_class": "permission_denied", "error": "EACCES"},
+                {"lfn": lfns[1], "state": "missing"}] + [{"lfn": x, "state": "deleted", "size": 5} for x in lfns[2:]]
+    for _ in range(2):
+        summary = ledger.record_outcomes(jid, outcomes)
+    assert summary["bytes_freed"] == 5 * (len(lfns) - 2) and summary["failed_by_class"] == {"permission_denied": 1}
+    other = ledger.job_lfns(job_id(RSE, GEN, 1, 2))[0]
+    ledger.record_outcomes(jid, [{"lfn": other, "state": "deleted"}])  # not this job's file: ignored
+    assert mongo_db.files.find_one({"lfn": other})["state"] == "planned"
+    assert ledger.close_job(jid, "finished") == 0
+    c = ledger.refresh_counters(RSE)
+    assert (c["deleted"], c["missing"], c["failed"], c["pending"]) == (len(lfns) - 2, 1, 1, 900 - len(lfns))
+    with pytest.raises(LedgerError):
+        ledger.record_outcomes(jid, [{"lfn": lfns[0], "state": "exploded"}])
+
+
+def test_queries_by_state_job_prefix_with_pagination(tmp_path: Path, mongo_db: Database) -> None:
+    plan = make_plan(tmp_path)
+    ledger = Ledger(mongo_db)
+    ledger.ensure_indexes()
+    ledger.record_plan(tmp_path / "plan", plan, GEN)
+    prefix = "/store/unmerged/Era/P1/RAW/Proc-v1/000/002/"
+    seen, after = [], None
+    while True:
+        page = ledger.query_files(RSE, dir_prefix=prefix, after=after, limit=40)
+        seen += [d["lfn"] for d in page["items"]]
+        after = page["next"]
+        if after is None:
+            break
+    assert sorted(seen) == seen and len(seen) == 75 and all(s.startswith(prefix) for s in seen)
+    jid = job_id(RSE, GEN, 1, 3)
+    assert len(ledger.query_files(RSE, job=jid, limit=1000)["items"]) == 200
+    assert len(ledger.query_files(RSE, state="planned", limit=1000)["items"]) == 900
+    assert ledger.query_files(RSE, state="submitted")["items"] == []
+    mongo_db.jobs.update_one({"_id": jid}, {"$set": {"state": "queued"}})
+    assert len(ledger.query_files(RSE, state="submitted", limit=1000)["items"]) == 200
+
+
+def test_transient_errors_are_retried_permanent_ones_are_not(mongo_client: MongoClient, mongo_db: Database) -> None:
+    coll = mongo_db["retry"]
+    coll.insert_one({"_id": 0})
+    mongo_client.admin.command({"configureFailPoint": "failCommand", "mode": {"times": 2},
+                                "data": {"failCommands": ["insert"], "closeConnection": True}})
+    try:
+        with_retry(lambda: coll.insert_one({"_id": 1}), "insert", base_s=0.01)
+    finally:
+        mongo_client.admin.command({"configureFailPoint": "failCommand", "mode": "off"})
+    assert coll.count_documents({}) == 2
+    with pytest.raises(LedgerError) as err:
+        with_retry(lambda: coll.insert_one({"_id": 1}), "insert", base_s=0.01)
+    assert err.value.reason == "ledger_error"
+
+
+def test_embedded_server_starts_and_stops(tmp_path: Path) -> None:
+    server = EmbeddedMongo(tmp_path / "state")
+    url = server.start()
+    pid = server.proc.pid  # type: ignore[union-attr]
+    try:
+        client: MongoClient = MongoClient(url, serverSelectionTimeoutMS=5000)
+        client["x"]["y"].insert_one({"a": 1})
+        assert client["x"]["y"].count_documents({}) == 1
+        client.close()
+    finally:
+        server.stop()
+    assert not Path(f"/proc/{pid}").exists() or b"Z" in Path(f"/proc/{pid}/stat").read_bytes().split()[2:3]
+    assert (tmp_path / "state" / "db").is_dir() and not (tmp_path / "state" / "db.pid").exists()
