@@ -1,0 +1,43 @@
+"""Builds the site-side worker as one file: a zipapp of MSUnmerged/worker that any python3 >= 3.9 runs."""
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tempfile
+import zipapp
+from pathlib import Path
+
+WORKER_SRC = Path(__file__).resolve().parent.parent / "worker"
+PACKAGE = "msunmerged_worker"
+WORKER_NAME = "msunmerged-worker.pyz"
+_MAIN = f"import sys\nfrom {PACKAGE}.__main__ import main\nsys.exit(main())\n"
+
+
+def sources() -> list[Path]:
+    return sorted(WORKER_SRC.glob("*.py"))
+
+
+def worker_version() -> str:
+    """Short hash of the worker sources: the same sources give the same version."""
+    digest = hashlib.sha256()
+    for path in sources():
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def build_worker(dest: Path) -> Path:
+    """Write the worker zipapp to `dest` (a file, or a directory to put msunmerged-worker.pyz in)."""
+    dest = Path(dest)
+    if dest.is_dir():
+        dest = dest / WORKER_NAME
+    with tempfile.TemporaryDirectory(prefix="msunmerged-worker-") as tmp:
+        pkg = Path(tmp) / PACKAGE
+        pkg.mkdir()
+        for path in sources():
+            shutil.copyfile(path, pkg / path.name)
+        (pkg / "VERSION").write_text(worker_version())
+        (Path(tmp) / "__main__.py").write_text(_MAIN)
+        partial = dest.with_name(dest.name + ".tmp")
+        zipapp.create_archive(tmp, partial, interpreter="/usr/bin/env python3")
+        partial.replace(dest)  # a job never ships a half-written worker
+    return dest

@@ -1,0 +1,41 @@
+"""Entry point of the site-side worker: `python3 msunmerged-worker.pyz MANIFEST [--report FILE]`.
+
+Exit codes: 0 all done, 1 partial, 2 refused (nothing touched), 3 configuration error (nothing
+touched), 4 internal error. The report (JSON lines) says what happened to every file.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import List, Optional
+
+from . import cleanup
+from .report import ReportWriter
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="msunmerged-worker", description="Delete the files of one cleanup job.")
+    parser.add_argument("manifest", help="job manifest (JSON)")
+    parser.add_argument("--report", default="report.jsonl", help="report file to write (JSON lines)")
+    parser.add_argument("--dry-run", action="store_true", help="delete nothing, whatever the manifest says")
+    args = parser.parse_args(argv)
+    try:
+        report = ReportWriter.open(args.report)
+    except OSError as exc:
+        print("msunmerged-worker: cannot write report %s: %s" % (args.report, exc), file=sys.stderr)
+        return cleanup.EXIT_CONFIG
+    try:
+        try:
+            job = cleanup.read_manifest(args.manifest)
+        except cleanup.JobRefused as exc:
+            return cleanup.refuse_unreadable(report, str(exc))
+        return cleanup.Cleanup(job, report, dict(os.environ), force_dry_run=args.dry_run).run()
+    except Exception as exc:  # the report must still end with a summary saying so
+        return cleanup.internal_error(report, exc)
+    finally:
+        report.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

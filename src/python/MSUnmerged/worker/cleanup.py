@@ -1,0 +1,330 @@
+"""Runs one cleanup job at the site: checks, stage-out method, deletions, rmdirs, report."""
+from __future__ import annotations
+
+import json
+import os
+import pkgutil
+import platform
+import signal
+import sys
+import time
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from . import deleters, paths, siteconf, storage
+from .deleters import DELETED, DENIED, MISSING, Deleter, Result
+from .report import ReportWriter
+
+# Exit codes (docs/jobs.md).
+EXIT_DONE = 0  # every file deleted, already missing, or (dry run) would be deleted
+EXIT_PARTIAL = 1  # the job ran; some files or directories did not reach that state
+EXIT_REFUSED = 2  # the job refused to start: deadline passed or manifest unusable; nothing touched
+EXIT_CONFIG = 3  # the site configuration gives no usable way to delete; nothing touched
+EXIT_INTERNAL = 4  # the worker itself failed; the report holds what was done until then
+
+MANIFEST_VERSION = 1
+GOOD_FILE = ("deleted", "missing", "dry_run")
+BAD_DIR = ("permission_denied", "timeout", "storage_error")
+_STEP_TYPES = {"lfns": list, "remove_dirs": list, "keep_dirs": list, "protected": list, "dry_run": bool,
+               "file_timeout_s": (int, float), "retries": int, "backoff_s": (int, float),
+               "max_consecutive_denied": int}
+
+
+def worker_version() -> str:
+    """The build's source hash (VERSION inside the zipapp), or "source" when run from the tree."""
+    try:
+        data = pkgutil.get_data(__package__ or __name__, "VERSION")
+    except OSError:
+        data = None
+    return data.decode().strip() if data else "source"
+
+
+class JobRefused(Exception):
+    """The job must not run (exit 2)."""
+
+
+class ConfigProblem(Exception):
+    """The site configuration cannot be used (exit 3)."""
+
+
+class Job:
+    """The manifest's content the worker acts on (see MSUnmerged.jobs.spec for the writer)."""
+
+    def __init__(self, data: Dict[str, Any]) -> None:
+        if not isinstance(data, dict) or data.get("version") != MANIFEST_VERSION:
+            raise JobRefused("manifest version %r is not %d" % (
+                data.get("version") if isinstance(data, dict) else None, MANIFEST_VERSION))
+        try:
+            self.job_id = str(data["job_id"])
+            self.rse = str(data["rse"])
+            self.site = str(data["site"])
+            self.deadline = float(data["deadline"])
+            steps = [s for s in data["task"]["steps"] if s.get("type") == "DeleteFiles"]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise JobRefused("manifest lacks or mistypes %s" % exc) from None
+        if len(steps) != 1:
+            raise JobRefused("manifest must hold exactly one DeleteFiles step, has %d" % len(steps))
+        step = steps[0]
+        for key, kind in _STEP_TYPES.items():
+            if key in step and (not isinstance(step[key], kind) or isinstance(step[key], bool) and kind is not bool):
+                raise JobRefused("DeleteFiles.%s has the wrong type" % key)
+        if "lfns" not in step:
+            raise JobRefused("DeleteFiles step has no lfns")
+        self.lfns: List[Any] = step["lfns"]
+        self.remove_dirs: List[Any] = step.get("remove_dirs", [])
+        self.keep_dirs: List[str] = [d for d in step.get("keep_dirs", []) if isinstance(d, str)]
+        self.protected: List[str] = [p for p in step.get("protected", []) if isinstance(p, str)]
+        self.dry_run = bool(step.get("dry_run", True))
+        self.timeout = float(step.get("file_timeout_s", 120.0))
+        self.retries = max(0, int(step.get("retries", 2)))
+        self.backoff = max(0.0, float(step.get("backoff_s", 1.0)))
+        self.max_denied = max(1, int(step.get("max_consecutive_denied", 20)))
+
+
+def read_manifest(path: str) -> Job:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return Job(json.load(fh))
+    except (OSError, ValueError) as exc:
+        raise JobRefused("cannot read manifest %s: %s" % (path, exc)) from None
+
+
+def choose_method(job: Job, env: Mapping[str, str], probe_lfn: Optional[str]) -> Tuple[
+        siteconf.StageOutMethod, storage.Mapper, Deleter]:
+    """The first stage-out method that maps this RSE's LFNs and whose tool is usable here."""
+    try:
+        cfg = siteconf.parse(siteconf.locate(env))
+    except siteconf.SiteConfigError as exc:
+        raise ConfigProblem(str(exc)) from None
+    if cfg.site != job.site:
+        raise ConfigProblem("this worker node belongs to site %r, the job is for %r" % (cfg.site, job.site))
+    reasons = []
+    for method in cfg.methods:
+        label = "%s %s" % (method.kind, method.describe())
+        try:
+            mapper, why = storage.method_mapper(method, cfg, env, job.rse)
+        except siteconf.SiteConfigError as exc:
+            mapper, why = None, str(exc)
+        if mapper is None:
+            reasons.append("%s: %s" % (label, why))
+            continue
+        deleter, why = deleters.for_command(method.command, job.timeout, env)
+        if deleter is None:
+            reasons.append("%s: %s" % (label, why))
+            continue
+        if probe_lfn is not None:
+            pfn = mapper(probe_lfn)
+            if pfn is None or not deleter.accepts(pfn):
+                reasons.append("%s: %s gives PFN %r, not usable by %s" % (label, probe_lfn, pfn, deleter.name))
+                continue
+        return method, mapper, deleter
+    raise ConfigProblem("no usable stage-out method in %s: %s" % (cfg.path, " | ".join(reasons) or "none listed"))
+
+
+class _Stop:
+    """Why the job stops early (SIGTERM, deadline, storage refusing), checked between batches."""
+
+    def __init__(self) -> None:
+        self.reason: Optional[str] = None
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.reason = "stopped by signal %d" % signum
+
+
+class Cleanup:
+    """One job's run. `run()` returns the exit code; the report says what happened to each file."""
+
+    def __init__(self, job: Job, report: ReportWriter, env: Mapping[str, str], now: Optional[float] = None,
+                 force_dry_run: bool = False) -> None:
+        self.job = job
+        self.report = report
+        self.env = env
+        self.started = time.time() if now is None else now
+        self.dry_run = job.dry_run or force_dry_run
+        self.stop = _Stop()
+        self.method: Dict[str, Any] = {}
+        self.errors: List[str] = []
+
+    def info(self) -> Dict[str, Any]:
+        return {"job_id": self.job.job_id, "rse": self.job.rse, "site": self.job.site, "dry_run": self.dry_run,
+                "host": platform.node(), "python": platform.python_version(), "worker": worker_version(), "pid": os.getpid(),
+                "time": round(self.started, 3)}
+
+    def run(self) -> int:
+        job = self.job
+        if self.started > job.deadline:
+            self.report.start(self.info())
+            return self._refuse_all(EXIT_REFUSED, "deadline passed %.0fs ago" % (self.started - job.deadline))
+        checked = self._check_files()
+        probe = next((lfn for lfn, why in checked if why is None), None)
+        try:
+            method, mapper, deleter = choose_method(job, self.env, probe)
+        except ConfigProblem as exc:
+            self.report.start(self.info())
+            return self._refuse_all(EXIT_CONFIG, str(exc))
+        self.method = dict(method.describe(), deleter=deleter.name)
+        self.report.start(dict(self.info(), method=self.method))
+        todo: List[Tuple[str, str]] = []
+        for lfn, why in checked:
+            pfn = mapper(lfn) if why is None else None
+            if why is None and (pfn is None or not deleter.accepts(pfn)):
+                why = "no usable PFN for this LFN (got %r)" % pfn
+            if why is not None:
+                self.report.file(str(lfn), pfn, "refused", why, 0)
+            else:
+                todo.append((lfn, pfn))  # type: ignore[arg-type]
+        old = signal.signal(signal.SIGTERM, self.stop)
+        try:
+            if self.dry_run:
+                for lfn, pfn in todo:
+                    self.report.file(lfn, pfn, "dry_run", None, 0)
+            else:
+                self._delete(todo, deleter)
+            self._rmdirs(mapper, deleter, [lfn for lfn, _ in todo])
+        finally:
+            signal.signal(signal.SIGTERM, old)
+        return self._finish()
+
+    # -- checks -----------------------------------------------------------------------------------
+
+    def _check_files(self) -> List[Tuple[Any, Optional[str]]]:
+        """Each LFN with the reason it is refused (None: may be deleted)."""
+        protected = paths.PathSet(self.job.protected)
+        seen = set()
+        out: List[Tuple[Any, Optional[str]]] = []
+        for lfn in self.job.lfns:
+            why = paths.problem(lfn)
+            if why is None and protected.covers(lfn):
+                why = "under a protected directory"
+            if why is None and lfn in seen:
+                why = "listed twice in the manifest"
+            if why is None:
+                seen.add(lfn)
+            out.append((lfn, why))
+        return out
+
+    def _dir_problem(self, directory: Any, file_dirs: set, protected: paths.PathSet,
+                     keep: paths.PathSet) -> Optional[str]:
+        why = paths.problem(directory)
+        if why is not None:
+            return why
+        if paths.depth(directory) < paths.MIN_DIR_DEPTH:
+            return "above the lowest removable level"
+        if protected.holds_below(directory) or keep.holds_below(directory):
+            return "a directory that must be kept (protected or kept at or below it)"
+        if directory not in file_dirs:
+            return "not a directory of this job's files"
+        return None
+
+    # -- deletion ---------------------------------------------------------------------------------
+
+    def _delete(self, todo: List[Tuple[str, str]], deleter: Deleter) -> None:
+        job = self.job
+        denied_run = 0
+        for start in range(0, len(todo), deleter.batch_size):
+            if self.stop.reason is None and time.time() > job.deadline:
+                self.stop.reason = "deadline passed during the job"
+            if self.stop.reason is not None:
+                for lfn, pfn in todo[start:]:
+                    self.report.file(lfn, pfn, "not_attempted", self.stop.reason, 0)
+                return
+            batch = todo[start:start + deleter.batch_size]
+            for (lfn, pfn), (result, attempts) in zip(batch, self._with_retries(deleter, batch)):
+                self.report.file(lfn, pfn, result.outcome, result.error, attempts)
+                denied_run = denied_run + 1 if result.outcome == DENIED else 0
+                if denied_run >= job.max_denied and self.stop.reason is None:
+                    self.stop.reason = "storage refused %d deletions in a row" % denied_run
+
+    def _with_retries(self, deleter: Deleter, batch: List[Tuple[str, str]]) -> List[Tuple[Result, int]]:
+        """Final result and attempt count per file; transient failures are retried with backoff."""
+        final: List[Optional[Tuple[Result, int]]] = [None] * len(batch)
+        pending = list(range(len(batch)))
+        ambiguous = set()  # an attempt that may have deleted the file before failing
+        attempt = 0
+        while pending:
+            attempt += 1
+            results = deleter.unlink([batch[i][1] for i in pending])
+            retry = []
+            for i, result in zip(pending, results):
+                if result.outcome == MISSING and i in ambiguous:
+                    result = Result(DELETED, "gone after an earlier attempt that failed: %s" % result.error)
+                if result.transient and attempt <= self.job.retries and self.stop.reason is None:
+                    retry.append(i)
+                    ambiguous.add(i)
+                else:
+                    final[i] = (result, attempt)
+            pending = retry
+            if pending:
+                time.sleep(self.job.backoff * (2 ** (attempt - 1)))
+        return [f for f in final if f is not None]
+
+    def _rmdirs(self, mapper: storage.Mapper, deleter: Deleter, lfns: List[str]) -> None:
+        job = self.job
+        protected = paths.PathSet(job.protected)
+        keep = paths.PathSet(job.keep_dirs)
+        file_dirs = set()
+        for lfn in lfns:
+            file_dirs.update(paths.ancestors(lfn))
+        valid = []
+        for directory in job.remove_dirs:
+            why = self._dir_problem(directory, file_dirs, protected, keep)
+            if why is not None:
+                self.report.directory(str(directory), None, "refused", why)
+            else:
+                valid.append(directory)
+        # Leaf first, whatever order the manifest used.
+        for directory in sorted(set(valid), key=lambda d: (-paths.depth(d), d)):
+            pfn = mapper(directory)
+            if pfn is None or not deleter.accepts(pfn):
+                self.report.directory(directory, pfn, "refused", "no usable PFN for this directory")
+            elif self.dry_run:
+                self.report.directory(directory, pfn, "dry_run", None)
+            elif self.stop.reason is not None:
+                self.report.directory(directory, pfn, "not_attempted", self.stop.reason)
+            elif not deleter.can_rmdir:
+                self.report.directory(directory, pfn, "not_attempted",
+                                      "%s has no non-recursive rmdir" % deleter.name)
+            else:
+                result = deleter.rmdir(pfn)
+                for attempt in range(job.retries):
+                    if not result.transient:
+                        break
+                    time.sleep(job.backoff * (2 ** attempt))
+                    result = deleter.rmdir(pfn)
+                self.report.directory(directory, pfn, result.outcome, result.error)
+
+    # -- endings ----------------------------------------------------------------------------------
+
+    def _refuse_all(self, code: int, reason: str) -> int:
+        """Nothing is touched: every file and directory is reported not attempted, with the reason."""
+        self.errors.append(reason)
+        for lfn in self.job.lfns:
+            self.report.file(str(lfn), None, "not_attempted", reason, 0)
+        for directory in self.job.remove_dirs:
+            self.report.directory(str(directory), None, "not_attempted", reason)
+        return self._finish(code)
+
+    def _finish(self, code: Optional[int] = None) -> int:
+        files, dirs = self.report.files, self.report.dirs
+        if code is None:
+            bad = sum(n for k, n in files.items() if k not in GOOD_FILE) + sum(dirs[k] for k in BAD_DIR) \
+                + dirs["refused"]
+            code = EXIT_PARTIAL if bad or self.stop.reason else EXIT_DONE
+        if self.stop.reason:
+            self.errors.append(self.stop.reason)
+        self.report.summary(code, {"job_id": self.job.job_id, "dry_run": self.dry_run, "method": self.method,
+                                   "error": "; ".join(self.errors) or None,
+                                   "seconds": round(time.time() - self.started, 3)})
+        return code
+
+
+def refuse_unreadable(report: ReportWriter, reason: str) -> int:
+    """A manifest that cannot be read: only a summary can be written."""
+    report.start({"job_id": None, "python": platform.python_version(), "time": round(time.time(), 3)})
+    report.summary(EXIT_REFUSED, {"job_id": None, "error": reason, "method": {}, "dry_run": True})
+    return EXIT_REFUSED
+
+
+def internal_error(report: ReportWriter, exc: BaseException) -> int:
+    report.summary(EXIT_INTERNAL, {"error": "worker failed: %s: %s" % (type(exc).__name__, exc)})
+    print("msunmerged-worker: internal error: %r" % exc, file=sys.stderr)
+    return EXIT_INTERNAL

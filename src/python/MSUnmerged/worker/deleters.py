@@ -1,0 +1,412 @@
+"""Deletion with the site's own tool: POSIX unlink, `xrdfs rm`, the gfal2 module or `gfal-rm`.
+
+Every deleter takes many PFNs per call and gives one Result per PFN, in order. Directories are
+removed with a plain rmdir only: nothing here ever removes recursively.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from typing import Callable, Dict, List, Mapping, NamedTuple, Optional
+
+DELETED = "deleted"
+MISSING = "missing"
+DENIED = "permission_denied"
+TIMEOUT = "timeout"
+STORAGE_ERROR = "storage_error"
+# Directory outcomes besides the ones above.
+REMOVED = "removed"
+NOT_EMPTY = "not_empty"
+
+_DENIED_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
+_FINAL_ERRNOS = (errno.EISDIR, errno.ENOTDIR, errno.ENAMETOOLONG, errno.ELOOP, errno.EINVAL)
+
+
+class Result(NamedTuple):
+    outcome: str
+    error: Optional[str] = None
+    transient: bool = False  # worth another attempt
+
+
+OK = Result(DELETED)
+
+
+def from_errno(code: int, message: str, directory: bool = False) -> Result:
+    """Classify an errno; ENOENT means already gone, ENOTEMPTY is a normal directory answer."""
+    if code == errno.ENOENT:
+        return Result(MISSING, message)
+    if directory and code in (errno.ENOTEMPTY, errno.EEXIST):
+        return Result(NOT_EMPTY, message)
+    if code in _DENIED_ERRNOS:
+        return Result(DENIED, message)
+    if code == errno.ETIMEDOUT:
+        return Result(TIMEOUT, message, True)
+    return Result(STORAGE_ERROR, message, code not in _FINAL_ERRNOS)
+
+
+def from_message(message: str, directory: bool = False) -> Result:
+    """Classify a tool's error text (xrdfs, gfal-rm print no errno)."""
+    low = message.lower()
+    if "no such file" in low or "[3011]" in low or "not found" in low:
+        return Result(MISSING, message)
+    if directory and ("not empty" in low or "[3005]" in low):
+        return Result(NOT_EMPTY, message)
+    if "permission denied" in low or "not authorized" in low or "operation not permitted" in low \
+            or "[3010]" in low or "read-only file system" in low:
+        return Result(DENIED, message)
+    if "expired" in low or "timed out" in low or "timeout" in low:
+        return Result(TIMEOUT, message, True)
+    final = "is a directory" in low or "not a directory" in low or "invalid" in low
+    return Result(STORAGE_ERROR, message, not final)
+
+
+class Deleter:
+    """Base: `unlink` many PFNs, `rmdir` one; `problem` says why the tool cannot be used here."""
+
+    name = "base"
+    batch_size = 100
+    can_rmdir = True
+
+    def __init__(self, timeout: float, env: Optional[Mapping[str, str]] = None) -> None:
+        self.timeout = timeout
+        self.env = dict(os.environ if env is None else env)
+
+    def problem(self) -> Optional[str]:
+        return None
+
+    def accepts(self, pfn: str) -> bool:
+        """True when this deleter can act on a PFN of this form."""
+        raise NotImplementedError
+
+    def unlink(self, pfns: List[str]) -> List[Result]:
+        raise NotImplementedError
+
+    def rmdir(self, pfn: str) -> Result:
+        raise NotImplementedError
+
+
+def _local_path(pfn: str) -> Optional[str]:
+    if pfn.startswith("file://"):
+        pfn = pfn[len("file://"):]
+    return pfn if pfn.startswith("/") and "://" not in pfn else None
+
+
+class _Watched(threading.Thread):
+    """Runs `fn` over items in a daemon thread, recording when each item started (for the watchdog)."""
+
+    def __init__(self, fn: Callable[[str], Result], items: List[str]) -> None:
+        super().__init__(daemon=True)
+        self.fn = fn
+        self.items = items
+        self.results: List[Result] = []
+        self.started_at = time.monotonic()
+        self.cancelled = False
+        self.lock = threading.Lock()
+
+    def run(self) -> None:
+        for item in self.items:
+            self.started_at = time.monotonic()
+            result = self.fn(item)
+            with self.lock:  # once cancelled, a late answer must not shift the results
+                if self.cancelled:
+                    return
+                self.results.append(result)
+
+
+def watched_map(fn: Callable[[str], Result], items: List[str], timeout: float) -> List[Result]:
+    """fn over items with a per-item timeout: a stuck call (hung mount) is abandoned, the rest go on.
+
+    The stuck thread may still finish its call later; it is cancelled so it touches nothing else.
+    """
+    results: List[Result] = []
+    while len(results) < len(items):
+        worker = _Watched(fn, items[len(results):])
+        worker.start()
+        while True:
+            worker.join(min(0.25, timeout))
+            if not worker.is_alive():
+                results.extend(worker.results)
+                break
+            if time.monotonic() - worker.started_at > timeout:
+                with worker.lock:
+                    worker.cancelled = True
+                    results.extend(worker.results)
+                results.append(Result(TIMEOUT, "no answer after %gs" % timeout, True))
+                break
+    return results
+
+
+class PosixDeleter(Deleter):
+    """os.unlink and os.rmdir on a locally mounted file system."""
+
+    name = "posix"
+    batch_size = 500
+
+    def accepts(self, pfn: str) -> bool:
+        return _local_path(pfn) is not None
+
+    @staticmethod
+    def _unlink_one(pfn: str) -> Result:
+        try:
+            os.unlink(_local_path(pfn) or "")
+            return OK
+        except OSError as exc:
+            return from_errno(exc.errno or 0, "%s: %s" % (exc.strerror, exc.filename))
+
+    @staticmethod
+    def _rmdir_one(pfn: str) -> Result:
+        try:
+            os.rmdir(_local_path(pfn) or "")
+            return Result(REMOVED)
+        except OSError as exc:
+            return from_errno(exc.errno or 0, "%s: %s" % (exc.strerror, exc.filename), directory=True)
+
+    def unlink(self, pfns: List[str]) -> List[Result]:
+        return watched_map(self._unlink_one, pfns, self.timeout)
+
+    def rmdir(self, pfn: str) -> Result:
+        return watched_map(self._rmdir_one, [pfn], self.timeout)[0]
+
+
+def _run(argv: List[str], env: Mapping[str, str], timeout: float) -> "tuple[Optional[int], str, str]":
+    """Run a tool in its own process group; on timeout the group is killed and rc is None."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(env),
+                            universal_newlines=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return proc.returncode, out, err
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        out, err = proc.communicate()
+        return None, out, err
+
+
+def _tail(text: str) -> str:
+    return " ".join(text.strip().splitlines()[-3:])[-300:]
+
+
+_XRD_URL = re.compile(r"^(root|xroot)s?://[^/]+")
+_XRD_LINE = re.compile(r"^(?:rm|rmdir) (\S+) : \[(SUCCESS|ERROR|FATAL)\] ?(.*)$")
+
+
+class XrootdDeleter(Deleter):
+    """`xrdfs <host> rm p1 p2 ...`: one process for a whole batch, one answer line per path."""
+
+    name = "xrootd"
+    batch_size = 200
+
+    def problem(self) -> Optional[str]:
+        return None if shutil.which("xrdfs", path=self.env.get("PATH")) else "xrdfs not found on PATH"
+
+    @staticmethod
+    def split(pfn: str) -> "tuple[str, str]":
+        """root://host:port//path -> ("root://host:port", "/path"); ("", "") when not an xrootd URL."""
+        m = _XRD_URL.match(pfn)
+        if not m:
+            return "", ""
+        path = "/" + pfn[m.end():].lstrip("/")
+        if "://" in path or len(path) < 2:  # a proxy-style prefix: not a plain path on this server
+            return "", ""
+        return m.group(0), path
+
+    def accepts(self, pfn: str) -> bool:
+        return bool(self.split(pfn)[0])
+
+    def _tool_env(self) -> Dict[str, str]:
+        env = dict(self.env)
+        # Per request: xrdfs gives up on a path after this many seconds and says so.
+        env.setdefault("XRD_REQUESTTIMEOUT", str(max(1, int(self.timeout))))
+        return env
+
+    def unlink(self, pfns: List[str]) -> List[Result]:
+        by_host: Dict[str, List[int]] = {}
+        paths = []
+        for i, pfn in enumerate(pfns):
+            host, path = self.split(pfn)
+            paths.append(path)
+            by_host.setdefault(host, []).append(i)
+        results: List[Optional[Result]] = [None] * len(pfns)
+        for host, idx in by_host.items():
+            wanted = [paths[i] for i in idx]
+            # Requests run concurrently; the wall limit only catches a client that hangs.
+            rc, out, err = _run(["xrdfs", host, "rm"] + wanted, self._tool_env(), 2 * self.timeout + 10)
+            answers: Dict[str, Result] = {}
+            for line in out.splitlines():
+                m = _XRD_LINE.match(line.strip())
+                if m:
+                    answers[m.group(1)] = OK if m.group(2) == "SUCCESS" else from_message(m.group(3))
+            for i in idx:
+                got = answers.get(paths[i])
+                if got is None:
+                    why = "xrdfs killed after %gs" % (2 * self.timeout + 10) if rc is None else \
+                        "no answer from xrdfs (exit %s): %s" % (rc, _tail(err or out))
+                    got = Result(TIMEOUT if rc is None else STORAGE_ERROR, why, True)
+                results[i] = got
+        return [r for r in results if r is not None]
+
+    def rmdir(self, pfn: str) -> Result:
+        host, path = self.split(pfn)
+        rc, out, err = _run(["xrdfs", host, "rmdir", path], self._tool_env(), 2 * self.timeout + 10)
+        if rc == 0:
+            return Result(REMOVED)
+        if rc is None:
+            return Result(TIMEOUT, "xrdfs rmdir killed after %gs" % (2 * self.timeout + 10), True)
+        return from_message(_tail(err or out), directory=True)
+
+
+def _gfal_url(pfn: str) -> str:
+    return "file://" + pfn if pfn.startswith("/") else pfn
+
+
+def _gfal_accepts(pfn: str) -> bool:
+    return pfn.startswith("/") or bool(re.match(r"^[a-z][a-z0-9+.-]*://", pfn))
+
+
+class Gfal2Deleter(Deleter):
+    """The gfal2 Python module: one bulk `unlink` call per batch, a GError or None per file."""
+
+    name = "gfal2"
+    batch_size = 200
+
+    def __init__(self, timeout: float, env: Optional[Mapping[str, str]] = None) -> None:
+        super().__init__(timeout, env)
+        self._ctx = None
+
+    def problem(self) -> Optional[str]:
+        try:
+            import gfal2  # noqa: F401  (site-provided, outside the standard library)
+        except ImportError as exc:
+            return "python gfal2 module not importable: %s" % exc
+        return None
+
+    def accepts(self, pfn: str) -> bool:
+        return _gfal_accepts(pfn)
+
+    def _context(self):  # type: ignore[no-untyped-def]
+        if self._ctx is None:
+            import gfal2
+            ctx = gfal2.creat_context()
+            for plugin, key in (("CORE", "NAMESPACE_TIMEOUT"), ("XROOTD PLUGIN", "OPERATION_TIMEOUT"),
+                                ("HTTP PLUGIN", "OPERATION_TIMEOUT"), ("SRM PLUGIN", "OPERATION_TIMEOUT")):
+                try:
+                    ctx.set_opt_integer(plugin, key, max(1, int(self.timeout)))
+                except Exception:  # an option this gfal2 build does not know: keep its default
+                    pass
+            self._ctx = ctx
+        return self._ctx
+
+    def _bulk(self, urls: List[str]) -> List[Result]:
+        import gfal2
+        try:
+            errors = self._context().unlink(urls)
+        except gfal2.GError as exc:  # the whole call failed (e.g. a plugin without bulk support)
+            return [from_errno(exc.code, exc.message)] * len(urls)
+        if not isinstance(errors, list):
+            errors = [errors]
+        return [OK if e is None else from_errno(e.code, e.message) for e in errors]
+
+    def unlink(self, pfns: List[str]) -> List[Result]:
+        urls = [_gfal_url(p) for p in pfns]
+        box: List[List[Result]] = []
+        thread = threading.Thread(target=lambda: box.append(self._bulk(urls)), daemon=True)
+        thread.start()
+        thread.join(2 * self.timeout + 10)
+        if not box:
+            self._ctx = None  # the stuck call keeps its context; later batches get a fresh one
+            return [Result(TIMEOUT, "gfal2 bulk unlink gave no answer after %gs" % (2 * self.timeout + 10),
+                           True)] * len(pfns)
+        return box[0]
+
+    def rmdir(self, pfn: str) -> Result:
+        import gfal2
+
+        def one(url: str) -> Result:
+            try:
+                self._context().rmdir(url)
+                return Result(REMOVED)
+            except gfal2.GError as exc:
+                return from_errno(exc.code, exc.message, directory=True)
+        return watched_map(one, [_gfal_url(pfn)], self.timeout + 10)[0]
+
+
+_GFAL_LINE = re.compile(r"^(\S+)\t(DELETED|MISSING|FAILED)(?::\s*(.*))?$")
+
+
+class GfalRmDeleter(Deleter):
+    """`gfal-rm --bulk URL...` when the gfal2 module is not importable by this python."""
+
+    name = "gfal-rm"
+    batch_size = 200
+    can_rmdir = False  # gfal-rm removes directories only recursively, which we never do
+
+    def problem(self) -> Optional[str]:
+        return None if shutil.which("gfal-rm", path=self.env.get("PATH")) else "gfal-rm not found on PATH"
+
+    def accepts(self, pfn: str) -> bool:
+        return _gfal_accepts(pfn)
+
+    def _tool_env(self) -> Dict[str, str]:
+        env = dict(self.env)
+        # gfal-rm execs $GFAL_PYTHONBIN, else /usr/bin/python, which many systems no longer have.
+        if "GFAL_PYTHONBIN" not in env and not os.path.exists("/usr/bin/python") \
+                and os.path.exists("/usr/bin/python3"):
+            env["GFAL_PYTHONBIN"] = "/usr/bin/python3"
+        return env
+
+    def unlink(self, pfns: List[str]) -> List[Result]:
+        urls = [_gfal_url(p) for p in pfns]
+        limit = max(1, int(self.timeout))
+        rc, out, err = _run(["gfal-rm", "--bulk", "-t", str(limit)] + urls, self._tool_env(), limit + 30)
+        answers: Dict[str, Result] = {}
+        for line in out.splitlines():
+            m = _GFAL_LINE.match(line.rstrip("\n"))
+            if not m:
+                continue
+            word, msg = m.group(2), m.group(3) or ""
+            answers[m.group(1)] = OK if word == "DELETED" else Result(MISSING) if word == "MISSING" \
+                else from_message(msg or _tail(err))
+        out_results = []
+        for url in urls:
+            got = answers.get(url)
+            if got is None:
+                why = "gfal-rm killed after %ds" % (limit + 30) if rc is None else \
+                    "no answer from gfal-rm (exit %s): %s" % (rc, _tail(err or out))
+                got = Result(TIMEOUT if rc is None else STORAGE_ERROR, why, True)
+            out_results.append(got)
+        return out_results
+
+    def rmdir(self, pfn: str) -> Result:
+        raise NotImplementedError("gfal-rm cannot remove a directory without removing its content")
+
+
+# Stage-out command (site-local-config) -> deleters to try, in order.
+COMMANDS: Dict[str, List[type]] = {
+    "gfal2": [Gfal2Deleter, GfalRmDeleter],
+    "xrdcp": [XrootdDeleter],
+    "cp": [PosixDeleter],
+    "posix": [PosixDeleter],
+}
+
+
+def for_command(command: str, timeout: float, env: Mapping[str, str]) -> "tuple[Optional[Deleter], str]":
+    """(deleter, "") for a known, usable stage-out command; (None, reason) otherwise."""
+    kinds = COMMANDS.get(command)
+    if kinds is None:
+        return None, "unknown stage-out command %r (known: %s)" % (command, ", ".join(sorted(COMMANDS)))
+    reasons = []
+    for kind in kinds:
+        deleter = kind(timeout, env)
+        why = deleter.problem()
+        if why is None:
+            return deleter, ""
+        reasons.append(why)
+    return None, "; ".join(reasons)

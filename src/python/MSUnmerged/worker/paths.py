@@ -1,0 +1,69 @@
+"""LFN checks and component-wise path sets, re-done at the site before anything is touched."""
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+UNMERGED = "/store/unmerged/"
+MAX_LFN = 4096
+# A directory is never removed above this depth floor: /store/unmerged/<x> has depth 4.
+MIN_DIR_DEPTH = 5
+
+
+def depth(path: str) -> int:
+    """Elements counted like WMCore: /store/unmerged/a/b/c/d -> 7."""
+    return path.count("/") + 1
+
+
+def problem(path: str) -> Optional[str]:
+    """Why `path` is not a canonical path under /store/unmerged/, or None when it is."""
+    if not isinstance(path, str) or not path:
+        return "not a non-empty string"
+    if len(path) > MAX_LFN:
+        return "longer than %d characters" % MAX_LFN
+    if not path.startswith(UNMERGED) or len(path) == len(UNMERGED):
+        return "not under /store/unmerged/"
+    if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in path):
+        return "whitespace or control character"
+    if path.endswith("/"):
+        return "trailing slash"
+    parts = path.split("/")[1:]
+    if "" in parts:
+        return "empty path component"
+    if "." in parts or ".." in parts:
+        return "'.' or '..' component"
+    return None
+
+
+def ancestors(path: str) -> Iterable[str]:
+    """Proper ancestors of `path`, deepest first, down to '/store'."""
+    cut = path.rfind("/")
+    while cut > 0:
+        path = path[:cut]
+        yield path
+        cut = path.rfind("/")
+
+
+class PathSet:
+    """Paths matched component-wise at any depth: '/a/b' covers '/a/b/c', not '/a/bc'."""
+
+    def __init__(self, paths: Iterable[str]) -> None:
+        # Normalised like the planner's bases: repeated and trailing slashes do not hide a match.
+        self.paths = frozenset("/" + "/".join(part for part in p.split("/") if part) for p in paths)
+        below = set()
+        for p in self.paths:
+            below.update(ancestors(p))
+        self._ancestors = frozenset(below)
+
+    def covers(self, path: str) -> bool:
+        """True when a member equals `path` or is a component-wise ancestor of it."""
+        paths = self.paths
+        if path in paths:
+            return True
+        for parent in ancestors(path):
+            if parent in paths:
+                return True
+        return "/" in paths
+
+    def holds_below(self, directory: str) -> bool:
+        """True when a member is at or below `directory` (such a directory must stay)."""
+        return directory in self._ancestors or self.covers(directory)
