@@ -45,7 +45,7 @@ class CondorPool:
         return self.root / path.lstrip("/")
 
 
-def _wait_ready(pool: CondorPool, timeout: float = 180) -> None:
+def wait_ready(pool: CondorPool, timeout: float = 180) -> None:
     deadline = time.monotonic() + timeout
     last = ""
     while time.monotonic() < deadline:
@@ -67,7 +67,7 @@ def condor_pool() -> Iterator[CondorPool]:
     run_script("condor-pool.sh", "start", timeout=1800)
     pool = CondorPool(root=base / "root")
     try:
-        _wait_ready(pool)
+        wait_ready(pool)
         yield pool
     finally:
         run_script("condor-pool.sh", "stop", timeout=120)
