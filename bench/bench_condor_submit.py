@@ -23,22 +23,12 @@ sys.path[:0] = [str(REPO / "src" / "python"), str(REPO / "test" / "python")]
 from MSUnmerged.config import CondorConfig, JobsConfig  # noqa: E402
 from MSUnmerged.jobs.condor import CondorBackend  # noqa: E402
 from MSUnmerged.jobs.spec import CleanupJob, DeleteFilesStep  # noqa: E402
+from MSUnmerged.jobs.workerpkg import build_worker  # noqa: E402
 from servers import run_script, server_dir  # noqa: E402
 from servers.condor import SITE, CondorPool, wait_ready  # noqa: E402
 
 RSE = "T2_XX_Condor_Disk"
 FILES_PER_JOB = 20
-
-
-def worker_file(workdir: Path) -> Path:
-    """The real worker zipapp when the project has its builder, else a file of about its size."""
-    try:
-        from MSUnmerged.jobs.workerpkg import build_worker
-    except ImportError:
-        path = workdir / "worker.py"
-        path.write_text("#!/usr/bin/env python3\n" + "# padding\n" * 6000)
-        return path
-    return build_worker(workdir / "worker.pyz")
 
 
 def make_jobs(tag: str, n: int) -> list[CleanupJob]:
@@ -66,7 +56,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="bench-condor-") as tmp:
             work = Path(tmp)
             backend = CondorBackend(CondorConfig(pool=pool.pool, token_dir=str(token), requirements="False"),
-                                    JobsConfig(), work / "work", worker=worker_file(work))
+                                    JobsConfig(), work / "work", worker=build_worker(work))
             backend.preflight(RSE)
             for rnd in range(args.rounds):
                 tag = f"bench{time.time():.0f}r{rnd}"

@@ -22,6 +22,7 @@ from MSUnmerged.config import CondorConfig, JobsConfig
 from MSUnmerged.jobs.backend import BackendError, JobState, JobStatus
 from MSUnmerged.jobs.condor import CondorBackend
 from MSUnmerged.jobs.spec import CleanupJob, DeleteFilesStep
+from MSUnmerged.jobs.workerpkg import build_worker
 from servers import free_port
 from servers.condor import JOB_UID, SITE, CondorPool
 
@@ -32,37 +33,41 @@ RSE = "T2_XX_Condor_Disk"
 SITE_MATCH = "stringListMember(TARGET.GLIDEIN_CMSSite, MY.DESIRED_Sites)"
 STORAGE = "/srv/storage"  # inside the pool's chroot
 
-# Stand-in for the worker until the real one exists: deletes <STORAGE><lfn>, one JSON line per file.
-STANDIN = f"""#!/usr/bin/env python3
-import json, os, sys
-manifest = json.load(open(sys.argv[1]))
-with open("report.jsonl", "w") as report:
-    for lfn in manifest["task"]["steps"][0]["lfns"]:
-        try:
-            os.unlink("{STORAGE}" + lfn)
-            outcome = "deleted"
-        except FileNotFoundError:
-            outcome = "missing"
-        report.write(json.dumps({{"lfn": lfn, "outcome": outcome}}) + "\\n")
-"""
+SITECONF = "/srv/siteconf"  # SITECONFIG_PATH the pool's slot gives its jobs
 
 
 @pytest.fixture(scope="module")
 def worker(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("worker") / "worker.py"
-    path.write_text(STANDIN)
-    path.chmod(0o755)
-    return path
+    """The real worker zipapp; it runs with the chroot's python3 inside the pool."""
+    return build_worker(tmp_path_factory.mktemp("worker"))
+
+
+@pytest.fixture(scope="module")
+def site(condor_pool: CondorPool) -> Path:
+    """The site's own configuration inside the pool: posix storage under /srv/storage."""
+    conf = condor_pool.inside(SITECONF)
+    (conf / "JobConfig").mkdir(parents=True, exist_ok=True)
+    (conf / "JobConfig" / "site-local-config.xml").write_text(
+        f'<site-local-config>\n<site name="{SITE}">\n  <stage-out>\n'
+        f'    <method volume="{SITE}_posix" protocol="posix" command="cp"/>\n'
+        f'  </stage-out>\n</site>\n</site-local-config>\n')
+    (conf / "storage.json").write_text(json.dumps([{
+        "site": SITE, "volume": f"{SITE}_posix", "rse": RSE, "type": "DISK",
+        "protocols": [{"protocol": "posix", "access": "site-rw", "prefix": STORAGE}]}], indent=1))
+    storage = condor_pool.inside(STORAGE)
+    storage.mkdir(parents=True, exist_ok=True)
+    os.chown(storage, JOB_UID, JOB_UID)
+    return storage
 
 
 @pytest.fixture
-def make_files(condor_pool: CondorPool) -> Callable[[list[str]], None]:
+def make_files(condor_pool: CondorPool, site: Path) -> Callable[[list[str]], None]:
     def make(lfns: list[str]) -> None:
         for lfn in lfns:
             path = condor_pool.inside(STORAGE + lfn)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("x")
-        for dirpath, _, files in os.walk(condor_pool.inside(STORAGE)):
+        for dirpath, _, files in os.walk(site):
             os.chown(dirpath, JOB_UID, JOB_UID)
             for f in files:
                 os.chown(os.path.join(dirpath, f), JOB_UID, JOB_UID)
@@ -111,6 +116,8 @@ def test_jobs_delete_files_and_reports_come_back(condor_pool: CondorPool, backen
     make_files([lfn for s in sets for lfn in s])
     sets[2].append(f"/store/unmerged/E/P/T/p-v1/{t}/2/never-there.root")
     jobs = make_jobs(t, sets)
+    emptied = f"/store/unmerged/E/P/T/p-v1/{t}/0"
+    jobs[0].step.remove_dirs = [emptied]
     backend.preflight(RSE)
     ids = backend.submit(jobs)
     clusters = {b.split(".")[0] for b in ids.values()}
@@ -123,12 +130,16 @@ def test_jobs_delete_files_and_reports_come_back(condor_pool: CondorPool, backen
     for job in jobs:
         report = backend.fetch_report(job.job_id, ids[job.job_id], tmp_path / "reports" / f"{job.step.lfns[0][-8:]}")
         assert report is not None
-        outcomes = {r["lfn"]: r["outcome"] for r in map(json.loads, report.read_text().splitlines())}
+        lines = [json.loads(line) for line in report.read_text().splitlines()]
+        outcomes = {r["lfn"]: r["outcome"] for r in lines if "lfn" in r}
         expected = {lfn: "missing" if "never-there" in lfn else "deleted" for lfn in job.step.lfns}
         assert outcomes == expected
+        assert lines[-1]["exit_code"] == 0
         backend.remove(job.job_id, ids[job.job_id], "collected")
     for lfn in (lfn for s in sets for lfn in s):
         assert not condor_pool.inside(STORAGE + lfn).exists()
+    assert not condor_pool.inside(STORAGE + emptied).exists()  # the worker removed the emptied directory
+    assert condor_pool.inside(STORAGE + f"/store/unmerged/E/P/T/p-v1/{t}/1").is_dir()
     assert queue(condor_pool, f"ClusterId == {clusters.pop()}") == []
     # Gone from the queue, still known from the history (crash reconciliation).
     assert backend.find([j.job_id for j in jobs]) == ids
@@ -179,6 +190,7 @@ from MSUnmerged.config import CondorConfig, JobsConfig
 from MSUnmerged.jobs.backend import BackendError
 from MSUnmerged.jobs.condor import CondorBackend
 from MSUnmerged.jobs.spec import CleanupJob, DeleteFilesStep
+from MSUnmerged.jobs.workerpkg import build_worker
 args = json.loads(sys.argv[1])
 backend = CondorBackend(CondorConfig(**args["condor"]), JobsConfig(), Path(args["workdir"]), worker=Path(args["worker"]))
 jobs = [CleanupJob(job_id=j, rse=args["rse"], site=args["site"], deadline=time.time() + 3600,
