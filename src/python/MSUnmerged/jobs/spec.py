@@ -2,11 +2,18 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Optional, Sequence
+
+from MSUnmerged.config import Config
+from MSUnmerged.lfn import normalise_base
 
 MANIFEST_VERSION = 1
+_JOB_FILE = re.compile(r"^job-(\d+)\.txt$")
 
 
 @dataclass
@@ -60,6 +67,10 @@ class CleanupJob:
         path.write_text(json.dumps(self.manifest(), indent=1))
         return path
 
+    @property
+    def lfns(self) -> list[str]:
+        return self.step.lfns
+
     @classmethod
     def from_manifest(cls, data: dict[str, Any]) -> "CleanupJob":
         step = data["task"]["steps"][0]
@@ -69,3 +80,79 @@ class CleanupJob:
                    request_memory_mb=res.get("memory_mb", 500), request_disk_mb=res.get("disk_mb", 500),
                    max_runtime_s=res.get("runtime_s", 4 * 3600), task_name=data["task"]["name"],
                    task_type=data["task"]["type"])
+
+
+def _ancestors(path: str) -> Iterable[str]:
+    cut = path.rfind("/")
+    while cut > 0:
+        path = path[:cut]
+        yield path
+        cut = path.rfind("/")
+
+
+def job_dirs(lfns: Sequence[str], removable: set[str]) -> list[str]:
+    """The plan's removable directories that hold these files at any depth, leaf first."""
+    dirs: set[str] = set()
+    for name in lfns:
+        for d in _ancestors(name):
+            if d in dirs:
+                break  # its ancestors were looked at already
+            if d in removable:
+                dirs.add(d)
+    return sorted(dirs, key=lambda d: (-d.count("/"), d))
+
+
+def relevant_protection(lfns: Sequence[str], protected: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(protected, keep_dirs) for a job: the protected bases that cover one of its files or lie under
+    one of its files' directories (depth >= 5), and those bases' ancestors among its directories."""
+    files = set(lfns)
+    dirs: set[str] = set()
+    for name in files:
+        dirs.update(_ancestors(name))
+    bases, keep = set(), set()
+    for raw in protected:
+        base = normalise_base(raw).decode("utf-8", errors="surrogateescape")
+        chain = [base] + [a for a in _ancestors(base) if a.count("/") >= 4]
+        if base in files or base in dirs or any(a in dirs for a in chain):
+            bases.add(base)
+            keep.update(a for a in chain if a in dirs and a.count("/") >= 4)
+    return sorted(bases), sorted(keep)
+
+
+def make_job(job_id: str, rse: str, site: str, lfns: list[str], removable: set[str], protected: Iterable[str],
+             config: Config, generation: float = 0.0, now: Optional[float] = None) -> CleanupJob:
+    """One CleanupJob from a chunk of planned files, with the job settings of `config`."""
+    j = config.jobs
+    bases, keep = relevant_protection(lfns, protected)
+    step = DeleteFilesStep(lfns=lfns, remove_dirs=job_dirs(lfns, removable), keep_dirs=keep, protected=bases,
+                           dry_run=config.service.dry_run, file_timeout_s=j.file_timeout_s, retries=j.retries,
+                           max_consecutive_denied=j.max_consecutive_denied)
+    return CleanupJob(job_id=job_id, rse=rse, site=site, step=step, generation=generation,
+                      deadline=(time.time() if now is None else now) + j.deadline_h * 3600,
+                      request_memory_mb=j.request_memory_mb, request_disk_mb=j.request_disk_mb,
+                      max_runtime_s=j.max_runtime_s)
+
+
+def job_id_for(rse: str, generation: float, number: int) -> str:
+    """Ledger job id "<rse>:<dump version>:<n>"."""
+    gen = f"{generation:.0f}" if float(generation).is_integer() else repr(float(generation))
+    return f"{rse}:{gen}:{number}"
+
+
+def jobs_from_plan(plan_dir: os.PathLike | str, rse: str, site: str, config: Config, generation: float,
+                   protected: Iterable[str] = (), now: Optional[float] = None) -> list[CleanupJob]:
+    """CleanupJobs for every job file of a plan directory (jobs/job-NNNNNN.txt, dirs.txt)."""
+    plan = Path(plan_dir)
+    dirs_file = plan / "dirs.txt"
+    removable = set(dirs_file.read_text(encoding="utf-8").split()) if dirs_file.exists() else set()
+    protected = list(protected)
+    jobs = []
+    for path in sorted((plan / "jobs").glob("job-*.txt")):
+        m = _JOB_FILE.match(path.name)
+        if not m:
+            continue
+        lfns = path.read_text(encoding="utf-8").split()
+        if lfns:
+            jobs.append(make_job(job_id_for(rse, generation, int(m.group(1))), rse, site, lfns, removable,
+                                 protected, config, generation, now))
+    return jobs

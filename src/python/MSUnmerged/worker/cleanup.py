@@ -22,6 +22,7 @@ EXIT_CONFIG = 3  # the site configuration gives no usable way to delete; nothing
 EXIT_INTERNAL = 4  # the worker itself failed; the report holds what was done until then
 
 MANIFEST_VERSION = 1
+REFUSED_PROTECTED = "under a protected directory"  # the collector maps this refusal to skipped_protected
 GOOD_FILE = ("deleted", "missing", "dry_run")
 BAD_DIR = ("permission_denied", "timeout", "storage_error")
 _STEP_TYPES = {"lfns": list, "remove_dirs": list, "keep_dirs": list, "protected": list, "dry_run": bool,
@@ -194,7 +195,7 @@ class Cleanup:
         for lfn in self.job.lfns:
             why = paths.problem(lfn)
             if why is None and protected.covers(lfn):
-                why = "under a protected directory"
+                why = REFUSED_PROTECTED
             if why is None and lfn in seen:
                 why = "listed twice in the manifest"
             if why is None:
@@ -209,8 +210,10 @@ class Cleanup:
             return why
         if paths.depth(directory) < paths.MIN_DIR_DEPTH:
             return "above the lowest removable level"
-        if protected.holds_below(directory) or keep.holds_below(directory):
-            return "a directory that must be kept (protected or kept at or below it)"
+        if protected.at_or_above(directory) or keep.at_or_above(directory):
+            return "a directory that must be kept (a protected or kept path at or below it)"
+        if protected.covers(directory):
+            return "under a protected directory"
         if directory not in file_dirs:
             return "not a directory of this job's files"
         return None

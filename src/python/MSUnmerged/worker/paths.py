@@ -64,6 +64,6 @@ class PathSet:
                 return True
         return "/" in paths
 
-    def holds_below(self, directory: str) -> bool:
-        """True when a member is at or below `directory` (such a directory must stay)."""
-        return directory in self._ancestors or self.covers(directory)
+    def at_or_above(self, directory: str) -> bool:
+        """True when `directory` is a member or an ancestor of one (it holds a member: it must stay)."""
+        return directory in self.paths or directory in self._ancestors

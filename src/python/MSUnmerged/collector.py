@@ -1,0 +1,245 @@
+"""Job reports -> per-file ledger outcomes and counters.
+
+`parse_report(path)` reads a worker report (JSON lines, docs/jobs.md) strictly: a malformed line is
+rejected with its line number and what is wrong, the other lines are kept. `Collector.collect`
+hands one job's outcomes to a sink (the ledger: `record_outcomes`, `close_job`); files the report
+does not mention are left to the sink's `close_job`, which marks them unknown.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional, Protocol
+
+from MSUnmerged.jobs.backend import JobState, JobStatus
+from MSUnmerged.worker.cleanup import REFUSED_PROTECTED
+from MSUnmerged.worker.report import DIR_OUTCOMES, FILE_OUTCOMES
+
+# Worker outcome -> (ledger state, error class).
+LEDGER_STATE = {
+    "deleted": ("deleted", ""),
+    "missing": ("missing", ""),
+    "dry_run": ("would_delete", ""),
+    "permission_denied": ("failed", "permission_denied"),
+    "timeout": ("failed", "timeout"),
+    "storage_error": ("failed", "storage_error"),
+    "refused": ("failed", "refused"),
+    "not_attempted": ("unknown", "not_attempted"),
+}
+_FILE_KEYS = {"lfn": str, "pfn": (str, type(None)), "outcome": str, "error": (str, type(None)), "attempts": int}
+_DIR_KEYS = {"dir": str, "pfn": (str, type(None)), "outcome": str, "error": (str, type(None))}
+
+
+@dataclass
+class FileOutcome:
+    lfn: str
+    pfn: Optional[str]
+    outcome: str
+    error: Optional[str]
+    attempts: int
+    line: int
+
+
+@dataclass
+class DirOutcome:
+    dir: str
+    pfn: Optional[str]
+    outcome: str
+    error: Optional[str]
+    line: int
+
+
+@dataclass
+class Report:
+    """A parsed report. `complete` is False when the worker did not write its summary (killed)."""
+
+    path: str
+    start: Optional[dict[str, Any]] = None
+    files: list[FileOutcome] = field(default_factory=list)
+    dirs: list[DirOutcome] = field(default_factory=list)
+    summary: Optional[dict[str, Any]] = None
+    exit_code: Optional[int] = None
+    problems: list[str] = field(default_factory=list)  # "line N: what is wrong"
+
+    @property
+    def complete(self) -> bool:
+        return self.summary is not None
+
+    def counters(self) -> dict[str, int]:
+        """Files per worker outcome."""
+        return dict(Counter(f.outcome for f in self.files))
+
+    def dir_counters(self) -> dict[str, int]:
+        return dict(Counter(d.outcome for d in self.dirs))
+
+
+def _check_keys(rec: dict[str, Any], spec: Mapping[str, Any]) -> Optional[str]:
+    for key, kind in spec.items():
+        if key not in rec:
+            return f"missing key {key!r}"
+        if not isinstance(rec[key], kind) or (kind is int and isinstance(rec[key], bool)):
+            return f"key {key!r} has the wrong type ({type(rec[key]).__name__})"
+    extra = set(rec) - set(spec)
+    return f"unexpected keys {sorted(extra)}" if extra else None
+
+
+def _parse_line(report: Report, n: int, text: str) -> Optional[str]:
+    """Add one line to `report`; returns what is wrong with it, or None."""
+    try:
+        rec = json.loads(text)
+    except ValueError as exc:
+        return f"not JSON ({exc.msg})"
+    if not isinstance(rec, dict):
+        return "not a JSON object"
+    if report.summary is not None:
+        return "line after the summary"
+    if "lfn" in rec:
+        why = _check_keys(rec, _FILE_KEYS)
+        if why is None and rec["outcome"] not in FILE_OUTCOMES:
+            why = f"unknown file outcome {rec['outcome']!r}"
+        if why is None and rec["attempts"] < 0:
+            why = "negative attempts"
+        if why is None:
+            report.files.append(FileOutcome(rec["lfn"], rec["pfn"], rec["outcome"], rec["error"], rec["attempts"], n))
+        return why
+    if "dir" in rec:
+        why = _check_keys(rec, _DIR_KEYS)
+        if why is None and rec["outcome"] not in DIR_OUTCOMES:
+            why = f"unknown directory outcome {rec['outcome']!r}"
+        if why is None:
+            report.dirs.append(DirOutcome(rec["dir"], rec["pfn"], rec["outcome"], rec["error"], n))
+        return why
+    if "start" in rec:
+        if set(rec) != {"start"} or not isinstance(rec["start"], dict):
+            return "start line must be {\"start\": {...}}"
+        if report.start is not None or report.files or report.dirs:
+            return "start line not first"
+        report.start = rec["start"]
+        return None
+    if "summary" in rec:
+        if set(rec) != {"summary", "exit_code"} or not isinstance(rec["summary"], dict) \
+                or not isinstance(rec["exit_code"], int) or isinstance(rec["exit_code"], bool):
+            return "summary line must be {\"summary\": {...}, \"exit_code\": N}"
+        report.summary, report.exit_code = rec["summary"], rec["exit_code"]
+        return None
+    return "not a start, file, directory or summary line"
+
+
+def parse_report(path: Path | str) -> Report:
+    """Read a worker report; malformed lines go to `problems`, the rest is kept."""
+    report = Report(str(path))
+    seen: set[str] = set()
+    with open(path, "rb") as fh:
+        for n, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                report.problems.append(f"line {n}: not UTF-8 ({exc.reason} at byte {exc.start})")
+                continue
+            if not text.endswith("\n"):
+                # A killed worker may leave half a line: it says nothing about that file.
+                report.problems.append(f"line {n}: incomplete (no newline; the worker was cut off)")
+                continue
+            before = len(report.files)
+            why = _parse_line(report, n, text)
+            if why is None and len(report.files) > before:
+                lfn = report.files[-1].lfn
+                if lfn in seen:
+                    report.files.pop()
+                    why = f"second outcome for {lfn}"
+                seen.add(lfn)
+            if why is not None:
+                report.problems.append(f"line {n}: {why}")
+    return report
+
+
+def ledger_outcome(f: FileOutcome) -> dict[str, Any]:
+    """One file's outcome as the ledger records it."""
+    state, cls = LEDGER_STATE[f.outcome]
+    if f.outcome == "refused" and f.error == REFUSED_PROTECTED:
+        state, cls = "skipped_protected", ""
+    # Success needs no message; a per-path one would also defeat the ledger's grouping of updates.
+    error = "" if state in ("deleted", "missing", "would_delete") else (f.error or "")
+    return {"lfn": f.lfn, "state": state, "error_class": cls, "error": error, "attempts": f.attempts}
+
+
+class OutcomeSink(Protocol):
+    """Where outcomes go: the ledger (MSUnmerged.ledger) or, in the demo, memory."""
+
+    def record_outcomes(self, job_id: str, outcomes: Iterable[Mapping[str, Any]]) -> Any: ...
+
+    def close_job(self, job_id: str, state: str, reason: str = "") -> Any: ...
+
+
+@dataclass
+class Collected:
+    """What `collect` did for one job."""
+
+    job_id: str
+    state: str
+    recorded: int = 0
+    counters: dict[str, int] = field(default_factory=dict)
+    dirs: dict[str, int] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    reason: str = ""
+
+
+class Collector:
+    """Hands each finished job's report to the sink and closes the job."""
+
+    def __init__(self, sink: OutcomeSink) -> None:
+        self.sink = sink
+
+    def collect(self, job_id: str, lfns: Optional[Iterable[str]], report: Optional[Report],
+                status: JobStatus) -> Collected:
+        """Record the report's outcomes (only for files of this job when `lfns` is given), then close."""
+        out = Collected(job_id, status.state.value)
+        if report is not None:
+            allowed = set(lfns) if lfns is not None else None
+            outcomes = []
+            for f in report.files:
+                if allowed is not None and f.lfn not in allowed:
+                    out.problems.append(f"line {f.line}: {f.lfn} is not a file of job {job_id}")
+                    continue
+                outcomes.append(ledger_outcome(f))
+            out.problems[:0] = report.problems
+            self.sink.record_outcomes(job_id, outcomes)
+            out.recorded = len(outcomes)
+            out.counters = report.counters()
+            out.dirs = report.dir_counters()
+        reasons = []
+        if status.reason:
+            reasons.append(status.reason)
+        if report is None:
+            reasons.append("no report")
+        elif not report.complete:
+            reasons.append("report has no summary: the worker was cut off")
+        elif report.summary and report.summary.get("error"):
+            reasons.append(str(report.summary["error"]))
+        if out.problems:
+            reasons.append(f"{len(out.problems)} report lines rejected, first: {out.problems[0]}")
+        out.reason = "; ".join(reasons)
+        state = status.state if status.state.terminal else JobState.FAILED
+        out.state = state.value
+        self.sink.close_job(job_id, state.value, out.reason)
+        return out
+
+
+class MemorySink:
+    """An in-memory sink (demo, tests): the last outcome per (job, LFN) and the closed jobs."""
+
+    def __init__(self) -> None:
+        self.outcomes: dict[str, dict[str, dict[str, Any]]] = {}
+        self.closed: dict[str, tuple[str, str]] = {}
+
+    def record_outcomes(self, job_id: str, outcomes: Iterable[Mapping[str, Any]]) -> None:
+        job = self.outcomes.setdefault(job_id, {})
+        for o in outcomes:
+            job[o["lfn"]] = dict(o)
+
+    def close_job(self, job_id: str, state: str, reason: str = "") -> None:
+        self.closed[job_id] = (state, reason)

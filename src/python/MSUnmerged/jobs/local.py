@@ -1,0 +1,251 @@
+"""The embedded default batch backend: cleanup jobs run as local processes, same contract as at a site.
+
+Each job gets a folder <work_dir>/<job>/ with manifest.json; the worker zipapp runs there as
+`python3 worker.pyz manifest.json` with SITECONFIG_PATH set, writes report.jsonl and worker.log.
+At most `jobs.local_parallel` run at once; the rest wait in submission order and are started by
+`poll`. Everything needed to answer `poll` and `find` after a restart is on disk: the pid file of a
+running worker and the report's final summary line, which holds the worker's exit code.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+from MSUnmerged.config import Config
+from MSUnmerged.jobs.backend import BackendError, JobState, JobStatus
+from MSUnmerged.jobs.spec import CleanupJob
+from MSUnmerged.jobs.workerpkg import build_worker
+
+MANIFEST_NAME = "manifest.json"
+REPORT_NAME = "report.jsonl"
+LOG_NAME = "worker.log"
+PID_NAME = "worker.pid"
+ENV_NAME = "env.json"
+BATCH_PREFIX = "local:"
+
+
+class LocalBackend:
+    """Runs cleanup jobs as local worker processes (BatchBackend protocol)."""
+
+    name = "local"
+
+    def __init__(self, config: Config, work_dir: Optional[Path] = None, siteconfig: Optional[str] = None,
+                 python: Optional[str] = None, worker: Optional[Path] = None,
+                 env: Optional[Mapping[str, str]] = None) -> None:
+        self.config = config
+        self.work_dir = Path(work_dir) if work_dir else config.state_dir / "local-jobs"
+        self.siteconfig = siteconfig
+        self.python = python or sys.executable
+        self.parallel = max(1, config.jobs.local_parallel)
+        self.env = dict(os.environ if env is None else env)
+        self._worker = Path(worker) if worker else None
+        self._procs: dict[str, subprocess.Popen] = {}  # job dir name -> running worker
+        self._queue: list[str] = []  # job dir names waiting to start
+        self._removed: set[str] = set()
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    @staticmethod
+    def dir_name(job_id: str) -> str:
+        """A file-system-safe, unique folder name for a job id."""
+        safe = re.sub(r"[^A-Za-z0-9._-]+", "_", job_id)[:80]
+        return f"{safe}-{hashlib.sha1(job_id.encode()).hexdigest()[:8]}"
+
+    def job_dir(self, job_id: str) -> Path:
+        return self.work_dir / self.dir_name(job_id)
+
+    def worker(self) -> Path:
+        """The worker zipapp every job runs (built once into the work folder)."""
+        if self._worker is None:
+            self.work_dir.mkdir(parents=True, exist_ok=True)
+            self._worker = build_worker(self.work_dir / "msunmerged-worker.pyz")
+        return self._worker.resolve()
+
+    def _siteconfig_for(self, rse: str) -> str:
+        path = self.config.jobs.sites.get(rse, {}).get("siteconfig") or self.siteconfig \
+            or self.env.get("SITECONFIG_PATH")
+        if not path:
+            raise BackendError("submit_failed", f"no site configuration for {rse}: set jobs.sites.{rse}.siteconfig "
+                                                "or SITECONFIG_PATH")
+        return str(Path(path).resolve())
+
+    @staticmethod
+    def _dir_of(batch_id: str) -> str:
+        if not batch_id.startswith(BATCH_PREFIX):
+            raise BackendError("bad_answer", f"not a local batch id: {batch_id!r}")
+        return batch_id[len(BATCH_PREFIX):]
+
+    # -- protocol ----------------------------------------------------------------------------------
+
+    def preflight(self) -> None:
+        """The work folder is writable and the worker builds and starts with this python."""
+        try:
+            self.work_dir.mkdir(parents=True, exist_ok=True)
+            worker = self.worker()
+            subprocess.run([self.python, str(worker), "--help"], capture_output=True, check=True, timeout=60)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise BackendError("unreachable", f"local worker cannot run: {exc}") from None
+
+    def submit(self, jobs: Sequence[CleanupJob]) -> dict[str, str]:
+        """Write each job's folder and queue it; up to `local_parallel` start at once."""
+        out = {}
+        worker = self.worker()
+        for job in jobs:
+            name = self.dir_name(job.job_id)
+            jdir = self.work_dir / name
+            if (jdir / PID_NAME).exists() or (jdir / REPORT_NAME).exists():
+                out[job.job_id] = BATCH_PREFIX + name  # already submitted: never run a job twice
+                continue
+            jdir.mkdir(parents=True, exist_ok=True)
+            job.write_manifest(jdir / MANIFEST_NAME)
+            env = {"SITECONFIG_PATH": self._siteconfig_for(job.rse), "MSUNMERGED_WORKER": str(worker)}
+            (jdir / ENV_NAME).write_text(json.dumps(env))
+            if name not in self._queue:
+                self._queue.append(name)
+            out[job.job_id] = BATCH_PREFIX + name
+        self._pump()
+        return out
+
+    def _pump(self) -> None:
+        """Reap finished workers and start queued ones while there is room."""
+        for name, proc in list(self._procs.items()):
+            if proc.poll() is not None:
+                del self._procs[name]
+        while self._queue and len(self._procs) < self.parallel:
+            self._start(self._queue.pop(0))
+
+    def _start(self, name: str) -> None:
+        jdir = self.work_dir / name
+        extra = json.loads((jdir / ENV_NAME).read_text())
+        env = {**self.env, **extra}
+        with open(jdir / LOG_NAME, "ab") as log:
+            proc = subprocess.Popen([self.python, extra["MSUNMERGED_WORKER"], MANIFEST_NAME, "--report", REPORT_NAME],
+                                    cwd=jdir, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        (jdir / PID_NAME).write_text(str(proc.pid))
+        self._procs[name] = proc
+
+    def poll(self, batch_ids: Mapping[str, str]) -> dict[str, JobStatus]:
+        self._pump()
+        return {job_id: self._status(job_id, batch_id) for job_id, batch_id in batch_ids.items()}
+
+    def _status(self, job_id: str, batch_id: str) -> JobStatus:
+        name = self._dir_of(batch_id)
+        jdir = self.work_dir / name
+        if name in self._removed:
+            return JobStatus(job_id, JobState.REMOVED, batch_id, "removed")
+        if name in self._queue:
+            return JobStatus(job_id, JobState.QUEUED, batch_id)
+        proc = self._procs.get(name)
+        if proc is not None:
+            return JobStatus(job_id, JobState.RUNNING, batch_id)
+        summary = _summary_exit_code(jdir / REPORT_NAME)
+        if summary is not None:
+            return JobStatus(job_id, JobState.FINISHED, batch_id, exit_code=summary)
+        pid = _read_pid(jdir / PID_NAME)
+        if pid is not None and _is_our_worker(pid, jdir):
+            return JobStatus(job_id, JobState.RUNNING, batch_id)  # started by an earlier instance
+        if pid is not None:
+            return JobStatus(job_id, JobState.FAILED, batch_id, "worker ended without a final report line "
+                             "(killed?)", exit_code=None)
+        if (jdir / MANIFEST_NAME).exists():
+            self._queue.append(name)  # queued by an earlier instance that stopped before starting it
+            self._pump()
+            return JobStatus(job_id, JobState.QUEUED, batch_id)
+        return JobStatus(job_id, JobState.VANISHED, batch_id, "no such local job")
+
+    def find(self, job_ids: Sequence[str]) -> dict[str, str]:
+        return {j: BATCH_PREFIX + self.dir_name(j) for j in job_ids if (self.job_dir(j) / MANIFEST_NAME).exists()}
+
+    def fetch_report(self, job_id: str, batch_id: str, dest: Path) -> Optional[Path]:
+        report = self.work_dir / self._dir_of(batch_id) / REPORT_NAME
+        if not report.exists():
+            return None
+        dest = Path(dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(report, dest)
+        return dest
+
+    def remove(self, job_id: str, batch_id: str, reason: str) -> None:
+        """Queued: dropped. Running: SIGTERM (the worker stops, reports the rest not attempted), then
+        SIGKILL after 10 s. Finished: its folder is deleted (call after the report was fetched)."""
+        name = self._dir_of(batch_id)
+        jdir = self.work_dir / name
+        if name in self._queue:
+            self._queue.remove(name)
+            self._removed.add(name)
+            return
+        proc = self._procs.pop(name, None)
+        pid = proc.pid if proc is not None else _read_pid(jdir / PID_NAME)
+        if pid is not None and (proc is not None and proc.poll() is None or proc is None and _is_our_worker(pid, jdir)):
+            _stop_group(pid, proc)
+            self._removed.add(name)
+            return
+        shutil.rmtree(jdir, ignore_errors=True)
+
+    def wait(self, batch_ids: Mapping[str, str], timeout: float, interval: float = 0.2) -> dict[str, JobStatus]:
+        """Poll until every job is terminal or `timeout` passes; the last states."""
+        deadline = time.monotonic() + timeout
+        while True:
+            states = self.poll(batch_ids)
+            if all(s.state.terminal for s in states.values()) or time.monotonic() > deadline:
+                return states
+            time.sleep(interval)
+
+
+def _summary_exit_code(report: Path) -> Optional[int]:
+    """The exit code in the report's final summary line, None when there is none (yet)."""
+    try:
+        with open(report, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 65536))
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    if not lines:
+        return None
+    try:
+        last = json.loads(lines[-1])
+    except ValueError:
+        return None
+    code = last.get("exit_code") if isinstance(last, dict) and "summary" in last else None
+    return code if isinstance(code, int) else None
+
+
+def _read_pid(path: Path) -> Optional[int]:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _is_our_worker(pid: int, jdir: Path) -> bool:
+    """The process is alive and runs in this job's folder (a reused pid belongs to someone else)."""
+    try:
+        return Path(f"/proc/{pid}/cwd").resolve() == jdir.resolve()
+    except OSError:
+        return False
+
+
+def _stop_group(pid: int, proc: Optional[subprocess.Popen]) -> None:
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        end = time.monotonic() + wait
+        while time.monotonic() < end:
+            if proc is not None and proc.poll() is not None:
+                return
+            if proc is None and not Path(f"/proc/{pid}").exists():
+                return
+            time.sleep(0.05)
