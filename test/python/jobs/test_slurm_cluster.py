@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import time
-import zipapp
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -12,36 +11,18 @@ import pytest
 from MSUnmerged.jobs.backend import JobState, JobStatus
 from MSUnmerged.jobs.slurm import SlurmBackend
 from MSUnmerged.jobs.spec import CleanupJob, DeleteFilesStep
+from MSUnmerged.jobs.workerpkg import build_worker
 
 pytestmark = pytest.mark.integration
 
 RSE = "T2_XX_Slurm"
 SITE = "T2_XX_Slurm"
 
-# Stand-in for the real worker until it lands: same command line (`worker.pyz manifest.json`, report.jsonl).
-STANDIN_WORKER = '''
-import json, os, sys
-manifest = json.load(open(sys.argv[1]))
-storage = json.load(open(os.path.join(os.environ["SITECONFIG_PATH"], "storage.json")))
-prefix = [p for p in storage[0]["protocols"] if p["protocol"] == "posix"][0]["prefix"]
-with open("report.jsonl", "w") as out:
-    for lfn in manifest["task"]["steps"][0]["lfns"]:
-        try:
-            os.unlink(prefix + lfn)
-            outcome = "deleted"
-        except FileNotFoundError:
-            outcome = "missing"
-        out.write(json.dumps({"lfn": lfn, "outcome": outcome}) + "\\n")
-'''
-
 
 @pytest.fixture(scope="module")
 def worker(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    src = tmp_path_factory.mktemp("standin")
-    (src / "__main__.py").write_text(STANDIN_WORKER)
-    dest = tmp_path_factory.mktemp("worker") / "worker.pyz"
-    zipapp.create_archive(src, dest, interpreter="/usr/bin/env python3")
-    return dest
+    """The real site-side worker zipapp, as production ships it."""
+    return build_worker(tmp_path_factory.mktemp("worker"))
 
 
 @pytest.fixture
@@ -68,12 +49,14 @@ def make_files(root: Path, lfns: list[str]) -> None:
 
 
 def lfns_for(job: int, n: int) -> list[str]:
-    return [f"/store/unmerged/Run2024A/Prim/AOD/Proc-v{job}/000/{i:04d}/file{i}.root" for i in range(n)]
+    return [f"/store/unmerged/Run2024A/Prim/AOD/Proc-v{job}/000/0001/file{i}.root" for i in range(n)]
 
 
 def cleanup_job(n: int, lfns: list[str], runtime_s: int = 3600) -> CleanupJob:
+    """A job deleting `lfns` and then their (emptied) directory."""
+    dirs = sorted({lfn.rsplit("/", 1)[0] for lfn in lfns})
     return CleanupJob(job_id=f"{RSE}:1700000000:{n}", rse=RSE, site=SITE, deadline=time.time() + 3600,
-                      step=DeleteFilesStep(lfns=lfns, dry_run=False), generation=1700000000.0,
+                      step=DeleteFilesStep(lfns=lfns, remove_dirs=dirs, dry_run=False), generation=1700000000.0,
                       request_memory_mb=100, max_runtime_s=runtime_s)
 
 
@@ -125,8 +108,11 @@ def test_array_deletes_files_and_reports(slurm_cluster, transport, tmp_path, sto
         report = backend.fetch_report(job.job_id, batch_ids[job.job_id], tmp_path / "reports" / f"{status.batch_id}")
         assert report is not None
         lines = [json.loads(line) for line in report.read_text().splitlines()]
-        assert [(r["lfn"], r["outcome"]) for r in lines] == [(lfn, "deleted") for lfn in job.step.lfns]
+        assert sorted((r["lfn"], r["outcome"]) for r in lines if "lfn" in r) == [(f, "deleted") for f in job.step.lfns]
+        assert [r["dir"] for r in lines if r.get("outcome") == "removed"] == job.step.remove_dirs
+        assert lines[-1]["exit_code"] == 0
         assert not any((root / lfn.lstrip("/")).exists() for lfn in job.step.lfns)
+        assert not (root / job.step.remove_dirs[0].lstrip("/")).exists()
     assert all((root / lfn.lstrip("/")).exists() for lfn in kept)
 
     # Resubmitting a job id starts clean: the old report is not taken for the new attempt's.
@@ -135,7 +121,7 @@ def test_array_deletes_files_and_reports(slurm_cluster, transport, tmp_path, sto
     status = wait_for(backend, again, terminal)[jobs[0].job_id]
     assert status.state == JobState.FINISHED
     report = backend.fetch_report(jobs[0].job_id, again[jobs[0].job_id], tmp_path / "r2")
-    assert {json.loads(line)["outcome"] for line in report.read_text().splitlines()} == {"missing"}
+    assert {r["outcome"] for r in map(json.loads, report.read_text().splitlines()) if "lfn" in r} == {"missing"}
 
 
 def test_cancelled_jobs_recorded_with_reason(slurm_cluster, transport, tmp_path, storage, worker) -> None:
