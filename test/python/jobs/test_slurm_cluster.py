@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Optional
 
 import pytest
 
@@ -81,7 +81,8 @@ def transport(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
-def backend_for(cluster, transport: str, tmp_path: Path, siteconf: Path, worker: Path, **overrides) -> SlurmBackend:
+def backend_for(cluster, transport: str, tmp_path: Path, siteconf: Path, worker: Optional[Path],
+                **overrides) -> SlurmBackend:
     settings = cluster.settings(transport, tmp_path / "slurm-work", **overrides)
     return SlurmBackend(settings, {RSE: str(siteconf)}, worker)
 
@@ -221,13 +222,14 @@ def test_refusals_are_classified(slurm_cluster, tmp_path, storage, worker) -> No
     assert err.value.kind == "submit_failed"
 
 
-def test_arrays_split_by_size_and_resources(slurm_cluster, tmp_path, storage, worker) -> None:
+def test_arrays_split_by_size_and_resources(slurm_cluster, tmp_path, storage) -> None:
     root, siteconf = storage
     jobs = [cleanup_job(i, lfns_for(i, 1)) for i in range(3)]
     jobs.append(cleanup_job(3, lfns_for(3, 1), runtime_s=7200))  # other time limit: its own array
     for job in jobs:
         make_files(root, job.step.lfns)
-    backend = backend_for(slurm_cluster, "cli", tmp_path, siteconf, worker, array_max_size=2)
+    # No zipapp given: the backend builds the worker of this installation itself.
+    backend = backend_for(slurm_cluster, "cli", tmp_path, siteconf, None, array_max_size=2)
     batch_ids = backend.submit(jobs)
     arrays = [batch_ids[j.job_id].split("_")[0] for j in jobs]
     assert arrays[0] == arrays[1] != arrays[2] != arrays[3] != arrays[0]

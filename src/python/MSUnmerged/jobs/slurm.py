@@ -33,6 +33,7 @@ import requests
 from MSUnmerged.config import Config, ConfigError, SlurmConfig
 from MSUnmerged.jobs.backend import BackendError, JobState, JobStatus
 from MSUnmerged.jobs.spec import CleanupJob
+from MSUnmerged.jobs.workerpkg import build_worker
 
 NAME_PREFIX = "msunmerged-"
 MARKERS = ("started", "exit_code", "removed")
@@ -438,11 +439,11 @@ class SlurmBackend:
         return f"{self.work_dir}/jobs/{job_folder(job_id)}"
 
     def _worker_bytes(self) -> bytes:
-        """The worker zipapp shipped with every array (built once when none was given)."""
-        if self.worker is None:
-            from MSUnmerged.jobs.workerpkg import build_worker  # imported late: it pulls in the worker package
-            self.worker = build_worker(Path(tempfile.mkdtemp(prefix="msunmerged-slurm-")) / "worker.pyz")
-        return self.worker.read_bytes()
+        """The worker zipapp shipped with every array (built from this installation when none was given)."""
+        if self.worker is not None:
+            return self.worker.read_bytes()
+        with tempfile.TemporaryDirectory(prefix="msunmerged-slurm-") as tmp:
+            return build_worker(Path(tmp)).read_bytes()
 
     def preflight(self) -> None:
         self.transport.ping()
