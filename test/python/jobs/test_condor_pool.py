@@ -135,6 +135,7 @@ def test_jobs_delete_files_and_reports_come_back(condor_pool: CondorPool, backen
         expected = {lfn: "missing" if "never-there" in lfn else "deleted" for lfn in job.step.lfns}
         assert outcomes == expected
         assert lines[-1]["exit_code"] == 0
+        assert (backend.job_dir(job.job_id) / "job.err").exists() and backend.output(job.job_id) == ""
         backend.remove(job.job_id, ids[job.job_id], "collected")
     for lfn in (lfn for s in sets for lfn in s):
         assert not condor_pool.inside(STORAGE + lfn).exists()
