@@ -101,15 +101,15 @@ def choose_method(job: Job, env: Mapping[str, str], probe_lfn: Optional[str]) ->
     reasons = []
     for method in cfg.methods:
         label = "%s %s" % (method.kind, method.describe())
+        deleter, why = deleters.for_command(method.command, job.timeout, env)
+        if deleter is None:
+            reasons.append("%s: %s" % (label, why))
+            continue
         try:
             mapper, why = storage.method_mapper(method, cfg, env, job.rse)
         except siteconf.SiteConfigError as exc:
             mapper, why = None, str(exc)
         if mapper is None:
-            reasons.append("%s: %s" % (label, why))
-            continue
-        deleter, why = deleters.for_command(method.command, job.timeout, env)
-        if deleter is None:
             reasons.append("%s: %s" % (label, why))
             continue
         if probe_lfn is not None:
@@ -144,6 +144,7 @@ class Cleanup:
         self.stop = _Stop()
         self.method: Dict[str, Any] = {}
         self.errors: List[str] = []
+        self.duplicates = 0
 
     def info(self) -> Dict[str, Any]:
         return {"job_id": self.job.job_id, "rse": self.job.rse, "site": self.job.site, "dry_run": self.dry_run,
@@ -197,7 +198,8 @@ class Cleanup:
             if why is None and protected.covers(lfn):
                 why = REFUSED_PROTECTED
             if why is None and lfn in seen:
-                why = "listed twice in the manifest"
+                self.duplicates += 1  # one outcome per file: a repeated LFN gets no second line
+                continue
             if why is None:
                 seen.add(lfn)
             out.append((lfn, why))
@@ -223,14 +225,19 @@ class Cleanup:
     def _delete(self, todo: List[Tuple[str, str]], deleter: Deleter) -> None:
         job = self.job
         denied_run = 0
-        for start in range(0, len(todo), deleter.batch_size):
+        start = 0
+        while start < len(todo):
             if self.stop.reason is None and time.time() > job.deadline:
                 self.stop.reason = "deadline passed during the job"
             if self.stop.reason is not None:
                 for lfn, pfn in todo[start:]:
                     self.report.file(lfn, pfn, "not_attempted", self.stop.reason, 0)
                 return
-            batch = todo[start:start + deleter.batch_size]
+            # The first batch probes the storage; once it refuses, batches shrink so that the job stops
+            # after exactly max_denied refusals in a row.
+            size = job.max_denied - denied_run if start == 0 or denied_run else deleter.batch_size
+            batch = todo[start:start + max(1, min(size, deleter.batch_size))]
+            start += len(batch)
             for (lfn, pfn), (result, attempts) in zip(batch, self._with_retries(deleter, batch)):
                 self.report.file(lfn, pfn, result.outcome, result.error, attempts)
                 denied_run = denied_run + 1 if result.outcome == DENIED else 0
@@ -315,7 +322,7 @@ class Cleanup:
         if self.stop.reason:
             self.errors.append(self.stop.reason)
         self.report.summary(code, {"job_id": self.job.job_id, "dry_run": self.dry_run, "method": self.method,
-                                   "error": "; ".join(self.errors) or None,
+                                   "error": "; ".join(self.errors) or None, "duplicates_ignored": self.duplicates,
                                    "seconds": round(time.time() - self.started, 3)})
         return code
 

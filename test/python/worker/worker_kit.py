@@ -1,0 +1,99 @@
+"""Helpers for the worker tests: a site configuration on disk, manifests, running the real zipapp."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from MSUnmerged.jobs.workerpkg import build_worker
+
+SITE = "T2_XX_Test"
+RSE = "T2_XX_Test"
+VOLUME = "Test_Disk"
+_BUILT: dict[str, Path] = {}
+
+
+def world_dir(prefix: str) -> Path:
+    """A temporary folder other users can enter (tests run the worker as nobody)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    path.chmod(0o755)
+    return path
+
+
+def worker_pyz() -> Path:
+    """The zipapp, built once per test session into a folder every user can read."""
+    if "pyz" not in _BUILT:
+        _BUILT["pyz"] = build_worker(world_dir("msunmerged-worker-"))
+        _BUILT["pyz"].chmod(0o755)
+    return _BUILT["pyz"]
+
+
+def make_site(root: Path, protocols: list[dict[str, Any]], methods: Sequence[dict[str, str]],
+              site: str = SITE, volume: str = VOLUME, rse: Optional[str] = RSE) -> Path:
+    """A SITECONFIG_PATH with JobConfig/site-local-config.xml and storage.json; returns its path."""
+    sc = root / "SITECONF" / site
+    (sc / "JobConfig").mkdir(parents=True, exist_ok=True)
+    lines = "".join("<method " + " ".join(f'{k}="{v}"' for k, v in m.items()) + "/>" for m in methods)
+    (sc / "JobConfig" / "site-local-config.xml").write_text(
+        f'<site-local-config><site name="{site}"><stage-out>{lines}</stage-out></site></site-local-config>')
+    (sc / "storage.json").write_text(json.dumps([{"site": site, "volume": volume, "rse": rse, "type": "DISK",
+                                                  "protocols": protocols}]))
+    for p in [root, root / "SITECONF", sc, sc / "JobConfig"]:
+        p.chmod(0o755)
+    return sc
+
+
+def posix_site(root: Path, storage: Path) -> Path:
+    return make_site(root, [{"protocol": "posix", "access": "global-rw", "prefix": str(storage)}],
+                     [{"volume": VOLUME, "protocol": "posix", "command": "cp"}])
+
+
+def manifest(lfns: list[str], remove_dirs: Sequence[str] = (), protected: Sequence[str] = (),
+             keep_dirs: Sequence[str] = (), dry_run: bool = False, deadline: Optional[float] = None,
+             **step: Any) -> dict[str, Any]:
+    params = {"type": "DeleteFiles", "name": "DeleteFiles", "lfns": list(lfns), "remove_dirs": list(remove_dirs),
+              "keep_dirs": list(keep_dirs), "protected": list(protected), "dry_run": dry_run,
+              "file_timeout_s": 10.0, "retries": 1, "backoff_s": 0.05, "max_consecutive_denied": 20}
+    params.update(step)
+    return {"version": 1, "job_id": f"{RSE}:1:1", "rse": RSE, "site": SITE, "generation": 1.0,
+            "deadline": time.time() + 3600 if deadline is None else deadline,
+            "resources": {"memory_mb": 500, "disk_mb": 500, "runtime_s": 3600},
+            "task": {"name": "Cleanup", "type": "Cleanup", "steps": [params]}}
+
+
+def run_worker(workdir: Path, man: dict[str, Any], siteconf: Path, python: str = sys.executable,
+               prefix: Sequence[str] = (), env: Optional[dict[str, str]] = None,
+               timeout: float = 300) -> tuple[int, list[dict[str, Any]]]:
+    """Run the zipapp as a job would: manifest in a work folder, SITECONFIG_PATH set; (exit code, report)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    workdir.chmod(0o777)
+    (workdir / "manifest.json").write_text(json.dumps(man))
+    full_env = {"PATH": os.environ["PATH"], "SITECONFIG_PATH": str(siteconf), **(env or {})}
+    proc = subprocess.run([*prefix, python, str(worker_pyz()), "manifest.json", "--report", "report.jsonl"],
+                          cwd=workdir, env=full_env, capture_output=True, text=True, timeout=timeout)
+    report = workdir / "report.jsonl"
+    lines = [json.loads(x) for x in report.read_text().splitlines()] if report.exists() else []
+    assert proc.returncode != 4, proc.stderr + json.dumps(lines[-1:] if lines else [])
+    return proc.returncode, lines
+
+
+def files(lines: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {x["lfn"]: x for x in lines if "lfn" in x}
+
+
+def dirs(lines: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {x["dir"]: x for x in lines if "dir" in x}
+
+
+def summary(lines: list[dict[str, Any]]) -> dict[str, Any]:
+    assert "summary" in lines[-1], lines[-1]
+    return lines[-1]
+
+
+AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+SYSTEM_PYTHON = "/usr/bin/python3"  # readable by nobody, and the one python3-gfal2 is built for
