@@ -1,0 +1,82 @@
+"""A BatchBackend that sends each RSE's jobs to the backend its site uses."""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Callable, Mapping, Optional, Sequence
+
+from MSUnmerged.config import Config
+from MSUnmerged.jobs.backend import BatchBackend, JobStatus
+from MSUnmerged.jobs.spec import CleanupJob
+
+# kind ("local", "condor", "slurm"), site -> a backend for that site
+BackendFactory = Callable[[str, str], BatchBackend]
+
+
+def rse_of(job_id: str) -> str:
+    """The RSE of a ledger job id "<rse>:<dump version>:<n>"."""
+    return job_id.rsplit(":", 2)[0]
+
+
+class RoutingBackend:
+    """Routes by RSE: `jobs.sites[rse]["backend"]` when set, else `jobs.backend`; one backend per (kind, site)."""
+
+    name = "router"
+
+    def __init__(self, config: Config, factory: BackendFactory, site_of: Callable[[str], str]) -> None:
+        self.config = config
+        self.factory = factory
+        self.site_of = site_of
+        self._backends: dict[tuple[str, str], BatchBackend] = {}
+        self._lock = threading.Lock()
+
+    def for_rse(self, rse: str) -> BatchBackend:
+        settings = self.config.jobs.sites.get(rse, {})
+        kind = settings.get("backend") or self.config.jobs.backend
+        site = settings.get("site") or self.site_of(rse)
+        with self._lock:
+            if (kind, site) not in self._backends:
+                self._backends[(kind, site)] = self.factory(kind, site)
+            return self._backends[(kind, site)]
+
+    def _split(self, job_ids: Sequence[str] | Mapping[str, str]) -> dict[int, tuple[BatchBackend, list[str]]]:
+        groups: dict[int, tuple[BatchBackend, list[str]]] = {}
+        for job_id in job_ids:
+            backend = self.for_rse(rse_of(job_id))
+            groups.setdefault(id(backend), (backend, []))[1].append(job_id)
+        return groups
+
+    def preflight(self, rse: Optional[str] = None) -> None:
+        if rse is not None:
+            self.for_rse(rse).preflight()
+        else:
+            for backend in list(self._backends.values()):
+                backend.preflight()
+
+    def submit(self, jobs: Sequence[CleanupJob]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        by_backend: dict[int, tuple[BatchBackend, list[CleanupJob]]] = {}
+        for job in jobs:
+            backend = self.for_rse(job.rse)
+            by_backend.setdefault(id(backend), (backend, []))[1].append(job)
+        for backend, group in by_backend.values():
+            out.update(backend.submit(group))
+        return out
+
+    def poll(self, batch_ids: Mapping[str, str]) -> dict[str, JobStatus]:
+        out: dict[str, JobStatus] = {}
+        for backend, ids in self._split(batch_ids).values():
+            out.update(backend.poll({i: batch_ids[i] for i in ids}))
+        return out
+
+    def find(self, job_ids: Sequence[str]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for backend, ids in self._split(job_ids).values():
+            out.update(backend.find(ids))
+        return out
+
+    def fetch_report(self, job_id: str, batch_id: str, dest: Path) -> Optional[Path]:
+        return self.for_rse(rse_of(job_id)).fetch_report(job_id, batch_id, dest)
+
+    def remove(self, job_id: str, batch_id: str, reason: str) -> None:
+        self.for_rse(rse_of(job_id)).remove(job_id, batch_id, reason)

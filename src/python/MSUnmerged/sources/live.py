@@ -1,0 +1,34 @@
+"""The Sources the service reads in production: ConMon, WMStats and Rucio over HTTPS."""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+from MSUnmerged.config import Config
+from MSUnmerged.sources.conmon import ConMonClient, DumpStream
+from MSUnmerged.sources.rucio import RucioSource
+from MSUnmerged.sources.wmstats import WMStatsClient
+
+
+class LiveSources:
+    """stats(), protected(), rses() and open_dump(rse) from the real services named in the config."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.conmon = ConMonClient(config.conmon, config.auth)
+        self.wmstats = WMStatsClient(config.wmstats, config.auth)
+        self.rucio = RucioSource(config.rucio, config.auth, config.state_dir)
+
+    def rses(self) -> list[str]:
+        return self.rucio.rses(self.config.planner.rse_expression)
+
+    def stats(self) -> dict[str, Any]:
+        return self.conmon.stats()
+
+    def protected(self) -> list[str]:
+        return self.wmstats.protected_lfns()
+
+    @contextlib.contextmanager
+    def open_dump(self, rse: str) -> Iterator[DumpStream]:
+        with self.conmon.open_dump(rse) as stream:
+            yield stream

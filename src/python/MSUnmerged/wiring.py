@@ -1,0 +1,52 @@
+"""Builds a Service from the configuration alone: ledger, sources and batch backends."""
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator, Optional
+
+from MSUnmerged.config import Config
+from MSUnmerged.jobs.backend import BatchBackend
+from MSUnmerged.jobs.router import RoutingBackend
+from MSUnmerged.ledger import Ledger
+from MSUnmerged.ledger.connect import open_client
+from MSUnmerged.service import Service, Sources
+from MSUnmerged.sources.rucio import site_from_rse
+
+
+def make_backend(config: Config, kind: str, site: str) -> BatchBackend:
+    """The batch backend of one kind for one site (imports only what that kind needs)."""
+    if kind == "local":
+        from MSUnmerged.jobs.local import LocalBackend
+        siteconfigs = {s.get("site"): s.get("siteconfig") for s in config.jobs.sites.values() if s.get("siteconfig")}
+        return LocalBackend(config, siteconfig=siteconfigs.get(site))
+    if kind == "condor":
+        from MSUnmerged.jobs.condor import CondorBackend
+        return CondorBackend(config.condor, config.jobs, config.state_dir / "condor-jobs")
+    if kind == "slurm":
+        from MSUnmerged.jobs.slurm import SlurmBackend
+        return SlurmBackend.from_config(config, site)
+    raise ValueError(f"unknown batch backend {kind!r}")  # config validation prevents this
+
+
+def site_of(config: Config, rse: str) -> str:
+    return config.jobs.sites.get(rse, {}).get("site") or site_from_rse(rse) or rse
+
+
+@contextlib.contextmanager
+def build_service(config: Config, sources: Optional[Sources] = None,
+                  instance: Optional[str] = None) -> Iterator[Service]:
+    """A ready Service (live sources unless given); the embedded database stops on exit."""
+    client, embedded = open_client(config)
+    try:
+        if sources is None:
+            from MSUnmerged.sources.live import LiveSources
+            sources = LiveSources(config)
+        ledger = Ledger(client[config.mongo.database], config.mongo.generations_kept)
+        ledger.ensure_indexes()
+        backend = RoutingBackend(config, lambda kind, site: make_backend(config, kind, site),
+                                 lambda rse: site_of(config, rse))
+        yield Service(config, ledger, sources, backend, instance=instance)
+    finally:
+        client.close()
+        if embedded is not None:
+            embedded.stop()
