@@ -12,7 +12,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Iterator, Mapping, Optional, Sequence
 
 import pytest
 
@@ -48,7 +48,7 @@ class XrootdServer:
 
 
 @pytest.fixture(scope="session")
-def xrootd_server() -> XrootdServer:
+def xrootd_server() -> Iterator[XrootdServer]:
     run_script("storage-tools.sh")
     base = server_dir("xrootd")
     data, logs = base / "data", base / "logs"

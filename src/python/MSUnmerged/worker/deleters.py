@@ -334,7 +334,15 @@ class Gfal2Deleter(Deleter):
                 self._context().rmdir(url)
                 return Result(REMOVED)
             except gfal2.GError as exc:
-                return from_errno(exc.code, exc.message, directory=True)
+                result = from_errno(exc.code, exc.message, directory=True)
+            if result.outcome == STORAGE_ERROR:
+                # Plugins map "not empty" differently (xrootd: ENODEV); a listing tells for sure.
+                try:
+                    if [e for e in self._context().listdir(url) if e not in (".", "..")]:
+                        return Result(NOT_EMPTY, result.error)
+                except gfal2.GError:
+                    pass
+            return result
         return watched_map(one, [_gfal_url(pfn)], self.timeout + 10)[0]
 
 

@@ -1,0 +1,76 @@
+"""The worker zipapp with gfal2 (Debian python3-gfal2, gfal2-plugin-file) and gfal-rm over file:// URLs."""
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from servers import run_script
+from worker_kit import AS_NOBODY, SYSTEM_PYTHON, dirs, files, make_site, manifest, run_worker, world_dir
+
+pytestmark = pytest.mark.integration
+
+BASE = "/store/unmerged/Run2023D/EGamma1/MINIAOD/PromptReco-v2"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def storage_tools() -> None:
+    run_script("storage-tools.sh")
+
+
+def gfal_site(tmp: Path) -> tuple[Path, Path]:
+    storage = tmp / "storage"
+    storage.mkdir()
+    storage.chmod(0o755)
+    sc = make_site(tmp, [{"protocol": "file", "access": "global-rw", "prefix": f"file://{storage}"}],
+                   [{"volume": "Test_Disk", "protocol": "file"}])  # no command: WMCore's default, gfal2
+    return storage, sc
+
+
+def put(storage: Path, lfn: str, owner: str = "root") -> Path:
+    path = storage / lfn.lstrip("/")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x")
+    if owner != "root":
+        for p in [path, *path.relative_to(storage).parents]:
+            shutil.chown(storage / p, owner, "nogroup")
+    return path
+
+
+def _files(storage: Path) -> tuple[list[str], list[str], list[Path]]:
+    ok = [f"{BASE}/00000/f{i}.root" for i in range(5)]
+    ro = [f"{BASE}/00001/r{i}.root" for i in range(2)]
+    paths = [put(storage, lfn, owner="nobody") for lfn in ok] + [put(storage, lfn) for lfn in ro]
+    paths[0].unlink()  # already gone
+    return ok, ro, paths
+
+
+def test_gfal2_module_over_file_urls_as_nobody(tmp_path: Path) -> None:
+    storage, sc = gfal_site(world_dir("msunmerged-gfal-"))
+    ok, ro, paths = _files(storage)
+    man = manifest(ok + ro, remove_dirs=[f"{BASE}/00000", f"{BASE}/00001"])
+    # As nobody: the folder of `ro` belongs to root, so the file system really refuses.
+    rc, lines = run_worker(tmp_path / "job", man, sc, python=SYSTEM_PYTHON, prefix=AS_NOBODY)
+    assert lines[0]["start"]["method"]["deleter"] == "gfal2" and rc == 1
+    out = files(lines)
+    assert [out[lfn]["outcome"] for lfn in ok] == ["missing"] + ["deleted"] * 4
+    assert out[ok[1]]["pfn"] == f"file://{storage}{ok[1]}"
+    assert [out[lfn]["outcome"] for lfn in ro] == ["permission_denied"] * 2
+    assert all(p.exists() for p in paths[5:]) and not any(p.exists() for p in paths[:5])
+    assert dirs(lines)[f"{BASE}/00000"]["outcome"] == "removed"
+    assert dirs(lines)[f"{BASE}/00001"]["outcome"] == "not_empty"
+
+
+def test_gfal_rm_when_the_module_is_not_importable(tmp_path: Path) -> None:
+    storage, sc = gfal_site(world_dir("msunmerged-gfal-"))
+    ok, ro, paths = _files(storage)
+    man = manifest(ok + ro, remove_dirs=[f"{BASE}/00000", f"{BASE}/00001"])
+    rc, lines = run_worker(tmp_path / "job", man, sc, python=sys.executable)  # this python has no gfal2
+    assert lines[0]["start"]["method"]["deleter"] == "gfal-rm" and rc == 0
+    out = files(lines)
+    assert [out[lfn]["outcome"] for lfn in ok + ro] == ["missing"] + ["deleted"] * 6
+    assert not any(p.exists() for p in paths)
+    # gfal-rm removes directories only recursively, which the worker never does: left, and said so.
+    assert {d["outcome"] for d in dirs(lines).values()} == {"not_attempted"}

@@ -1,0 +1,49 @@
+"""The worker zipapp runs under Python 3.9 (a Debian bullseye chroot): it needs only the standard library."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from servers import run_script, server_dir
+from worker_kit import manifest, posix_site, worker_pyz
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+BASE = "/store/unmerged/RunIISummer20UL18RECO/Muon0/AODSIM/106X-v1"
+
+
+@pytest.fixture(scope="module")
+def py39_root() -> Path:
+    root = server_dir("py39") / "root"
+    run_script("python39-chroot.sh", str(root), timeout=1800)
+    return root
+
+
+def test_worker_deletes_under_python39(py39_root: Path) -> None:
+    job = py39_root / "job"
+    shutil.rmtree(job, ignore_errors=True)
+    storage = job / "storage"
+    storage.mkdir(parents=True)
+    sc_host = posix_site(job, Path("/job/storage"))  # paths as the chroot sees them
+    lfns = [f"{BASE}/00000/f{i}.root" for i in range(20)]
+    for lfn in lfns[1:]:
+        path = storage / lfn.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x")
+    shutil.copyfile(worker_pyz(), job / "worker.pyz")
+    (job / "manifest.json").write_text(json.dumps(manifest(lfns, remove_dirs=[f"{BASE}/00000"])))
+    sc = "/" + str(sc_host.relative_to(py39_root))
+    proc = subprocess.run(["chroot", str(py39_root), "/usr/bin/env", "-i", f"SITECONFIG_PATH={sc}", "PATH=/usr/bin:/bin",
+                           "python3", "/job/worker.pyz", "/job/manifest.json", "--report", "/job/report.jsonl"],
+                          capture_output=True, text=True, timeout=120)
+    lines = [json.loads(x) for x in (job / "report.jsonl").read_text().splitlines()]
+    assert proc.returncode == 0, (proc.stderr, lines[-1])
+    assert lines[0]["start"]["python"].startswith("3.9.")
+    outcomes = [x["outcome"] for x in lines if "lfn" in x]
+    assert outcomes == ["missing"] + ["deleted"] * 19
+    assert [x["outcome"] for x in lines if "dir" in x] == ["removed"]
+    assert not (storage / f"{BASE}/00000".lstrip("/")).exists()
