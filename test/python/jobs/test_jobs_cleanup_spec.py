@@ -1,0 +1,54 @@
+"""jobs_from_plan: a plan directory from the real planner -> CleanupJobs with their dirs and protection."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from MSUnmerged import planner
+from MSUnmerged.config import Config
+from MSUnmerged.jobs.spec import CleanupJob, job_dirs, jobs_from_plan, relevant_protection
+
+B = "/store/unmerged/Run2024F/Muon0/AOD/PromptReco-v1"
+
+
+def test_jobs_from_a_real_plan(tmp_path: Path) -> None:
+    cfg = Config()
+    cfg.planner.files_per_job = 3
+    cfg.guards.max_delete_fraction = 1.0
+    lfns = [f"{B}/000/380/001/a{i}.root" for i in range(4)] + [f"{B}/000/381/001/p.root", f"{B}/00000/c.root"]
+    protected = [f"{B}/000/381", "/store/unmerged/Other/X/AOD/v1"]
+    plan = planner.plan("T2_XX_A", [("\n".join(lfns) + "\n").encode()], protected, cfg, tmp_path / "plan",
+                        require_scan=False)
+    assert plan.files_to_delete == 5 and plan.jobs == 2
+    now = time.time()
+    jobs = jobs_from_plan(tmp_path / "plan", "T2_XX_A", "T2_XX", cfg, generation=1700000000.0, protected=protected,
+                          now=now)
+    assert [j.job_id for j in jobs] == ["T2_XX_A:1700000000:1", "T2_XX_A:1700000000:2"]
+    assert sorted(f for j in jobs for f in j.step.lfns) == sorted(lfns[:4] + [lfns[5]])
+    for job in jobs:
+        assert job.deadline == now + cfg.jobs.deadline_h * 3600 and job.step.dry_run is True
+        assert job.step.file_timeout_s == cfg.jobs.file_timeout_s and job.site == "T2_XX"
+        files_dirs = {f.rsplit("/", 1)[0] for f in job.step.lfns}
+        # Every removable dir of the job holds one of its files; none holds the protected base.
+        assert all(any(d == fd or fd.startswith(d + "/") for fd in files_dirs) for d in job.step.remove_dirs)
+        assert f"{B}/000" not in job.step.remove_dirs and B not in job.step.remove_dirs
+        depths = [d.count("/") for d in job.step.remove_dirs]
+        assert depths == sorted(depths, reverse=True)  # leaf first
+    first = jobs[0]
+    assert f"{B}/000/380/001" in first.step.remove_dirs and f"{B}/000/380" in first.step.remove_dirs
+    assert first.step.protected == [f"{B}/000/381"] and f"{B}/000" in first.step.keep_dirs
+    # The manifest round-trips and keeps its format.
+    path = first.write_manifest(tmp_path / "m.json")
+    again = CleanupJob.from_manifest(json.loads(path.read_text()))
+    assert again == first and json.loads(path.read_text())["version"] == 1
+
+
+def test_relevant_protection_and_dirs() -> None:
+    lfns = [f"{B}/00000/a.root"]
+    bases, keep = relevant_protection(lfns, [f"{B}/000/380//", f"{B}0/x", "/store/unmerged/Z/Y/X/W"])
+    # Bases sharing a directory of depth >= 5 with the job are relevant (a sibling dataset too: safe
+    # over-inclusion); one in another tree is not. Their ancestors among the job's dirs are kept.
+    assert bases == [f"{B}/000/380", f"{B}0/x"]
+    assert keep == ["/store/unmerged/Run2024F/Muon0", "/store/unmerged/Run2024F/Muon0/AOD", B]
+    assert job_dirs(lfns, {f"{B}/00000", B, "/store/unmerged/Run2024F"}) == [f"{B}/00000", B, "/store/unmerged/Run2024F"]
