@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,11 +22,7 @@ from MSUnmerged.config import Config
 from MSUnmerged.dumpreader import iter_chunks
 from MSUnmerged.jobs.local import LocalBackend
 from MSUnmerged.jobs.spec import jobs_from_plan
-
-DEMO_RSE = "T2_XX_Sample"
-DEMO_SITE = "T2_XX_Sample"
-DEMO_VOLUME = "Sample_Disk"
-MARKER = ".msunmerged-demo"  # the storage folder is the demo's own: nothing else is ever touched
+from MSUnmerged.samplesite import DEMO_RSE, DEMO_SITE, count_files, fill_storage, write_site
 
 
 def register(subparsers: Any) -> None:
@@ -42,39 +37,6 @@ def register(subparsers: Any) -> None:
 def demo_spec(files: int) -> sample.SampleSpec:
     """Small datasets, so that even a small site has protected, excluded and deletable ones."""
     return sample.SampleSpec(files=files, files_per_block=max(1, files // 80), blocks_per_dataset=4)
-
-
-def write_site(work: Path, storage: Path) -> Path:
-    """The sample site's SITECONFIG_PATH: JobConfig/site-local-config.xml and storage.json (POSIX)."""
-    siteconf = work / "SITECONF" / DEMO_SITE
-    (siteconf / "JobConfig").mkdir(parents=True, exist_ok=True)
-    (siteconf / "JobConfig" / "site-local-config.xml").write_text(
-        f'<site-local-config>\n  <site name="{DEMO_SITE}">\n'
-        f'    <stage-out>\n      <method volume="{DEMO_VOLUME}" protocol="posix" command="cp"/>\n'
-        f'    </stage-out>\n  </site>\n</site-local-config>\n')
-    (siteconf / "storage.json").write_text(json.dumps([{
-        "site": DEMO_SITE, "volume": DEMO_VOLUME, "rse": DEMO_RSE, "type": "DISK",
-        "protocols": [{"protocol": "posix", "access": "global-rw", "prefix": str(storage.resolve())}]}], indent=1))
-    return siteconf
-
-
-def fill_storage(storage: Path, dump: Path) -> None:
-    """Create every file of the dump (empty) under the storage folder."""
-    if (storage / MARKER).exists():
-        shutil.rmtree(storage)  # the demo's own folder, from an earlier run: start from the full site
-    storage.mkdir(parents=True, exist_ok=True)
-    (storage / MARKER).touch()
-    made: set[Path] = set()
-    for line in dump.read_text().split():
-        path = storage / line.lstrip("/")
-        if path.parent not in made:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            made.add(path.parent)
-        path.touch()
-
-
-def count_files(storage: Path) -> int:
-    return sum(1 for p in (storage / "store").rglob("*") if p.is_file())
 
 
 def run(args: argparse.Namespace, config: Config) -> int:

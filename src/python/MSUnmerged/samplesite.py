@@ -1,0 +1,46 @@
+"""A real POSIX "site" on local disk: a storage folder holding a dump's files, and the site's own
+site-local-config.xml and storage.json, as the worker reads them at a site (demo, tests)."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+DEMO_RSE = "T2_XX_Sample"
+DEMO_SITE = "T2_XX_Sample"
+DEMO_VOLUME = "Sample_Disk"
+MARKER = ".msunmerged-demo"  # the storage folder is the demo's own: nothing else is ever touched
+
+
+def write_site(work: Path, storage: Path, site: str = DEMO_SITE, rse: str = DEMO_RSE,
+               volume: str = DEMO_VOLUME) -> Path:
+    """The site's SITECONFIG_PATH: JobConfig/site-local-config.xml and storage.json (POSIX under `storage`)."""
+    siteconf = work / "SITECONF" / site
+    (siteconf / "JobConfig").mkdir(parents=True, exist_ok=True)
+    (siteconf / "JobConfig" / "site-local-config.xml").write_text(
+        f'<site-local-config>\n  <site name="{site}">\n'
+        f'    <stage-out>\n      <method volume="{volume}" protocol="posix" command="cp"/>\n'
+        f'    </stage-out>\n  </site>\n</site-local-config>\n')
+    (siteconf / "storage.json").write_text(json.dumps([{
+        "site": site, "volume": volume, "rse": rse, "type": "DISK",
+        "protocols": [{"protocol": "posix", "access": "global-rw", "prefix": str(storage.resolve())}]}], indent=1))
+    return siteconf
+
+
+def fill_storage(storage: Path, dump: Path) -> None:
+    """Create every file of the dump (empty) under the storage folder."""
+    if (storage / MARKER).exists():
+        shutil.rmtree(storage)  # our own folder, from an earlier run: start from the full site
+    storage.mkdir(parents=True, exist_ok=True)
+    (storage / MARKER).touch()
+    made: set[Path] = set()
+    for line in dump.read_text().split():
+        path = storage / line.lstrip("/")
+        if path.parent not in made:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            made.add(path.parent)
+        path.touch()
+
+
+def count_files(storage: Path) -> int:
+    return sum(1 for p in (storage / "store").rglob("*") if p.is_file())
