@@ -47,13 +47,12 @@ class XrootdServer:
         return target
 
 
-@pytest.fixture(scope="session")
-def xrootd_server() -> Iterator[XrootdServer]:
+def start_xrootd(base: Path) -> tuple[Process, XrootdServer]:
+    """Install if needed, then start xrootd with an empty storage under `base`; wait until it answers."""
     run_script("storage-tools.sh")
-    base = server_dir("xrootd")
     data, logs = base / "data", base / "logs"
     shutil.rmtree(data, ignore_errors=True)
-    for d in (data, logs):
+    for d in (data, logs, data / "store"):
         d.mkdir(parents=True, exist_ok=True)
         shutil.chown(d, "nobody", "nogroup")
     cfg = base / "xrootd.cfg"
@@ -67,13 +66,16 @@ def xrootd_server() -> Iterator[XrootdServer]:
             raise RuntimeError(f"xrootd exited at start; see {proc.log} and {logs}")
         probe = server.run(["xrdfs", server.url, "ls", "/store"], capture_output=True, timeout=20,
                            env={**os.environ, "XRD_REQUESTTIMEOUT": "2", "XRD_CONNECTIONRETRY": "1"})
-        if probe.returncode in (0, 54):  # 54: /store is empty or not there yet, but the server answers
-            break
+        if probe.returncode == 0:
+            return proc, server
         if time.monotonic() > deadline:
             proc.stop()
             raise TimeoutError(f"xrootd does not answer: {probe.stderr!r}")
         time.sleep(0.2)
-    (data / "store").mkdir(exist_ok=True)
-    shutil.chown(data / "store", "nobody", "nogroup")
+
+
+@pytest.fixture(scope="session")
+def xrootd_server() -> Iterator[XrootdServer]:
+    proc, server = start_xrootd(server_dir("xrootd"))
     yield server
     proc.stop()

@@ -1,12 +1,15 @@
 """LFN checks and component-wise path sets, re-done at the site before anything is touched."""
 from __future__ import annotations
 
+import re
 from typing import Iterable, Optional
 
 UNMERGED = "/store/unmerged/"
 MAX_LFN = 4096
 # A directory is never removed above this depth floor: /store/unmerged/<x> has depth 4.
 MIN_DIR_DEPTH = 5
+# Any Unicode whitespace, C0/C1 control characters and DEL (one C-level scan per path).
+_BAD_CHAR = re.compile(r"[\s\x00-\x1f\x7f-\x9f]")
 
 
 def depth(path: str) -> int:
@@ -22,7 +25,7 @@ def problem(path: str) -> Optional[str]:
         return "longer than %d characters" % MAX_LFN
     if not path.startswith(UNMERGED) or len(path) == len(UNMERGED):
         return "not under /store/unmerged/"
-    if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in path):
+    if _BAD_CHAR.search(path):
         return "whitespace or control character"
     if path.endswith("/"):
         return "trailing slash"
