@@ -47,7 +47,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     out = work / "plan"
     result = planner.plan(DEMO_RSE, iter_chunks(inputs["dump"]), protected, config, out, stats=stats,
                           progress=Progress(f"planning {DEMO_RSE}"))
-    print_summary(result, str(out))
+    print_summary(result, str(out), sys.stdout)  # the current stdout, not the one at import
     if result.guard:
         return EXIT_GUARD
     if args.plan_only:
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     rows += [(f"directories {k.replace('_', ' ')}", f"{v:,}") for k, v in sorted(dirs.items())]
     rows += [("files left in storage", f"{after:,}"), ("storage folder", str(storage)),
              ("job folders (manifest, report, log)", str(work / "jobs"))]
-    table(rows, ("", "value"))
+    table(rows, ("", "value"), sys.stdout)
     examples = [o for job in sink.outcomes.values() for o in job.values()][:5]
     if examples:
         print("\nexamples:")
