@@ -10,8 +10,9 @@ from typing import Any, Optional
 
 import pytest
 
-from MSUnmerged.ledger import Ledger, file_id, job_id
 from MSUnmerged.rest.auth import sign
+
+from rest_seed import record_cycle, seed_rse
 
 pytestmark = pytest.mark.integration
 
@@ -51,61 +52,60 @@ def operator_headers(key: bytes, login: str = "alice", role: str = "operator", s
     return headers
 
 
-def job(n: int) -> str:
-    return job_id(RSE, GEN, 1, n)
+DUMP = [f"/store/unmerged/Run3/Prim{i % 4}/RAW/v{i % 2}/f{i:05d}.root" for i in range(2600)] + \
+    [f"/store/unmerged/Run3/Kept/RAW/v1/000/123/f{i:05d}.root" for i in range(400)]
+PROTECTED = ["/store/unmerged/Run3/Kept/RAW/v1/000/123"]
+
+
+def outcome(i: int, lfn: str) -> Optional[dict[str, Any]]:
+    """70% deleted, 10% each permission_denied and timeout, the rest missing or (every 50th) not reported."""
+    if i % 50 == 49:
+        return None
+    kind = i % 10
+    if kind < 7:
+        return {"state": "deleted", "size": 1000}
+    if kind < 9:
+        return {"state": "failed", "error_class": ("permission_denied", "timeout")[kind - 7], "error": "denied"}
+    return {"state": "missing"}
 
 
 @pytest.fixture(scope="module")
-def seeded(rest_app: Any) -> Any:
-    """One RSE generation written in the ledger's own shapes; counters computed by Ledger.refresh_counters."""
-    db = rest_app.db
-    db.rses.delete_many({"_id": RSE})
-    db.files.delete_many({"rse": RSE})
-    db.jobs.delete_many({"rse": RSE})
-    db.rses.insert_one({"_id": RSE, "state": "running", "reason": "", "generation": GEN, "updated": NOW,
-                        "generations": [{"gen": GEN, "files_total": 3000, "to_delete": 2600, "protected": 400,
-                                         "excluded": 0, "invalid": {"bad_chars": 2}, "dirs_removable": 8,
-                                         "jobs": 6, "planned": NOW - 3600}]})
-    files = []
-    for i in range(2600):
-        state = "deleted" if i < 2000 else "failed" if i < 2300 else "missing" if i < 2400 else "planned"
-        d = f"/store/unmerged/Run3/Prim{i % 4}/RAW/v{i % 2}"
-        lfn = f"{d}/f{i:05d}.root"
-        failed = state == "failed"
-        files.append({"_id": file_id(RSE, GEN, lfn), "rse": RSE, "gen": GEN, "lfn": lfn, "dir": d, "state": state,
-                      "job": job(i // 500 + 1), "attempts": 1, "t": NOW,
-                      "error_class": ("permission_denied" if i < 2200 else "timeout") if failed else "",
-                      "error": "denied" if failed else ""})
-    db.files.insert_many(files)
-    db.jobs.insert_many([{"_id": job(j), "rse": RSE, "gen": GEN, "round": 1, "n": j, "site": "T2_RT_Api",
-                          "state": "finished" if j <= 4 else "running", "files": 500,
-                          "submitted_at": NOW - 500 + j, "finished_at": NOW - 100 if j <= 4 else None,
-                          "summary": {"bytes_freed": 123456789 if j == 1 else 0}} for j in range(1, 7)])
-    db.cycles.insert_one({"_id": "cycle-rest-1", "instance": "test", "slot": 0, "started": NOW - 900,
-                          "finished": NOW - 300, "rses": [RSE], "results": {RSE: {"deleted": 2000}}})
-    Ledger(db).refresh_counters(RSE)
+def seeded(rest_app: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """One RSE recorded and worked through the ledger's own write methods: 6 jobs, 4 finished, 2 running."""
+    rest_app.seed = seed_rse(rest_app.db, RSE, tmp_path_factory.mktemp("plans"), DUMP, PROTECTED, GEN,
+                             done_jobs=4, outcome=outcome)
+    rest_app.cycle = record_cycle(rest_app.db, RSE, {"action": "poll", "state": "running", "collected": 4})
     return rest_app
+
+
+def count(seeded: Any, **match: str) -> int:
+    return sum(all(o.get(k) == v for k, v in match.items()) for o in seeded.seed["outcomes"].values())
 
 
 def test_status_envelope_and_cycles(seeded: Any) -> None:
     status, body, headers = get(seeded, "data/status")
     assert status == 200 and headers["Content-Type"].startswith("application/json")
     (doc,) = body["result"]
-    assert doc["status"] == "OK" and doc["rses"]["total"] >= 1
-    cycle = next(c for c in doc["cycles"] if c["id"] == "cycle-rest-1")
-    assert cycle["duration_s"] == pytest.approx(600, abs=0.01) and cycle["results"][RSE]["deleted"] == 2000
+    assert doc["status"] == "OK" and doc["rses"]["total"] >= 1 and doc["rses"]["by_state"]["running"] >= 1
+    cycle = next(c for c in doc["cycles"] if c["id"] == seeded.cycle)
+    assert cycle["duration_s"] is not None and cycle["results"][RSE]["collected"] == 4
 
 
-def test_info_one_rse_uses_wmcore_names(seeded: Any) -> None:
+def test_info_reads_what_the_ledger_wrote(seeded: Any) -> None:
     status, body, _ = get(seeded, f"data/info?rse={RSE}&detail=false")
     assert status == 200
     (doc,) = body["result"]
-    assert doc["name"] == RSE and doc["isClean"] is False
-    assert doc["counters"]["filesToDelete"] == 2600 and doc["counters"]["filesDeletedSuccess"] == 2000
-    assert doc["counters"]["filesDeletedFail"] == 300 and doc["timestamps"]["rseConsStatTime"] == pytest.approx(GEN)
-    assert doc["counters"]["totalNumFiles"] == 3000 and doc["counters"]["dirsToDelete"] == 8
-    assert doc["counters"]["deletionErrors"] == {"permission_denied": 200, "timeout": 100}
-    assert doc["counters"]["pending"] == 200 and doc["counters"]["invalid"] == 2
+    c, ledger = doc["counters"], seeded.seed["counters"]
+    assert doc["name"] == RSE and doc["isClean"] is False and doc["state"] == "running"
+    assert doc["generation"] == pytest.approx(GEN) and doc["timestamps"]["rseConsStatTime"] == pytest.approx(GEN)
+    assert doc["timestamps"]["planTime"] is not None and doc["timestamps"]["countTime"] is not None
+    assert c["totalNumFiles"] == 3000 and c["filesToDelete"] == 2600 == ledger["to_delete"]
+    assert c["filesDeletedSuccess"] == count(seeded, state="deleted") == ledger["deleted"]
+    assert c["filesDeletedFail"] == count(seeded, state="failed")
+    assert c["deletionErrors"] == {"permission_denied": count(seeded, error_class="permission_denied"),
+                                   "timeout": count(seeded, error_class="timeout")}
+    assert c["missing"] == count(seeded, state="missing") and c["unknown"] == 4 * 500 - len(seeded.seed["outcomes"])
+    assert c["pending"] == 600 and c["protected"] == 400 and c["bytes_freed"] == 1000 * count(seeded, state="deleted")
     assert "jobs" not in doc
 
 
@@ -113,6 +113,7 @@ def test_info_detail_and_all_docs(seeded: Any) -> None:
     _, body, _ = get(seeded, f"data/info?rse={RSE}&detail=true")
     (doc,) = body["result"]
     assert len(doc["jobs"]) == 6 and len(doc["files"]["deletedFail"]) == 100
+    assert {j["state"] for j in doc["jobs"]} == {"finished", "running"}
     _, body, _ = get(seeded, "data/info?rse=ALL_DOCS")
     assert RSE in [d["name"] for d in body["result"]]
     _, body, _ = get(seeded, "data/info?rse=T2_XX_Unknown")
@@ -154,44 +155,58 @@ def test_files_by_state_paginates_with_a_cursor(seeded: Any) -> None:
         if not body["next"]:
             break
         after = body["next"]
-    assert pages == 3 and len(seen) == 300 == len(set(seen)) and seen == sorted(seen)
+    assert seen == seeded.seed["failed"] and pages == len(seen) // 120 + 1
 
 
 def test_files_filters(seeded: Any) -> None:
+    jobs = seeded.seed["jobs"]
     _, body, _ = get(seeded, f"data/files?rse={RSE}&error_class=timeout&limit=1000")
-    assert len(body["result"]) == 100 and {f["error_class"] for f in body["result"]} == {"timeout"}
+    assert len(body["result"]) == count(seeded, error_class="timeout")
+    assert {(f["state"], f["error_class"]) for f in body["result"]} == {("failed", "timeout")}
+    _, body, _ = get(seeded, f"data/files?rse={RSE}&error_class=no_report&state=unknown&limit=1000")
+    assert len(body["result"]) == 4 * 500 - len(seeded.seed["outcomes"])
+    prim1 = sorted(lfn for lfn in DUMP[:2600] if "/Prim1/" in lfn)
     _, body, _ = get(seeded, f"data/files?rse={RSE}&dir=/store/unmerged/Run3/Prim1/&limit=10000")
-    assert len(body["result"]) == 650 and all("/Prim1/" in f["lfn"] for f in body["result"])
-    _, body, _ = get(seeded, f"data/files?job={urllib.parse.quote(job(2))}&limit=10000")
-    assert len(body["result"]) == 500 and {f["job"] for f in body["result"]} == {job(2)}
+    assert [f["lfn"] for f in body["result"]] == prim1
+    _, body, _ = get(seeded, f"data/files?rse={RSE}&dir=/store/unmerged/Run3/Prim1/&state=failed&limit=10000")
+    assert [f["lfn"] for f in body["result"]] == [lfn for lfn in seeded.seed["failed"] if "/Prim1/" in lfn]
+    _, body, _ = get(seeded, f"data/files?job={urllib.parse.quote(jobs[1])}&limit=10000")
+    assert len(body["result"]) == 500 and {f["job"] for f in body["result"]} == {jobs[1]}
     _, body, _ = get(seeded, f"data/files?rse={RSE}&state=submitted&limit=10000")
-    assert len(body["result"]) == 200 and {f["job"] for f in body["result"]} == {job(5), job(6)}
+    assert len(body["result"]) == 600 and {f["job"] for f in body["result"]} == set(jobs[4:])
+    assert {f["state"] for f in body["result"]} == {"planned"}
 
 
 def test_files_stream_is_one_valid_envelope(seeded: Any) -> None:
     status, body, headers = get(seeded, f"data/files?rse={RSE}&stream=true")
     assert status == 200 and headers.get("Transfer-Encoding") == "chunked"
-    assert len(body["result"]) == 2600
+    assert len(body["result"]) == 2600 and len({f["cursor"] for f in body["result"]}) == 2600
 
 
 def test_jobs_cycles_plan(seeded: Any) -> None:
+    jobs = seeded.seed["jobs"]
     _, body, _ = get(seeded, f"data/jobs?rse={RSE}&state=running")
-    assert [j["id"] for j in body["result"]] == [job(6), job(5)]
+    assert [j["id"] for j in body["result"]] == [jobs[5], jobs[4]]
+    assert all(j["batch_id"] and j["backend"] == "local" for j in body["result"])
     _, body, _ = get(seeded, "data/cycles?limit=5")
-    assert any(c["id"] == "cycle-rest-1" for c in body["result"])
+    assert any(c["id"] == seeded.cycle for c in body["result"])
     _, body, _ = get(seeded, f"data/plan?rse={RSE}&limit=50")
     (plan,) = body["result"]
-    assert plan["files_to_delete"] == 500 and plan["shown"] == 50  # 200 planned + 300 failed to retry
-    assert plan["plan"]["to_delete"] == 2600
+    retriable = count(seeded, state="failed") + 4 * 500 - len(seeded.seed["outcomes"])
+    assert plan["generation"] == pytest.approx(GEN) and plan["files_to_delete"] == 600 + retriable
+    assert plan["shown"] == 50 and plan["plan"]["to_delete"] == 2600
     assert sum(len(d["files"]) for d in plan["directories"]) == 50
 
 
 def test_metrics_prometheus_text(seeded: Any) -> None:
     status, text, headers = get(seeded, "metrics")
     assert status == 200 and "version=0.0.4" in headers["Content-Type"].replace(" ", "")
-    assert f'msunmerged_files_deleted{{rse="{RSE}"}} 2000' in text
-    assert f'msunmerged_files_failed{{rse="{RSE}",error_class="permission_denied"}} 200' in text
-    assert f'msunmerged_bytes_freed{{rse="{RSE}"}} 123456789' in text
+    deleted = count(seeded, state="deleted")
+    assert f'msunmerged_files_deleted{{rse="{RSE}"}} {deleted}' in text
+    assert f'msunmerged_files_failed{{rse="{RSE}",error_class="permission_denied"}} ' \
+           f'{count(seeded, error_class="permission_denied")}' in text
+    assert f'msunmerged_bytes_freed{{rse="{RSE}"}} {1000 * deleted}' in text
+    assert f'msunmerged_jobs{{rse="{RSE}",state="finished"}} 4' in text
     assert f'msunmerged_jobs{{rse="{RSE}",state="running"}} 2' in text
     assert "msunmerged_cycle_duration_seconds " in text and "msunmerged_ledger_up 1" in text
 

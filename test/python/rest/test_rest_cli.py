@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 from pymongo.database import Database
 
 from MSUnmerged.cli import EXIT_BAD_INPUT, EXIT_OK, main
-from MSUnmerged.ledger import file_id
+from rest_seed import seed_rse
 
 pytestmark = pytest.mark.integration
 
@@ -16,33 +17,32 @@ RSE = "T2_CL_Cli"
 
 
 @pytest.fixture()
-def cli_env(mongo_db: Database, mongo_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path) -> Database:
+def cli_env(mongo_db: Database, mongo_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Database:
     monkeypatch.setenv("MSUNMERGED_CONFIG", str(tmp_path / "none.toml"))
     (tmp_path / "none.toml").write_text("")
     monkeypatch.setenv("MSUNMERGED_MONGO__URL", mongo_url)
     monkeypatch.setenv("MSUNMERGED_MONGO__DATABASE", mongo_db.name)
-    gen = time.time() - 60
-    mongo_db.rses.insert_one({"_id": RSE, "state": "running", "generation": gen,
-                              "counters": {"to_delete": 4, "pending": 1, "deleted": 2, "failed": 1,
-                                           "failed_by_class": {"timeout": 1}}})
-    for i, state in enumerate(["deleted", "deleted", "failed", "planned"]):
-        lfn = f"/store/unmerged/a/b/f{i}.root"
-        mongo_db.files.insert_one({"_id": file_id(RSE, gen, lfn), "rse": RSE, "gen": gen, "lfn": lfn, "state": state,
-                                   "error_class": "timeout" if state == "failed" else "", "job": "j", "attempts": 1})
+    dump = [f"/store/unmerged/a/b/c/d/f{i}.root" for i in range(8)] + ["/store/unmerged/a/b/c/kept/f.root"]
+    states = [{"state": "deleted"}, {"state": "deleted"}, {"state": "failed", "error_class": "timeout"}, None]
+    seed_rse(mongo_db, RSE, tmp_path, dump, ["/store/unmerged/a/b/c/kept"], time.time() - 60, done_jobs=1,
+             outcome=lambda i, lfn: states[i], files_per_job=4)
     return mongo_db
 
 
 def test_status_files_jobs(cli_env: Database, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["status", "--json"]) == EXIT_OK
     (rse,) = json.loads(capsys.readouterr().out)["result"]
-    assert rse["name"] == RSE and rse["counters"]["deleted"] == 2
+    assert rse["name"] == RSE and rse["counters"]["deleted"] == 2 and rse["counters"]["unknown"] == 1
     assert main(["status"]) == EXIT_OK
-    assert "75%" in capsys.readouterr().out
+    assert "50%" in capsys.readouterr().out  # 4 of 8 files have an outcome
     assert main(["files", "--rse", RSE, "--state", "failed", "--json"]) == EXIT_OK
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [r["lfn"] for r in lines] == ["/store/unmerged/a/b/f2.root"]
+    assert [(r["lfn"], r["error_class"]) for r in lines] == [("/store/unmerged/a/b/c/d/f2.root", "timeout")]
+    assert main(["files", "--rse", RSE, "--error-class", "no_report", "--state", "unknown", "--json"]) == EXIT_OK
+    assert len(capsys.readouterr().out.splitlines()) == 1
     assert main(["jobs", "--json"]) == EXIT_OK
-    assert json.loads(capsys.readouterr().out)["result"] == []
+    assert [j["state"] for j in json.loads(capsys.readouterr().out)["result"]] == ["running", "finished"]
+    assert main(["jobs"]) == EXIT_OK and "running" in capsys.readouterr().out
 
 
 def test_bad_input_exit_codes(cli_env: Database, capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
-from MSUnmerged.ledger import file_id
+from rest_seed import seed_rse
 
 pytestmark = pytest.mark.integration
 
 EVIL_RSE = 'T2_XX_<img src=x onerror="document.title=1">'
 EVIL_ERROR = "<script>document.title='pwned'</script><b>bold</b>"
+EVIL_CLASS = "<b>class</b>"
 GOOD_RSE = "T1_PG_Page"
 
 
@@ -31,24 +32,25 @@ def render(chromium: str, url: str, tmp: Path, screenshot: bool = False) -> str:
     return result.stdout
 
 
+def good_outcome(i: int, lfn: str) -> dict[str, Any]:
+    kind = i % 10
+    if kind in (6, 7):
+        return {"state": "failed", "error_class": "permission_denied", "error": "denied"}
+    return {"state": "failed", "error_class": "timeout"} if kind == 8 else {"state": "deleted"}
+
+
 @pytest.fixture(scope="module")
-def page_app(rest_app: Any) -> Any:
-    db = rest_app.db
-    now = time.time()
-    db.rses.delete_many({"_id": {"$in": [EVIL_RSE, GOOD_RSE]}})
-    db.files.delete_many({"rse": {"$in": [EVIL_RSE, GOOD_RSE]}})
-    db.rses.insert_many([
-        {"_id": GOOD_RSE, "state": "clean", "reason": "", "generation": now - 3600, "updated": now - 100,
-         "counters": {"to_delete": 5000, "pending": 700, "deleted": 4000, "failed": 321,
-                      "failed_by_class": {"permission_denied": 300, "timeout": 21}}},
-        {"_id": EVIL_RSE, "state": "failed", "reason": EVIL_ERROR, "generation": now - 3600,
-         "events": [{"at": now, "state": "failed", "reason": EVIL_ERROR, "detail": EVIL_ERROR}],
-         "counters": {"to_delete": 10, "pending": 0, "deleted": 5, "failed": 5, "failed_by_class": {EVIL_ERROR: 5}}},
-    ])
-    lfn = "/store/unmerged/x/<i>f</i>.root"
-    db.files.insert_one({"_id": file_id(EVIL_RSE, now - 3600, lfn), "rse": EVIL_RSE, "gen": now - 3600, "lfn": lfn,
-                         "dir": "/store/unmerged/x", "state": "failed", "error_class": "storage_error",
-                         "error": EVIL_ERROR, "attempts": 2, "job": "j"})
+def page_app(rest_app: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Both RSEs written through the ledger's own methods; the hostile one carries markup everywhere it can."""
+    work = tmp_path_factory.mktemp("page-plans")
+    gen = time.time() - 3600
+    seed_rse(rest_app.db, GOOD_RSE, work, [f"/store/unmerged/Run3/P/RAW/v1/f{i:03d}.root" for i in range(50)]
+             + [f"/store/unmerged/Run3/K/RAW/v1/f{i}.root" for i in range(5)], ["/store/unmerged/Run3/K"], gen, done_jobs=4,
+             outcome=good_outcome, files_per_job=10, state="clean")
+    seed_rse(rest_app.db, EVIL_RSE, work, [f"/store/unmerged/x/y/z/f{i}.root" for i in range(4)]
+             + ["/store/unmerged/k/f.root"], ["/store/unmerged/k"], gen, done_jobs=1,
+             outcome=lambda i, lfn: {"state": "failed", "error_class": EVIL_CLASS, "error": EVIL_ERROR},
+             state="failed", reason=EVIL_ERROR)
     return rest_app
 
 
@@ -57,8 +59,8 @@ def test_index_shows_the_rse_table(page_app: Any, chromium: str, tmp_path: Path)
     assert "<table>" in dom and ">RSE</th>" in dom
     row = dom[dom.index(f">{GOOD_RSE}</a>"):]
     row = row[:row.index("</tr>")]
-    assert "clean" in row and "5,000" in row and "4,000" in row and "321" in row
-    assert "permission_denied: 300" in row and "86%" in row
+    assert "clean" in row and ">50<" in row and ">28<" in row and ">12<" in row  # to delete, deleted, failed
+    assert "permission_denied: 8" in row and "timeout: 4" in row and "80%" in row
     assert (tmp_path / "page.png").stat().st_size > 1000
 
 
@@ -73,6 +75,6 @@ def test_hostile_rse_name_and_error_render_as_text(page_app: Any, chromium: str,
 def test_rse_page_lists_failed_files_as_text(page_app: Any, chromium: str, tmp_path: Path) -> None:
     url = f"{page_app.url}/rse?name={urllib.parse.quote(EVIL_RSE, safe='')}"
     dom = render(chromium, url, tmp_path)
-    assert "<img" not in dom and "<script" not in dom.lower() and "<i>f</i>" not in dom
-    assert "/store/unmerged/x/&lt;i&gt;f&lt;/i&gt;.root" in dom and "storage_error" in dom
+    assert "<img" not in dom and "<script" not in dom.lower() and "<b>" not in dom
+    assert "/store/unmerged/x/y/z/f0.root" in dom and "&lt;b&gt;class&lt;/b&gt;" in dom
     assert f"<title>MSUnmerged {html.escape(EVIL_RSE, quote=False)}</title>" in dom

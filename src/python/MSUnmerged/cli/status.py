@@ -10,6 +10,7 @@ from MSUnmerged.cli.output import table
 from MSUnmerged.config import Config
 from MSUnmerged.rest.page import progress, when
 
+
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("status", help="RSE states and counters from the ledger")
     p.add_argument("--rse", help="one RSE in detail")
@@ -31,14 +32,18 @@ def run(args: argparse.Namespace, config: Config) -> int:
         return EXIT_OK
     if args.rse:
         r = rses[0]
-        rows = [("state", r["state"]), ("reason", r["reason"] or "-"), ("detail", r["detail"] or "-"),
-                ("dump version", when(r["dump_version"])), ("updated", when(r["updated"])),
-                ("progress", progress(r["counters"])[1])]
-        rows += [(k, f"{v:,}" if isinstance(v, int) else v) for k, v in sorted(r["counters"].items())]
+        counters = r.get("counters") or {}
+        rows = [("state", r.get("state", "")), ("reason", r.get("reason") or "-"), ("detail", r.get("detail") or "-"),
+                ("generation", when(r.get("generation"))), ("updated", when(r.get("updated"))),
+                ("progress", progress(counters)[1])]
+        rows += [(k, f"{v:,}" if isinstance(v, int) else v) for k, v in sorted(counters.items())]
         table(rows, ("", "value"))
         return EXIT_OK
-    table([(r["name"], r["state"], r["reason"] or "-", when(r["dump_version"]),
-            f"{r['counters'].get('to_delete', 0):,}", f"{r['counters'].get('deleted', 0):,}",
-            f"{r['counters'].get('failed', 0):,}", progress(r["counters"])[1]) for r in rses],
-          ("RSE", "state", "reason", "dump", "to delete", "deleted", "failed", "progress"))
+    rows = []
+    for r in rses:
+        c = r.get("counters") or {}
+        rows.append((r["name"], r.get("state", ""), r.get("reason") or "-", when(r.get("generation")),
+                     f"{c.get('to_delete', 0):,}", f"{c.get('deleted', 0):,}", f"{c.get('failed', 0):,}",
+                     progress(c)[1]))
+    table(rows, ("RSE", "state", "reason", "generation", "to delete", "deleted", "failed", "progress"))
     return EXIT_OK

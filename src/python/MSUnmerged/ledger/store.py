@@ -80,10 +80,21 @@ class Ledger:
         self.cycles: Collection = db["cycles"]
 
     def ensure_indexes(self) -> None:
-        """Indexes for the operators' questions; kept few because each one slows ingest."""
+        """Indexes for the operators' questions; each costs ingest time, so only these.
+
+        Every per-file page is one of these indexes' leading fields plus a range on its trailing
+        `_id`, so a page is an index range scan in `_id` order (see query_files). (rse, gen, _id)
+        serves directory prefixes: SecantusDB does not use the `_id` index for ranges.
+        """
         def make() -> None:
-            self.files.create_index([("rse", ASCENDING), ("gen", ASCENDING), ("state", ASCENDING)])
-            self.files.create_index([("job", ASCENDING)])
+            for old in ("rse_1_gen_1_state_1", "job_1"):  # prefixes of the indexes below
+                if old in self.files.index_information():
+                    self.files.drop_index(old)
+            self.files.create_index([("rse", ASCENDING), ("gen", ASCENDING), ("state", ASCENDING), ("_id", ASCENDING)])
+            self.files.create_index([("rse", ASCENDING), ("gen", ASCENDING), ("state", ASCENDING),
+                                     ("error_class", ASCENDING), ("_id", ASCENDING)])
+            self.files.create_index([("rse", ASCENDING), ("gen", ASCENDING), ("_id", ASCENDING)])
+            self.files.create_index([("job", ASCENDING), ("_id", ASCENDING)])
             self.jobs.create_index([("rse", ASCENDING), ("gen", ASCENDING), ("state", ASCENDING)])
             self.jobs.create_index([("state", ASCENDING)])
             self.cycles.create_index([("started", DESCENDING)])
@@ -181,9 +192,12 @@ class Ledger:
                     raise
         with_retry(insert, f"insert into {coll.name}")
 
-    def drop_protected(self, rse: str, generation: float, protection: PrefixSet) -> int:
-        """Files not yet deleted that the current protected list covers become skipped_protected."""
-        flt = {"rse": rse, "gen": generation, "state": {"$in": [PLANNED, *RETRIABLE]}}
+    def drop_protected(self, rse: str, generation: float, protection: PrefixSet, job: Optional[str] = None) -> int:
+        """Files not yet deleted (of one job, if given) that the current protected list covers become
+        skipped_protected."""
+        flt: dict[str, Any] = {"rse": rse, "gen": generation, "state": {"$in": [PLANNED, *RETRIABLE]}}
+        if job is not None:
+            flt["job"] = job
         ids = [d["_id"] for d in with_retry(lambda: list(self.files.find(flt, {"lfn": 1})), "scan protection")
                if protection.covers(d["lfn"].encode("utf-8", "surrogateescape"))]
         for start in range(0, len(ids), BATCH):
@@ -223,10 +237,12 @@ class Ledger:
     def job(self, job_id_: str) -> dict[str, Any]:
         return with_retry(lambda: self.jobs.find_one({"_id": job_id_}), f"job {job_id_}") or {}
 
-    def job_lfns(self, job_id_: str) -> list[str]:
-        """The files a job must still work on (state planned), in id order."""
-        docs = with_retry(lambda: list(self.files.find({"job": job_id_, "state": PLANNED}, {"lfn": 1})),
-                          f"files of {job_id_}")
+    def job_lfns(self, job_id_: str, states: Optional[Sequence[str]] = (PLANNED,)) -> list[str]:
+        """The files of a job in these states (default: still to work on; None: all), sorted."""
+        flt: dict[str, Any] = {"job": job_id_}
+        if states is not None:
+            flt["state"] = {"$in": list(states)}
+        docs = with_retry(lambda: list(self.files.find(flt, {"lfn": 1})), f"files of {job_id_}")
         return sorted(d["lfn"] for d in docs)
 
     def record_job_intent(self, jobs: Sequence[CleanupJob], backend: str = "") -> None:
@@ -292,11 +308,12 @@ class Ledger:
         with_retry(lambda: self.jobs.update_one({"_id": job_id_}, {"$set": {"summary": summary}}), "job summary")
         return summary
 
-    def close_job(self, job_id_: str, state: str, reason: str = "") -> int:
-        """The job is over: files it did not report on become unknown (retried); returns how many."""
+    def close_job(self, job_id_: str, state: str, reason: str = "", error_class: str = "no_report") -> int:
+        """The job is over: files it did not report on become unknown (retried) with `error_class`;
+        returns how many."""
         res = with_retry(lambda: self.files.update_many(
             {"job": job_id_, "state": PLANNED},
-            {"$set": {"state": UNKNOWN, "error_class": "no_report", "error": reason[:1000], "t": time.time()}}),
+            {"$set": {"state": UNKNOWN, "error_class": error_class, "error": reason[:1000], "t": time.time()}}),
             f"close {job_id_}")
         with_retry(lambda: self.jobs.update_one({"_id": job_id_}, {"$set": {
             "state": state, "reason": reason, "finished_at": time.time()}}), f"close {job_id_}")
@@ -384,33 +401,40 @@ class Ledger:
 
     def query_files(self, rse: str, state: Optional[str] = None, job: Optional[str] = None,
                     dir_prefix: Optional[str] = None, generation: Optional[float] = None,
-                    after: Optional[str] = None, limit: int = 100) -> dict[str, Any]:
-        """Files of one RSE generation (default: current), by state, job or directory prefix.
+                    after: Optional[str] = None, limit: int = 100,
+                    error_class: Optional[str] = None) -> dict[str, Any]:
+        """Files of one RSE generation (default: current), by state, error class, job or directory prefix.
 
         Paginated by _id: pass the answer's `next` as `after`. State "submitted" means planned
-        files whose job is live in the batch system.
+        files whose job is live in the batch system; an error class alone means failed files.
         """
         limit = max(1, min(limit, 10_000))
         if generation is None:
             generation = self.rse(rse).get("generation")
             if generation is None:
                 return {"items": [], "next": None, "generation": None}
-        # One index per question: job -> (job); directory -> the _id range; state -> (rse, gen, state).
-        flt: dict[str, Any] = {}
-        if dir_prefix or not (state or job):
-            flt["_id"] = _prefix_range(f"{rse}|{gen_key(generation)}|{dir_prefix or ''}")
-        elif not job:
-            flt.update(rse=rse, gen=generation)
+        if error_class is not None and state is None:
+            state = FAILED
+        # Each filter is an index's leading fields (ensure_indexes) plus a range on its trailing _id,
+        # with the indexed field first: SecantusDB picks indexes by the filter's exact field set,
+        # else by its first indexable clause.
+        flt: dict[str, Any]
         if state == "submitted":
             live = [j["_id"] for j in self.jobs_in(rse, LIVE_JOB_STATES, generation) if not job or j["_id"] == job]
-            flt.update(state=PLANNED, job={"$in": live})
+            flt = {"job": {"$in": live}, "rse": rse, "gen": generation, "state": PLANNED}
+        elif job:
+            flt = {"job": job}
         else:
-            if state:
-                flt["state"] = state
-            if job:
-                flt["job"] = job
+            flt = {"rse": rse, "gen": generation}
+        if state and state != "submitted":
+            flt["state"] = state
+        if error_class is not None:
+            flt["error_class"] = error_class
+        id_range = _prefix_range(f"{rse}|{gen_key(generation)}|{dir_prefix}") if dir_prefix else {}
         if after:
-            flt.setdefault("_id", {})["$gt"] = after
+            id_range["$gt"] = after
+        if id_range:
+            flt["_id"] = id_range
         docs = with_retry(lambda: list(self.files.find(flt).sort("_id", ASCENDING).limit(limit)), "query files")
         return {"items": docs, "next": docs[-1]["_id"] if len(docs) == limit else None, "generation": generation}
 

@@ -156,21 +156,22 @@ class TtlCache:
 
 def wmcore_info(rse: dict[str, Any]) -> dict[str, Any]:
     """One RSE in the shape of the existing service's info document, plus our own fields."""
-    counters = rse.get("counters") or {}
-    named = {WMCORE_COUNTERS.get(k, k): v for k, v in counters.items()}
+    plan = rse.get("plan") or {}
+    counters = {"files_total": plan.get("files_total"), **(rse.get("counters") or {})}
     return {
         "name": rse["name"],
         "isClean": rse.get("state") == "clean",
         "state": rse.get("state"),
         "reason": rse.get("reason"),
         "detail": rse.get("detail"),
+        "generation": rse.get("generation"),
         "timestamps": {
-            "rseConsStatTime": rse.get("dump_version"),  # WMCore: the ConMon scan end_time used
-            "planTime": rse.get("planned"),
+            "rseConsStatTime": rse.get("generation"),  # WMCore: the ConMon scan end_time used
+            "planTime": plan.get("planned"),
             "updateTime": rse.get("updated"),
             "countTime": rse.get("counted_at"),
         },
-        "counters": named,
+        "counters": {WMCORE_COUNTERS.get(k, k): v for k, v in counters.items()},
     }
 
 

@@ -104,7 +104,7 @@ def index_page(view: LedgerView, base: str) -> str:
             td(f'<a href="{esc(base)}/rse?name={url_arg(r["name"])}">{esc(r["name"])}</a>'),
             state_cell(r.get("state")),
             td(esc(r.get("reason")) or '<span class="muted">-</span>'),
-            td(esc(when(r.get("dump_version"))), cls="t"),
+            td(esc(when(r.get("generation"))), cls="t"),
             td(esc(when(r.get("updated"))), cls="t"),
             td(number(c.get("to_delete", 0)), numeric=True),
             td(number(c.get("deleted", 0)), numeric=True),
@@ -129,8 +129,8 @@ def rse_page(view: LedgerView, base: str, name: str) -> Optional[str]:
         return None
     c = r.get("counters") or {}
     facts = [("state", esc(r.get("state"))), ("reason", esc(r.get("reason")) or "-"),
-             ("dump version", esc(when(r.get("dump_version")))),
-             ("planned", esc(when(r.get("planned")))), ("last update", esc(when(r.get("updated")))),
+             ("generation (dump end_time)", esc(when(r.get("generation")))),
+             ("planned", esc(when((r.get("plan") or {}).get("planned")))), ("last update", esc(when(r.get("updated")))),
              ("detail", esc(r.get("detail")) or "-"), ("progress", bar(c))]
     facts += [(esc(k), number(v)) for k, v in sorted(c.items()) if not isinstance(v, dict)]
     facts.append(("errors by class", top_errors(c, 20)))

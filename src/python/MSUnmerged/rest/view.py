@@ -11,21 +11,23 @@ from pymongo.database import Database
 
 from MSUnmerged.jobs.backend import JobState
 from MSUnmerged.ledger import FILE_STATES as LEDGER_FILE_STATES
-from MSUnmerged.ledger import JOB_PLANNED, LIVE_JOB_STATES, PLANNED, RETRIABLE, Ledger
+from MSUnmerged.ledger import JOB_PLANNED, PLANNED, RETRIABLE, Ledger
 
 # "submitted": planned files whose job is live in the batch system (as Ledger.query_files has it).
 FILE_STATES = (*LEDGER_FILE_STATES, "submitted")
+PAGE = 10_000  # records per ledger query when streaming
 JOB_STATES = (JOB_PLANNED, *(s.value for s in JobState))
 
 
 class LedgerView(Protocol):
-    """Queries the service face asks of the ledger. All answers are JSON-ready plain data."""
+    """Queries the service face asks of the ledger. Answers are JSON-ready and keep the ledger's field names."""
 
     def ping(self) -> None:
         """Raise if the database cannot be reached."""
 
     def rses(self) -> list[dict[str, Any]]:
-        """One summary per RSE: name, state, reason, detail, dump_version, planned, updated, counters, events."""
+        """One per RSE: the `rses` document as written (`name` for its _id), `plan` = its current generation
+        entry instead of all `generations`, the last 10 `events`."""
 
     def rse(self, name: str) -> Optional[dict[str, Any]]:
         """The summary of one RSE, or None."""
@@ -33,19 +35,20 @@ class LedgerView(Protocol):
     def files(self, rse: Optional[str], state: Optional[str], error_class: Optional[str],
               dir_prefix: Optional[str], job: Optional[str], after: Optional[str],
               limit: int) -> Iterator[dict[str, Any]]:
-        """File records matching every given filter, ordered by `cursor`, after the cursor `after`."""
+        """`files` records (with `cursor` for their _id) of the RSE's current generation, or of the job's
+        generation when only `job` is given, in `cursor` order after `after`; limit 0: all."""
 
     def jobs(self, rse: Optional[str], state: Optional[str], limit: int) -> list[dict[str, Any]]:
-        """Most recent jobs first."""
+        """`jobs` records (`id` for their _id), most recent first."""
 
     def jobs_by_state(self) -> list[dict[str, Any]]:
         """[{rse, state, count}] over all jobs."""
 
     def cycles(self, limit: int) -> list[dict[str, Any]]:
-        """Most recent polling cycles first: id, started, finished, duration_s, rses, results."""
+        """`cycles` records (`id` for their _id) plus `duration_s`, most recent first."""
 
     def plan_preview(self, rse: str, limit: int) -> dict[str, Any]:
-        """What would be deleted now: counts and the first planned files by directory."""
+        """The recorded plan of the current generation: counts and the first files still to delete by directory."""
 
 
 def _clean(doc: dict[str, Any]) -> dict[str, Any]:
@@ -70,13 +73,8 @@ def _scalar(v: Any) -> Any:
     return str(v)
 
 
-def _range(prefix: str) -> dict[str, str]:
-    """Every string starting with `prefix`."""
-    return {"$gte": prefix, "$lt": prefix + "\U0010ffff"}
-
-
 class MongoLedgerView:
-    """LedgerView over the ledger's collections, reusing `Ledger` where it has the query."""
+    """LedgerView over the ledger's collections, through `Ledger`'s queries where it has them."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -91,25 +89,8 @@ class MongoLedgerView:
     def _rse_summary(doc: dict[str, Any]) -> dict[str, Any]:
         gen = doc.get("generation")
         entry = next((g for g in doc.get("generations") or [] if g.get("gen") == gen), {})
-        counters = dict(doc.get("counters") or {})
-        if "files_total" in entry:
-            counters.setdefault("files_total", entry["files_total"])
-        if isinstance(counters.get("invalid"), dict):  # per reason; the summary wants one number
-            counters["invalid_by_reason"] = counters.pop("invalid")
-            counters["invalid"] = sum(counters["invalid_by_reason"].values())
-        return _clean({
-            "name": doc["_id"],
-            "state": doc.get("state", "unknown"),
-            "reason": doc.get("reason") or "",
-            "detail": doc.get("detail") or "",
-            "dump_version": gen,
-            "planned": entry.get("planned"),
-            "updated": doc.get("updated"),
-            "counted_at": doc.get("counted_at"),
-            "protected_count": doc.get("protected_count"),
-            "counters": counters,
-            "events": (doc.get("events") or [])[-10:],
-        })
+        fields = {k: v for k, v in doc.items() if k not in ("_id", "generations", "events")}
+        return _clean({"name": doc["_id"], **fields, "plan": entry, "events": (doc.get("events") or [])[-10:]})
 
     def rses(self) -> list[dict[str, Any]]:
         return [self._rse_summary(d) for d in self.ledger.rse_docs()]
@@ -123,37 +104,28 @@ class MongoLedgerView:
     def files(self, rse: Optional[str], state: Optional[str], error_class: Optional[str],
               dir_prefix: Optional[str], job: Optional[str], after: Optional[str],
               limit: int) -> Iterator[dict[str, Any]]:
-        """Ledger.query_files' filter (current generation, _id order) plus error_class and job-only queries."""
-        query: dict[str, Any] = {}
-        if rse:
-            gen = self.ledger.rse(rse).get("generation")
-            if gen is None:
+        """Pages of Ledger.query_files (one index range each) until `limit` records or the end."""
+        generation = None
+        if job and not rse:
+            doc = self.ledger.job(job)
+            if not doc:
                 return
-            # Filter on the indexed (rse, gen, state) fields; a range on _id is slow on SecantusDB.
-            query.update(rse=rse, gen=gen)
-        if dir_prefix:
-            query["lfn"] = _range(dir_prefix)
-        if after:
-            query.setdefault("_id", {})["$gt"] = after
-        if state == "submitted":
-            live = [j["_id"] for j in self.db.jobs.find({"rse": rse, "gen": query.get("gen"),
-                                                         "state": {"$in": list(LIVE_JOB_STATES)}}, {"_id": 1})]
-            query["state"] = PLANNED
-            query["job"] = {"$in": [j for j in live if not job or j == job]}
-        else:
-            if state:
-                query["state"] = state
-            if job:
-                query["job"] = job
-        if error_class:
-            query["error_class"] = error_class
-        cursor = self.db.files.find(query).sort("_id", 1).batch_size(1000)
-        if limit:
-            cursor = cursor.limit(limit)
-        for doc in cursor:
-            out = _clean(doc)
-            out["cursor"] = out.pop("_id")
-            yield out
+            rse, generation = doc["rse"], doc["gen"]
+        if not rse:
+            return
+        left = limit or None
+        while True:
+            page = self.ledger.query_files(rse, state=state, job=job, dir_prefix=dir_prefix, generation=generation,
+                                           after=after, limit=min(left or PAGE, PAGE), error_class=error_class)
+            for doc in page["items"]:
+                out = _clean(doc)
+                out["cursor"] = out.pop("_id")
+                yield out
+            if left is not None:
+                left -= len(page["items"])
+            after, generation = page["next"], page["generation"]
+            if not after or left == 0:
+                return
 
     # -- jobs and cycles ---------------------------------------------------------------------
 
@@ -183,20 +155,23 @@ class MongoLedgerView:
         return out
 
     def plan_preview(self, rse: str, limit: int) -> dict[str, Any]:
-        """The current generation's plan and the files still to delete (planned or to retry)."""
+        """The current generation's plan entry and the files still to delete (planned or to retry)."""
         doc = self.ledger.rse(rse)
         gen = doc.get("generation")
         entry = next((g for g in doc.get("generations") or [] if g.get("gen") == gen), {})
+        out: dict[str, Any] = {"rse": rse, "generation": gen, "state": doc.get("state"), "reason": doc.get("reason"),
+                               "plan": _clean(entry), "files_to_delete": 0, "shown": 0, "directories": []}
         if gen is None:
-            return {"rse": rse, "dump_version": None, "files_to_delete": 0, "shown": 0, "directories": [],
-                    "plan": {}, "state": doc.get("state"), "reason": doc.get("reason")}
-        query = {"rse": rse, "gen": gen, "state": {"$in": [PLANNED, *RETRIABLE]}}
+            return out
+        states = (PLANNED, *RETRIABLE)
+        out["files_to_delete"] = self.ledger.count_files(rse, gen, states)
         dirs: dict[str, list[str]] = {}
-        shown = 0
-        if limit:
-            for f in self.db.files.find(query, {"lfn": 1, "dir": 1}).sort("_id", 1).limit(limit):
-                dirs.setdefault(f.get("dir", ""), []).append(f["lfn"])
-                shown += 1
-        return {"rse": rse, "dump_version": gen, "state": doc.get("state"), "reason": doc.get("reason"),
-                "files_to_delete": self.db.files.count_documents(query), "shown": shown,
-                "plan": _clean(entry), "directories": [{"dir": k, "files": v} for k, v in sorted(dirs.items())]}
+        for state in states:  # one (rse, gen, state, _id) range each
+            left = limit - out["shown"]
+            if left <= 0:
+                break
+            for f in self.ledger.query_files(rse, state=state, generation=gen, limit=left)["items"]:
+                dirs.setdefault(f["dir"], []).append(f["lfn"])
+                out["shown"] += 1
+        out["directories"] = [{"dir": k, "files": sorted(v)} for k, v in sorted(dirs.items())]
+        return out

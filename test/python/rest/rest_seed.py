@@ -1,0 +1,63 @@
+"""Seeding for the REST tests, through the ledger's own write methods only (never hand-written documents)."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from pymongo.database import Database
+
+from MSUnmerged import planner
+from MSUnmerged.config import Config
+from MSUnmerged.jobs.spec import make_job
+from MSUnmerged.ledger import FAILED, JOB_PLANNED, Ledger
+
+
+def seed_rse(db: Database, rse: str, work: Path, dump: list[str], protected: list[str],
+             generation: float, done_jobs: int, outcome: Any, files_per_job: int = 500,
+             state: str = "running", reason: str = "") -> dict[str, Any]:
+    """Plan `dump` against the `protected` bases, record it, submit every job, report `outcome(i, lfn)`
+    (a ledger outcome dict, or None to leave the file unreported) for the files of the first `done_jobs`
+    jobs and close them, leave the rest running; then state and counters. Returns what was written."""
+    config = Config()
+    config.planner.files_per_job = files_per_job
+    stats = {"status": "done", "start_time": generation - 600, "end_time": generation, "files": len(dump)}
+    plan_dir = work / rse.replace("/", "_")
+    plan = planner.plan(rse, [("\n".join(dump) + "\n").encode()], protected, config, plan_dir, stats=stats)
+    assert not plan.guard, plan.guard_detail
+    ledger = Ledger(db)
+    ledger.ensure_indexes()
+    ledger.record_plan(plan_dir, plan, generation)
+    job_ids = [j["_id"] for j in ledger.jobs_in(rse, [JOB_PLANNED], generation)]
+    jobs = [make_job(jid, rse, rse, ledger.job_lfns(jid), set(), protected, config, generation)
+            for jid in job_ids]
+    ledger.record_job_intent(jobs, "local")
+    outcomes: dict[str, dict[str, Any]] = {}
+    i = 0
+    for n, job in enumerate(jobs):
+        ledger.mark_submitted(job.job_id, f"local:{n}")
+        if n >= done_jobs:
+            ledger.set_job_state(job.job_id, "running")
+            continue
+        reported = []
+        for lfn in job.step.lfns:
+            o = outcome(i, lfn)
+            i += 1
+            if o is not None:
+                reported.append({"lfn": lfn, **o})
+                outcomes[lfn] = o
+        ledger.record_outcomes(job.job_id, reported)
+        ledger.close_job(job.job_id, "finished")
+    ledger.set_rse_state(rse, state, reason, detail=f"{len(jobs) - done_jobs} jobs in the batch system")
+    counters = ledger.refresh_counters(rse)
+    return {"plan": plan, "jobs": job_ids, "outcomes": outcomes, "counters": counters,
+            "failed": sorted(lfn for lfn, o in outcomes.items() if o["state"] == FAILED)}
+
+
+def record_cycle(db: Database, rse: str, result: dict[str, Any]) -> str:
+    """One finished polling cycle, as the service records it."""
+    ledger = Ledger(db)
+    cid = ledger.start_cycle("rest-test", int(time.time() // 3600), [rse])
+    ledger.record_cycle_result(cid, rse, result)
+    ledger.end_cycle(cid, unfinished=[])
+    return cid
