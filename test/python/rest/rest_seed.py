@@ -1,16 +1,18 @@
 """Seeding for the REST tests, through the ledger's own write methods only (never hand-written documents)."""
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
 
 from pymongo.database import Database
 
-from MSUnmerged import planner
+from MSUnmerged import planner, sample
 from MSUnmerged.config import Config
 from MSUnmerged.jobs.spec import make_job
 from MSUnmerged.ledger import FAILED, JOB_PLANNED, Ledger
+from MSUnmerged.samplesite import DEMO_RSE, fill_storage, write_site
 
 
 def seed_rse(db: Database, rse: str, work: Path, dump: list[str], protected: list[str],
@@ -61,3 +63,17 @@ def record_cycle(db: Database, rse: str, result: dict[str, Any]) -> str:
     ledger.record_cycle_result(cid, rse, result)
     ledger.end_cycle(cid, unfinished=[])
     return cid
+
+
+def offline_site(work: Path, rse_in_loop: bool = False) -> tuple[Path, Path, Path]:
+    """OfflineSources folder (stats, protected list, dump) of the sample RSE, its storage filled with the
+    dump's files, and its SITECONFIG_PATH; returns (sources, storage, siteconf)."""
+    sources = work / "sources"
+    inputs = sample.write_sample_inputs(sources, DEMO_RSE, sample.SampleSpec(files=600, files_per_block=10,
+                                                                              blocks_per_dataset=4))
+    (sources / "dumps").mkdir()
+    dump = inputs["dump"].rename(sources / "dumps" / f"{DEMO_RSE}.txt")
+    (sources / "rses.json").write_text(json.dumps([DEMO_RSE] if rse_in_loop else []))
+    storage = work / "storage"
+    fill_storage(storage, dump)
+    return sources, storage, write_site(work, storage)

@@ -9,7 +9,10 @@ import pytest
 from pymongo.database import Database
 
 from MSUnmerged.cli import EXIT_BAD_INPUT, EXIT_OK, main
-from rest_seed import seed_rse
+from MSUnmerged import wiring
+from MSUnmerged.samplesite import DEMO_RSE, DEMO_SITE
+from MSUnmerged.sources.offline import OfflineSources
+from rest_seed import offline_site, seed_rse
 
 pytestmark = pytest.mark.integration
 
@@ -49,3 +52,37 @@ def test_bad_input_exit_codes(cli_env: Database, capsys: pytest.CaptureFixture[s
     assert main(["status", "--rse", "T2_XX_Nowhere"]) == EXIT_BAD_INPUT
     assert main(["files", "--rse", RSE, "--dir", "/etc/"]) == EXIT_BAD_INPUT
     assert "--dir" in capsys.readouterr().err
+
+
+@pytest.fixture()
+def offline_env(mongo_db: Database, mongo_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Database:
+    """The CLI on the sample RSE: OfflineSources given to build_service, the local backend, the shared database."""
+    sources, _, siteconf = offline_site(tmp_path)
+    (tmp_path / "c.toml").write_text(f"""
+[service]
+state_dir = "{tmp_path / 'state'}"
+[mongo]
+url = "{mongo_url}"
+database = "{mongo_db.name}"
+[jobs.sites.{DEMO_RSE}]
+site = "{DEMO_SITE}"
+siteconfig = "{siteconf}"
+""")
+    monkeypatch.setenv("MSUNMERGED_CONFIG", str(tmp_path / "c.toml"))
+    build = wiring.build_service
+    monkeypatch.setattr(wiring, "build_service", lambda config: build(config, sources=OfflineSources(sources)))
+    return mongo_db
+
+
+def test_clean_shows_the_plan_and_applies_only_when_told(offline_env: Database,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["clean", "--rse", DEMO_RSE]) == EXIT_OK  # no terminal: shown, not applied
+    out = capsys.readouterr()
+    assert "to delete" in out.out and "nothing applied" in out.err
+    assert offline_env.files.count_documents({}) == 0 and offline_env.jobs.count_documents({}) == 0
+    assert main(["clean", "--rse", DEMO_RSE, "--apply"]) == EXIT_OK
+    out = capsys.readouterr()
+    assert "new_generation" in out.out and f"{DEMO_RSE}: recorded" in out.err
+    jobs = list(offline_env.jobs.find({"rse": DEMO_RSE}))
+    assert jobs and all(j["state"] in ("queued", "running", "finished") for j in jobs)
+    assert offline_env.files.count_documents({"rse": DEMO_RSE}) == sum(j["files"] for j in jobs)

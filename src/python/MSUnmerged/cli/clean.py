@@ -1,0 +1,82 @@
+"""`msunmerged clean --rse RSE`: plan one RSE now, show the plan, then work it only when told to."""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from typing import Any, Callable, Optional, TextIO
+
+from MSUnmerged import planner
+from MSUnmerged.cli import EXIT_FAILED, EXIT_GUARD, EXIT_OK
+from MSUnmerged.cli.output import Progress, table
+from MSUnmerged.cli.plan import print_summary
+from MSUnmerged.config import Config
+from MSUnmerged.dumpreader import iter_chunks
+from MSUnmerged.service import Service
+from MSUnmerged.sources.errors import SourceError
+
+# RunResult actions that mean the RSE was not worked on.
+NOT_WORKED = ("failed", "leased_elsewhere", "done_this_cycle")
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("clean", help="plan one RSE now, show the plan, and work it with --apply or "
+                                            "after confirmation")
+    p.add_argument("--rse", required=True, help="RSE name, e.g. T2_US_Nebraska")
+    p.add_argument("--apply", action="store_true", help="work the RSE without asking (jobs are dry-run unless "
+                                                        "service.dry_run = false)")
+    p.set_defaults(run=run)
+
+
+def preview(service: Service, rse: str, progress: Optional[Callable[[int], None]] = None) -> planner.Plan:
+    """Plan the RSE now from the service's sources into <state_dir>/previews/<rse>.
+
+    Planner only: nothing is recorded in the ledger and nothing is submitted.
+    """
+    out = service.config.state_dir / "previews" / rse
+    shutil.rmtree(out, ignore_errors=True)  # a preview never mixes with an older one
+    scan = service.sources.stats().get(rse)
+    protected = service.sources.protected()
+    with service.sources.open_dump(rse) as dump:
+        return planner.plan(rse, iter_chunks(dump), protected, service.config, out, stats=scan,
+                            previous_protected_count=service.ledger.rse(rse).get("protected_count"),
+                            progress=progress)
+
+
+def confirmed(rse: str, stdin: Optional[TextIO] = None) -> bool:
+    """Ask on the terminal; without one (scripts, pipes) the answer is no."""
+    stdin = stdin or sys.stdin
+    if not stdin.isatty():
+        print("msunmerged clean: no terminal to confirm on: nothing applied (use --apply)", file=sys.stderr)
+        return False
+    print(f"Work {rse} now (record this plan and submit its cleanup jobs)? [y/N] ", end="", flush=True)
+    return stdin.readline().strip().lower() in ("y", "yes")
+
+
+def apply(service: Service, rse: str) -> int:
+    """run_once for the RSE, with one progress line per step on stderr."""
+    service.hook = lambda step, name: print(f"{name}: {step}", file=sys.stderr, flush=True)
+    print(f"{rse}: working (ConMon and WMStats are read again; the state machine decides) ...",
+          file=sys.stderr, flush=True)
+    result = service.run_once(rse)
+    table([(k, v if v not in (None, "") else "-") for k, v in result.to_dict().items()], ("", "value"), sys.stdout)
+    return EXIT_FAILED if result.action in NOT_WORKED else EXIT_OK
+
+
+def run(args: argparse.Namespace, config: Config) -> int:
+    from MSUnmerged.wiring import build_service  # imports the live sources and backends only when needed
+    with build_service(config) as service:
+        try:
+            # The current streams, not the ones bound at import (tests capture them).
+            plan = preview(service, args.rse, Progress(f"planning {args.rse}", out=sys.stderr))
+        except SourceError as exc:
+            print(f"msunmerged clean: cannot plan {args.rse}: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        print_summary(plan, str(service.config.state_dir / "previews" / args.rse), sys.stdout)
+        if plan.guard:
+            print(f"msunmerged clean: guard {plan.guard}: {plan.guard_detail}; nothing will be deleted",
+                  file=sys.stderr)
+            return EXIT_GUARD
+        if not (args.apply or confirmed(args.rse)):
+            return EXIT_OK
+        return apply(service, args.rse)
