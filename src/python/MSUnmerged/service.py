@@ -1,12 +1,12 @@
 """The polling service: `run_once(rse)` works one RSE start to end; `Service.cycle()` runs many in parallel.
 
-run_once: lease -> reconcile jobs left in `submitting` -> poll and collect live jobs -> ConMon stats
--> state machine -> (new dump) protected list + dump -> plan -> record -> jobs -> intent -> submit.
+run_once: lease -> reconcile jobs left in `submitting` -> poll and collect live jobs -> revalidate queued
+jobs against the fresh protected list -> ConMon stats -> state machine -> (new dump) protected list + dump
+-> plan -> record -> jobs -> preflight -> intent -> submit.
 Every step is idempotent against the ledger, so a crash anywhere is repaired by running it again.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -17,14 +17,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Optional, Protocol, Sequence
 
-from MSUnmerged import lfn, planner, statemachine
+from MSUnmerged import planner, statemachine
+from MSUnmerged.collector import Collector, parse_report
 from MSUnmerged.config import Config
 from MSUnmerged.dumpreader import iter_chunks
 from MSUnmerged.jobs.backend import BackendError, BatchBackend, JobState, JobStatus
-from MSUnmerged.jobs.spec import CleanupJob, DeleteFilesStep
-from MSUnmerged.ledger import (FAILED, JOB_PLANNED, LIVE_JOB_STATES, PLANNED, RETRIABLE, LeaseLost, Leases, Ledger,
-                               LedgerError, gen_key)
-from MSUnmerged.lfn import PrefixSet
+from MSUnmerged.jobs.router import remove_unstarted
+from MSUnmerged.jobs.spec import CleanupJob, make_job
+from MSUnmerged.ledger import (JOB_PLANNED, LIVE_JOB_STATES, RETRIABLE, LeaseLost, Leases, Ledger, LedgerError,
+                               gen_key)
 from MSUnmerged.sources.errors import SourceError
 from MSUnmerged.sources.rucio import site_from_rse
 
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 # Steps of run_once, in order; `hook(step, rse)` is called after each (fault injection in tests).
 STEPS = ("reconciled", "polled", "planned", "recorded", "intent", "submitted", "marked", "collected", "counted")
 Hook = Callable[[str, str], None]
+REVALIDATED = "removed_before_start"  # error class of the files of a job removed by revalidation
 
 
 class Sources(Protocol):
@@ -64,6 +66,7 @@ class RunResult:
     submitted: int = 0
     collected: int = 0
     dropped_protected: int = 0
+    removed_jobs: int = 0  # queued jobs removed by revalidation
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -72,27 +75,6 @@ class RunResult:
 
 def default_instance() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
-
-
-def parse_report(path: Path) -> list[dict[str, Any]]:
-    """A worker report (JSON lines, one per file) as ledger outcomes."""
-    aliases = {"would_delete": "would_delete", "dry_run": "would_delete", "deleted": "deleted",
-               "missing": "missing", "not_found": "missing", "failed": "failed", "error": "failed",
-               "skipped_protected": "skipped_protected", "protected": "skipped_protected"}
-    out = []
-    with open(path, encoding="utf-8", errors="surrogateescape") as fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            rec = json.loads(line)
-            if not isinstance(rec, dict) or "lfn" not in rec:
-                continue  # directory lines and summaries are not file outcomes
-            raw = rec.get("state") or rec.get("status") or rec.get("outcome")
-            state = aliases.get(str(raw), "failed")
-            cls = rec.get("error_class") or ("" if state != "failed" or raw in aliases else f"unexpected_{raw}")
-            out.append({"lfn": rec["lfn"], "state": state, "error_class": cls, "error": rec.get("error") or "",
-                        "size": rec.get("size")})
-    return out
 
 
 class Service:
@@ -107,6 +89,7 @@ class Service:
         self.instance = instance or config.service.instance or default_instance()
         self.leases = Leases(ledger.db, self.instance, config.service.lease_ttl_s)
         self.hook = hook or (lambda step, rse: None)
+        self.collector = Collector(ledger)
         self._pool: Optional[ThreadPoolExecutor] = None
         self._in_flight: dict[str, Future[RunResult]] = {}
         self._stop = threading.Event()
@@ -123,24 +106,29 @@ class Service:
                 return RunResult(rse, "done_this_cycle", reason="done_this_cycle")
             return RunResult(rse, "leased_elsewhere", reason="leased_elsewhere",
                              detail=f"held by {lease.get('owner')} until {lease.get('expires')}")
+        result = self._recorded(rse, lambda: self._run(rse, wait_s))
+        result.seconds = round(time.time() - started, 3)
+        if result.reason != "lease_lost":
+            self.leases.release(rse, slot if result.action != "failed" else None)
+        return result
+
+    def _recorded(self, rse: str, work: Callable[[], RunResult]) -> RunResult:
+        """Run `work` for the RSE; any error is recorded on the RSE with its reason (never raised)."""
         try:
-            result = self._run(rse, wait_s)
+            return work()
         except LeaseLost as exc:  # someone else works on it now: leave everything to them
             return RunResult(rse, "failed", reason="lease_lost", detail=str(exc))
         except LedgerError as exc:
-            result = self._fail(rse, exc.reason, exc.detail)
-        except BackendError as exc:
-            result = self._fail(rse, f"backend_{exc.kind}", exc.message)
+            return self._fail(rse, exc.reason, exc.detail)
+        except BackendError as exc:  # preflight refusals land here: backend_auth_refused, backend_timeout, ...
+            return self._fail(rse, f"backend_{exc.kind}", exc.message)
         except SourceError as exc:
-            result = self._fail(rse, f"{exc.source}_{exc.kind}", exc.message)
-        except planner.GuardTripped as exc:  # raised while re-checking protection before a resubmit
-            result = self._fail(rse, exc.reason, exc.detail)
+            return self._fail(rse, f"{exc.source}_{exc.kind}", exc.message)
+        except planner.GuardTripped as exc:  # raised while re-checking protection (resubmit, revalidation)
+            return self._fail(rse, exc.reason, exc.detail)
         except Exception as exc:  # one RSE's bug must not stop the others
-            log.exception("run_once %s", rse)
-            result = self._fail(rse, "internal_error", f"{type(exc).__name__}: {exc}")
-        result.seconds = round(time.time() - started, 3)
-        self.leases.release(rse, slot if result.action != "failed" else None)
-        return result
+            log.exception("%s", rse)
+            return self._fail(rse, "internal_error", f"{type(exc).__name__}: {exc}")
 
     def _fail(self, rse: str, reason: str, detail: str) -> RunResult:
         log.error("%s: %s: %s", rse, reason, detail)
@@ -162,12 +150,14 @@ class Service:
                 break
             time.sleep(min(2.0, max(0.05, deadline - time.monotonic())))
         self.hook("polled", rse)
+        removed, dropped = self._revalidate(rse) if live else (0, 0)
+        live = self.ledger.jobs_in(rse, LIVE_JOB_STATES)
         if live:
             detail = f"{len(live)} jobs in the batch system"
             self.ledger.set_rse_state(rse, statemachine.STATE_RUNNING, detail=detail)
             self.ledger.refresh_counters(rse)
             return RunResult(rse, "poll", statemachine.STATE_RUNNING, statemachine.JOBS_RUNNING, detail,
-                             collected=collected)
+                             collected=collected, removed_jobs=removed, dropped_protected=dropped)
 
         doc = self.ledger.rse(rse)
         current = None if doc.get("recording") is not None else doc.get("generation")
@@ -175,7 +165,8 @@ class Service:
         decision = statemachine.decide(scan, current, self._progress(rse, current), time.time(),
                                        self.config.guards.max_scan_age_h)
         result = RunResult(rse, decision.action, reason=decision.reason, detail=decision.detail,
-                           generation=decision.generation, collected=collected)
+                           generation=decision.generation, collected=collected, removed_jobs=removed,
+                           dropped_protected=dropped)
         if decision.action == statemachine.SKIP:
             self.ledger.set_rse_state(rse, statemachine.STATE_SKIPPED, decision.reason, decision.detail)
             result.state = statemachine.STATE_SKIPPED
@@ -202,7 +193,7 @@ class Service:
             self.ledger.record_plan(plan_dir, plan, decision.generation, protected_count=len(protection))
             self.hook("recorded", rse)
         else:
-            result.dropped_protected = self.ledger.drop_protected(rse, decision.generation, protection)
+            result.dropped_protected += self.ledger.drop_protected(rse, decision.generation, protection)
             self.ledger.new_round(rse, decision.generation, 1 + self.config.jobs.retries,
                                   self.config.planner.files_per_job)
         result.submitted = self._submit_planned(rse, decision.generation, protected)
@@ -253,26 +244,12 @@ class Service:
 
     def _build(self, rse: str, job_doc: dict[str, Any], protected: Sequence[str],
                removable: set[str]) -> Optional[CleanupJob]:
+        """The job's files still planned, as a CleanupJob (None when none is left)."""
         lfns = self.ledger.job_lfns(job_doc["_id"])
         if not lfns:
             return None
-        dirs: set[str] = set()
-        for name in lfns:
-            d = name[:name.rfind("/")]
-            while d in removable and d not in dirs:
-                dirs.add(d)
-                d = d[:d.rfind("/")]
-        bases = {"/".join(name.split("/")[:self.config.planner.dir_floor_depth + 1]) for name in lfns}
-        relevant = sorted(p for p in protected if any(p.startswith(b) or b.startswith(p.rstrip("/")) for b in bases))
-        j = self.config.jobs
-        step = DeleteFilesStep(lfns=lfns, remove_dirs=sorted(dirs, key=lambda d: (-d.count("/"), d)),
-                               protected=relevant, dry_run=self.config.service.dry_run,
-                               file_timeout_s=j.file_timeout_s, retries=j.retries,
-                               max_consecutive_denied=j.max_consecutive_denied)
-        return CleanupJob(job_id=job_doc["_id"], rse=rse, site=self._site(rse),
-                          deadline=time.time() + j.deadline_h * 3600, step=step, generation=job_doc["gen"],
-                          request_memory_mb=j.request_memory_mb, request_disk_mb=j.request_disk_mb,
-                          max_runtime_s=j.max_runtime_s)
+        return make_job(job_doc["_id"], rse, self._site(rse), lfns, removable, protected, self.config,
+                        generation=job_doc["gen"])
 
     def _removable(self, rse: str, generation: float) -> set[str]:
         entry = next((g for g in self.ledger.rse(rse).get("generations", []) if g["gen"] == generation), {})
@@ -293,6 +270,7 @@ class Service:
                 jobs.append(job)
         if not jobs:
             return 0
+        self.backend.preflight(rse)  # refused or unreachable: BackendError, nothing recorded or submitted
         self.ledger.record_job_intent(jobs, self.backend.name)
         self.hook("intent", rse)
         return self._submit(rse, jobs)
@@ -329,6 +307,7 @@ class Service:
                     jobs.append(job)
             if jobs:
                 log.info("%s: resubmitting %d jobs whose submission was not confirmed", rse, len(jobs))
+                self.backend.preflight(rse)
                 self._submit(rse, jobs)
 
     def _poll(self, rse: str) -> int:
@@ -353,31 +332,65 @@ class Service:
         """Report -> per-file outcomes -> job closed (unreported files: unknown) -> job removed."""
         dest = self.config.state_dir / "reports" / job["rse"] / f"{job['_id'].replace(':', '_')}.jsonl"
         dest.parent.mkdir(parents=True, exist_ok=True)
-        report = self.backend.fetch_report(job["_id"], job["batch_id"], dest)
-        if report is not None:
-            self.ledger.record_outcomes(job["_id"], parse_report(report))
-        self.ledger.close_job(job["_id"], status.state.value, status.reason or ("" if report else "no report"))
+        path = self.backend.fetch_report(job["_id"], job["batch_id"], dest)
+        # Only the files still planned in this job take outcomes: a late report never overwrites a retry.
+        got = self.collector.collect(job["_id"], self.ledger.job_lfns(job["_id"], states=None),
+                                     parse_report(path) if path is not None else None, status)
+        if got.problems:
+            log.warning("%s: job %s: %s", job["rse"], job["_id"], got.reason)
         try:
             self.backend.remove(job["_id"], job["batch_id"], "collected")
         except BackendError as exc:  # the outcome is recorded; a left-over queue entry is harmless
             log.warning("%s: removing %s after collection: %s", job["rse"], job["_id"], exc)
 
+    def _revalidate(self, rse: str) -> tuple[int, int]:
+        """Queued jobs holding a file the fresh protected list covers are removed before they start.
+
+        Their newly protected files become skipped_protected, the others unknown (re-planned by the next
+        round). A job that started meanwhile stays: the backend removes only jobs not started, and the
+        worker re-checks protection itself. Returns (jobs removed, files dropped).
+        """
+        waiting = [j for j in self.ledger.jobs_in(rse, ["queued", "held"]) if j.get("batch_id")]
+        if not waiting:
+            return 0, 0
+        protection = planner.check_protection(self.sources.protected(), self.ledger.rse(rse).get("protected_count"),
+                                              self.config.guards.max_protected_shrink)
+        hit = {j["_id"]: j["batch_id"] for j in waiting
+               if any(protection.covers(name.encode("utf-8", "surrogateescape")) for name in self.ledger.job_lfns(j["_id"]))}
+        if not hit:
+            return 0, 0
+        gens = {j["_id"]: j["gen"] for j in waiting}
+        removed = remove_unstarted(self.backend, hit, "revalidation: files became protected")
+        dropped = 0
+        for jid in removed:
+            n = self.ledger.drop_protected(rse, gens[jid], protection, job=jid)
+            dropped += n
+            self.ledger.close_job(jid, JobState.REMOVED.value, f"revalidation: {n} files became protected",
+                                  error_class=REVALIDATED)
+        log.info("%s: revalidation removed %d of %d queued jobs (%d files now protected)", rse, len(removed),
+                 len(hit), dropped)
+        return len(removed), dropped
+
     def apply_plan(self, plan_dir: Path, protected: list[str]) -> RunResult:
         """Record and submit exactly the plan in `plan_dir` (from `msunmerged plan`), under the RSE's lease,
         after dropping the files the current protected list covers."""
         plan = planner.read_summary(plan_dir)
-        result = RunResult(plan.rse, "apply")
         if plan.guard:
-            return self._guarded(plan.rse, result, plan.guard, plan.guard_detail)
-        generation = plan.dump_version if plan.dump_version is not None else plan.created
-        result.generation = generation
+            return self._guarded(plan.rse, RunResult(plan.rse, "apply"), plan.guard, plan.guard_detail)
         if not self.leases.acquire(plan.rse):
             return RunResult(plan.rse, "leased_elsewhere", reason="leased_elsewhere")
+        try:
+            return self._recorded(plan.rse, lambda: self._apply(plan_dir, plan, protected))
+        finally:
+            self.leases.release(plan.rse)
+
+    def _apply(self, plan_dir: Path, plan: planner.Plan, protected: list[str]) -> RunResult:
+        generation = plan.dump_version if plan.dump_version is not None else plan.created
+        result = RunResult(plan.rse, "apply", generation=generation)
         try:
             protection = planner.check_protection(protected, plan.protected_count,
                                                   self.config.guards.max_protected_shrink)
         except planner.GuardTripped as guard:
-            self.leases.release(plan.rse)
             return self._guarded(plan.rse, result, guard.reason, guard.detail)
         self.ledger.record_plan(plan_dir, plan, generation, protected_count=len(protection))
         result.dropped_protected = self.ledger.drop_protected(plan.rse, generation, protection)
@@ -386,7 +399,6 @@ class Service:
         self.ledger.set_rse_state(plan.rse, result.state, detail=f"applied {plan_dir}: {result.submitted} jobs, "
                                   f"{result.dropped_protected} files dropped as protected since planning")
         self.ledger.refresh_counters(plan.rse)
-        self.leases.release(plan.rse)
         return result
 
     # -- the loop ------------------------------------------------------------------------------

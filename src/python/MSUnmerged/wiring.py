@@ -32,6 +32,11 @@ def site_of(config: Config, rse: str) -> str:
     return config.jobs.sites.get(rse, {}).get("site") or site_from_rse(rse) or rse
 
 
+def make_router(config: Config) -> RoutingBackend:
+    """The service's batch backend: each RSE's jobs go to the backend of its site."""
+    return RoutingBackend(config, lambda kind, site: make_backend(config, kind, site), lambda rse: site_of(config, rse))
+
+
 @contextlib.contextmanager
 def build_service(config: Config, sources: Optional[Sources] = None,
                   instance: Optional[str] = None) -> Iterator[Service]:
@@ -43,9 +48,11 @@ def build_service(config: Config, sources: Optional[Sources] = None,
             sources = LiveSources(config)
         ledger = Ledger(client[config.mongo.database], config.mongo.generations_kept)
         ledger.ensure_indexes()
-        backend = RoutingBackend(config, lambda kind, site: make_backend(config, kind, site),
-                                 lambda rse: site_of(config, rse))
-        yield Service(config, ledger, sources, backend, instance=instance)
+        service = Service(config, ledger, sources, make_router(config), instance=instance)
+        try:
+            yield service
+        finally:
+            service.stop()
     finally:
         client.close()
         if embedded is not None:

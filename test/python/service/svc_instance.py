@@ -1,6 +1,9 @@
 """One service instance as its own process, for the multi-instance test: runs one cycle and exits.
 
-usage: svc_instance.py URL DB SOURCES BATCH STATE INSTANCE SLOT WORKLOG
+usage: svc_instance.py URL DB SOURCES BATCH STATE INSTANCE SLOT WORKLOG SITES
+
+BATCH is the LocalBackend work folder shared by the instances (one batch system); SITES a JSON file
+with config.jobs.sites (each RSE's site configuration).
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from MSUnmerged.config import Config
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.service import RunResult, Service
 from MSUnmerged.sources.offline import OfflineSources
-from svc_doubles import DirBackend
+from svc_site import LoggedLocalBackend
 
 
 class LoggingService(Service):
@@ -33,7 +36,8 @@ class LoggingService(Service):
         return result
 
 
-def main(url: str, db: str, sources: str, batch: str, state: str, instance: str, slot: str, worklog: str) -> int:
+def main(url: str, db: str, sources: str, batch: str, state: str, instance: str, slot: str, worklog: str,
+         sites: str) -> int:
     config = Config()
     config.service.state_dir = state
     config.service.dry_run = False
@@ -41,9 +45,10 @@ def main(url: str, db: str, sources: str, batch: str, state: str, instance: str,
     config.service.parallel_rses = 2
     config.service.interval_s = 3600
     config.planner.files_per_job = 100
+    config.jobs.sites = json.loads(Path(sites).read_text())
     ledger = Ledger(MongoClient(url)[db])
     ledger.ensure_indexes()
-    svc = LoggingService(config, ledger, OfflineSources(sources), DirBackend(Path(batch), submit_delay_s=0.15),
+    svc = LoggingService(config, ledger, OfflineSources(sources), LoggedLocalBackend(config, Path(batch)),
                          instance=instance, worklog=Path(worklog))
     results = svc.cycle(slot=int(slot))
     svc.stop()

@@ -1,76 +1,83 @@
-"""Test doubles for the service tests: a batch system in a directory, and an offline sources directory.
+"""A real site for the service tests: the REAL LocalBackend runs the worker zipapp on a POSIX storage folder.
 
-The batch double keeps its state in files so several processes share it, and it logs every
-submission, so tests can prove no job was submitted twice.
+`make_site` fills a storage folder with an RSE's dump and writes the site's site-local-config.xml and
+storage.json; `LoggedLocalBackend` is LocalBackend that also logs each job it is given for the first
+time in a file shared by processes, so tests can prove no job was submitted twice.
 """
 from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Optional, Sequence
 
 from MSUnmerged import sample
-from MSUnmerged.jobs.backend import JobState, JobStatus
+from MSUnmerged.config import Config
+from MSUnmerged.jobs.local import MANIFEST_NAME, LocalBackend
 from MSUnmerged.jobs.spec import CleanupJob
+from MSUnmerged.samplesite import fill_storage, write_site
+from MSUnmerged.wiring import site_of
+
+NOBODY = 65534
+# Runs the worker as nobody in its job folder (made writable for it), so that storage permissions apply.
+AS_NOBODY = f"""#!/bin/sh
+[ -f {MANIFEST_NAME} ] && chmod 0777 .
+exec setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups /usr/bin/python3 "$@"
+"""
 
 
-class DirBackend:
-    """Jobs "run" instantly: every file is deleted, except names containing 'fail' (denied) or 'gone' (missing)."""
-
-    name = "dir"
-
-    def __init__(self, directory: Path, submit_delay_s: float = 0.0) -> None:
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.submit_delay_s = submit_delay_s
-
-    def preflight(self) -> None:
-        pass
-
-    def _job_dir(self, job_id: str) -> Path:
-        return self.directory / job_id.replace(":", "_").replace("|", "_")
+class LoggedLocalBackend(LocalBackend):
+    """The real LocalBackend; submissions.log in its work folder gets one line per new job."""
 
     def submit(self, jobs: Sequence[CleanupJob]) -> dict[str, str]:
-        out = {}
-        for job in jobs:
-            time.sleep(self.submit_delay_s)
-            d = self._job_dir(job.job_id)
-            d.mkdir(exist_ok=True)
-            job.write_manifest(d / "manifest.json")
-            with open(self.directory / "submissions.log", "a") as log:
-                log.write(f"{job.job_id} {os.getpid()} {len(job.step.lfns)}\n")
-            out[job.job_id] = f"b-{d.name}"
+        new = [j.job_id for j in jobs if not (self.job_dir(j.job_id) / MANIFEST_NAME).exists()]
+        out = super().submit(jobs)
+        with open(self.work_dir / "submissions.log", "a") as log:
+            log.writelines(f"{jid} {os.getpid()}\n" for jid in new)
         return out
 
-    def poll(self, batch_ids: Mapping[str, str]) -> dict[str, JobStatus]:
-        return {jid: JobStatus(jid, JobState.FINISHED if self._job_dir(jid).exists() else JobState.VANISHED, bid)
-                for jid, bid in batch_ids.items()}
-
-    def find(self, job_ids: Sequence[str]) -> dict[str, str]:
-        return {jid: f"b-{self._job_dir(jid).name}" for jid in job_ids if self._job_dir(jid).exists()}
-
-    def fetch_report(self, job_id: str, batch_id: str, dest: Path) -> Optional[Path]:
-        manifest = json.loads((self._job_dir(job_id) / "manifest.json").read_text())
-        lines = []
-        for lfn in manifest["task"]["steps"][0]["lfns"]:
-            if "fail" in lfn:
-                rec = {"lfn": lfn, "status": "failed", "error_class": "permission_denied", "error": "denied"}
-            elif "gone" in lfn:
-                rec = {"lfn": lfn, "status": "missing"}
-            else:
-                rec = {"lfn": lfn, "status": "deleted", "size": 1000}
-            lines.append(json.dumps(rec))
-        dest.write_text("\n".join(lines) + "\n")
-        return dest
-
-    def remove(self, job_id: str, batch_id: str, reason: str) -> None:
-        (self._job_dir(job_id) / "removed").write_text(reason)
-
     def submissions(self) -> list[str]:
-        path = self.directory / "submissions.log"
+        path = self.work_dir / "submissions.log"
         return [line.split()[0] for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def make_site(base: Path, sources: Path, rse: str, config: Config) -> Path:
+    """The RSE's storage folder holding every file of its dump, and its site configuration, registered
+    in config.jobs.sites; returns the storage folder."""
+    storage = base / "storage" / rse
+    fill_storage(storage, sources / "dumps" / f"{rse}.txt")
+    siteconf = write_site(base / "siteconf", storage, site=site_of(config, rse), rse=rse, volume=f"{rse}_posix")
+    config.jobs.sites.setdefault(rse, {})["siteconfig"] = str(siteconf)
+    return storage
+
+
+def as_nobody(base: Path) -> str:
+    """A python3 for LocalBackend that runs the worker as the unprivileged user nobody."""
+    path = base / "python-as-nobody"
+    path.write_text(AS_NOBODY)
+    path.chmod(0o755)
+    return str(path)
+
+
+def world_readable_dir(prefix: str) -> Path:
+    """A folder nobody can reach (pytest's tmp_path is private to root)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    path.chmod(0o755)
+    return path
+
+
+def chown_tree(root: Path, uid: int) -> None:
+    for dirpath, _, files in os.walk(root):
+        os.chown(dirpath, uid, uid)
+        for name in files:
+            os.chown(os.path.join(dirpath, name), uid, uid)
+
+
+def files_left(storage: Path) -> set[str]:
+    """LFNs still in the storage folder."""
+    return {"/" + str(p.relative_to(storage)) for p in (storage / "store").rglob("*") if p.is_file()}
 
 
 def dump_lines(rse: str, files: int) -> tuple[list[str], list[str]]:

@@ -12,7 +12,7 @@ from MSUnmerged.config import Config
 from MSUnmerged.dumpreader import iter_chunks
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.service import Service
-from svc_doubles import DirBackend, dump_lines
+from svc_site import LoggedLocalBackend, dump_lines, files_left, make_site
 
 pytestmark = pytest.mark.integration
 RSE = "T2_IT_Apply"
@@ -20,16 +20,18 @@ RSE = "T2_IT_Apply"
 
 def test_apply_drops_newly_protected_and_submits_the_rest(tmp_path: Path, mongo_db: Database) -> None:
     lines, protected = dump_lines(RSE, 500)
-    (tmp_path / "dump.txt").write_text("\n".join(lines) + "\n")
+    dump = tmp_path / "src" / "dumps" / f"{RSE}.txt"
+    dump.parent.mkdir(parents=True)
+    dump.write_text("\n".join(lines) + "\n")
     config = Config()
     config.service.state_dir = str(tmp_path / "state")
     config.planner.files_per_job = 100
-    plan = planner.plan(RSE, iter_chunks(str(tmp_path / "dump.txt")), protected, config, tmp_path / "plan",
-                        require_scan=False)
+    plan = planner.plan(RSE, iter_chunks(str(dump)), protected, config, tmp_path / "plan", require_scan=False)
+    storage = make_site(tmp_path, tmp_path / "src", RSE, config)
     newly = f"/store/unmerged/Run3Era/Primary5/AODSIM/Proc{RSE[-3:]}-v1"
     ledger = Ledger(mongo_db)
     ledger.ensure_indexes()
-    backend = DirBackend(tmp_path / "batch")
+    backend = LoggedLocalBackend(config, tmp_path / "batch")
     svc = Service(config, ledger, sources=None, backend=backend, instance="cli")  # type: ignore[arg-type]
     result = svc.apply_plan(tmp_path / "plan", protected + [newly])
     svc.stop()
@@ -42,6 +44,9 @@ def test_apply_drops_newly_protected_and_submits_the_rest(tmp_path: Path, mongo_
     assert ledger.rse(RSE)["generations"][0]["dropped_protected"] == 50
     manifests = [json.loads((d / "manifest.json").read_text()) for d in (tmp_path / "batch").iterdir() if d.is_dir()]
     assert all(m["task"]["steps"][0]["dry_run"] for m in manifests)  # dry run is the default
+    states = backend.wait({j["_id"]: j["batch_id"] for j in mongo_db.jobs.find()}, timeout=60)
+    assert {s.state.value for s in states.values()} == {"finished"}
+    assert files_left(storage) == set(lines)  # the jobs ran at the site and deleted nothing
 
 
 def test_apply_refuses_an_empty_protected_list(tmp_path: Path, mongo_db: Database) -> None:
@@ -51,8 +56,9 @@ def test_apply_refuses_an_empty_protected_list(tmp_path: Path, mongo_db: Databas
     config.service.state_dir = str(tmp_path / "state")
     planner.plan(RSE, iter_chunks(str(tmp_path / "dump.txt")), protected, config, tmp_path / "plan",
                  require_scan=False)
-    svc = Service(config, Ledger(mongo_db), sources=None, backend=DirBackend(tmp_path / "b"))  # type: ignore[arg-type]
+    backend = LoggedLocalBackend(config, tmp_path / "b")
+    svc = Service(config, Ledger(mongo_db), sources=None, backend=backend)  # type: ignore[arg-type]
     result = svc.apply_plan(tmp_path / "plan", [])
     svc.stop()
     assert (result.state, result.reason) == ("guarded", "protected_list_empty")
-    assert DirBackend(tmp_path / "b").submissions() == [] and mongo_db.files.count_documents({}) == 0
+    assert backend.submissions() == [] and mongo_db.files.count_documents({}) == 0

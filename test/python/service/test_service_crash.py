@@ -1,4 +1,8 @@
-"""A crash after any step of run_once, then a restart, leaves the ledger as a run without the crash."""
+"""A crash after any step of run_once, then a restart, leaves the ledger as a run without the crash.
+
+Jobs run with the real worker (LocalBackend) on the RSE's own storage folder; a crashed instance's
+workers keep running, as they would in a batch system.
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,7 +16,7 @@ from MSUnmerged.config import Config
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.service import STEPS, Service
 from MSUnmerged.sources.offline import OfflineSources
-from svc_doubles import DirBackend, write_sources
+from svc_site import LoggedLocalBackend, files_left, make_site, write_sources
 
 pytestmark = pytest.mark.integration
 RSE = "T2_DE_Crash"
@@ -27,9 +31,14 @@ def service(tmp: Path, db: Database, src: Path, hook: Any = None) -> Service:
     config.service.state_dir = str(tmp / "state")
     config.service.dry_run = False
     config.planner.files_per_job = 250
+    if (tmp / "storage" / RSE).exists():  # the restarted instance works on the same site
+        config.jobs.sites[RSE] = {"siteconfig": str(next((tmp / "siteconf" / "SITECONF").iterdir()))}
+    else:
+        make_site(tmp, src, RSE, config)
     ledger = Ledger(db)
     ledger.ensure_indexes()
-    return Service(config, ledger, OfflineSources(src), DirBackend(tmp / "batch"), instance="crashy", hook=hook)
+    return Service(config, ledger, OfflineSources(src), LoggedLocalBackend(config, tmp / "batch"), instance="crashy",
+                   hook=hook)
 
 
 def run_to_end(svc: Service) -> None:
@@ -56,10 +65,12 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def baseline(sources: Path, tmp_path_factory: pytest.TempPathFactory, mongo_client: MongoClient) -> dict[str, Any]:
     db = mongo_client["crash_baseline"]
     mongo_client.drop_database(db.name)
-    svc = service(tmp_path_factory.mktemp("baseline"), db, sources)
+    tmp = tmp_path_factory.mktemp("baseline")
+    svc = service(tmp, db, sources)
     run_to_end(svc)
     svc.leases.stop_heartbeat()
     snap = snapshot(db)
+    snap["left"] = files_left(tmp / "storage" / RSE)
     snap["submissions"] = sorted(svc.backend.submissions())
     mongo_client.drop_database(db.name)
     return snap
@@ -88,3 +99,4 @@ def test_restart_after_crash_matches_uncrashed_run(step: str, sources: Path, bas
     assert sorted(submissions) == baseline["submissions"]
     for key in ("files", "jobs", "state", "generation", "counters", "generations"):
         assert snap[key] == baseline[key], key
+    assert files_left(tmp_path / "storage" / RSE) == baseline["left"]  # the same files really deleted

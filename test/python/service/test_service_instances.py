@@ -1,4 +1,8 @@
-"""Two service instances (separate processes) on one database: each RSE once per cycle, even when one dies."""
+"""Two service instances (separate processes) on one database: each RSE once per cycle, even when one dies.
+
+Both submit to one LocalBackend work folder (one batch system); the workers really delete the files of
+each RSE's storage folder, so a job run twice would show up as files reported missing.
+"""
 from __future__ import annotations
 
 import json
@@ -12,7 +16,11 @@ from pathlib import Path
 import pytest
 from pymongo import MongoClient
 
-from svc_doubles import DirBackend, write_sources
+from MSUnmerged.config import Config
+from MSUnmerged.ledger import Ledger
+from MSUnmerged.service import Service
+from MSUnmerged.sources.offline import OfflineSources
+from svc_site import LoggedLocalBackend, files_left, make_site, write_sources
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 HERE = Path(__file__).resolve().parent
@@ -23,13 +31,19 @@ SLOT = 42
 def start(tmp: Path, url: str, db: str, name: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parents[2] / "src" / "python")])}
     return subprocess.Popen([sys.executable, str(HERE / "svc_instance.py"), url, db, str(tmp / "src"),
-                             str(tmp / "batch"), str(tmp / f"state-{name}"), name, str(SLOT), str(tmp / "work.log")],
+                             str(tmp / "batch"), str(tmp / f"state-{name}"), name, str(SLOT), str(tmp / "work.log"),
+                             str(tmp / "sites.json")],
                             stdout=subprocess.PIPE, stderr=open(tmp / f"{name}.err", "w"), text=True, env=env,
                             start_new_session=True)
 
 
 def test_two_instances_one_killed_mid_cycle(tmp_path: Path, mongo_url: str, mongo_client: MongoClient) -> None:
     write_sources(tmp_path / "src", RSES, files=600)
+    config = Config()
+    config.service.state_dir = str(tmp_path / "state-check")
+    config.service.lease_ttl_s = 10
+    storages = {rse: make_site(tmp_path, tmp_path / "src", rse, config) for rse in RSES}
+    (tmp_path / "sites.json").write_text(json.dumps(config.jobs.sites))
     db_name = f"instances_{os.getpid()}"
     mongo_client.drop_database(db_name)
     db = mongo_client[db_name]
@@ -61,11 +75,25 @@ def test_two_instances_one_killed_mid_cycle(tmp_path: Path, mongo_url: str, mong
     assert all(results_b[rse]["action"] != "failed" for rse in held_by_a)
     assert all(d["done_slot"] == SLOT for d in db.leases.find())
 
-    submissions = DirBackend(tmp_path / "batch").submissions()
+    backend = LoggedLocalBackend(config, tmp_path / "batch")
+    submissions = backend.submissions()
     assert len(submissions) == len(set(submissions)), "a job was submitted twice"
     jobs = {d["_id"]: d for d in db.jobs.find()}
     assert set(submissions) == set(jobs), "a recorded job was never submitted, or an unrecorded one was"
-    assert all(j["state"] in ("queued", "finished") and j["batch_id"] for j in jobs.values())
+    assert all(j["state"] in ("queued", "running", "finished") and j["batch_id"] for j in jobs.values())
+    # A later run collects every job (also those A queued and never started): every file deleted once.
+    config.service.dry_run = False
+    check = Service(config, Ledger(db), OfflineSources(tmp_path / "src"), backend, instance="check")
+    for rse in RSES:
+        result = check.run_once(rse, wait_s=120)
+        assert (result.action, result.state, result.submitted) == ("finish", "clean", 0), result
+    check.stop()
+    assert {d["state"] for d in db.jobs.find()} == {"finished"}
+    assert {d["state"] for d in db.files.find()} == {"deleted"}, "a file deleted twice is reported missing"
+    for rse in RSES:
+        deleted = {d["lfn"] for d in db.files.find({"rse": rse})}
+        everything = set((tmp_path / "src" / "dumps" / f"{rse}.txt").read_text().split())
+        assert files_left(storages[rse]) == everything - deleted
     for rse in RSES:
         doc = db.rses.find_one({"_id": rse})
         assert len(doc["generations"]) == 1

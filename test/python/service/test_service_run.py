@@ -1,9 +1,14 @@
-"""run_once against a real SecantusDB: the happy path, skips with reasons, guards, retries, new dumps."""
+"""run_once against a real SecantusDB and the real LocalBackend on a POSIX site: the happy path, skips
+with reasons, guards, retries, new dumps, revalidation of queued jobs, preflight refusals."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import pytest
 from pymongo.database import Database
@@ -12,13 +17,18 @@ from MSUnmerged.config import Config
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.service import Service
 from MSUnmerged.sources.offline import OfflineSources
-from svc_doubles import DirBackend, write_sources
+from MSUnmerged.jobs.local import LocalBackend
+from MSUnmerged.jobs.router import RoutingBackend
+from svc_site import (NOBODY, LoggedLocalBackend, as_nobody, chown_tree, files_left, make_site, world_readable_dir,
+                      write_sources)
 
 pytestmark = pytest.mark.integration
 RSE = "T2_CH_Test"
 
 
-def make_service(tmp_path: Path, db: Database, srcdir: Path, **service: object) -> Service:
+def make_service(tmp_path: Path, db: Database, srcdir: Path, python: Optional[str] = None,
+                 **service: object) -> Service:
+    """A service whose jobs run with the real worker on the RSE's own storage folder (tmp_path/storage)."""
     config = Config()
     config.service.state_dir = str(tmp_path / "state")
     config.service.dry_run = False
@@ -26,9 +36,11 @@ def make_service(tmp_path: Path, db: Database, srcdir: Path, **service: object) 
     config.planner.files_per_job = 300
     for key, value in service.items():
         setattr(config.service, key, value)
+    make_site(tmp_path, srcdir, RSE, config)
     ledger = Ledger(db, config.mongo.generations_kept)
     ledger.ensure_indexes()
-    return Service(config, ledger, OfflineSources(srcdir), DirBackend(tmp_path / "batch"), instance="test-1")
+    backend = LoggedLocalBackend(config, tmp_path / "batch", python=python)
+    return Service(config, ledger, OfflineSources(srcdir), backend, instance="test-1")
 
 
 def test_run_once_plans_submits_collects_and_ends_clean(tmp_path: Path, mongo_db: Database) -> None:
@@ -39,12 +51,16 @@ def test_run_once_plans_submits_collects_and_ends_clean(tmp_path: Path, mongo_db
     doc = svc.ledger.rse(RSE)
     c = doc["counters"]
     assert c["to_delete"] > 0 and c["deleted"] == c["to_delete"] and c["pending"] == 0
-    assert c["bytes_freed"] == 1000 * c["deleted"]
+    assert c["bytes_freed"] == 0  # sizes are unknown: neither the ConMon dump nor the worker report has them
     assert c["protected"] + c["excluded"] + c["to_delete"] + sum(c["invalid"].values()) == 1200
     assert doc["protected_count"] > 0
     # Every planned file has exactly one record, in exactly one job.
     assert mongo_db.files.count_documents({"rse": RSE}) == c["to_delete"]
     assert sorted(svc.backend.submissions()) == sorted(j["_id"] for j in mongo_db.jobs.find())
+    # The files are really gone from the site, and only those.
+    deleted = {d["lfn"] for d in mongo_db.files.find({"state": "deleted"})}
+    all_files = set((src / "dumps" / f"{RSE}.txt").read_text().split())
+    assert files_left(tmp_path / "storage" / RSE) == all_files - deleted
     second = svc.run_once(RSE)
     assert (second.action, second.state) == ("finish", "clean")
     assert svc.ledger.rse(RSE)["state"] == "clean"
@@ -88,23 +104,33 @@ def test_missing_or_empty_protected_list_submits_nothing(tmp_path: Path, mongo_d
     assert svc.backend.submissions() == [] and mongo_db.files.count_documents({}) == 0
 
 
-def test_failures_are_retried_then_reported_not_clean(tmp_path: Path, mongo_db: Database) -> None:
-    src = write_sources(tmp_path / "src", [RSE], files=300)
-    dump = src / "dumps" / f"{RSE}.txt"
-    lines = dump.read_text().splitlines()
-    lines[-1] = lines[-1].replace(".root", "-fail.root")
-    lines[-2] = lines[-2].replace(".root", "-gone.root")
-    dump.write_text("\n".join(lines) + "\n")
-    svc = make_service(tmp_path, mongo_db, src)
-    svc.config.jobs.retries = 1
-    assert svc.run_once(RSE, wait_s=30).action == "new_generation"
-    assert svc.run_once(RSE, wait_s=30).action == "resume"  # one retry round for the failed file
-    last = svc.run_once(RSE)
-    assert (last.action, last.state, last.reason) == ("finish", "done_with_errors", "files_failed")
-    c = svc.ledger.rse(RSE)["counters"]
-    assert c["failed"] == 1 and c["failed_by_class"] == {"permission_denied": 1} and c["missing"] == 1
-    failed = mongo_db.files.find_one({"state": "failed"})
-    assert failed["attempts"] == 2 and failed["job"].split(":")[-1].startswith("2-")
+def test_failures_are_retried_then_reported_not_clean(mongo_db: Database) -> None:
+    base = world_readable_dir("msu-svc-fail-")  # the worker runs as nobody: no private tmp_path
+    try:
+        src = write_sources(base / "src", [RSE], files=300)
+        dump = src / "dumps" / f"{RSE}.txt"
+        lines = dump.read_text().splitlines()
+        head, name = lines[-1].rsplit("/", 1)
+        lines[-1] = f"{head}/locked/{name}"  # in a directory nobody may not write: permission denied
+        lines[-2] = gone = lines[-2].replace(".root", "-gone.root")
+        dump.write_text("\n".join(lines) + "\n")
+        svc = make_service(base, mongo_db, src, python=as_nobody(base))
+        storage = base / "storage" / RSE
+        (storage / gone.lstrip("/")).unlink()
+        chown_tree(storage, NOBODY)
+        os.chown(storage / f"{head}/locked".lstrip("/"), 0, 0)
+        svc.config.jobs.retries = 1
+        assert svc.run_once(RSE, wait_s=30).action == "new_generation"
+        assert svc.run_once(RSE, wait_s=30).action == "resume"  # one retry round for the failed file
+        last = svc.run_once(RSE)
+        assert (last.action, last.state, last.reason) == ("finish", "done_with_errors", "files_failed")
+        c = svc.ledger.rse(RSE)["counters"]
+        assert c["failed"] == 1 and c["failed_by_class"] == {"permission_denied": 1} and c["missing"] == 1
+        failed = mongo_db.files.find_one({"state": "failed"})
+        assert failed["attempts"] == 2 and failed["job"].split(":")[-1].startswith("2-")
+        assert failed["lfn"] == lines[-1] and (storage / lines[-1].lstrip("/")).exists()
+    finally:
+        shutil.rmtree(base)
 
 
 def test_new_dump_starts_new_generation_and_old_ones_are_pruned(tmp_path: Path, mongo_db: Database) -> None:
@@ -124,3 +150,60 @@ def test_new_dump_starts_new_generation_and_old_ones_are_pruned(tmp_path: Path, 
     assert sorted(mongo_db.files.distinct("gen")) == gens[1:]
     history = svc.ledger.file_history(RSE, mongo_db.files.find_one({"gen": gens[2]})["lfn"])
     assert [h["gen"] for h in history] == [gens[2], gens[1]]
+
+
+def test_revalidation_removes_queued_jobs_with_newly_protected_files(tmp_path: Path, mongo_db: Database) -> None:
+    src = write_sources(tmp_path / "src", [RSE], files=1200)
+    slow = tmp_path / "slow-python"  # each worker starts after 4 s: the first job stays running meanwhile
+    slow.write_text(f'#!/bin/sh\nsleep 4\nexec {sys.executable} "$@"\n')
+    slow.chmod(0o755)
+    svc = make_service(tmp_path, mongo_db, src, python=str(slow))
+    svc.config.jobs.local_parallel = 1
+    svc.backend.parallel = 1
+    first = svc.run_once(RSE)
+    assert first.submitted >= 3
+    jobs = sorted(j["_id"] for j in mongo_db.jobs.find())
+    running, queued = jobs[0], jobs[1]
+    queued_files = set(svc.ledger.job_lfns(queued))
+    newly = [svc.ledger.job_lfns(running)[0], svc.ledger.job_lfns(queued)[0]]
+    newly = [lfn[:lfn.rfind("/")] for lfn in newly]  # their directories become protected
+    prot = json.loads((src / "protected.json").read_text())
+    (src / "protected.json").write_text(json.dumps({"result": prot["result"] + newly}))
+    second = svc.run_once(RSE)
+    assert second.action == "poll" and second.removed_jobs == 1 and second.dropped_protected > 0
+    assert mongo_db.jobs.find_one({"_id": queued})["state"] == "removed"
+    assert mongo_db.jobs.find_one({"_id": running})["state"] in ("running", "queued")  # started: left alone
+    for _ in range(6):
+        if svc.run_once(RSE, wait_s=60).action == "finish":
+            break
+    assert svc.ledger.rse(RSE)["state"] == "clean"
+    kept = {d["lfn"] for d in mongo_db.files.find({"job": queued, "state": "skipped_protected"})}
+    assert kept and all(lfn.startswith(newly[1] + "/") for lfn in kept)
+    left = files_left(tmp_path / "storage" / RSE)
+    assert kept <= left  # never deleted
+    # The removed job's other files were planned again in a later round and deleted there.
+    rest = queued_files - kept
+    assert rest and not rest & left
+    assert {d["state"] for d in mongo_db.files.find({"lfn": {"$in": sorted(rest)}})} == {"deleted"}
+    assert mongo_db.files.count_documents({"state": {"$in": ["planned", "unknown", "failed"]}}) == 0
+    # The running job was not touched by revalidation: the worker decided (its manifest predates the change).
+    assert mongo_db.jobs.find_one({"_id": running})["state"] == "finished"
+
+
+def test_preflight_refusal_is_recorded_and_other_rses_go_on(tmp_path: Path, mongo_db: Database) -> None:
+    broken, fine = "T2_XX_Broken", "T2_XX_Fine"
+    src = write_sources(tmp_path / "src", [RSE, broken, fine], files=200)
+    svc = make_service(tmp_path, mongo_db, src)
+    make_site(tmp_path, src, broken, svc.config)
+    make_site(tmp_path, src, fine, svc.config)
+    backends = {broken: LocalBackend(svc.config, tmp_path / "batch", python="/nonexistent/python3"),
+                fine: svc.backend}
+    svc.backend = RoutingBackend(svc.config, lambda kind, site: backends[site], lambda rse: rse)
+    results = svc.cycle([broken, fine], slot=1)
+    assert (results[broken].action, results[broken].reason) == ("failed", "backend_unreachable")
+    doc = svc.ledger.rse(broken)
+    assert doc["reason"] == "backend_unreachable" and "cannot run" in doc["detail"]
+    assert mongo_db.jobs.count_documents({"rse": broken, "state": {"$ne": "planned"}}) == 0  # nothing submitted
+    assert not [j for j in backends[fine].submissions() if j.startswith(broken)]
+    assert results[fine].action == "new_generation" and results[fine].submitted > 0
+    svc.stop()

@@ -16,7 +16,7 @@ EXIT_GUARD = 2  # a guard refused: nothing will be deleted
 EXIT_BAD_INPUT = 3  # unusable input or configuration
 
 # Each module defines `register(subparsers)` and sets a `run(args, config) -> int` default.
-COMMANDS = ["plan", "demo", "serve", "status", "jobs", "files", "apply", "clean"]
+COMMANDS = ["plan", "demo", "serve", "status", "jobs", "files", "apply", "run", "clean"]
 
 
 class BadInput(Exception):

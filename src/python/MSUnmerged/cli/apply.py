@@ -2,17 +2,15 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 from pathlib import Path
 from typing import Any
 
-from MSUnmerged.cli import EXIT_GUARD, EXIT_OK, BadInput
+from MSUnmerged.cli import EXIT_FAILED, EXIT_GUARD, EXIT_OK, BadInput
 from MSUnmerged.cli.plan import load_json, protected_list
 from MSUnmerged.config import Config
-from MSUnmerged.jobs.backend import BatchBackend
-from MSUnmerged.ledger import Ledger, open_client
-from MSUnmerged.service import Service
+from MSUnmerged.service import RunResult
+from MSUnmerged.wiring import build_service
 
 
 def register(subparsers: Any) -> None:
@@ -22,21 +20,11 @@ def register(subparsers: Any) -> None:
     p.set_defaults(run=run)
 
 
-def make_backend(config: Config) -> BatchBackend:
-    """The configured batch backend (jobs.backend)."""
-    name = config.jobs.backend
-    workdir = config.state_dir / "jobs"
-    if name == "condor":
-        from MSUnmerged.jobs.condor import CondorBackend
-        return CondorBackend(config.condor, config.jobs, workdir)
-    try:
-        module = importlib.import_module(f"MSUnmerged.jobs.{name}")
-    except ImportError:
-        raise BadInput(f"jobs.backend {name!r} is not available in this build") from None
-    factory = getattr(module, "from_config", None)
-    if factory is None:
-        raise BadInput(f"jobs.backend {name!r} has no from_config(config) factory")
-    return factory(config)
+def exit_code(result: RunResult) -> int:
+    """guarded -> EXIT_GUARD, failed (refused backend, ledger error, ...) -> EXIT_FAILED."""
+    if result.state == "guarded":
+        return EXIT_GUARD
+    return EXIT_FAILED if result.action == "failed" else EXIT_OK
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
@@ -44,18 +32,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     if not (plan_dir / "summary.json").is_file():
         raise BadInput(f"{plan_dir} is not a plan directory (no summary.json)")
     protected = protected_list(load_json(args.protected, "protected list"), args.protected)
-    client, embedded = open_client(config)
-    try:
-        ledger = Ledger(client[config.mongo.database], config.mongo.generations_kept)
-        ledger.ensure_indexes()
-        service = Service(config, ledger, sources=None, backend=make_backend(config))  # type: ignore[arg-type]
-        try:
-            result = service.apply_plan(plan_dir, protected)
-        finally:
-            service.stop()
-    finally:
-        client.close()
-        if embedded is not None:
-            embedded.stop()
+    with build_service(config) as service:
+        result = service.apply_plan(plan_dir, protected)
     print(json.dumps(result.to_dict(), indent=1))
-    return EXIT_GUARD if result.state == "guarded" else EXIT_OK
+    return exit_code(result)

@@ -52,8 +52,9 @@ class BatchBackend(Protocol):
 
     name: str
 
-    def preflight(self) -> None:
-        """Check the batch system is reachable and accepts our credentials; raise BackendError."""
+    def preflight(self, rse: Optional[str] = None) -> None:
+        """Check the batch system (the one `rse`'s jobs go to, if given) is reachable and accepts our
+        credentials; raise BackendError."""
 
     def submit(self, jobs: Sequence[CleanupJob]) -> dict[str, str]:
         """Submit jobs (all at once where the system allows); returns job_id -> batch_id."""

@@ -86,8 +86,8 @@ class LocalBackend:
 
     # -- protocol ----------------------------------------------------------------------------------
 
-    def preflight(self) -> None:
-        """The work folder is writable and the worker builds and starts with this python."""
+    def preflight(self, rse: Optional[str] = None) -> None:
+        """The work folder is writable and the worker builds and starts with this python (any RSE)."""
         try:
             self.work_dir.mkdir(parents=True, exist_ok=True)
             worker = self.worker()

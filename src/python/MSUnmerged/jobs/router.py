@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from MSUnmerged.config import Config
-from MSUnmerged.jobs.backend import BatchBackend, JobStatus
+from MSUnmerged.jobs.backend import BatchBackend, JobState, JobStatus
 from MSUnmerged.jobs.spec import CleanupJob
 
 # kind ("local", "condor", "slurm"), site -> a backend for that site
@@ -16,6 +16,21 @@ BackendFactory = Callable[[str, str], BatchBackend]
 def rse_of(job_id: str) -> str:
     """The RSE of a ledger job id "<rse>:<dump version>:<n>"."""
     return job_id.rsplit(":", 2)[0]
+
+
+def remove_unstarted(backend: BatchBackend, batch_ids: Mapping[str, str], reason: str) -> list[str]:
+    """Remove those of these jobs that have not started; returns the removed job ids.
+
+    A backend with `remove_pending` (HTCondor) decides atomically on its side; otherwise the jobs it
+    reports QUEUED now are removed (the local backend starts jobs only when polled).
+    """
+    atomic = getattr(backend, "remove_pending", None)
+    if atomic is not None:
+        return list(atomic(batch_ids, reason))
+    queued = [j for j, s in backend.poll(batch_ids).items() if s.state is JobState.QUEUED]
+    for job_id in queued:
+        backend.remove(job_id, batch_ids[job_id], reason)
+    return queued
 
 
 class RoutingBackend:
@@ -48,7 +63,7 @@ class RoutingBackend:
 
     def preflight(self, rse: Optional[str] = None) -> None:
         if rse is not None:
-            self.for_rse(rse).preflight()
+            self.for_rse(rse).preflight(rse)
         else:
             for backend in list(self._backends.values()):
                 backend.preflight()
@@ -80,3 +95,10 @@ class RoutingBackend:
 
     def remove(self, job_id: str, batch_id: str, reason: str) -> None:
         self.for_rse(rse_of(job_id)).remove(job_id, batch_id, reason)
+
+    def remove_pending(self, batch_ids: Mapping[str, str], reason: str) -> list[str]:
+        """remove_unstarted on each RSE's backend."""
+        out: list[str] = []
+        for backend, ids in self._split(batch_ids).values():
+            out += remove_unstarted(backend, {i: batch_ids[i] for i in ids}, reason)
+        return out

@@ -445,7 +445,7 @@ class SlurmBackend:
         with tempfile.TemporaryDirectory(prefix="msunmerged-slurm-") as tmp:
             return build_worker(Path(tmp)).read_bytes()
 
-    def preflight(self) -> None:
+    def preflight(self, rse: Optional[str] = None) -> None:  # one cluster for every RSE of the site
         self.transport.ping()
         self.shell.write(f"{self.work_dir}/.preflight", str(time.time()).encode())
 

@@ -1,0 +1,28 @@
+"""`msunmerged run --rse RSE [--wait S]`: one RSE start to end by hand, with the service's own code path."""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from MSUnmerged.cli import BadInput
+from MSUnmerged.cli.apply import exit_code
+from MSUnmerged.config import Config
+from MSUnmerged.wiring import build_service
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("run", help="work one RSE once (plan, record, submit, collect) under its lease")
+    p.add_argument("--rse", required=True, help="the RSE to work on")
+    p.add_argument("--wait", type=float, default=0.0, metavar="S",
+                   help="wait up to S seconds for its jobs to finish and collect them (default: do not wait)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, config: Config) -> int:
+    if args.wait < 0:
+        raise BadInput("--wait must be zero or more seconds")
+    with build_service(config) as service:
+        result = service.run_once(args.rse, wait_s=args.wait)
+    print(json.dumps(result.to_dict(), indent=1))
+    return exit_code(result)
