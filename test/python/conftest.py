@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 # Server fixtures live in servers/<name>.py; each is listed here once.
-pytest_plugins: list[str] = ["servers.rest", "servers.condor", "servers.slurm", "servers.rucio", "servers.mongo", "servers.xrootd"]
+pytest_plugins: list[str] = ["servers.rest", "servers.condor", "servers.slurm", "servers.rucio", "servers.mongo", "servers.xrootd", "e2e.e2e_harness"]
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = (REPO.parent / "shared" / "fixtures" / "wmcore").resolve()
