@@ -1,36 +1,36 @@
-"""`msunmerged demo`: a full local cleanup of a bundled sample site, with no outside service.
+"""`msunmerged demo`: the main job on the embedded default, with no outside service.
 
-The sample site T2_XX_Sample gets a storage folder holding every file of a generated dump, its own
-site-local-config.xml and storage.json (POSIX), a plan, cleanup jobs run by the local backend with
-the real worker zipapp, and the collected outcomes. Dry run unless `--apply` (or
-service.dry_run = false); `--apply` deletes only inside the demo's own folder.
+A generated sample site T2_XX_Sample gets a storage folder holding every file of its dump and its
+own site-local-config.xml and storage.json (POSIX). The service then works the RSE start to end,
+exactly as in production but with file-based sources, the embedded MongoDB-compatible database
+and the local batch backend: plan, ledger, cleanup jobs running the real worker, collection.
+Dry run unless `--apply` (or service.dry_run = false); `--apply` deletes only inside the demo's
+own folder.
 """
 from __future__ import annotations
 
 import argparse
-import json
+import dataclasses
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
-from MSUnmerged import planner, sample
+from MSUnmerged import sample
 from MSUnmerged.cli import EXIT_FAILED, EXIT_GUARD, EXIT_OK
-from MSUnmerged.cli.output import Progress, table
-from MSUnmerged.cli.plan import print_summary
-from MSUnmerged.collector import Collector, MemorySink, parse_report
+from MSUnmerged.cli.output import table
 from MSUnmerged.config import Config
-from MSUnmerged.dumpreader import iter_chunks
-from MSUnmerged.jobs.local import LocalBackend
-from MSUnmerged.jobs.spec import jobs_from_plan
 from MSUnmerged.samplesite import DEMO_RSE, DEMO_SITE, count_files, fill_storage, write_site
+from MSUnmerged.sources.offline import OfflineSources
+from MSUnmerged.wiring import build_service
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("demo", help="full local cleanup of a bundled sample site (no outside services)")
+    p = subparsers.add_parser("demo", help="run the service on a bundled sample site (no outside services)")
     p.add_argument("--files", type=int, default=2000, help="files in the generated sample site")
     p.add_argument("--dir", default=None, help="work folder (default: <state_dir>/demo)")
     p.add_argument("--apply", action="store_true", help="really delete (in the demo's storage folder only)")
-    p.add_argument("--plan-only", action="store_true", help="stop after planning")
+    p.add_argument("--wait", type=float, default=600.0, help="seconds to wait for the cleanup jobs")
     p.set_defaults(run=run)
 
 
@@ -39,69 +39,78 @@ def demo_spec(files: int) -> sample.SampleSpec:
     return sample.SampleSpec(files=files, files_per_block=max(1, files // 80), blocks_per_dataset=4)
 
 
+def write_sources(directory: Path, files: int) -> Path:
+    """The sample RSE as OfflineSources reads it: stats.json, protected.json, dumps/<RSE>.txt."""
+    if directory.exists():
+        shutil.rmtree(directory)
+    inputs = sample.write_sample_inputs(directory / "generated", DEMO_RSE, demo_spec(files))
+    (directory / "dumps").mkdir()
+    inputs["dump"].rename(directory / "dumps" / f"{DEMO_RSE}.txt")
+    inputs["stats"].rename(directory / "stats.json")
+    inputs["protected"].rename(directory / "protected.json")
+    return directory
+
+
+def demo_config(config: Config, work: Path, siteconf: Path, apply: bool) -> Config:
+    """The given configuration with the demo's own state folder, embedded database and local site."""
+    cfg = dataclasses.replace(config)
+    cfg.service = dataclasses.replace(config.service, state_dir=str(work / "state"),
+                                      dry_run=config.service.dry_run and not apply)
+    cfg.mongo = dataclasses.replace(config.mongo, url="")
+    cfg.jobs = dataclasses.replace(config.jobs, backend="local",
+                                   sites={DEMO_RSE: {"site": DEMO_SITE, "siteconfig": str(siteconf)}})
+    return cfg
+
+
 def run(args: argparse.Namespace, config: Config) -> int:
-    work = Path(args.dir) if args.dir else config.state_dir / "demo"
-    inputs = sample.write_sample_inputs(work / "inputs", DEMO_RSE, demo_spec(args.files))
-    stats = json.loads(inputs["stats"].read_text())[DEMO_RSE]
-    protected = json.loads(inputs["protected"].read_text())["result"]
-    out = work / "plan"
-    result = planner.plan(DEMO_RSE, iter_chunks(inputs["dump"]), protected, config, out, stats=stats,
-                          progress=Progress(f"planning {DEMO_RSE}"))
-    print_summary(result, str(out), sys.stdout)  # the current stdout, not the one at import
-    if result.guard:
-        return EXIT_GUARD
-    if args.plan_only:
-        return EXIT_OK
-
+    work = (Path(args.dir) if args.dir else config.state_dir / "demo").resolve()
+    sources = write_sources(work / "sources", args.files)
     storage = work / "storage"
-    fill_storage(storage, inputs["dump"])
-    before = count_files(storage)
+    fill_storage(storage, sources / "dumps" / f"{DEMO_RSE}.txt")
     siteconf = write_site(work, storage)
-    jobs = jobs_from_plan(out, DEMO_RSE, DEMO_SITE, config, generation=stats["end_time"], protected=protected)
-    dry_run = config.service.dry_run and not args.apply
-    for job in jobs:
-        job.step.dry_run = dry_run
-    backend = LocalBackend(config, work / "jobs", siteconfig=str(siteconf))
-    for job in jobs:  # a re-run starts afresh: the backend never runs one job id twice
-        backend.remove(job.job_id, "local:" + backend.dir_name(job.job_id), "demo re-run")
-    print(f"\nrunning {len(jobs)} cleanup job(s) with the local backend "
-          f"({'DRY RUN: nothing is deleted, add --apply' if dry_run else 'APPLY: deleting'}) ...")
-    batch = backend.submit(jobs)
-    states = backend.wait(batch, timeout=max(600.0, len(jobs) * 60.0))
-
-    sink = MemorySink()
-    collector = Collector(sink)
-    totals: dict[str, int] = {}
-    dirs: dict[str, int] = {}
-    problems: list[str] = []
-    for job in jobs:
-        path = backend.fetch_report(job.job_id, batch[job.job_id], work / "reports" / f"{job.job_id.replace(':', '_')}.jsonl")
-        report = parse_report(path) if path else None
-        got = collector.collect(job.job_id, job.lfns, report, states[job.job_id])
-        for k, v in got.counters.items():
-            totals[k] = totals.get(k, 0) + v
-        for k, v in got.dirs.items():
-            dirs[k] = dirs.get(k, 0) + v
-        if got.reason:
-            problems.append(f"{job.job_id}: {states[job.job_id].state.value}: {got.reason}")
+    shutil.rmtree(work / "state", ignore_errors=True)  # each demo starts from an empty ledger
+    cfg = demo_config(config, work, siteconf, args.apply)
+    before = count_files(storage)
+    mode = "APPLY: deleting" if not cfg.service.dry_run else "DRY RUN: nothing is deleted, add --apply"
+    print(f"msunmerged demo: {DEMO_RSE}, {before:,} files in {storage}; {mode}", flush=True)
+    print("starting the embedded database and working the RSE (plan, ledger, cleanup jobs, collection) ...",
+          flush=True)
+    with build_service(cfg, sources=OfflineSources(sources)) as service:
+        result = service.run_once(DEMO_RSE, wait_s=args.wait)
+        final = service.run_once(DEMO_RSE)  # jobs collected: the state machine closes the RSE
+        counters = service.ledger.refresh_counters(DEMO_RSE)
+        examples = service.ledger.query_files(DEMO_RSE, limit=5)["items"]
+        service.stop()
     after = count_files(storage)
-    print()
-    rows = [("jobs", len(jobs)), ("files in the sample site", f"{before:,}")]
-    rows += [(f"files {k.replace('_', ' ')}", f"{v:,}") for k, v in sorted(totals.items())]
-    rows += [(f"directories {k.replace('_', ' ')}", f"{v:,}") for k, v in sorted(dirs.items())]
-    rows += [("files left in storage", f"{after:,}"), ("storage folder", str(storage)),
-             ("job folders (manifest, report, log)", str(work / "jobs"))]
+    c = counters
+    failed = ", ".join(f"{k} {v:,}" for k, v in sorted(c.get("failed_by_class", {}).items()))
+    rows: list[tuple[str, Any]] = [
+        ("RSE", DEMO_RSE), ("first run", f"{result.action}: {result.submitted} jobs submitted, "
+                                         f"{result.collected} collected"),
+        ("state", f"{final.state} {final.reason}".strip()), ("files in the sample site", f"{before:,}"),
+        ("files to delete (planned)", f"{c.get('to_delete', 0):,}"), ("files deleted", f"{c.get('deleted', 0):,}"),
+        ("files would delete (dry run)", f"{c.get('would_delete', 0):,}"),
+        ("files missing", f"{c.get('missing', 0):,}"), ("files failed", f"{c.get('failed', 0):,} {failed}".strip()),
+        ("files unknown", f"{c.get('unknown', 0):,}"),
+        ("files protected", f"{c.get('protected', 0):,}"), ("files excluded", f"{c.get('excluded', 0):,}"),
+        ("files invalid", f"{sum(c.get('invalid', {}).values()):,}"),
+        ("directories removable", f"{c.get('dirs_removable', 0):,}"),
+        ("files left in storage", f"{after:,}"), ("storage folder", str(storage)),
+        ("state folder (ledger, plans, jobs)", str(work / "state"))]
     table(rows, ("", "value"), sys.stdout)
-    examples = [o for job in sink.outcomes.values() for o in job.values()][:5]
     if examples:
-        print("\nexamples:")
-        for o in examples:
-            print(f"  {o['state']:<13} {o['lfn']}")
-    for line in problems:
-        print(f"problem: {line}", file=sys.stderr)
-    deleted = totals.get("deleted", 0) + totals.get("missing", 0)
-    if not dry_run and before - after != totals.get("deleted", 0):
-        print(f"msunmerged demo: {before - after} files disappeared, the reports say {deleted} deleted",
-              file=sys.stderr)
+        print("\nexamples from the ledger:")
+        for f in examples:
+            print(f"  {f['state']:<13} {f['lfn']}")
+    if result.state == "guarded":
+        return EXIT_GUARD
+    for r in (result, final):
+        if r.action == "failed":
+            print(f"msunmerged demo: {r.reason}: {r.detail}", file=sys.stderr)
+            return EXIT_FAILED
+    if not cfg.service.dry_run and before - after != c.get("deleted", 0):
+        print(f"msunmerged demo: {before - after} files disappeared, the ledger says {c.get('deleted', 0)} "
+              "deleted", file=sys.stderr)
         return EXIT_FAILED
-    return EXIT_FAILED if problems else EXIT_OK
+    return EXIT_OK
+
