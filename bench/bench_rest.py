@@ -1,6 +1,7 @@
 """REST latency under load: p50/p99 of status, info and a per-file query with N file records in the ledger.
 
-Starts its own SecantusDB (in memory) and `msunmerged serve` on free loopback ports, loads N file
+Starts its own SecantusDB (on disk in a temporary folder: the in-memory engine failed with an internal
+error at ~650k records with the four file indexes) and `msunmerged serve` on free loopback ports, loads N file
 records in the ledger's shape (Ledger.ensure_indexes, counters by Ledger.refresh_counters), then
 runs a closed-loop load generator: C client threads with keep-alive connections, each sending the
 next request as soon as the previous answer is read, for at most `--seconds` or `--requests` per
@@ -163,7 +164,7 @@ def main() -> int:
     try:
         with open(work / "db.log", "wb") as log:
             procs.append(subprocess.Popen([secantusd, "--host", "127.0.0.1", "--port", str(db_port), "--storage-path",
-                                           ":memory:", "--standalone", "--log-level", "WARNING"],
+                                           str(work / "db"), "--standalone", "--log-level", "WARNING"],
                                           stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
         wait_port(db_port, procs[0])
         db = MongoClient(url).msunmerged
