@@ -583,9 +583,9 @@ def check_rse(world: World, lay: Layout, tally: Tally, use_rest: bool = True,
                 tally.lost.append(f"{lay.rse}:{lfn}")
             assert state in ("", "skipped_protected"), (lay.rse, lfn, fate, rec)
         elif fate == ABSENT:
-            assert not exists and state in ("missing", ""), (lfn, rec)
-            if lfn in lay.dump:
-                assert state == "missing", (lfn, rec)
+            assert not exists, (lfn, rec)
+            if lfn in lay.dump and ledger:  # found missing, or not tried (e.g. the storage refused the others) with a reason
+                assert state == "missing" or (state in ("failed", "unknown") and rec.get("error_class")), (lfn, rec)
         elif fate == DELETE:
             assert not exists, (lay.rse, lfn, rec)
             assert state in ("deleted", "missing"), (lay.rse, lfn, rec)

@@ -1,0 +1,92 @@
+"""SIGKILL of the service at every step of a cycle (and in the middle of the ledger write), then a restart.
+
+Each kill point has an RSE of its own; one service process per RSE runs run_once until the hook reaches
+the step (its `occurrence`-th time: for reconciled/polled the second run, when jobs are in the batch
+system), pauses, and is killed with SIGKILL. "recording" kills itself a few ms after `planned`, while
+record_plan writes the files. Then ONE restarted service (serve mode) must bring every RSE to the
+same end state as a run without a kill, file by file, with no job submitted twice and no file deleted
+by two jobs.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from e2e.e2e_harness import (ServiceProcess, Tally, World, check_rse, configure, deletions_per_lfn, make_layout,
+                             wait_until)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+# (name, step, occurrence, self-kill ms)
+KILL_POINTS = [
+    ("reconciled", "reconciled", 2, 0),
+    ("polled", "polled", 2, 0),
+    ("planned", "planned", 1, 0),
+    ("recording", "planned", 1, 15),
+    ("recorded", "recorded", 1, 0),
+    ("intent", "intent", 1, 0),
+    ("submitted", "submitted", 1, 0),
+    ("marked", "marked", 1, 0),
+    ("collected", "collected", 1, 0),
+    ("counted", "counted", 1, 0),
+]
+
+
+def test_kill_at_every_step_then_restart(e2e_world: World) -> None:
+    w = e2e_world
+    lays = {}
+    for i, (name, *_rest) in enumerate(KILL_POINTS):
+        site = "T2_XE_Alpha" if i % 2 == 0 else "T2_XE_Beta"
+        # The mid-write kill gets a bigger dump so that record_plan takes a while.
+        lay = make_layout(f"T2_XE_KILL_{name.upper()}", site, f"K{i}", datasets=6,
+                          files=200 if name == "recording" else 12)
+        w.add_rse(lay)
+        w.create_files(lay)
+        lays[name] = lay
+    for lay in lays.values():
+        w.publish(lay)
+    configure(w)
+
+    procs = []
+    for name, step, occurrence, selfkill in KILL_POINTS:
+        env = {"E2E_PAUSE": f"{step}:{lays[name].rse}:{occurrence}"}
+        if selfkill:
+            env["E2E_SELFKILL_MS"] = str(selfkill)
+        procs.append((name, ServiceProcess(w, f"kill-{name}", "once", lays[name].rse, env=env)))
+        time.sleep(0.5)  # each process builds the worker zipapp once; they share the state folder
+    killed_at = {}
+    for name, proc in procs:
+        if name == "recording":
+            proc.wait_mark("armed", 240)
+            proc.wait(60)
+            killed_at[name] = "self"
+        else:
+            proc.wait_mark("paused", 240)
+            proc.kill()
+            killed_at[name] = "paused"
+    db = w.db()
+    partial = db.files.count_documents({"rse": lays["recording"].rse})
+    planned = sum(1 for f in lays["recording"].fates.values() if f == "delete")
+
+    restarted = ServiceProcess(w, "kill-restart", "serve")
+    try:
+        wait_until("every killed RSE finished", lambda: all(
+            w.rse_doc(lay.rse).get("state") == "clean" for lay in lays.values()), 420, proc=restarted)
+        tally = Tally()
+        for lay in lays.values():
+            check_rse(w, lay, tally)
+        assert not tally.lost and not tally.unexplained, (tally.lost, tally.unexplained)
+        dup = {k: n for k, n in deletions_per_lfn(w, "T2_XE_KILL_").items() if n > 1}
+        assert not dup, dup
+        batches: dict[str, set[str]] = {}
+        for ad in w.our_condor_jobs("T2_XE_KILL_"):
+            batches.setdefault(ad["job"], set()).add(ad["batch"])
+        twice = {j: b for j, b in batches.items() if len(b) > 1}
+        assert not twice, f"jobs submitted twice: {twice}"
+        figures = {"kill_points": len(KILL_POINTS), "files_checked": tally.checked, "by_fate": tally.by_fate,
+                   "recording_kill_left_files": f"{partial} of {planned}", "condor_jobs": len(batches)}
+        (w.dir / "out" / "figures-kills.json").write_text(json.dumps(figures))
+    finally:
+        restarted.stop()
