@@ -14,8 +14,13 @@ MARKER = ".msunmerged-demo"  # the storage folder is the demo's own: nothing els
 
 def write_site(work: Path, storage: Path, site: str = DEMO_SITE, rse: str = DEMO_RSE,
                volume: str = DEMO_VOLUME) -> Path:
-    """The site's SITECONFIG_PATH: JobConfig/site-local-config.xml and storage.json (POSIX under `storage`)."""
-    siteconf = work / "SITECONF" / site
+    """The site's SITECONFIG_PATH under `work`, for a POSIX storage folder `storage`."""
+    return write_siteconf(work / "SITECONF" / site, site, rse, volume, str(storage.resolve()))
+
+
+def write_siteconf(siteconf: Path, site: str, rse: str, volume: str, prefix: str) -> Path:
+    """JobConfig/site-local-config.xml (stage-out: posix on `volume`) and storage.json (the volume is
+    `rse`, LFNs map under `prefix` as the worker node sees it) in the folder `siteconf`."""
     (siteconf / "JobConfig").mkdir(parents=True, exist_ok=True)
     (siteconf / "JobConfig" / "site-local-config.xml").write_text(
         f'<site-local-config>\n  <site name="{site}">\n'
@@ -23,7 +28,7 @@ def write_site(work: Path, storage: Path, site: str = DEMO_SITE, rse: str = DEMO
         f'    </stage-out>\n  </site>\n</site-local-config>\n')
     (siteconf / "storage.json").write_text(json.dumps([{
         "site": site, "volume": volume, "rse": rse, "type": "DISK",
-        "protocols": [{"protocol": "posix", "access": "global-rw", "prefix": str(storage.resolve())}]}], indent=1))
+        "protocols": [{"protocol": "posix", "access": "global-rw", "prefix": prefix}]}], indent=1))
     return siteconf
 
 

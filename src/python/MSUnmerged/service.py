@@ -333,7 +333,8 @@ class Service:
         dest = self.config.state_dir / "reports" / job["rse"] / f"{job['_id'].replace(':', '_')}.jsonl"
         dest.parent.mkdir(parents=True, exist_ok=True)
         path = self.backend.fetch_report(job["_id"], job["batch_id"], dest)
-        # Only the files still planned in this job take outcomes: a late report never overwrites a retry.
+        # The report may speak only of this job's files; the ledger changes only those still assigned to
+        # this job, so a late report never overwrites a retry's outcome.
         got = self.collector.collect(job["_id"], self.ledger.job_lfns(job["_id"], states=None),
                                      parse_report(path) if path is not None else None, status)
         if got.problems:
@@ -356,7 +357,8 @@ class Service:
         protection = planner.check_protection(self.sources.protected(), self.ledger.rse(rse).get("protected_count"),
                                               self.config.guards.max_protected_shrink)
         hit = {j["_id"]: j["batch_id"] for j in waiting
-               if any(protection.covers(name.encode("utf-8", "surrogateescape")) for name in self.ledger.job_lfns(j["_id"]))}
+               if any(protection.covers(name.encode("utf-8", "surrogateescape"))
+                      for name in self.ledger.job_lfns(j["_id"]))}
         if not hit:
             return 0, 0
         gens = {j["_id"]: j["gen"] for j in waiting}
