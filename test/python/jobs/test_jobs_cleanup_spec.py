@@ -1,4 +1,4 @@
-"""jobs_from_plan: a plan directory from the real planner -> CleanupJobs with their dirs and protection."""
+"""make_job: the job files of a real plan -> CleanupJobs with their dirs and protection."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from MSUnmerged import planner
 from MSUnmerged.config import Config
-from MSUnmerged.jobs.spec import CleanupJob, job_dirs, jobs_from_plan, relevant_protection
+from MSUnmerged.jobs.spec import CleanupJob, job_dirs, make_job, relevant_protection
 
 B = "/store/unmerged/Run2024F/Muon0/AOD/PromptReco-v1"
 
@@ -22,9 +22,10 @@ def test_jobs_from_a_real_plan(tmp_path: Path) -> None:
                         require_scan=False)
     assert plan.files_to_delete == 5 and plan.jobs == 2
     now = time.time()
-    jobs = jobs_from_plan(tmp_path / "plan", "T2_XX_A", "T2_XX", cfg, generation=1700000000.0, protected=protected,
-                          now=now)
-    assert [j.job_id for j in jobs] == ["T2_XX_A:1700000000:1", "T2_XX_A:1700000000:2"]
+    removable = set((tmp_path / "plan" / "dirs.txt").read_text().split())
+    jobs = [make_job(f"T2_XX_A:1700000000:1-{n:06d}", "T2_XX_A", "T2_XX", path.read_text().split(), removable,
+                     protected, cfg, 1700000000.0, now)
+            for n, path in enumerate(sorted((tmp_path / "plan" / "jobs").iterdir()), 1)]
     assert sorted(f for j in jobs for f in j.step.lfns) == sorted(lfns[:4] + [lfns[5]])
     for job in jobs:
         assert job.deadline == now + cfg.jobs.deadline_h * 3600 and job.step.dry_run is True

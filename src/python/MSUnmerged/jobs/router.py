@@ -43,6 +43,8 @@ class RoutingBackend:
         self.factory = factory
         self.site_of = site_of
         self._backends: dict[tuple[str, str], BatchBackend] = {}
+        # One lock per backend: RSE threads of one site share it, and backends are not thread-safe.
+        self._locks: dict[int, threading.Lock] = {}
         self._lock = threading.Lock()
 
     def for_rse(self, rse: str) -> BatchBackend:
@@ -51,8 +53,12 @@ class RoutingBackend:
         site = settings.get("site") or self.site_of(rse)
         with self._lock:
             if (kind, site) not in self._backends:
-                self._backends[(kind, site)] = self.factory(kind, site)
+                backend = self._backends[(kind, site)] = self.factory(kind, site)
+                self._locks[id(backend)] = threading.Lock()
             return self._backends[(kind, site)]
+
+    def _use(self, backend: BatchBackend) -> threading.Lock:
+        return self._locks[id(backend)]
 
     def _split(self, job_ids: Sequence[str] | Mapping[str, str]) -> dict[int, tuple[BatchBackend, list[str]]]:
         groups: dict[int, tuple[BatchBackend, list[str]]] = {}
@@ -62,11 +68,10 @@ class RoutingBackend:
         return groups
 
     def preflight(self, rse: Optional[str] = None) -> None:
-        if rse is not None:
-            self.for_rse(rse).preflight(rse)
-        else:
-            for backend in list(self._backends.values()):
-                backend.preflight()
+        backends = [self.for_rse(rse)] if rse is not None else list(self._backends.values())
+        for backend in backends:
+            with self._use(backend):
+                backend.preflight(rse)
 
     def submit(self, jobs: Sequence[CleanupJob]) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -75,30 +80,38 @@ class RoutingBackend:
             backend = self.for_rse(job.rse)
             by_backend.setdefault(id(backend), (backend, []))[1].append(job)
         for backend, group in by_backend.values():
-            out.update(backend.submit(group))
+            with self._use(backend):
+                out.update(backend.submit(group))
         return out
 
     def poll(self, batch_ids: Mapping[str, str]) -> dict[str, JobStatus]:
         out: dict[str, JobStatus] = {}
         for backend, ids in self._split(batch_ids).values():
-            out.update(backend.poll({i: batch_ids[i] for i in ids}))
+            with self._use(backend):
+                out.update(backend.poll({i: batch_ids[i] for i in ids}))
         return out
 
     def find(self, job_ids: Sequence[str]) -> dict[str, str]:
         out: dict[str, str] = {}
         for backend, ids in self._split(job_ids).values():
-            out.update(backend.find(ids))
+            with self._use(backend):
+                out.update(backend.find(ids))
         return out
 
     def fetch_report(self, job_id: str, batch_id: str, dest: Path) -> Optional[Path]:
-        return self.for_rse(rse_of(job_id)).fetch_report(job_id, batch_id, dest)
+        backend = self.for_rse(rse_of(job_id))
+        with self._use(backend):
+            return backend.fetch_report(job_id, batch_id, dest)
 
     def remove(self, job_id: str, batch_id: str, reason: str) -> None:
-        self.for_rse(rse_of(job_id)).remove(job_id, batch_id, reason)
+        backend = self.for_rse(rse_of(job_id))
+        with self._use(backend):
+            backend.remove(job_id, batch_id, reason)
 
     def remove_pending(self, batch_ids: Mapping[str, str], reason: str) -> list[str]:
         """remove_unstarted on each RSE's backend."""
         out: list[str] = []
         for backend, ids in self._split(batch_ids).values():
-            out += remove_unstarted(backend, {i: batch_ids[i] for i in ids}, reason)
+            with self._use(backend):
+                out += remove_unstarted(backend, {i: batch_ids[i] for i in ids}, reason)
         return out

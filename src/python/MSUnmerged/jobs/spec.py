@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
-import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -13,7 +11,6 @@ from MSUnmerged.config import Config
 from MSUnmerged.lfn import normalise_base
 
 MANIFEST_VERSION = 1
-_JOB_FILE = re.compile(r"^job-(\d+)\.txt$")
 
 
 @dataclass
@@ -131,28 +128,3 @@ def make_job(job_id: str, rse: str, site: str, lfns: list[str], removable: set[s
                       deadline=(time.time() if now is None else now) + j.deadline_h * 3600,
                       request_memory_mb=j.request_memory_mb, request_disk_mb=j.request_disk_mb,
                       max_runtime_s=j.max_runtime_s)
-
-
-def job_id_for(rse: str, generation: float, number: int) -> str:
-    """Ledger job id "<rse>:<dump version>:<n>"."""
-    gen = f"{generation:.0f}" if float(generation).is_integer() else repr(float(generation))
-    return f"{rse}:{gen}:{number}"
-
-
-def jobs_from_plan(plan_dir: os.PathLike | str, rse: str, site: str, config: Config, generation: float,
-                   protected: Iterable[str] = (), now: Optional[float] = None) -> list[CleanupJob]:
-    """CleanupJobs for every job file of a plan directory (jobs/job-NNNNNN.txt, dirs.txt)."""
-    plan = Path(plan_dir)
-    dirs_file = plan / "dirs.txt"
-    removable = set(dirs_file.read_text(encoding="utf-8").split()) if dirs_file.exists() else set()
-    protected = list(protected)
-    jobs = []
-    for path in sorted((plan / "jobs").glob("job-*.txt")):
-        m = _JOB_FILE.match(path.name)
-        if not m:
-            continue
-        lfns = path.read_text(encoding="utf-8").split()
-        if lfns:
-            jobs.append(make_job(job_id_for(rse, generation, int(m.group(1))), rse, site, lfns, removable,
-                                 protected, config, generation, now))
-    return jobs

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Optional, TypeVar
 import requests
 
 from MSUnmerged.config import AuthConfig, RucioConfig
-from MSUnmerged.sources.errors import (AUTHENTICATION, BAD_CONTENT, HTTP_STATUS, NO_MATCH, TIMEOUT, UNREACHABLE,
+from MSUnmerged.sources.errors import (AUTHENTICATION, BAD_CONTENT, HTTP_STATUS, NO_MATCH, UNREACHABLE,
                                        SourceError, from_exception)
 
 log = logging.getLogger(__name__)
