@@ -19,10 +19,11 @@ from typing import Callable, Iterator, Mapping
 import pytest
 
 from MSUnmerged.config import CondorConfig, JobsConfig
-from MSUnmerged.jobs.backend import BackendError, JobState, JobStatus
+from MSUnmerged.jobs.backend import BackendError, JobState, JobStatus, wait_for
 from MSUnmerged.jobs.condor import CondorBackend
 from MSUnmerged.jobs.spec import CleanupJob, DeleteFilesStep
 from MSUnmerged.jobs.workerpkg import build_worker
+from MSUnmerged.samplesite import write_siteconf
 from servers import free_port
 from servers.condor import JOB_UID, SITE, CondorPool
 
@@ -45,15 +46,7 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def site(condor_pool: CondorPool) -> Path:
     """The site's own configuration inside the pool: posix storage under /srv/storage."""
-    conf = condor_pool.inside(SITECONF)
-    (conf / "JobConfig").mkdir(parents=True, exist_ok=True)
-    (conf / "JobConfig" / "site-local-config.xml").write_text(
-        f'<site-local-config>\n<site name="{SITE}">\n  <stage-out>\n'
-        f'    <method volume="{SITE}_posix" protocol="posix" command="cp"/>\n'
-        f'  </stage-out>\n</site>\n</site-local-config>\n')
-    (conf / "storage.json").write_text(json.dumps([{
-        "site": SITE, "volume": f"{SITE}_posix", "rse": RSE, "type": "DISK",
-        "protocols": [{"protocol": "posix", "access": "site-rw", "prefix": STORAGE}]}], indent=1))
+    write_siteconf(condor_pool.inside(SITECONF), SITE, RSE, f"{SITE}_posix", STORAGE)
     storage = condor_pool.inside(STORAGE)
     storage.mkdir(parents=True, exist_ok=True)
     os.chown(storage, JOB_UID, JOB_UID)
@@ -89,16 +82,11 @@ def make_jobs(tag: str, lfn_sets: list[list[str]], deadline_s: float = 3600) -> 
                        step=DeleteFilesStep(lfns=lfns, dry_run=False)) for i, lfns in enumerate(lfn_sets)]
 
 
-def wait_for(backend: CondorBackend, ids: Mapping[str, str], done: Callable[[JobStatus], bool],
-             timeout: float = 180) -> dict[str, JobStatus]:
-    deadline = time.monotonic() + timeout
-    while True:
-        states = backend.poll(ids)
-        if all(done(s) for s in states.values()):
-            return states
-        if time.monotonic() > deadline:
-            raise AssertionError(f"jobs not done after {timeout} s: {states}")
-        time.sleep(1)
+def wait_until(backend: CondorBackend, ids: Mapping[str, str], done: Callable[[JobStatus], bool],
+               timeout: float = 180) -> dict[str, JobStatus]:
+    states = wait_for(backend, ids, timeout, done, interval=1)
+    assert all(done(s) for s in states.values()), f"jobs not done after {timeout} s: {states}"
+    return states
 
 
 def tag() -> str:
@@ -124,7 +112,7 @@ def test_jobs_delete_files_and_reports_come_back(condor_pool: CondorPool, backen
     assert len(ids) == 3 and len(clusters) == 1  # one cluster through itemdata
     assert backend.find([j.job_id for j in jobs]) == ids
 
-    states = wait_for(backend, ids, lambda s: s.state.terminal)
+    states = wait_until(backend, ids, lambda s: s.state.terminal)
     assert {s.state for s in states.values()} == {JobState.FINISHED}
     assert all(s.exit_code == 0 for s in states.values())
     for job in jobs:
@@ -151,9 +139,9 @@ def test_held_job_is_recorded_with_reason(condor_pool: CondorPool, backend: Cond
     backend.condor.requirements = "False"  # never matches: the job stays idle until we hold it
     ids = backend.submit([job])
     cluster_proc = ids[job.job_id].split("@")[0]
-    wait_for(backend, ids, lambda s: s.state is JobState.QUEUED and s.reason == "", timeout=30)
+    wait_until(backend, ids, lambda s: s.state is JobState.QUEUED and s.reason == "", timeout=30)
     condor_pool.run("condor_hold", "-reason", "operator says wait", cluster_proc)
-    (status,) = wait_for(backend, ids, lambda s: s.state is JobState.HELD, timeout=30).values()
+    (status,) = wait_until(backend, ids, lambda s: s.state is JobState.HELD, timeout=30).values()
     assert "operator says wait" in status.reason
     backend.remove(job.job_id, ids[job.job_id], "held too long")
     (status,) = backend.poll(ids).values()
@@ -167,7 +155,7 @@ def test_revalidation_removes_only_jobs_not_started(condor_pool: CondorPool, bac
     make_files([blocker])
     backend.condor.requirements = "False"
     waiting = backend.submit(make_jobs(t, [[f"/store/unmerged/E/P/T/p-v1/{t}/q{i}.root"] for i in range(2)]))
-    wait_for(backend, waiting, lambda s: s.state is JobState.QUEUED and s.reason == "", timeout=30)
+    wait_until(backend, waiting, lambda s: s.state is JobState.QUEUED and s.reason == "", timeout=30)
     assert backend.pending(waiting) == waiting
     removed = backend.remove_pending(waiting, "revalidation: file became protected")
     assert sorted(removed) == sorted(waiting)

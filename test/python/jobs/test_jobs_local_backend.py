@@ -6,9 +6,10 @@ from pathlib import Path
 
 from MSUnmerged.collector import Collector, MemorySink, parse_report
 from MSUnmerged.config import Config
-from MSUnmerged.jobs.backend import JobState
+from MSUnmerged.jobs.backend import JobState, wait_for
 from MSUnmerged.jobs.local import LocalBackend
 from MSUnmerged.jobs.spec import CleanupJob, DeleteFilesStep
+from MSUnmerged.samplesite import write_siteconf
 
 SITE = RSE = "T2_XX_Local"
 B = "/store/unmerged/Run2024F/JetMET1/AOD/PromptReco-v3"
@@ -16,13 +17,7 @@ B = "/store/unmerged/Run2024F/JetMET1/AOD/PromptReco-v3"
 
 def make_site(root: Path) -> tuple[Path, Path]:
     storage = root / "storage"
-    sc = root / "SITECONF" / SITE
-    (sc / "JobConfig").mkdir(parents=True)
-    (sc / "JobConfig" / "site-local-config.xml").write_text(
-        f'<site-local-config><site name="{SITE}"><stage-out><method volume="V" protocol="posix" command="posix"/>'
-        '</stage-out></site></site-local-config>')
-    (sc / "storage.json").write_text(
-        f'[{{"site": "{SITE}", "volume": "V", "rse": "{RSE}", "protocols": [{{"protocol": "posix", "prefix": "{storage}"}}]}}]')
+    sc = write_siteconf(root / "SITECONF" / SITE, SITE, RSE, "V", str(storage))
     return storage, sc
 
 
@@ -48,7 +43,7 @@ def test_runs_jobs_with_bounded_parallelism_and_collects(tmp_path: Path) -> None
     first = backend.poll(ids)
     assert sum(s.state == JobState.RUNNING for s in first.values()) <= 2
     assert sum(s.state == JobState.QUEUED for s in first.values()) >= 3
-    states = backend.wait(ids, timeout=120)
+    states = wait_for(backend, ids, timeout=120)
     assert {s.state for s in states.values()} == {JobState.FINISHED} and {s.exit_code for s in states.values()} == {0}
     assert not any((storage / "store").rglob("*.root"))
     # The same job submitted again is never run twice.

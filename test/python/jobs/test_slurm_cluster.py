@@ -8,10 +8,11 @@ from typing import Callable, Mapping, Optional
 
 import pytest
 
-from MSUnmerged.jobs.backend import JobState, JobStatus
+from MSUnmerged.jobs.backend import JobState, JobStatus, wait_for
 from MSUnmerged.jobs.slurm import SlurmBackend
 from MSUnmerged.jobs.spec import CleanupJob, DeleteFilesStep
 from MSUnmerged.jobs.workerpkg import build_worker
+from MSUnmerged.samplesite import write_siteconf
 
 pytestmark = pytest.mark.integration
 
@@ -29,15 +30,7 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def storage(tmp_path: Path) -> tuple[Path, Path]:
     """A posix storage folder and its site configuration (SITECONFIG_PATH with JobConfig/site-local-config.xml)."""
     root = tmp_path / "storage"
-    siteconf = tmp_path / "SITECONF" / SITE
-    (siteconf / "JobConfig").mkdir(parents=True)
-    (siteconf / "JobConfig" / "site-local-config.xml").write_text(
-        f'<site-local-config>\n<site name="{SITE}">\n  <stage-out>\n'
-        f'    <method volume="{SITE}_posix" protocol="posix" command="cp"/>\n'
-        f'  </stage-out>\n</site>\n</site-local-config>\n')
-    (siteconf / "storage.json").write_text(json.dumps([{
-        "site": SITE, "volume": f"{SITE}_posix", "rse": RSE, "type": "DISK",
-        "protocols": [{"protocol": "posix", "access": "site-rw", "prefix": str(root)}]}], indent=1))
+    siteconf = write_siteconf(tmp_path / "SITECONF" / SITE, SITE, RSE, f"{SITE}_posix", str(root))
     return root, siteconf
 
 
@@ -60,16 +53,12 @@ def cleanup_job(n: int, lfns: list[str], runtime_s: int = 3600) -> CleanupJob:
                       request_memory_mb=100, max_runtime_s=runtime_s)
 
 
-def wait_for(backend: SlurmBackend, batch_ids: Mapping[str, str], until: Callable[[JobStatus], bool],
-             timeout_s: float = 120.0) -> dict[str, JobStatus]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        statuses = backend.poll(batch_ids)
-        if all(until(s) for s in statuses.values()):
-            return statuses
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"jobs not there after {timeout_s} s: {statuses}")
-        time.sleep(1)
+def wait_until(backend: SlurmBackend, batch_ids: Mapping[str, str], until: Callable[[JobStatus], bool],
+               timeout_s: float = 120.0) -> dict[str, JobStatus]:
+    statuses = wait_for(backend, batch_ids, timeout_s, until, interval=1)
+    if not all(until(s) for s in statuses.values()):
+        raise TimeoutError(f"jobs not there after {timeout_s} s: {statuses}")
+    return statuses
 
 
 def terminal(s: JobStatus) -> bool:
@@ -102,7 +91,7 @@ def test_array_deletes_files_and_reports(slurm_cluster, transport, tmp_path, sto
     assert sorted(b.split("_")[1] for b in batch_ids.values()) == ["0", "1", "2"]
     assert backend.find([j.job_id for j in jobs] + [f"{RSE}:other:0"]) == batch_ids
 
-    statuses = wait_for(backend, batch_ids, terminal)
+    statuses = wait_until(backend, batch_ids, terminal)
     for job in jobs:
         status = statuses[job.job_id]
         assert (status.state, status.exit_code, status.batch_id) == (JobState.FINISHED, 0, batch_ids[job.job_id])
@@ -119,7 +108,7 @@ def test_array_deletes_files_and_reports(slurm_cluster, transport, tmp_path, sto
     # Resubmitting a job id starts clean: the old report is not taken for the new attempt's.
     again = backend.submit([jobs[0]])
     assert backend.fetch_report(jobs[0].job_id, again[jobs[0].job_id], tmp_path / "r2") is None
-    status = wait_for(backend, again, terminal)[jobs[0].job_id]
+    status = wait_until(backend, again, terminal)[jobs[0].job_id]
     assert status.state == JobState.FINISHED
     report = backend.fetch_report(jobs[0].job_id, again[jobs[0].job_id], tmp_path / "r2")
     assert {r["outcome"] for r in map(json.loads, report.read_text().splitlines()) if "lfn" in r} == {"missing"}
@@ -137,7 +126,7 @@ def test_cancelled_jobs_recorded_with_reason(slurm_cluster, transport, tmp_path,
                           array_parallel=2)
     batch_ids = backend.submit(jobs)
     running, outside, pending, outside_pending = (j.job_id for j in jobs)
-    wait_for(backend, {j: batch_ids[j] for j in (running, outside)}, lambda s: s.state == JobState.RUNNING, 60)
+    wait_until(backend, {j: batch_ids[j] for j in (running, outside)}, lambda s: s.state == JobState.RUNNING, 60)
     statuses = backend.poll(batch_ids)
     assert statuses[pending].state == statuses[outside_pending].state == JobState.QUEUED
 
@@ -146,7 +135,7 @@ def test_cancelled_jobs_recorded_with_reason(slurm_cluster, transport, tmp_path,
     for job_id in (outside, outside_pending):
         slurm_cluster.run("scancel", batch_ids[job_id])
 
-    statuses = wait_for(backend, batch_ids, terminal, 60)
+    statuses = wait_until(backend, batch_ids, terminal, 60)
     assert (statuses[running].state, statuses[running].reason) == (JobState.REMOVED,
                                                                    "revalidation: files became protected")
     assert (statuses[pending].state, statuses[pending].reason) == (JobState.REMOVED, "revalidation: dump superseded")
@@ -163,7 +152,7 @@ def test_time_limit_recorded(slurm_cluster, tmp_path, storage, worker) -> None:
     make_files(root, job.step.lfns)
     backend = backend_for(slurm_cluster, "rest", tmp_path, siteconf, worker, setup="sleep 600")
     batch_ids = backend.submit([job])
-    status = wait_for(backend, batch_ids, terminal, 180)[job.job_id]
+    status = wait_until(backend, batch_ids, terminal, 180)[job.job_id]
     assert (status.state, status.reason) == (JobState.FAILED, "time limit")
     assert all((root / lfn.lstrip("/")).exists() for lfn in job.step.lfns)
 
@@ -174,11 +163,11 @@ def test_node_failure_recorded(slurm_cluster, tmp_path, storage, worker) -> None
     make_files(root, job.step.lfns)
     backend = backend_for(slurm_cluster, "cli", tmp_path, siteconf, worker, setup="sleep 600")
     batch_ids = backend.submit([job])
-    wait_for(backend, batch_ids, lambda s: s.state == JobState.RUNNING, 60)
+    wait_until(backend, batch_ids, lambda s: s.state == JobState.RUNNING, 60)
     try:
         slurm_cluster.run("scontrol", "update", f"nodename={slurm_cluster.node}", "state=down",
                           "reason=msunmerged test: node down")
-        status = wait_for(backend, batch_ids, terminal, 60)[job.job_id]
+        status = wait_until(backend, batch_ids, terminal, 60)[job.job_id]
     finally:
         slurm_cluster.resume_node()
     assert (status.state, status.reason) == (JobState.FAILED, "node failure")
@@ -192,7 +181,7 @@ def test_purged_jobs_judged_by_accounting_and_markers(slurm_cluster, tmp_path, s
     make_files(root, job.step.lfns)
     cli = backend_for(slurm_cluster, "cli", tmp_path, siteconf, worker)
     batch_ids = cli.submit([job])
-    wait_for(cli, batch_ids, terminal)
+    wait_until(cli, batch_ids, terminal)
     # A batch id Slurm never had stands for a purged one: same job folder, unknown array id.
     purged = {job.job_id: "999999_0"}
     assert cli.poll(purged)[job.job_id].state == JobState.FINISHED  # sacct -c by the raw id the job recorded
@@ -236,6 +225,6 @@ def test_arrays_split_by_size_and_resources(slurm_cluster, tmp_path, storage) ->
     assert [batch_ids[j.job_id].split("_")[1] for j in jobs] == ["0", "1", "0", "0"]
     limits = slurm_cluster.run("squeue", "-h", "-r", "-t", "all", "-j", ",".join(sorted(set(arrays))), "-o", "%i %l")
     assert f"{batch_ids[jobs[3].job_id]} 2:00:00" in limits and f"{batch_ids[jobs[0].job_id]} 1:00:00" in limits
-    statuses = wait_for(backend, batch_ids, terminal)
+    statuses = wait_until(backend, batch_ids, terminal)
     assert {s.state for s in statuses.values()} == {JobState.FINISHED}
     assert not any((root / job.step.lfns[0].lstrip("/")).exists() for job in jobs)

@@ -10,6 +10,7 @@ from pymongo.database import Database
 from MSUnmerged import planner
 from MSUnmerged.config import Config
 from MSUnmerged.dumpreader import iter_chunks
+from MSUnmerged.jobs.backend import wait_for
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.service import Service
 from svc_site import LoggedLocalBackend, dump_lines, files_left, make_site
@@ -44,7 +45,7 @@ def test_apply_drops_newly_protected_and_submits_the_rest(tmp_path: Path, mongo_
     assert ledger.rse(RSE)["generations"][0]["dropped_protected"] == 50
     manifests = [json.loads((d / "manifest.json").read_text()) for d in (tmp_path / "batch").iterdir() if d.is_dir()]
     assert all(m["task"]["steps"][0]["dry_run"] for m in manifests)  # dry run is the default
-    states = backend.wait({j["_id"]: j["batch_id"] for j in mongo_db.jobs.find()}, timeout=60)
+    states = wait_for(backend, {j["_id"]: j["batch_id"] for j in mongo_db.jobs.find()}, timeout=60)
     assert {s.state.value for s in states.values()} == {"finished"}
     assert files_left(storage) == set(lines)  # the jobs ran at the site and deleted nothing
 

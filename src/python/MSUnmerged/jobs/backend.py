@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import enum
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional, Protocol, Sequence
+from typing import Callable, Mapping, Optional, Protocol, Sequence
 
 from MSUnmerged.jobs.spec import CleanupJob
 
@@ -70,3 +71,15 @@ class BatchBackend(Protocol):
 
     def remove(self, job_id: str, batch_id: str, reason: str) -> None:
         """Remove a job from the batch system (before it runs, or after its report was fetched)."""
+
+
+def wait_for(backend: BatchBackend, batch_ids: Mapping[str, str], timeout: float,
+             until: Callable[[JobStatus], bool] = lambda s: s.state.terminal,
+             interval: float = 0.2) -> dict[str, JobStatus]:
+    """Poll until `until` holds for every job or `timeout` passes; returns the last states."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = backend.poll(batch_ids)
+        if all(until(s) for s in states.values()) or time.monotonic() > deadline:
+            return states
+        time.sleep(interval)

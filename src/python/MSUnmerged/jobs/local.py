@@ -191,15 +191,6 @@ class LocalBackend:
             return
         shutil.rmtree(jdir, ignore_errors=True)
 
-    def wait(self, batch_ids: Mapping[str, str], timeout: float, interval: float = 0.2) -> dict[str, JobStatus]:
-        """Poll until every job is terminal or `timeout` passes; the last states."""
-        deadline = time.monotonic() + timeout
-        while True:
-            states = self.poll(batch_ids)
-            if all(s.state.terminal for s in states.values()) or time.monotonic() > deadline:
-                return states
-            time.sleep(interval)
-
 
 def _summary_exit_code(report: Path) -> Optional[int]:
     """The exit code in the report's final summary line, None when there is none (yet)."""
