@@ -461,6 +461,8 @@ class Service:
                 self.cycle(slot=slot)
             except (LedgerError, SourceError) as exc:  # e.g. Rucio down: try again next interval
                 log.error("cycle %d: %s", slot, exc)
+            except Exception:  # a bug must not end the loop: the next cycle starts from the ledger
+                log.exception("cycle %d failed", slot)
             self._stop.wait(max(1.0, (slot + 1) * interval - time.time()))
 
     def stop(self) -> None:

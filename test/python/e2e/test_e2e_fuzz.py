@@ -230,9 +230,6 @@ def test_fuzz_site_local_config(data: bytes, tmp_path_factory: pytest.TempPathFa
     guarded("siteconf", lambda d: target_siteconf(d, tmp_path_factory.getbasetemp() / "fuzz-siteconf"))(data)
 
 
-@pytest.mark.xfail(raises=(AttributeError, TypeError), strict=False,
-                   reason="known bug, corpus/KNOWN_BUGS.json: worker/storage.py catalog_for does not check the "
-                          "types of 'protocols' and 'rules'; any other exception still fails this test")
 @FUZZ
 @given(data=storage_bytes())
 def test_fuzz_storage_json(data: bytes, tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -295,13 +292,10 @@ def test_fuzz_rest_parameters(rest_app: Any, endpoint: str, params: list[tuple[s
 # ----- the corpus -----------------------------------------------------------------------------------------
 
 def corpus_cases() -> list[Any]:
-    known = json.loads((CORPUS / "KNOWN_BUGS.json").read_text()) if (CORPUS / "KNOWN_BUGS.json").exists() else {}
     cases = []
     for target in sorted(TARGETS) + ["rest"]:
         for path in sorted((CORPUS / target).glob("*")) if (CORPUS / target).is_dir() else []:
-            key = f"{target}/{path.name}"
-            marks = [pytest.mark.xfail(strict=True, reason=known[key])] if key in known else []
-            cases.append(pytest.param(target, path, id=key, marks=marks))
+            cases.append(pytest.param(target, path, id=f"{target}/{path.name}"))
     return cases
 
 

@@ -124,6 +124,9 @@ class RucioSource:
             raise from_exception(SOURCE, exc, what) from None
         except rex.RucioException as exc:
             raise SourceError(HTTP_STATUS, f"{what}: {type(exc).__name__}: {_first_line(exc)}", SOURCE) from None
+        except (ValueError, KeyError, TypeError) as exc:  # e.g. a 200 answer whose body is not JSON
+            raise SourceError(BAD_CONTENT, f"{what}: unreadable answer: {type(exc).__name__}: {_first_line(exc)}",
+                              SOURCE) from None
 
     def _get_client(self) -> Any:
         with self._lock:

@@ -87,11 +87,19 @@ def catalog_for(entries: list, site: str, volume: str, where: str = "storage.jso
         if not isinstance(entry, dict) or entry.get("site") != site or entry.get("volume") != volume:
             continue
         rules: Dict[str, List[Rule]] = {}
-        for proto in entry.get("protocols") or []:
+        protocols = entry.get("protocols") or []
+        if not isinstance(protocols, list):
+            raise SiteConfigError(f"{where}: {site}/{volume}: 'protocols' is not a list")
+        for n, proto in enumerate(protocols):
+            if not isinstance(proto, dict):
+                raise SiteConfigError(f"{where}: {site}/{volume}: protocol entry {n} is not an object")
             name = str(proto.get("protocol", ""))
             if "prefix" in proto:
                 rules.setdefault(name, []).append((re.compile(r"/(.*)"), str(proto["prefix"]) + "/$1", None))
-            for i, rule in enumerate(proto.get("rules") or []):
+            proto_rules = proto.get("rules") or []
+            if not isinstance(proto_rules, list):
+                raise SiteConfigError(f"{where}: {site}/{volume} protocol {name}: 'rules' is not a list")
+            for i, rule in enumerate(proto_rules):
                 ctx = f"{where}: {site}/{volume} protocol {name} rule {i}"
                 if not isinstance(rule, dict) or "lfn" not in rule or "pfn" not in rule:
                     raise SiteConfigError(f"{ctx}: needs 'lfn' and 'pfn'")
