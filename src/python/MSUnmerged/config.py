@@ -186,6 +186,7 @@ class RestConfig:
     audit_log: str = ""
     thread_pool: int = 32  # request threads; the status and info answers are cached, see cache_ttl_s
     cache_ttl_s: float = 2.0  # status/info answers are rebuilt at most this often (0: never cached)
+    db_timeout_s: float = 5.0  # a request gives up on the ledger database after this and answers 503
 
 
 @dataclass
@@ -309,6 +310,7 @@ def _validate(cfg: Config) -> None:
     need(j.retries >= 0, "jobs.retries", "must be >= 0")
     need(cfg.mongo.generations_kept >= 1, "mongo.generations_kept", "must be >= 1")
     need(1 <= cfg.rest.port <= 65535, "rest.port", "must be a TCP port")
+    need(cfg.rest.db_timeout_s > 0, "rest.db_timeout_s", "must be > 0")
     need(cfg.rest.trigger_rate_per_min >= 1, "rest.trigger_rate_per_min", "must be >= 1")
     need(1 <= cfg.rest.thread_pool <= 1000, "rest.thread_pool", "must be between 1 and 1000")
     need(cfg.rest.cache_ttl_s >= 0, "rest.cache_ttl_s", "must be >= 0")

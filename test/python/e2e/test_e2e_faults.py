@@ -67,13 +67,15 @@ def test_faults_are_recorded_and_the_service_recovers(e2e_world: World) -> None:
 
         # ---- MongoDB away for a while ----------------------------------------------------------------
         w.mongo.stop()
-        w.publish(lay)
-        time.sleep(8)
-        status, body = rest_get(w, "data/health")
-        seen["mongo:health_during_outage"] = status
-        assert status == 503, body
-        assert svc.alive()
-        w.mongo.start()
+        try:
+            w.publish(lay)
+            time.sleep(8)
+            status, body = rest_get(w, "data/health")
+            seen["mongo:health_during_outage"] = status
+            assert status == 503, body
+            assert svc.alive()
+        finally:
+            w.mongo.start()  # the other tests of the session share this server
         wait_until("recovered after MongoDB restart", lambda: w.rse_doc(lay.rse).get("generation") == lay.end_time
                    and w.rse_doc(lay.rse).get("state") == "clean", 180, 1, proc=svc)
         seen["mongo:restart"] = "recovered"

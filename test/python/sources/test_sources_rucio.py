@@ -53,7 +53,8 @@ pytestmark = pytest.mark.integration
     ("rse_type=TAPE|cms_type=test", ["T1_US_FNAL_TAPE", "T2_US_TESTBED"]),
 ])
 def test_partition_expressions(rucio: RucioServer, tmp_path: Path, expression: str, want: list[str]) -> None:
-    assert source(rucio, tmp_path).rses(expression) == want
+    # The server is shared by the session: other suites' RSEs may match too; judge ours.
+    assert [r for r in source(rucio, tmp_path).rses(expression) if r in RSES] == want
 
 
 def test_expression_matching_nothing(rucio: RucioServer, tmp_path: Path) -> None:

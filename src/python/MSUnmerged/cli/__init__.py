@@ -40,7 +40,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ConfigError as exc:
         print(f"msunmerged: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    logging.basicConfig(level=(args.log_level or config.service.log_level).upper(),
+    logging.basicConfig(level=(args.log_level or config.service.log_level).upper(), force=True,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
         return int(args.run(args, config))

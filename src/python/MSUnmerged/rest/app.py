@@ -6,6 +6,7 @@ import logging
 from typing import Any, Optional
 
 import cherrypy
+import pymongo
 from pymongo.errors import PyMongoError
 
 from MSUnmerged.config import Config
@@ -37,6 +38,7 @@ class Root:
 
     def __init__(self, config: Config, view: LedgerView, triggers: Optional[TriggerQueue]) -> None:
         self.base = config.rest.base.rstrip("/")
+        self.db_timeout_s = config.rest.db_timeout_s
         self.view = view
         self.data = DataApi(config, view, triggers)
 
@@ -44,7 +46,8 @@ class Root:
     def index(self) -> bytes:
         _html_headers()
         try:
-            return page.index_page(self.view, self.base).encode()
+            with pymongo.timeout(self.db_timeout_s):
+                return page.index_page(self.view, self.base).encode()
         except PyMongoError:
             cherrypy.response.status = 503
             return page.document("MSUnmerged", "<h1>Ledger database unavailable</h1>").encode()
@@ -56,7 +59,8 @@ class Root:
             cherrypy.response.status = 400
             return page.document("MSUnmerged", "<h1>parameter 'name' (the RSE) is required</h1>").encode()
         try:
-            text = page.rse_page(self.view, self.base, name)
+            with pymongo.timeout(self.db_timeout_s):
+                text = page.rse_page(self.view, self.base, name)
         except PyMongoError:
             cherrypy.response.status = 503
             return page.document("MSUnmerged", "<h1>Ledger database unavailable</h1>").encode()
@@ -69,7 +73,8 @@ class Root:
     def metrics(self) -> bytes:
         cherrypy.response.headers["Content-Type"] = metrics.CONTENT_TYPE
         try:
-            return metrics.render(self.view).encode()
+            with pymongo.timeout(self.db_timeout_s):
+                return metrics.render(self.view).encode()
         except PyMongoError:
             return metrics.render_down().encode()
 
