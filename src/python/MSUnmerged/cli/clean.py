@@ -72,7 +72,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
         except SourceError as exc:
             print(f"msunmerged clean: cannot plan {args.rse}: {exc}", file=sys.stderr)
             return EXIT_FAILED
-        print_summary(plan, str(service.config.state_dir / "previews" / args.rse), sys.stdout)
+        print_summary(plan, str(service.config.state_dir / "previews" / args.rse))
         if plan.guard:
             print(f"msunmerged clean: guard {plan.guard}: {plan.guard_detail}; nothing will be deleted",
                   file=sys.stderr)

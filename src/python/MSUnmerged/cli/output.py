@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Sequence, TextIO
+from typing import Any, Optional, Sequence, TextIO
 
 
-def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], out: TextIO = sys.stdout) -> None:
+def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], out: Optional[TextIO] = None) -> None:
+    out = out or sys.stdout  # looked up at call time: tests and callers may replace sys.stdout
     cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     for i, row in enumerate(cells):
@@ -18,11 +19,11 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], out: TextIO = s
 class Progress:
     """Prints `label: N lines (rate/s)` to stderr at most every `every` seconds, when interactive or forced."""
 
-    def __init__(self, label: str, every: float = 2.0, out: TextIO = sys.stderr, force: bool = False) -> None:
+    def __init__(self, label: str, every: float = 2.0, out: Optional[TextIO] = None, force: bool = False) -> None:
         self.label = label
         self.every = every
-        self.out = out
-        self.enabled = force or out.isatty()
+        self.out = out or sys.stderr
+        self.enabled = force or self.out.isatty()
         self.start = self._last = time.monotonic()
 
     def __call__(self, done: int) -> None:

@@ -51,7 +51,7 @@ def rse_stats(data: Any, rse: str, source: str) -> Any:
     return data.get(rse)
 
 
-def print_summary(plan: planner.Plan, out_dir: str, out: Any = sys.stdout) -> None:
+def print_summary(plan: planner.Plan, out_dir: str, out: Any = None) -> None:
     rows = [("RSE", plan.rse), ("files in dump", f"{plan.files_total:,}"),
             ("to delete", f"{plan.files_to_delete:,}"), ("protected", f"{plan.files_protected:,}"),
             ("excluded", f"{plan.files_excluded:,}"), ("invalid", f"{plan.invalid_total:,}")]
