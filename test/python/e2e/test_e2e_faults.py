@@ -7,8 +7,6 @@ a recorded reason (where the service records one), REST keeps answering, and the
 from __future__ import annotations
 
 import json
-import os
-import signal
 import time
 from typing import Any
 

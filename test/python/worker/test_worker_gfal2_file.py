@@ -1,14 +1,13 @@
 """The worker zipapp with gfal2 (Debian python3-gfal2, gfal2-plugin-file) and gfal-rm over file:// URLs."""
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
 from servers import run_script
-from worker_kit import AS_NOBODY, SYSTEM_PYTHON, dirs, files, make_site, manifest, run_worker, world_dir
+from worker_kit import AS_NOBODY, SYSTEM_PYTHON, dirs, files, make_site, manifest, put, run_worker, world_dir
 
 pytestmark = pytest.mark.integration
 
@@ -27,16 +26,6 @@ def gfal_site(tmp: Path) -> tuple[Path, Path]:
     sc = make_site(tmp, [{"protocol": "file", "access": "global-rw", "prefix": f"file://{storage}"}],
                    [{"volume": "Test_Disk", "protocol": "file"}])  # no command: WMCore's default, gfal2
     return storage, sc
-
-
-def put(storage: Path, lfn: str, owner: str = "root") -> Path:
-    path = storage / lfn.lstrip("/")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"x")
-    if owner != "root":
-        for p in [path, *path.relative_to(storage).parents]:
-            shutil.chown(storage / p, owner, "nogroup")
-    return path
 
 
 def _files(storage: Path) -> tuple[list[str], list[str], list[Path]]:

@@ -17,7 +17,7 @@ from MSUnmerged.worker import deleters
 from MSUnmerged.worker.cleanup import Cleanup, Job
 from MSUnmerged.worker.deleters import Result
 from MSUnmerged.worker.report import ReportWriter
-from worker_kit import (AS_NOBODY, SYSTEM_PYTHON, dirs, files, make_site, manifest, posix_site, run_worker,
+from worker_kit import (AS_NOBODY, put, SYSTEM_PYTHON, dirs, files, make_site, manifest, posix_site, run_worker,
                         summary, world_dir, worker_pyz)
 
 BASE = "/store/unmerged/Run2024F/Muon0/AOD/PromptReco-v1"
@@ -32,16 +32,6 @@ def site(tmp_path: Path) -> tuple[Path, Path]:
     storage.chmod(0o755)
     yield storage, posix_site(root, storage)
     shutil.rmtree(root, ignore_errors=True)
-
-
-def put(storage: Path, lfn: str, owner: str = "root") -> Path:
-    path = storage / lfn.lstrip("/")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"x")
-    if owner != "root":
-        for p in [path, *path.relative_to(storage).parents]:
-            shutil.chown(storage / p, owner, "nogroup")
-    return path
 
 
 def test_deletes_files_and_removes_emptied_dirs_leaf_first(site: tuple[Path, Path], tmp_path: Path) -> None:

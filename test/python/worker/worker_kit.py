@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -97,3 +98,14 @@ def summary(lines: list[dict[str, Any]]) -> dict[str, Any]:
 
 AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
 SYSTEM_PYTHON = "/usr/bin/python3"  # readable by nobody, and the one python3-gfal2 is built for
+
+
+def put(storage: Path, lfn: str, owner: str = "root") -> Path:
+    """A one-byte file at `lfn` under `storage`; with `owner`, the file and its directories are theirs."""
+    path = storage / lfn.lstrip("/")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x")
+    if owner != "root":
+        for p in [path, *path.relative_to(storage).parents]:
+            shutil.chown(storage / p, owner, "nogroup")
+    return path

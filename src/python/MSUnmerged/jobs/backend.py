@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import enum
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,3 +84,11 @@ def wait_for(backend: BatchBackend, batch_ids: Mapping[str, str], timeout: float
         if all(until(s) for s in states.values()) or time.monotonic() > deadline:
             return states
         time.sleep(interval)
+
+
+def deliver_report(report: Path, dest: Path) -> Path:
+    """Copy a fetched report to where the caller wants it (fetch_report's `dest`)."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(report, dest)
+    return dest

@@ -28,7 +28,7 @@ os.environ.setdefault("CONDOR_CONFIG", "/dev/null")
 import htcondor2  # noqa: E402
 
 from MSUnmerged.config import CondorConfig, JobsConfig  # noqa: E402
-from MSUnmerged.jobs.backend import BackendError, JobState, JobStatus  # noqa: E402
+from MSUnmerged.jobs.backend import BackendError, JobState, JobStatus, deliver_report  # noqa: E402
 from MSUnmerged.jobs.spec import CleanupJob  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -387,10 +387,7 @@ class CondorBackend:
             self._retrieve(schedd, name, [(cluster, proc)])
             if not report.exists():
                 return None
-        dest = Path(dest)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(report, dest)
-        return dest
+        return deliver_report(report, dest)
 
     def output(self, job_id: str, name: str = "job.err") -> str:
         """A retrieved output file of the job (job.out, job.err), for error messages; '' if none."""

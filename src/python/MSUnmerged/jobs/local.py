@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from MSUnmerged.config import Config
-from MSUnmerged.jobs.backend import BackendError, JobState, JobStatus
+from MSUnmerged.jobs.backend import BackendError, JobState, JobStatus, deliver_report
 from MSUnmerged.jobs.spec import CleanupJob
 from MSUnmerged.jobs.workerpkg import build_worker
 
@@ -169,10 +169,7 @@ class LocalBackend:
         report = self.work_dir / self._dir_of(batch_id) / REPORT_NAME
         if not report.exists():
             return None
-        dest = Path(dest)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(report, dest)
-        return dest
+        return deliver_report(report, dest)
 
     def remove(self, job_id: str, batch_id: str, reason: str) -> None:
         """Queued: dropped. Running: SIGTERM (the worker stops, reports the rest not attempted), then

@@ -9,6 +9,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 from MSUnmerged.config import Config
 from MSUnmerged.lfn import normalise_base
+from MSUnmerged.worker.paths import ancestors
 
 MANIFEST_VERSION = 1
 
@@ -79,19 +80,11 @@ class CleanupJob:
                    task_type=data["task"]["type"])
 
 
-def _ancestors(path: str) -> Iterable[str]:
-    cut = path.rfind("/")
-    while cut > 0:
-        path = path[:cut]
-        yield path
-        cut = path.rfind("/")
-
-
 def job_dirs(lfns: Sequence[str], removable: set[str]) -> list[str]:
     """The plan's removable directories that hold these files at any depth, leaf first."""
     dirs: set[str] = set()
     for name in lfns:
-        for d in _ancestors(name):
+        for d in ancestors(name):
             if d in dirs:
                 break  # its ancestors were looked at already
             if d in removable:
@@ -105,11 +98,11 @@ def relevant_protection(lfns: Sequence[str], protected: Iterable[str]) -> tuple[
     files = set(lfns)
     dirs: set[str] = set()
     for name in files:
-        dirs.update(_ancestors(name))
+        dirs.update(ancestors(name))
     bases, keep = set(), set()
     for raw in protected:
         base = normalise_base(raw).decode("utf-8", errors="surrogateescape")
-        chain = [base] + [a for a in _ancestors(base) if a.count("/") >= 4]
+        chain = [base] + [a for a in ancestors(base) if a.count("/") >= 4]
         if base in files or base in dirs or any(a in dirs for a in chain):
             bases.add(base)
             keep.update(a for a in chain if a in dirs and a.count("/") >= 4)
