@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,7 +14,7 @@ from pymongo import MongoClient
 
 from MSUnmerged.samplesite import DEMO_RSE, DEMO_SITE, count_files
 from rest_seed import offline_site
-from servers import free_port, wait_port
+from servers import Process, free_port, wait_port
 from test_rest_api import get, operator_headers, post
 
 pytestmark = pytest.mark.integration
@@ -64,23 +62,17 @@ hmac_key_file = "{key}"
 audit_log = "{work / 'audit.jsonl'}"
 cache_ttl_s = 0
 """)
-    env = {**os.environ, "PYTHONPATH": f"{REPO / 'src' / 'python'}:{os.environ.get('PYTHONPATH', '')}"}
-    with open(work / "serve.log", "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-c", SERVE, str(work / "msunmerged.toml"), str(sources),
-                                 str(port)], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    env = {"PYTHONPATH": f"{REPO / 'src' / 'python'}:{os.environ.get('PYTHONPATH', '')}"}
+    proc = Process("serve", [sys.executable, "-c", SERVE, str(work / "msunmerged.toml"), str(sources), str(port)],
+                   work, env=env)
     client: MongoClient = MongoClient(f"mongodb://127.0.0.1:{db_port}/?directConnection=true")
     try:
-        wait_port(port, timeout=120)
+        wait_port(port, timeout=120, proc=proc)
         yield Served(f"http://127.0.0.1:{port}/ms-unmerged", key.read_bytes(), client.msunmerged, storage)
     finally:
         client.close()
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-        print((work / "serve.log").read_text()[-3000:])
+        proc.stop(timeout=60)
+        print(proc.log.read_text()[-3000:])
 
 
 def trigger(served: Served, mode: str, timeout: float = 120) -> dict[str, Any]:
