@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from MSUnmerged import lfn
 from MSUnmerged.config import Config
+from MSUnmerged.dumpreader import DumpError
 from MSUnmerged.lfn import PrefixSet
 
 SUMMARY_VERSION = 1
@@ -141,8 +142,8 @@ class _Counts:
         self.invalid: dict[str, int] = {}
         self.examples: dict[str, list[str]] = {}
 
-    def add_invalid(self, reason: str, raw: bytes, n: int = 1) -> None:
-        self.invalid[reason] = self.invalid.get(reason, 0) + n
+    def add_invalid(self, reason: str, raw: bytes) -> None:
+        self.invalid[reason] = self.invalid.get(reason, 0) + 1
         examples = self.examples.setdefault(reason, [])
         if len(examples) < EXAMPLES_PER_REASON:
             examples.append(raw.decode("utf-8", errors="backslashreplace")[:300])
@@ -479,8 +480,6 @@ def plan(rse: str, chunks: Iterable[bytes], protected: Iterable[str], config: Co
     `stats` is the RSE's entry of the ConMon `stats` answer; without it the scan guards are
     skipped only when `require_scan` is False (offline planning of a local dump).
     """
-    from MSUnmerged.dumpreader import DumpError  # local: keeps the planner importable on its own
-
     g = config.guards
     now = time.time() if now is None else now
     guard: Optional[GuardTripped] = None
