@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Protocol
 
 from MSUnmerged.jobs.backend import JobState, JobStatus
-from MSUnmerged.worker.cleanup import REFUSED_PROTECTED
+from MSUnmerged.worker.cleanup import EXIT_CONFIG, REFUSED_PROTECTED
 from MSUnmerged.worker.report import DIR_OUTCOMES, FILE_OUTCOMES
 
 # Worker outcome -> (ledger state, error class).
@@ -27,7 +27,11 @@ LEDGER_STATE = {
     "storage_error": ("failed", "storage_error"),
     "refused": ("failed", "refused"),
     "not_attempted": ("unknown", "not_attempted"),
+    "auth_failed": ("failed", "auth_failed"),
 }
+# A job whose site configuration was unusable touched nothing: its files fail as config_error (retried only
+# up to jobs.retries like any failure, not taken for lost jobs).
+CONFIG_ERROR = ("failed", "config_error")
 _FILE_KEYS = {"lfn": str, "pfn": (str, type(None)), "outcome": str, "error": (str, type(None)), "attempts": int}
 _DIR_KEYS = {"dir": str, "pfn": (str, type(None)), "outcome": str, "error": (str, type(None))}
 
@@ -157,9 +161,9 @@ def parse_report(path: Path | str) -> Report:
     return report
 
 
-def ledger_outcome(f: FileOutcome) -> dict[str, Any]:
-    """One file's outcome as the ledger records it."""
-    state, cls = LEDGER_STATE[f.outcome]
+def ledger_outcome(f: FileOutcome, exit_code: Optional[int] = None) -> dict[str, Any]:
+    """One file's outcome as the ledger records it (`exit_code`: the worker's, from the report's summary)."""
+    state, cls = CONFIG_ERROR if exit_code == EXIT_CONFIG and f.outcome == "not_attempted" else LEDGER_STATE[f.outcome]
     if f.outcome == "refused" and f.error == REFUSED_PROTECTED:
         state, cls = "skipped_protected", ""
     # Success needs no message; a per-path one would also defeat the ledger's grouping of updates.
@@ -205,7 +209,7 @@ class Collector:
                 if allowed is not None and f.lfn not in allowed:
                     out.problems.append(f"line {f.line}: {f.lfn} is not a file of job {job_id}")
                     continue
-                outcomes.append(ledger_outcome(f))
+                outcomes.append(ledger_outcome(f, report.exit_code))
             out.problems[:0] = report.problems
             self.sink.record_outcomes(job_id, outcomes)
             out.recorded = len(outcomes)

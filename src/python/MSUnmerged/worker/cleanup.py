@@ -10,8 +10,8 @@ import sys
 import time
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from . import deleters, paths, siteconf, storage
-from .deleters import DELETED, DENIED, MISSING, Deleter, Result
+from . import credentials, deleters, paths, siteconf, storage
+from .deleters import AUTH_FAILED, DELETED, DENIED, MISSING, Deleter, Result
 from .report import ReportWriter
 
 # Exit codes (docs/jobs.md).
@@ -20,11 +20,12 @@ EXIT_PARTIAL = 1  # the job ran; some files or directories did not reach that st
 EXIT_REFUSED = 2  # the job refused to start: deadline passed or manifest unusable; nothing touched
 EXIT_CONFIG = 3  # the site configuration gives no usable way to delete; nothing touched
 EXIT_INTERNAL = 4  # the worker itself failed; the report holds what was done until then
+EXIT_AUTH = 5  # the storage credential is missing, expired or was refused: files are auth_failed
 
 MANIFEST_VERSION = 1
 REFUSED_PROTECTED = "under a protected directory"  # the collector maps this refusal to skipped_protected
 GOOD_FILE = ("deleted", "missing", "dry_run")
-BAD_DIR = ("permission_denied", "timeout", "storage_error")
+BAD_DIR = ("permission_denied", "timeout", "storage_error", AUTH_FAILED)
 _STEP_TYPES = {"lfns": list, "remove_dirs": list, "keep_dirs": list, "protected": list, "dry_run": bool,
                "file_timeout_s": (int, float), "retries": int, "backoff_s": (int, float),
                "max_consecutive_denied": int}
@@ -145,10 +146,12 @@ class Cleanup:
         self.method: Dict[str, Any] = {}
         self.errors: List[str] = []
         self.duplicates = 0
+        self.credential = credentials.NONE
+        self.auth_refused = False  # the storage refused the credential: the job stopped
 
     def info(self) -> Dict[str, Any]:
         return {"job_id": self.job.job_id, "rse": self.job.rse, "site": self.job.site, "dry_run": self.dry_run,
-                "host": platform.node(), "python": platform.python_version(), "worker": worker_version(), "pid": os.getpid(),
+                "credential": credentials.describe(self.credential), "host": platform.node(), "python": platform.python_version(), "worker": worker_version(), "pid": os.getpid(),
                 "time": round(self.started, 3)}
 
     def run(self) -> int:
@@ -158,6 +161,11 @@ class Cleanup:
             return self._refuse_all(EXIT_REFUSED, "deadline passed %.0fs ago" % (self.started - job.deadline))
         checked = self._check_files()
         probe = next((lfn for lfn, why in checked if why is None), None)
+        self.credential, problem = credentials.discover(self.env, os.getcwd())
+        if problem is not None:
+            self.report.start(self.info())
+            return self._refuse_all(EXIT_AUTH, problem, AUTH_FAILED)
+        self.env = credentials.tool_env(self.env, self.credential)
         try:
             method, mapper, deleter = choose_method(job, self.env, probe)
         except ConfigProblem as exc:
@@ -240,6 +248,10 @@ class Cleanup:
             start += len(batch)
             for (lfn, pfn), (result, attempts) in zip(batch, self._with_retries(deleter, batch)):
                 self.report.file(lfn, pfn, result.outcome, result.error, attempts)
+                if result.outcome == AUTH_FAILED and not self.auth_refused:
+                    # Every further request would be refused the same way.
+                    self.auth_refused = True
+                    self.stop.reason = "storage refused the job's %s credential" % (self.credential.kind or "missing")
                 denied_run = denied_run + 1 if result.outcome == DENIED else 0
                 if denied_run >= job.max_denied and self.stop.reason is None:
                     self.stop.reason = "storage refused %d deletions in a row" % denied_run
@@ -304,13 +316,13 @@ class Cleanup:
 
     # -- endings ----------------------------------------------------------------------------------
 
-    def _refuse_all(self, code: int, reason: str) -> int:
-        """Nothing is touched: every file and directory is reported not attempted, with the reason."""
+    def _refuse_all(self, code: int, reason: str, outcome: str = "not_attempted") -> int:
+        """Nothing is touched: every file and directory gets `outcome` (not attempted), with the reason."""
         self.errors.append(reason)
         for lfn in self.job.lfns:
-            self.report.file(str(lfn), None, "not_attempted", reason, 0)
+            self.report.file(str(lfn), None, outcome, reason, 0)
         for directory in self.job.remove_dirs:
-            self.report.directory(str(directory), None, "not_attempted", reason)
+            self.report.directory(str(directory), None, outcome, reason)
         return self._finish(code)
 
     def _finish(self, code: Optional[int] = None) -> int:
@@ -318,7 +330,7 @@ class Cleanup:
         if code is None:
             bad = sum(n for k, n in files.items() if k not in GOOD_FILE) + sum(dirs[k] for k in BAD_DIR) \
                 + dirs["refused"]
-            code = EXIT_PARTIAL if bad or self.stop.reason else EXIT_DONE
+            code = EXIT_AUTH if self.auth_refused else EXIT_PARTIAL if bad or self.stop.reason else EXIT_DONE
         if self.stop.reason:
             self.errors.append(self.stop.reason)
         self.report.summary(code, {"job_id": self.job.job_id, "dry_run": self.dry_run, "method": self.method,

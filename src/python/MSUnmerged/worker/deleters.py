@@ -15,9 +15,12 @@ import threading
 import time
 from typing import Callable, Dict, List, Mapping, NamedTuple, Optional
 
+from . import credentials
+
 DELETED = "deleted"
 MISSING = "missing"
 DENIED = "permission_denied"
+AUTH_FAILED = "auth_failed"  # the storage refused the job's credential (or it has none it accepts)
 TIMEOUT = "timeout"
 STORAGE_ERROR = "storage_error"
 # Directory outcomes besides the ones above.
@@ -37,10 +40,22 @@ class Result(NamedTuple):
 OK = Result(DELETED)
 
 
+# Tool messages of a refused or missing credential (xrdfs "[FATAL] Auth failed", HTTP 401 through gfal2).
+_AUTH_FAILURES = ("auth failed", "authentication failed", "unable to authenticate", "401 unauthorized",
+                  "http 401", "no valid credential", "token expired", "could not find a valid token")
+
+
+def _auth_failed(message: str) -> bool:
+    low = message.lower()
+    return any(s in low for s in _AUTH_FAILURES)
+
+
 def from_errno(code: int, message: str, directory: bool = False) -> Result:
     """Classify an errno; ENOENT means already gone, ENOTEMPTY is a normal directory answer."""
     if code == errno.ENOENT:
         return Result(MISSING, message)
+    if _auth_failed(message):
+        return Result(AUTH_FAILED, message)
     if directory and code in (errno.ENOTEMPTY, errno.EEXIST):
         return Result(NOT_EMPTY, message)
     if code in _DENIED_ERRNOS:
@@ -57,6 +72,8 @@ def from_message(message: str, directory: bool = False) -> Result:
         return Result(MISSING, message)
     if directory and ("not empty" in low or "[3005]" in low):
         return Result(NOT_EMPTY, message)
+    if _auth_failed(message):
+        return Result(AUTH_FAILED, message)
     if "permission denied" in low or "not authorized" in low or "operation not permitted" in low \
             or "[3010]" in low or "read-only file system" in low:
         return Result(DENIED, message)
@@ -294,7 +311,11 @@ class Gfal2Deleter(Deleter):
     def _context(self):  # type: ignore[no-untyped-def]
         if self._ctx is None:
             import gfal2
+            # XrdCl and davix inside this process read the credential from the process environment.
+            os.environ.update({k: v for k, v in self.env.items() if k in credentials.TOOL_VARS})
             ctx = gfal2.creat_context()
+            for group, key, value in credentials.gfal2_options(self.env):
+                ctx.set_opt_string(group, key, value)
             for plugin, key in (("CORE", "NAMESPACE_TIMEOUT"), ("XROOTD PLUGIN", "OPERATION_TIMEOUT"),
                                 ("HTTP PLUGIN", "OPERATION_TIMEOUT"), ("SRM PLUGIN", "OPERATION_TIMEOUT")):
                 try:
