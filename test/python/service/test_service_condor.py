@@ -60,7 +60,8 @@ def make_service(tmp: str, db: Database, src: str, tokens: str, hook: Optional[H
     config.condor.ping_timeout_s = 20
     ledger = Ledger(db)
     ledger.ensure_indexes()
-    return Service(config, ledger, OfflineSources(src), make_router(config), instance="condor-test", hook=hook)
+    return Service(config, ledger, OfflineSources(src), make_router(config, ledger.instance_id()), instance="condor-test",
+                   hook=hook)
 
 
 @pytest.fixture

@@ -14,6 +14,16 @@ EXIT_OK = 0
 EXIT_FAILED = 1  # internal error
 EXIT_GUARD = 2  # a guard refused: nothing will be deleted
 EXIT_BAD_INPUT = 3  # unusable input or configuration
+EXIT_AUTH = 4  # a batch system or source refused our credentials (token, certificate, proxy)
+# RunResult reasons of a refused credential: the operator renews it, nothing else helps.
+AUTH_REASONS = ("backend_auth_refused", "backend_auth_denied", "backend_credential_missing")
+
+
+def failed_code(reason: str) -> int:
+    """The exit code of a command whose RSE run failed with this RunResult reason."""
+    if reason in AUTH_REASONS or reason.endswith("_authentication"):
+        return EXIT_AUTH
+    return EXIT_FAILED
 
 # Each module defines `register(subparsers)` and sets a `run(args, config) -> int` default.
 COMMANDS = ["plan", "demo", "serve", "status", "jobs", "files", "apply", "run", "clean"]

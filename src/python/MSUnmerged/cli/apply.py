@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from MSUnmerged.cli import EXIT_FAILED, EXIT_GUARD, EXIT_OK, BadInput
+from MSUnmerged.cli import EXIT_GUARD, EXIT_OK, BadInput, failed_code
 from MSUnmerged.cli.plan import load_json, protected_list
 from MSUnmerged.config import Config
 from MSUnmerged.service import RunResult
@@ -21,10 +21,10 @@ def register(subparsers: Any) -> None:
 
 
 def exit_code(result: RunResult) -> int:
-    """guarded -> EXIT_GUARD, failed (refused backend, ledger error, ...) -> EXIT_FAILED."""
+    """guarded -> EXIT_GUARD, failed -> EXIT_AUTH for refused credentials, else EXIT_FAILED."""
     if result.state == "guarded":
         return EXIT_GUARD
-    return EXIT_FAILED if result.action == "failed" else EXIT_OK
+    return failed_code(result.reason) if result.action == "failed" else EXIT_OK
 
 
 def run(args: argparse.Namespace, config: Config) -> int:

@@ -7,7 +7,7 @@ import sys
 from typing import Any, Callable, Optional, TextIO
 
 from MSUnmerged import planner
-from MSUnmerged.cli import EXIT_FAILED, EXIT_GUARD, EXIT_OK
+from MSUnmerged.cli import EXIT_FAILED, EXIT_GUARD, EXIT_OK, failed_code
 from MSUnmerged.cli.output import Progress, table
 from MSUnmerged.cli.plan import print_summary
 from MSUnmerged.config import Config
@@ -60,6 +60,8 @@ def apply(service: Service, rse: str) -> int:
           file=sys.stderr, flush=True)
     result = service.run_once(rse)
     table([(k, v if v not in (None, "") else "-") for k, v in result.to_dict().items()], ("", "value"), sys.stdout)
+    if result.action == "failed":
+        return failed_code(result.reason)
     return EXIT_FAILED if result.action in NOT_WORKED else EXIT_OK
 
 

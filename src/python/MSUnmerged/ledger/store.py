@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
-from pymongo import ASCENDING, DESCENDING, UpdateMany, UpdateOne, errors
+from pymongo import ASCENDING, DESCENDING, ReturnDocument, UpdateMany, UpdateOne, errors
 from pymongo.collection import Collection
 from pymongo.database import Database
 
@@ -78,6 +79,14 @@ class Ledger:
         self.files: Collection = db["files"]
         self.jobs: Collection = db["jobs"]
         self.cycles: Collection = db["cycles"]
+
+    def instance_id(self) -> str:
+        """This ledger's id, made once and kept in the database: batch jobs carry it, so that services with
+        different ledgers sharing a batch system never take each other's jobs (job ids repeat across ledgers)."""
+        doc = with_retry(lambda: self.db["meta"].find_one_and_update(
+            {"_id": "ledger"}, {"$setOnInsert": {"instance_id": uuid.uuid4().hex, "created": time.time()}},
+            upsert=True, return_document=ReturnDocument.AFTER), "ledger id")
+        return str(doc["instance_id"])
 
     def ensure_indexes(self) -> None:
         """Indexes for the operators' questions; each costs ingest time, so only these.
