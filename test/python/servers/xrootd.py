@@ -2,6 +2,9 @@
 
 xrootd has no bind-address option and refuses to run as root, so it runs as `nobody` in a network
 namespace of its own; its clients (xrdfs, the worker, gfal2) join that namespace with nsenter.
+
+`token_xrootd` is a second one that authenticates with WLCG tokens only (ztn, which needs TLS: a server
+certificate of a test CA) and authorizes with the SciTokens plugin: a token's storage.* scopes decide.
 """
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ from typing import Iterator, Mapping, Optional, Sequence
 import pytest
 
 from servers import Process, run_script, server_dir
+from servers.testca import TestCA
+from servers.tokens import AUDIENCE, TokenIssuer
 
 PORT = 1094
 
@@ -26,6 +31,7 @@ class XrootdServer:
     pid: int
     data: Path  # oss.localroot: root://127.0.0.1:1094//store/... is <data>/store/...
     url: str = f"root://127.0.0.1:{PORT}"
+    client_env: Optional[dict[str, str]] = None  # what its clients need besides a credential (trusted CAs)
 
     def run(self, argv: Sequence[str], env: Optional[Mapping[str, str]] = None, timeout: float = 120,
             **kw: object) -> subprocess.CompletedProcess:
@@ -47,8 +53,10 @@ class XrootdServer:
         return target
 
 
-def start_xrootd(base: Path) -> tuple[Process, XrootdServer]:
-    """Install if needed, then start xrootd with an empty storage under `base`; wait until it answers."""
+def start_xrootd(base: Path, extra_config: str = "", env: Optional[Mapping[str, str]] = None,
+                 client_env: Optional[dict[str, str]] = None) -> tuple[Process, XrootdServer]:
+    """Install if needed, then start xrootd with an empty storage under `base`; wait until it answers
+    (its clients get `client_env`, which must let them list /store)."""
     run_script("storage-tools.sh")
     data, logs = base / "data", base / "logs"
     shutil.rmtree(data, ignore_errors=True)
@@ -56,16 +64,18 @@ def start_xrootd(base: Path) -> tuple[Process, XrootdServer]:
         d.mkdir(parents=True, exist_ok=True)
         shutil.chown(d, "nobody", "nogroup")
     cfg = base / "xrootd.cfg"
-    cfg.write_text(f"all.export /store\noss.localroot {data}\nxrd.port {PORT}\n")
+    cfg.write_text(f"all.export /store\noss.localroot {data}\nxrd.port {PORT}\n{extra_config}")
     proc = Process("xrootd", ["unshare", "-n", "sh", "-c",
-                              f"ip link set lo up && exec xrootd -R nobody -c {cfg} -l {logs}/xrootd.log"], base)
-    server = XrootdServer(proc.popen.pid, data)
+                              f"ip link set lo up && exec xrootd -R nobody -c {cfg} -l {logs}/xrootd.log"], base,
+                   env=env)
+    server = XrootdServer(proc.popen.pid, data, client_env=client_env)
     deadline = time.monotonic() + 30
     while True:
         if not proc.alive():
             raise RuntimeError(f"xrootd exited at start; see {proc.log} and {logs}")
         probe = server.run(["xrdfs", server.url, "ls", "/store"], capture_output=True, timeout=20,
-                           env={**os.environ, "XRD_REQUESTTIMEOUT": "2", "XRD_CONNECTIONRETRY": "1"})
+                           env={**os.environ, "XRD_REQUESTTIMEOUT": "2", "XRD_CONNECTIONRETRY": "1",
+                                **(client_env or {})})
         if probe.returncode == 0:
             return proc, server
         if time.monotonic() > deadline:
@@ -78,4 +88,43 @@ def start_xrootd(base: Path) -> tuple[Process, XrootdServer]:
 def xrootd_server() -> Iterator[XrootdServer]:
     proc, server = start_xrootd(server_dir("xrootd"))
     yield server
+    proc.stop()
+
+
+@dataclass
+class TokenXrootd:
+    server: XrootdServer
+    issuer: TokenIssuer
+    ca: TestCA
+
+
+def start_token_xrootd(base: Path) -> tuple[Process, TokenXrootd]:
+    """xrootd accepting WLCG tokens of a local issuer only (ztn over TLS, SciTokens authorization)."""
+    shutil.rmtree(base / "pki", ignore_errors=True)
+    ca = TestCA(base / "pki")
+    host = ca.issue("xrootd server", server=True)
+    issuer = TokenIssuer()
+    cache = base / "cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    issuer.seed_key_cache(cache)
+    (base / "scitokens.cfg").write_text(f"[Global]\naudience = {AUDIENCE}\n\n"
+                                        f"[Issuer test]\nissuer = {issuer.issuer}\nbase_path = /\n")
+    for path in [base / "pki", host.cert, host.key, cache, *cache.rglob("*")]:
+        shutil.chown(path, "nobody", "nogroup")  # the server reads them as nobody
+    config = (f"xrd.tls {host.cert} {host.key}\nxrd.tlsca certdir {ca.ca_dir}\n"
+              "xrootd.seclib libXrdSec.so\nsec.protocol ztn\nsec.protbind * only ztn\n"
+              f"ofs.authorize 1\nofs.authlib libXrdAccSciTokens.so config={base / 'scitokens.cfg'}\n")
+    probe = base / "probe.token"
+    probe.write_text(issuer.mint("storage.read:/store"))
+    probe.chmod(0o600)  # the ztn client refuses a token file others may read
+    client_env = {"X509_CERT_DIR": str(ca.ca_dir), "BEARER_TOKEN_FILE": str(probe), "XrdSecPROTOCOL": "ztn"}
+    proc, server = start_xrootd(base, config, {"XDG_CACHE_HOME": str(cache)}, client_env)
+    server.client_env = {"X509_CERT_DIR": str(ca.ca_dir)}  # credentials are each test's own
+    return proc, TokenXrootd(server, issuer, ca)
+
+
+@pytest.fixture(scope="session")
+def token_xrootd() -> Iterator[TokenXrootd]:
+    proc, found = start_token_xrootd(server_dir("xrootd-tokens"))
+    yield found
     proc.stop()
