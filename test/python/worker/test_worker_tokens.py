@@ -50,7 +50,8 @@ def test_scoped_token_deletes_the_planned_files(token_xrootd: TokenXrootd, tmp_p
     other = token_xrootd.server.put(f"{BASE}-{deleter}/00000/not-planned.root")
     rc, lines = run_with_token(token_xrootd, tmp_path / "job", lfns, token_xrootd.issuer.mint(), command, python)
     assert rc == 0, summary(lines)
-    assert lines[0]["start"]["credential"] == {"kind": "token", "file": str(tmp_path / "job" / "storage.token")}
+    assert lines[0]["start"]["credential"] == {"kind": "token", "file": str(tmp_path / "job" / "storage.token"),
+                                               "mode": "0600"}
     assert lines[0]["start"]["method"]["deleter"] == deleter
     assert {f["outcome"] for f in files(lines).values()} == {"deleted"}
     assert not any(p.exists() for p in paths) and other.exists()

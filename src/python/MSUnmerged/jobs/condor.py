@@ -337,12 +337,13 @@ class CondorBackend:
             out.setdefault(name, {})[(cluster, proc)] = job_id
         return out
 
-    @staticmethod
-    def _constraint(keys: Iterable[tuple[int, int]]) -> str:
+    def _constraint(self, keys: Iterable[tuple[int, int]]) -> str:
+        """These jobs (cluster, proc), if they are this ledger's."""
         per_cluster: dict[int, list[int]] = {}
         for cluster, proc in keys:
             per_cluster.setdefault(cluster, []).append(proc)
-        return " || ".join(f"(ClusterId == {c} && {_member('ProcId', sorted(p))})" for c, p in per_cluster.items())
+        jobs = " || ".join(f"(ClusterId == {c} && {_member('ProcId', sorted(p))})" for c, p in per_cluster.items())
+        return f"({jobs}){self._ledger_clause()}"
 
     def _ads(self, schedd: htcondor2.Schedd, name: str, wanted: Mapping[tuple[int, int], str],
              history: bool = True) -> dict[tuple[int, int], Any]:

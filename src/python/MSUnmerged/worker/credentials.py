@@ -161,5 +161,13 @@ def gfal2_options(env: Mapping[str, str]) -> List[Tuple[str, str, str]]:
 
 
 def describe(cred: Credential) -> Dict[str, Any]:
-    """For the report's start line: the kind and file, never the content."""
-    return {"kind": cred.kind or "none", "file": cred.path} if cred.kind else {"kind": "none"}
+    """For the report's start line: the kind, the file and its permissions (0600 expected), never the content."""
+    if not cred.kind:
+        return {"kind": "none"}
+    out: Dict[str, Any] = {"kind": cred.kind, "file": cred.path}
+    if cred.path is not None:
+        try:
+            out["mode"] = "%04o" % (os.stat(cred.path).st_mode & 0o777)
+        except OSError:
+            pass
+    return out
