@@ -13,11 +13,11 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID, ObjectIdentifier
 
 PROXY_CERT_INFO = ObjectIdentifier("1.3.6.1.5.5.7.1.14")  # RFC 3820 proxyCertInfo
@@ -43,10 +43,12 @@ class TestCA:
 
     __test__ = False  # not a pytest class
 
-    def __init__(self, folder: Path, name: str = "MSUnmerged Test CA") -> None:
+    def __init__(self, folder: Path, name: str = "MSUnmerged Test CA", rsa_keys: bool = False) -> None:
+        """`rsa_keys`: RSA instead of EC keys throughout (xrootd's GSI protocol needs RSA)."""
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.key = ec.generate_private_key(ec.SECP256R1())
+        self.rsa_keys = rsa_keys
+        self.key = self.new_key()
         now = datetime.datetime.now(datetime.timezone.utc)
         self.name = _name(name)
         self.cert = (x509.CertificateBuilder().subject_name(self.name).issuer_name(self.name)
@@ -66,10 +68,13 @@ class TestCA:
         shutil.copy(self.ca_file, self.ca_dir / "ca.pem")
         subprocess.run(["openssl", "rehash", str(self.ca_dir)], check=True, capture_output=True)
 
+    def new_key(self) -> Any:
+        return rsa.generate_private_key(65537, 2048) if self.rsa_keys else ec.generate_private_key(ec.SECP256R1())
+
     def issue(self, cn: str, server: bool = False, days: float = 10, expired: bool = False,
               out: Optional[str] = None) -> Issued:
         """A certificate for a server (SAN 127.0.0.1, localhost) or a client; `expired`: it ended yesterday."""
-        key = ec.generate_private_key(ec.SECP256R1())
+        key = self.new_key()
         now = datetime.datetime.now(datetime.timezone.utc)
         start, end = (now - 3 * DAY, now - DAY) if expired else (now - DAY, now + datetime.timedelta(days=days))
         builder = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(self.name)
@@ -89,7 +94,7 @@ class TestCA:
         certificate, in one 0600 file."""
         user_cert = x509.load_pem_x509_certificate(user.cert.read_bytes())
         user_key = serialization.load_pem_private_key(user.key.read_bytes(), None)
-        key = ec.generate_private_key(ec.SECP256R1())
+        key = self.new_key()
         serial = x509.random_serial_number() >> 96
         subject = x509.Name(list(user_cert.subject) + [x509.NameAttribute(NameOID.COMMON_NAME, str(serial))])
         now = datetime.datetime.now(datetime.timezone.utc)
@@ -105,14 +110,14 @@ class TestCA:
         _private(path, cert.public_bytes(serialization.Encoding.PEM) + _key_bytes(key) + user.cert.read_bytes())
         return path
 
-    def _write(self, name: str, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> Issued:
+    def _write(self, name: str, cert: x509.Certificate, key: Any) -> Issued:
         issued = Issued(self.folder / f"{name}.pem", self.folder / f"{name}.key")
         issued.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         _private(issued.key, _key_bytes(key))
         return issued
 
 
-def _key_bytes(key: ec.EllipticCurvePrivateKey) -> bytes:
+def _key_bytes(key: Any) -> bytes:
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
                              serialization.NoEncryption())
 

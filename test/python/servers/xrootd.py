@@ -5,6 +5,8 @@ namespace of its own; its clients (xrdfs, the worker, gfal2) join that namespace
 
 `token_xrootd` is a second one that authenticates with WLCG tokens only (ztn, which needs TLS: a server
 certificate of a test CA) and authorizes with the SciTokens plugin: a token's storage.* scopes decide.
+`gsi_xrootd` authenticates with X.509 (GSI) only: a host certificate and a user's RFC proxy of a test CA
+(RSA keys: xrootd 5.5's GSI cannot use EC keys).
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from typing import Iterator, Mapping, Optional, Sequence
 import pytest
 
 from servers import Process, run_script, server_dir
-from servers.testca import TestCA
+from servers.testca import Issued, TestCA
 from servers.tokens import AUDIENCE, TokenIssuer
 
 PORT = 1094
@@ -98,19 +100,27 @@ class TokenXrootd:
     ca: TestCA
 
 
+def _host_pki(base: Path, rsa_keys: bool = False) -> tuple[TestCA, Issued]:
+    """A fresh test CA and a host certificate the server (running as nobody) can read."""
+    shutil.rmtree(base / "pki", ignore_errors=True)
+    ca = TestCA(base / "pki", rsa_keys=rsa_keys)
+    host = ca.issue("localhost", server=True)
+    for path in (base / "pki", host.cert, host.key):
+        shutil.chown(path, "nobody", "nogroup")
+    return ca, host
+
+
 def start_token_xrootd(base: Path) -> tuple[Process, TokenXrootd]:
     """xrootd accepting WLCG tokens of a local issuer only (ztn over TLS, SciTokens authorization)."""
-    shutil.rmtree(base / "pki", ignore_errors=True)
-    ca = TestCA(base / "pki")
-    host = ca.issue("xrootd server", server=True)
+    ca, host = _host_pki(base)
     issuer = TokenIssuer()
     cache = base / "cache"
     shutil.rmtree(cache, ignore_errors=True)
     issuer.seed_key_cache(cache)
     (base / "scitokens.cfg").write_text(f"[Global]\naudience = {AUDIENCE}\n\n"
                                         f"[Issuer test]\nissuer = {issuer.issuer}\nbase_path = /\n")
-    for path in [base / "pki", host.cert, host.key, cache, *cache.rglob("*")]:
-        shutil.chown(path, "nobody", "nogroup")  # the server reads them as nobody
+    for path in [cache, *cache.rglob("*")]:
+        shutil.chown(path, "nobody", "nogroup")  # the plugin reads its key cache as nobody
     config = (f"xrd.tls {host.cert} {host.key}\nxrd.tlsca certdir {ca.ca_dir}\n"
               "xrootd.seclib libXrdSec.so\nsec.protocol ztn\nsec.protbind * only ztn\n"
               f"ofs.authorize 1\nofs.authlib libXrdAccSciTokens.so config={base / 'scitokens.cfg'}\n")
@@ -126,5 +136,31 @@ def start_token_xrootd(base: Path) -> tuple[Process, TokenXrootd]:
 @pytest.fixture(scope="session")
 def token_xrootd() -> Iterator[TokenXrootd]:
     proc, found = start_token_xrootd(server_dir("xrootd-tokens"))
+    yield found
+    proc.stop()
+
+
+@dataclass
+class GsiXrootd:
+    server: XrootdServer
+    ca: TestCA
+    proxy: Path  # a valid RFC proxy of a user of the test CA
+
+
+def start_gsi_xrootd(base: Path) -> tuple[Process, GsiXrootd]:
+    """xrootd accepting X.509 proxies of a test CA only (GSI, no delegation, no VOMS, no CRLs)."""
+    ca, host = _host_pki(base, rsa_keys=True)
+    proxy = ca.proxy(ca.issue("msunmerged robot"))
+    config = (f"xrootd.seclib libXrdSec.so\nsec.protocol gsi -certdir:{ca.ca_dir} -cert:{host.cert} "
+              f"-key:{host.key} -crl:0 -gmapopt:10 -vomsat:0 -dlgpxy:0\nsec.protbind * only gsi\n")
+    client_env = {"X509_CERT_DIR": str(ca.ca_dir), "X509_USER_PROXY": str(proxy), "XrdSecPROTOCOL": "gsi"}
+    proc, server = start_xrootd(base, config, client_env=client_env)
+    server.client_env = {"X509_CERT_DIR": str(ca.ca_dir)}
+    return proc, GsiXrootd(server, ca, proxy)
+
+
+@pytest.fixture(scope="session")
+def gsi_xrootd() -> Iterator[GsiXrootd]:
+    proc, found = start_gsi_xrootd(server_dir("xrootd-gsi"))
     yield found
     proc.stop()

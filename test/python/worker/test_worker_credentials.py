@@ -1,7 +1,8 @@
-"""The worker with a WLCG storage token against a real token-authorizing xrootd (ztn over TLS + SciTokens).
+"""The worker with its storage credential against real credential-checking xrootd servers.
 
-A token scoped to /store/unmerged deletes there and is refused elsewhere by the storage itself; a job whose
-token is missing, expired or refused records auth_failed, deletes nothing and stops early.
+Tokens (ztn over TLS + SciTokens): a token scoped to /store/unmerged deletes there and is refused elsewhere
+by the storage itself; a job whose token is missing, expired or refused records auth_failed, deletes
+nothing and stops early. X.509 (GSI): the job's proxy deletes; without one the storage refuses.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from MSUnmerged.worker.cleanup import EXIT_AUTH
 from MSUnmerged.worker.credentials import FILE_NAMES, job_env
-from servers.xrootd import TokenXrootd
+from servers.xrootd import GsiXrootd, TokenXrootd, XrootdServer
 from worker_kit import SYSTEM_PYTHON, files, make_site, manifest, run_worker, summary, world_dir
 
 pytestmark = pytest.mark.integration
@@ -23,20 +24,28 @@ pytestmark = pytest.mark.integration
 BASE = "/store/unmerged/Run3Summer23DRPremix/ZeroBias/AODSIM/130X-tokens"
 
 
+def run_with(server: XrootdServer, job: Path, lfns: list[str], kind: str, credential: Optional[bytes],
+             command: str = "xrdcp", python: str = sys.executable, env: Optional[dict[str, str]] = None,
+             **step: object) -> tuple[int, list[dict]]:
+    """The worker as a backend starts it: the credential in the job's folder (0600), named by the environment
+    (kind "": the service sends none)."""
+    job.mkdir(parents=True, exist_ok=True)
+    if credential is not None:
+        path = job / FILE_NAMES[kind]
+        path.write_bytes(credential)
+        path.chmod(0o600)
+    sc = make_site(world_dir("msunmerged-cred-"), [{"protocol": "XRootD", "access": "global-rw",
+                                                    "rules": [{"lfn": "/+(.*)", "pfn": server.url + "//$1"}]}],
+                   [{"volume": "Test_Disk", "protocol": "XRootD", "command": command}])
+    env = {**(server.client_env or {}), **job_env(kind, FILE_NAMES.get(kind, "")), **(env or {})}
+    return run_worker(job, manifest(lfns, **step), sc, python=python, env=env,
+                      prefix=["nsenter", "-t", str(server.pid), "-n"])
+
+
 def run_with_token(tx: TokenXrootd, job: Path, lfns: list[str], token: Optional[str], command: str = "xrdcp",
                    python: str = sys.executable, **step: object) -> tuple[int, list[dict]]:
-    """The worker as a backend starts it: the token in the job's folder (0600), named by the environment."""
-    job.mkdir(parents=True, exist_ok=True)
-    if token is not None:
-        path = job / FILE_NAMES["token"]
-        path.write_text(token)
-        path.chmod(0o600)
-    sc = make_site(world_dir("msunmerged-tok-"), [{"protocol": "XRootD", "access": "global-rw",
-                                                   "rules": [{"lfn": "/+(.*)", "pfn": tx.server.url + "//$1"}]}],
-                   [{"volume": "Test_Disk", "protocol": "XRootD", "command": command}])
-    env = {**(tx.server.client_env or {}), **job_env("token", FILE_NAMES["token"])}
-    return run_worker(job, manifest(lfns, **step), sc, python=python, env=env,
-                      prefix=["nsenter", "-t", str(tx.server.pid), "-n"])
+    return run_with(tx.server, job, lfns, "token", None if token is None else token.encode(), command, python,
+                    **step)
 
 
 @pytest.mark.parametrize("command,python,deleter", [
@@ -102,3 +111,31 @@ def test_missing_expired_or_refused_token_stops_the_job(token_xrootd: TokenXroot
         assert ("expired at" if case == "expired" else "storage.token") in files(lines)[lfns[0]]["error"]
     assert summary(lines)["summary"]["dirs"] in ({"auth_failed": 1}, {"not_attempted": 1})
 
+
+
+@pytest.mark.parametrize("command,python,deleter", [
+    ("xrdcp", sys.executable, "xrootd"),
+    ("gfal2", SYSTEM_PYTHON, "gfal2"),
+])
+def test_proxy_deletes_over_gsi(gsi_xrootd: GsiXrootd, tmp_path: Path, command: str, python: str,
+                                deleter: str) -> None:
+    lfns = [f"{BASE}-gsi-{deleter}/00000/f{i}.root" for i in range(5)]
+    paths = [gsi_xrootd.server.put(lfn) for lfn in lfns]
+    rc, lines = run_with(gsi_xrootd.server, tmp_path / "job", lfns, "proxy", gsi_xrootd.proxy.read_bytes(),
+                         command, python)
+    assert rc == 0, summary(lines)
+    assert lines[0]["start"]["credential"]["kind"] == "proxy"
+    assert {f["outcome"] for f in files(lines).values()} == {"deleted"}
+    assert not any(p.exists() for p in paths)
+
+
+def test_without_proxy_gsi_storage_refuses(gsi_xrootd: GsiXrootd, tmp_path: Path) -> None:
+    """No credential expected by the service and none on the node: the storage's refusal is auth_failed."""
+    lfns = [f"{BASE}-gsi-none/00000/f{i}.root" for i in range(3)]
+    paths = [gsi_xrootd.server.put(lfn) for lfn in lfns]
+    rc, lines = run_with(gsi_xrootd.server, tmp_path / "job", lfns, "", None,
+                         env={"X509_USER_PROXY": str(tmp_path / "no-such-proxy")})
+    assert rc == EXIT_AUTH, summary(lines)
+    assert lines[0]["start"]["credential"] == {"kind": "none"}
+    assert {f["outcome"] for f in files(lines).values()} == {"auth_failed"}
+    assert all(p.exists() for p in paths)
