@@ -17,7 +17,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping, Optional, Sequence
+from typing import Callable, Iterator, Mapping, Optional, Sequence, TypeVar
 
 import pytest
 
@@ -26,6 +26,7 @@ from servers.testca import Issued, TestCA
 from servers.tokens import AUDIENCE, TokenIssuer
 
 PORT = 1094
+T = TypeVar("T")
 
 
 @dataclass
@@ -86,11 +87,16 @@ def start_xrootd(base: Path, extra_config: str = "", env: Optional[Mapping[str, 
         time.sleep(0.2)
 
 
+def _serve(start: Callable[[Path], tuple[Process, T]], name: str) -> Iterator[T]:
+    """A session fixture's body: start in server_dir(name), hand out what started, stop it after."""
+    proc, found = start(server_dir(name))
+    yield found
+    proc.stop()
+
+
 @pytest.fixture(scope="session")
 def xrootd_server() -> Iterator[XrootdServer]:
-    proc, server = start_xrootd(server_dir("xrootd"))
-    yield server
-    proc.stop()
+    yield from _serve(start_xrootd, "xrootd")
 
 
 @dataclass
@@ -135,9 +141,7 @@ def start_token_xrootd(base: Path) -> tuple[Process, TokenXrootd]:
 
 @pytest.fixture(scope="session")
 def token_xrootd() -> Iterator[TokenXrootd]:
-    proc, found = start_token_xrootd(server_dir("xrootd-tokens"))
-    yield found
-    proc.stop()
+    yield from _serve(start_token_xrootd, "xrootd-tokens")
 
 
 @dataclass
@@ -161,6 +165,4 @@ def start_gsi_xrootd(base: Path) -> tuple[Process, GsiXrootd]:
 
 @pytest.fixture(scope="session")
 def gsi_xrootd() -> Iterator[GsiXrootd]:
-    proc, found = start_gsi_xrootd(server_dir("xrootd-gsi"))
-    yield found
-    proc.stop()
+    yield from _serve(start_gsi_xrootd, "xrootd-gsi")
