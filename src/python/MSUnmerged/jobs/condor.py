@@ -5,9 +5,11 @@ Each job carries its ledger id in the job attribute `MSUnmergedJobId`, and the i
 in `MSUnmergedLedger`, so `find()` can tell after a crash which jobs the schedd already has, and two services
 (two ledgers) sharing a schedd never take each other's jobs for their own.
 
+Batch ids read "<cluster>.<proc>@<schedd name>"; schedd names may themselves contain "@", so the first "@"
+separates them.
+
 The storage credential (docs/jobs.md): a proxy is delegated by HTCondor (`x509userproxy`); a token goes as
-an input file, copied into the job's folder (0600) only until it is spooled, and named by BEARER_TOKEN_FILE. Batch ids read "<cluster>.<proc>@<schedd name>"; schedd names may
-themselves contain "@", so the first "@" separates them.
+an input file, copied into the job's folder (0600) only until it is spooled, and named by BEARER_TOKEN_FILE.
 
 Security settings (token directory or SciToken file) are process-wide in the bindings: one process talks
 with one identity. Token contents and paths are never logged.
@@ -228,7 +230,13 @@ class CondorBackend:
         """The submit description shared by one cluster; per-job values come from itemdata. `env`: the job
         environment (job_environment), `credential`: the storage credential the jobs carry."""
         c = self.condor
-        inputs = [MANIFEST_NAME]
+        env = dict(env or {})
+        inputs, delegated = [MANIFEST_NAME], {}
+        if credential is not None and credential.kind == "proxy":
+            delegated["x509userproxy"] = credential.source  # HTCondor delegates it and sets X509_USER_PROXY
+            env.pop("X509_USER_PROXY", None)
+        elif credential is not None and credential.file_name:
+            inputs.append(credential.file_name)
         remove_when = " || ".join([
             f"(JobStatus == 5 && HoldReasonCode =!= {SPOOLING_HOLD} && time() - EnteredCurrentStatus > {c.hold_max_s})",
             f"(JobStatus == 5 && HoldReasonCode =?= {SPOOLING_HOLD} && time() - EnteredCurrentStatus > {SPOOL_GRACE_S})",
@@ -261,13 +269,7 @@ class CondorBackend:
             "leave_in_queue": f"JobStatus == 4 && (StageOutFinish =?= undefined || StageOutFinish == 0) "
                               f"&& time() - EnteredCurrentStatus < {KEEP_COMPLETED_S}",
         }
-        env = dict(env or {})
-        if credential is not None and credential.kind == "proxy":
-            desc["x509userproxy"] = credential.source  # delegated by HTCondor, which sets X509_USER_PROXY
-            env.pop("X509_USER_PROXY", None)
-        elif credential is not None and credential.file_name:
-            inputs.append(credential.file_name)
-            desc["transfer_input_files"] = ",".join(inputs)
+        desc.update(delegated)
         if env:
             desc["environment"] = _environment(env)
         if c.requirements:
@@ -293,7 +295,11 @@ class CondorBackend:
         for (target, site, rse, mem, disk, runtime), group in groups.items():
             name, schedd = self._locate(target)
             credential = credential_for(self.jobs, rse)
-            secret = credential.read() if credential.file_name and credential.kind != "proxy" else None
+            # Read first: a missing or empty credential fails the submission (credential_missing) before any
+            # job folder is written. A proxy is delegated by HTCondor; a token travels as an input file.
+            secret = credential.read() if credential.file_name else None
+            if credential.kind == "proxy":
+                secret = None
             items = []
             for job in group:
                 jdir = self.job_dir(job.job_id)
@@ -303,10 +309,8 @@ class CondorBackend:
                 if secret is not None:
                     write_private(jdir / credential.file_name, secret)
                 items.append({"msu_job_id": job.job_id, "msu_dir": str(jdir), "msu_deadline": f"{job.deadline:.0f}"})
-            if credential.kind == "proxy":
-                credential.read()  # a missing proxy fails here, classified, not as a refused submit
-            sub = htcondor2.Submit(self.description(site, mem, disk, runtime, job_environment(self.jobs, rse, credential),
-                                                    credential))
+            env = job_environment(self.jobs, rse, credential)
+            sub = htcondor2.Submit(self.description(site, mem, disk, runtime, env, credential))
             try:
                 try:
                     result = schedd.submit(sub, itemdata=iter(items), spool=True)
