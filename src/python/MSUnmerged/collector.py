@@ -163,7 +163,8 @@ def parse_report(path: Path | str) -> Report:
 
 def ledger_outcome(f: FileOutcome, exit_code: Optional[int] = None) -> dict[str, Any]:
     """One file's outcome as the ledger records it (`exit_code`: the worker's, from the report's summary)."""
-    state, cls = CONFIG_ERROR if exit_code == EXIT_CONFIG and f.outcome == "not_attempted" else LEDGER_STATE[f.outcome]
+    config_error = exit_code == EXIT_CONFIG and f.outcome == "not_attempted"
+    state, cls = CONFIG_ERROR if config_error else LEDGER_STATE[f.outcome]
     if f.outcome == "refused" and f.error == REFUSED_PROTECTED:
         state, cls = "skipped_protected", ""
     # Success needs no message; a per-path one would also defeat the ledger's grouping of updates.

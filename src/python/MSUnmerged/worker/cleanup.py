@@ -151,7 +151,8 @@ class Cleanup:
 
     def info(self) -> Dict[str, Any]:
         return {"job_id": self.job.job_id, "rse": self.job.rse, "site": self.job.site, "dry_run": self.dry_run,
-                "credential": credentials.describe(self.credential), "host": platform.node(), "python": platform.python_version(), "worker": worker_version(), "pid": os.getpid(),
+                "credential": credentials.describe(self.credential), "host": platform.node(),
+                "python": platform.python_version(), "worker": worker_version(), "pid": os.getpid(),
                 "time": round(self.started, 3)}
 
     def run(self) -> int:
