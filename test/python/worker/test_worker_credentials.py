@@ -51,6 +51,7 @@ def run_with_token(tx: TokenXrootd, job: Path, lfns: list[str], token: Optional[
 @pytest.mark.parametrize("command,python,deleter", [
     ("xrdcp", sys.executable, "xrootd"),
     ("gfal2", SYSTEM_PYTHON, "gfal2"),  # XrdCl inside the gfal2 module takes the token from the environment
+    ("gfal2", sys.executable, "gfal-rm"),  # no gfal2 module in this python: gfal-rm, same environment
 ])
 def test_scoped_token_deletes_the_planned_files(token_xrootd: TokenXrootd, tmp_path: Path, command: str,
                                                 python: str, deleter: str) -> None:
