@@ -109,3 +109,13 @@ def test_embedded_server_starts_and_stops(tmp_path: Path) -> None:
         server.stop()
     assert not Path(f"/proc/{pid}").exists() or b"Z" in Path(f"/proc/{pid}/stat").read_bytes().split()[2:3]
     assert (tmp_path / "state" / "db").is_dir() and not (tmp_path / "state" / "db.pid").exists()
+
+
+def test_instance_id_is_made_once_per_database(mongo_client: MongoClient, mongo_db: Database) -> None:
+    first = Ledger(mongo_db).instance_id()
+    assert Ledger(mongo_db).instance_id() == first  # a restarted service keeps its id
+    other = mongo_client[mongo_db.name + "_other"]
+    try:
+        assert Ledger(other).instance_id() not in ("", first)
+    finally:
+        mongo_client.drop_database(other.name)
