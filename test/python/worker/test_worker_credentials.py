@@ -15,6 +15,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from MSUnmerged.worker.cleanup import EXIT_AUTH
+from MSUnmerged.worker import credentials as cr
 from MSUnmerged.worker.credentials import FILE_NAMES, job_env
 from servers.xrootd import GsiXrootd, TokenXrootd, XrootdServer
 from worker_kit import SYSTEM_PYTHON, files, make_site, manifest, run_worker, summary, world_dir
@@ -140,3 +141,20 @@ def test_without_proxy_gsi_storage_refuses(gsi_xrootd: GsiXrootd, tmp_path: Path
     assert lines[0]["start"]["credential"] == {"kind": "none"}
     assert {f["outcome"] for f in files(lines).values()} == {"auth_failed"}
     assert all(p.exists() for p in paths)
+
+
+def test_credential_discovery(tmp_path: Path) -> None:
+    """Which credential the worker hands to its tools, and when it refuses to start (auth_failed)."""
+    token = tmp_path / "storage.token"
+    token.write_text("eyJhbGciOiJFUzI1NiJ9.eyJleHAiOjEwMDAwMDAwMDB9.c2ln")  # exp 2001
+    wanted = {"MSUNMERGED_CREDENTIAL": "token", "BEARER_TOKEN_FILE": "storage.token"}
+    cred, problem = cr.discover(wanted, str(tmp_path), now=2e9)
+    assert cred == cr.Credential("token", str(token)) and "expired at 2001-09-09" in (problem or "")
+    assert cr.discover(wanted, str(tmp_path), now=9e8) == (cred, None)
+    # Offered by the node but not asked for by the service: used, never a reason to refuse the job.
+    assert cr.discover({"BEARER_TOKEN_FILE": str(token)}, "/", now=2e9) == (cred, None)
+    cred, problem = cr.discover({"MSUNMERGED_CREDENTIAL": "proxy", "X509_USER_PROXY": "x509up"}, str(tmp_path))
+    assert cred.kind == "proxy" and "unreadable" in (problem or "")
+    env = cr.tool_env({"XrdSecPROTOCOL": "gsi,ztn"}, cr.Credential("token", str(token)))
+    assert env["BEARER_TOKEN_FILE"] == str(token) and env["XrdSecPROTOCOL"] == "gsi,ztn"  # the site's choice
+    assert ("BEARER", "TOKEN", token.read_text()) in cr.gfal2_options(env)

@@ -124,7 +124,9 @@ def discover(env: Mapping[str, str], cwd: str, now: Optional[float] = None) -> T
     for kind in [wanted] if wanted else [TOKEN, PROXY]:
         cred = _find(kind, env, cwd, explicit=bool(wanted))
         if cred is not None:
-            return cred, _problem(cred, env, now)
+            # One the node offers on its own is not judged here: a storage that needs none (POSIX) must not
+            # fail for a stale token in /tmp; a storage that needs it refuses it itself (auth_failed).
+            return cred, _problem(cred, env, now) if wanted else None
     if wanted:
         return NONE, "the job needs a storage %s and has none (%s is not set)" % (wanted, _FILE_VARS[wanted])
     return NONE, None
