@@ -26,6 +26,7 @@ from MSUnmerged.jobs.workerpkg import build_worker
 from MSUnmerged.samplesite import write_siteconf
 from servers import free_port
 from servers.condor import JOB_UID, SITE, CondorPool
+from servers.testca import TestCA
 
 pytestmark = pytest.mark.integration
 
@@ -314,7 +315,11 @@ SERVICE_SITECONF = "/srv/siteconf-service"  # the service's per-site setting, no
 SERVICE_STORAGE = "/srv/storage-service"
 
 
-def test_site_config_and_token_reach_the_job(condor_pool: CondorPool, worker: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["token", "proxy"])
+def test_site_config_and_credential_reach_the_job(condor_pool: CondorPool, worker: Path, tmp_path: Path,
+                                                  kind: str) -> None:
+    """The service's site config becomes the job's SITECONFIG_PATH (its storage is the one emptied); the token
+    arrives as an input file, the proxy delegated by HTCondor (x509userproxy), each 0600 in the sandbox."""
     write_siteconf(condor_pool.inside(SERVICE_SITECONF), SITE, RSE, f"{SITE}_posix", SERVICE_STORAGE)
     t = tag()
     lfns = [f"/store/unmerged/E/P/T/p-v1/{t}/f{i}.root" for i in range(3)]
@@ -326,23 +331,29 @@ def test_site_config_and_token_reach_the_job(condor_pool: CondorPool, worker: Pa
         os.chown(dirpath, JOB_UID, JOB_UID)
         for name in names:
             os.chown(os.path.join(dirpath, name), JOB_UID, JOB_UID)
-    token = tmp_path / "service-token"
-    secret = "eyJhbGciOiJFUzI1NiJ9.eyJzY29wZSI6InN0b3JhZ2UubW9kaWZ5Oi9zdG9yZS91bm1lcmdlZCJ9.c2ln"
-    token.write_text(secret)
-    jobs = JobsConfig(credential="token", token_file=str(token), sites={RSE: {"siteconfig": SERVICE_SITECONF}})
+    if kind == "token":
+        source = tmp_path / "service-token"
+        source.write_text("eyJhbGciOiJFUzI1NiJ9.eyJzY29wZSI6InN0b3JhZ2UubW9kaWZ5Oi9zdG9yZS91bm1lcmdlZCJ9.c2ln")
+    else:
+        ca = TestCA(tmp_path / "pki", rsa_keys=True)
+        source = ca.proxy(ca.issue("msunmerged robot"))
+    secret = max(source.read_text().splitlines(), key=len)  # the token, or a line of the proxy
+    jobs = JobsConfig(credential=kind, token_file=str(source), proxy_file=str(source),
+                      sites={RSE: {"siteconfig": SERVICE_SITECONF}})
     backend = CondorBackend(config(condor_pool, condor_pool.token_dir("submitter")), jobs, tmp_path / "work",
                             worker=worker)
     (job,) = make_jobs(t, [lfns])
     ids = backend.submit([job])
     jdir = backend.job_dir(job.job_id)
-    assert jdir.stat().st_mode & 0o777 == 0o700 and not (jdir / "storage.token").exists()  # spooled, then gone
+    assert jdir.stat().st_mode & 0o777 == 0o700 and not list(jdir.glob("storage.*"))  # spooled, then gone
     (status,) = wait_until(backend, ids, lambda s: s.state.terminal).values()
     assert status.state is JobState.FINISHED and status.exit_code == 0
     report = backend.fetch_report(job.job_id, ids[job.job_id], tmp_path / "report.jsonl")
     lines = [json.loads(line) for line in report.read_text().splitlines()]  # type: ignore[union-attr]
     cred = lines[0]["start"]["credential"]
-    # On the execute side: BEARER_TOKEN_FILE names the sandbox's copy, readable by the job's user only.
-    assert cred["kind"] == "token" and cred["file"].endswith("/storage.token") and cred["mode"] == "0600"
+    # On the execute side: BEARER_TOKEN_FILE / X509_USER_PROXY name the sandbox's copy, the job's user's only.
+    assert cred["kind"] == kind and cred["mode"] == "0600", cred
+    assert cred["file"].endswith("/storage.token") if kind == "token" else "/" in cred["file"]
     assert not cred["file"].startswith(str(tmp_path))
     assert {r["outcome"] for r in lines if "lfn" in r} == {"deleted"}
     assert not any(condor_pool.inside(SERVICE_STORAGE + lfn).exists() for lfn in lfns)
