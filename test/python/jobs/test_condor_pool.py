@@ -317,7 +317,7 @@ SERVICE_STORAGE = "/srv/storage-service"
 
 @pytest.mark.parametrize("kind", ["token", "proxy"])
 def test_site_config_and_credential_reach_the_job(condor_pool: CondorPool, worker: Path, tmp_path: Path,
-                                                  kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+                                                  kind: str, request: pytest.FixtureRequest) -> None:
     """The service's site config becomes the job's SITECONFIG_PATH (its storage is the one emptied); the token
     arrives as an input file, the proxy delegated by HTCondor (x509userproxy), each 0600 in the sandbox."""
     write_siteconf(condor_pool.inside(SERVICE_SITECONF), SITE, RSE, f"{SITE}_posix", SERVICE_STORAGE)
@@ -339,7 +339,8 @@ def test_site_config_and_credential_reach_the_job(condor_pool: CondorPool, worke
         source = ca.proxy(ca.issue("msunmerged robot"))
         # The test pool's schedd (minicondor 23.9 in a chroot) fails to accept a delegated proxy
         # ("X509Credential::Request() failed"): here the proxy is copied over the authenticated channel.
-        monkeypatch.setitem(htcondor2.param, "DELEGATE_JOB_GSI_CREDENTIALS", "False")
+        htcondor2.param["DELEGATE_JOB_GSI_CREDENTIALS"] = "False"
+        request.addfinalizer(lambda: htcondor2.param.__setitem__("DELEGATE_JOB_GSI_CREDENTIALS", "True"))
     secret = max(source.read_text().splitlines(), key=len)  # the token, or a line of the proxy
     jobs = JobsConfig(credential=kind, token_file=str(source), proxy_file=str(source),
                       sites={RSE: {"siteconfig": SERVICE_SITECONF}})
