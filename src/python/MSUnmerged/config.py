@@ -38,6 +38,12 @@ class ServiceConfig:
     dry_run: bool = True
     lease_ttl_s: int = 600
     log_level: str = "INFO"
+    alert_after_cycles: int = 3  # the page and data/status alert when no cycle succeeded for this many intervals
+
+    @property
+    def stale_after_s(self) -> float:
+        """Age of the last good cycle past which the operator is alerted."""
+        return float(self.alert_after_cycles * self.interval_s)
 
 
 @dataclass
@@ -187,6 +193,7 @@ class RestConfig:
     thread_pool: int = 32  # request threads; the status and info answers are cached, see cache_ttl_s
     cache_ttl_s: float = 2.0  # status/info answers are rebuilt at most this often (0: never cached)
     db_timeout_s: float = 5.0  # a request gives up on the ledger database after this and answers 503
+    operations_url: str = ""  # where docs/operations.md is published: the page links each reason to its entry
 
 
 @dataclass
@@ -298,6 +305,7 @@ def _validate(cfg: Config) -> None:
     need(s.interval_s >= 1, "service.interval_s", "must be >= 1")
     need(s.parallel_rses >= 1, "service.parallel_rses", "must be >= 1")
     need(s.lease_ttl_s >= 10, "service.lease_ttl_s", "must be >= 10")
+    need(s.alert_after_cycles >= 1, "service.alert_after_cycles", "must be >= 1")
     need(cfg.conmon.format in ("raw", "text", "json"), "conmon.format", "must be raw, text or json")
     need(j.backend in ("local", "condor", "slurm"), "jobs.backend", "must be local, condor or slurm")
     for site in ("", *cfg.slurm.sites):

@@ -226,6 +226,7 @@ class DataApi:
             "uptime_s": round(time.time() - STARTED, 1),
             "rses": {"total": len(rses), "by_state": by_state},
             "cycles": self.view.cycles(n_cycles),
+            "health": self.view.health(self.config.service.stale_after_s),
             "triggers": self.queue.summary() if self.queue else {"enabled": False},
         }
 
