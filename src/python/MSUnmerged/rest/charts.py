@@ -72,7 +72,7 @@ def daily_chart(days: Sequence[Mapping[str, Any]], label: str) -> str:
                  f'stroke="{COLOURS["bytes_freed"]}" stroke-width="2"><title>bytes freed per day, '
                  f'at most {esc(size(top_bytes))}</title></polyline>')
     parts += [_text(PAD - 4, PAD + 4, f"{top:,}", "end"), _text(PAD - 4, PAD + plot_h, "0", "end"),
-              _text(WIDTH - PAD + 4, PAD + 4, size(top_bytes)),
+              _text(WIDTH - PAD, PAD - 6, f"freed: up to {size(top_bytes)}", "end"),
               _text(PAD, PAD + plot_h + 14, days[0]["day"]),
               _text(WIDTH - PAD, PAD + plot_h + 14, days[-1]["day"], "end"),
               _legend([*DAILY_SERIES, "bytes_freed"], 14)]
