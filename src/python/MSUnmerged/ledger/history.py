@@ -3,7 +3,7 @@ class) and per day of polling cycles (how many, how many good, failures by sourc
 
 One document per (RSE, day) and per cycle day in the `daily` collection. Each job or cycle writes its own
 entry under its key ($set, never $inc), so recording the same job or cycle again changes nothing; the day's
-totals are summed when read.
+`totals` are then summed again from the entries, and readers fetch only those.
 """
 from __future__ import annotations
 
@@ -33,9 +33,13 @@ def _key(name: str) -> str:
 
 
 def _put(db: Database, rse: str, day: str, path: str, value: Any) -> None:
-    with_retry(lambda: db[COLLECTION].update_one({"_id": f"{rse}|{day}"},
-                                                 {"$set": {path: value}, "$setOnInsert": {"rse": rse, "day": day}},
-                                                 upsert=True), "daily aggregate")
+    """One entry of the day's document, then the day's totals from all its entries."""
+    coll, key = db[COLLECTION], f"{rse}|{day}"
+    with_retry(lambda: coll.update_one({"_id": key}, {"$set": {path: value}, "$setOnInsert": {"rse": rse, "day": day}},
+                                       upsert=True), "daily aggregate")
+    doc = with_retry(lambda: coll.find_one({"_id": key}), "daily aggregate") or {}
+    totals = _cycle_day(doc) if rse == CYCLES else _rse_day(doc)
+    with_retry(lambda: coll.update_one({"_id": key}, {"$set": {"totals": totals}}), "daily totals")
 
 
 def record_job(db: Database, rse: str, job_id: str, day: str, summary: Mapping[str, Any]) -> None:
@@ -69,6 +73,15 @@ def _add(into: dict[str, int], more: Mapping[str, Any]) -> None:
             into[k] = into.get(k, 0) + v
 
 
+def _cycle_day(doc: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"day": doc["day"], "cycles": 0, "ok": 0, "failures": {}}
+    for entry in (doc.get("cycles") or {}).values():
+        out["cycles"] += 1
+        out["ok"] += int(bool(entry.get("ok")))
+        _add(out["failures"], entry.get("failures") or {})
+    return out
+
+
 def _rse_day(doc: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"rse": doc["rse"], "day": doc["day"], "deleted": 0, "would_delete": 0, "missing": 0,
                            "bytes_freed": 0, "failed_by_class": {}}
@@ -88,8 +101,8 @@ def rse_days(db: Database, rse: Optional[str] = None, days: int = DAYS_SHOWN,
     {rse, day, deleted, would_delete, missing, bytes_freed, failed, failed_by_class}."""
     first = day_of((now or time.time()) - (days - 1) * 86400)
     flt: dict[str, Any] = {"rse": rse if rse else {"$ne": CYCLES}, "day": {"$gte": first}}
-    docs = with_retry(lambda: list(db[COLLECTION].find(flt)), "read daily aggregates")
-    return sorted((_rse_day(d) for d in docs), key=lambda d: (d["day"], d["rse"]))
+    docs = with_retry(lambda: list(db[COLLECTION].find(flt, {"totals": 1})), "read daily aggregates")
+    return sorted((d["totals"] for d in docs if d.get("totals")), key=lambda d: (d["day"], d["rse"]))
 
 
 def totals_by_day(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -107,9 +120,8 @@ def totals_by_day(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 def cycle_failure_totals(db: Database) -> dict[tuple[str, str], int]:
     """Every recorded cycle failure ever, by (source, reason): the counter behind the metrics."""
     totals: dict[tuple[str, str], int] = {}
-    for doc in with_retry(lambda: list(db[COLLECTION].find({"rse": CYCLES})), "read cycle days"):
-        for entry in (doc.get("cycles") or {}).values():
-            for name, n in (entry.get("failures") or {}).items():
-                source, _, reason = name.partition("/")
-                totals[(source, reason)] = totals.get((source, reason), 0) + int(n)
+    for doc in with_retry(lambda: list(db[COLLECTION].find({"rse": CYCLES}, {"totals": 1})), "read cycle days"):
+        for name, n in ((doc.get("totals") or {}).get("failures") or {}).items():
+            source, _, reason = name.partition("/")
+            totals[(source, reason)] = totals.get((source, reason), 0) + int(n)
     return totals
