@@ -211,7 +211,8 @@ def rse_page(view: LedgerView, ctx: Context, name: str) -> Optional[str]:
              ("generation (dump end_time)", esc(when(r.get("generation")))),
              ("planned", esc(when((r.get("plan") or {}).get("planned")))), ("last update", esc(when(r.get("updated")))),
              ("detail", esc(r.get("detail")) or "-"), ("progress", bar(c))]
-    facts += [(esc(k), number(v)) for k, v in sorted(c.items()) if not isinstance(v, dict)]
+    facts += [(esc(k), f"{number(v)} ({esc(charts.size(v))})" if k == "bytes_freed" and v else number(v))
+              for k, v in sorted(c.items()) if not isinstance(v, dict)]
     facts.append(("errors by class", top_errors(c, 20)))
     jobs = view.jobs(name, None, 50)
     job_rows = [[td(f"<code>{esc(j.get('id'))}</code>"), state_cell(j.get("state")), td(esc(j.get("backend"))),
