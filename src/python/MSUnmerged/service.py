@@ -25,7 +25,7 @@ from MSUnmerged.jobs.backend import BackendError, BatchBackend, JobState, JobSta
 from MSUnmerged.jobs.router import backend_name, remove_unstarted
 from MSUnmerged.jobs.spec import CleanupJob, make_job
 from MSUnmerged.ledger import (JOB_PLANNED, LIVE_JOB_STATES, RETRIABLE, WOULD_DELETE, LeaseLost, Leases, Ledger,
-                               LedgerError, gen_key, history)
+                               LedgerError, gen_key)
 from MSUnmerged.sources.errors import SourceError
 from MSUnmerged.sources.rucio import site_from_rse
 
@@ -62,7 +62,7 @@ class RunResult:
     state: str = ""
     reason: str = ""
     detail: str = ""
-    source: str = ""  # for action failed: rucio, conmon, wmstats, ledger, backend or internal (history.FAILURE_SOURCES)
+    source: str = ""  # for action failed: rucio, conmon, wmstats, ledger, backend or internal (ledger.history.FAILURE_SOURCES)
     generation: Optional[float] = None
     submitted: int = 0
     collected: int = 0
