@@ -23,6 +23,7 @@ from pymongo import ASCENDING, DESCENDING, UpdateMany, UpdateOne, errors
 from pymongo.collection import Collection
 from pymongo.database import Database
 
+from MSUnmerged.jobs.backend import JobState
 from MSUnmerged.jobs.spec import CleanupJob
 from MSUnmerged.ledger import history
 from MSUnmerged.ledger.retry import LedgerError, with_retry
@@ -325,7 +326,7 @@ class Ledger:
             f"close {job_id_}")
         job = with_retry(lambda: self.jobs.find_one_and_update({"_id": job_id_}, {"$set": {
             "state": state, "reason": reason, "finished_at": now, **facts}}), f"close {job_id_}") or {}
-        if job and res.modified_count:
+        if job and res.modified_count and state != JobState.REMOVED.value:  # our own removal (revalidation) is no failure
             history.record_unreported(self.db, job["rse"], job_id_, job.get("day") or history.day_of(now),
                                       error_class, res.modified_count)
         return res.modified_count
