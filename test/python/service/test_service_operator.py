@@ -3,6 +3,7 @@ generation; `run --wait` ends settled; job records name the batch system and kee
 failures are on the cycle document even when it fails before any RSE; daily history is kept."""
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -111,3 +112,27 @@ def test_alert_when_the_last_good_cycle_is_too_old(mongo_db: Database) -> None:
     assert 7100 < health["last_good_age_s"] < 7300 and "for 120 min" in health["alert"]
     assert "ledger_unavailable" in health["alert"] and health["sources"]["ledger"] == 0
     assert MongoLedgerView(mongo_db).health(3 * 3600)["alert"] == ""
+
+
+def test_serve_records_a_cycle_that_broke_on_a_bug(tmp_path: Path, mongo_db: Database) -> None:
+    src = write_sources(tmp_path / "src", [RSE], files=100)
+    svc = make_service(tmp_path, mongo_db, src, interval_s=1)
+
+    def broken() -> list[str]:
+        raise RuntimeError("a bug in listing the RSEs")
+
+    svc.my_rses = broken  # type: ignore[method-assign]
+    loop = threading.Thread(target=svc.serve)
+    loop.start()
+    try:
+        deadline = time.monotonic() + 30
+        while mongo_db.cycles.count_documents({"ok": False}) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        svc.stop()
+        loop.join(30)
+    assert not loop.is_alive()
+    assert mongo_db.cycles.count_documents({"ok": False}) >= 2  # the loop went on after the bug
+    doc = mongo_db.cycles.find_one({"ok": False})
+    assert [(f["source"], f["reason"]) for f in doc["failures"]] == [("internal", "internal_error")]
+    assert "a bug in listing the RSEs" in doc["failures"][0]["detail"]
