@@ -157,7 +157,7 @@ def health_section(view: LedgerView, ctx: Context) -> str:
         out += f'<div class="banner alert" id="cycle-alert">ALERT: {esc(h["alert"])}.</div>'
     last = h["last_cycle"]
     if last is None:
-        return out + "<p>No polling cycle recorded yet.</p>"
+        return out + "<p>No polling cycle has finished yet.</p>"
     good = "never" if h["last_good_cycle_at"] is None else when(h["last_good_cycle_at"])
     out += (f"<p>Last cycle: started {esc(when(last.get('started')))}, finished {esc(when(last.get('finished')))}"
             f"{'' if last.get('failures') else ', no failure'}. Last cycle with no failure: {esc(good)}.</p>")
