@@ -141,3 +141,6 @@ def test_status_and_metrics_carry_dry_run_and_failures(mounts: Mounts) -> None:
     assert dry[("msunmerged_cycle_failures_total", (("reason", "rucio_bad_content"), ("source", "rucio")))] == 2
     assert dry[("msunmerged_files_would_delete", (("rse", DRY_RSE),))] == 20
     assert ("msunmerged_cycle_last_good_age_seconds", ()) not in dry  # never had one
+    states = {dict(k[1])["state"]: v for k, v in dry.items()
+              if k[0] == "msunmerged_rse_state" and dict(k[1])["rse"] == DRY_RSE}
+    assert states["dry_run_done"] == 1 and states["clean"] == 0 and sum(states.values()) == 1

@@ -9,6 +9,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from MSUnmerged.rest.view import LedgerView
+from MSUnmerged.statemachine import RSE_STATES
 
 # generate_latest writes the text format 0.0.4.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -44,7 +45,8 @@ class LedgerCollector(Collector):
                                    labels=["rse", "error_class"])
         freed = GaugeMetricFamily("msunmerged_bytes_freed", "Bytes freed where file sizes are known.",
                                   labels=rse_label)
-        state = GaugeMetricFamily("msunmerged_rse_state", "1 for the RSE's current state.", labels=["rse", "state"])
+        state = GaugeMetricFamily("msunmerged_rse_state", "1 for the RSE's current state, 0 for the others.",
+                                  labels=["rse", "state"])
         updated = GaugeMetricFamily("msunmerged_rse_updated_timestamp_seconds",
                                     "Last change of the RSE's ledger state.", labels=rse_label)
         for rse in self.view.rses():
@@ -56,7 +58,9 @@ class LedgerCollector(Collector):
             for error_class, n in sorted((c.get("failed_by_class") or {}).items()):
                 failed.add_metric([name, error_class], _value(n))
             freed.add_metric([name], _value(c.get("bytes_freed")))
-            state.add_metric([name, str(rse.get("state") or "unknown")], 1)
+            current = str(rse.get("state") or "unknown")
+            for known in dict.fromkeys((*RSE_STATES, current)):  # every state, so a change shows as 1 -> 0
+                state.add_metric([name, known], float(known == current))
             if isinstance(rse.get("updated"), (int, float)):
                 updated.add_metric([name], rse["updated"])
         yield from (deleted, to_delete, would, failed, freed, state, updated)
