@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import socket
 import threading
 from typing import Any, Optional
 
-from MSUnmerged.cli import EXIT_OK
+from MSUnmerged.cli import EXIT_OK, BadInput
 from MSUnmerged.cli.clean import preview
 from MSUnmerged.config import Config
 from MSUnmerged.rest import app
@@ -45,8 +46,23 @@ def serve(config: Config, service: Service, port: Optional[int] = None) -> None:
         loop.join(30)
 
 
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as CherryPy binds
+        try:
+            s.bind((host, port))
+            return False
+        except OSError:
+            return True
+
+
 def run(args: argparse.Namespace, config: Config) -> int:
     from MSUnmerged.wiring import build_service  # imports the live sources and backends only when needed
+    port = config.rest.port if args.port is None else args.port
+    # Checked before anything starts: CherryPy exits the process at once on a busy port (os._exit).
+    if port_in_use(config.rest.host, port):
+        raise BadInput(f"port {port} on {config.rest.host} is in use (another msunmerged serve?): "
+                       "choose another with --port or rest.port")
     with build_service(config) as service:
         serve(config, service, args.port)
     return EXIT_OK
