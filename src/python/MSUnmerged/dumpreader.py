@@ -7,7 +7,9 @@ import os
 import queue
 import threading
 import zlib
-from typing import BinaryIO, Iterator, Union
+from typing import BinaryIO, Iterator, Mapping, Union
+
+from MSUnmerged import lfn
 
 CHUNK_BYTES = 4 * 1024 * 1024
 GZIP_MAGIC = b"\x1f\x8b"
@@ -37,10 +39,15 @@ def check_head(head: bytes) -> None:
         raise NotADump(f"{undecodable} of its first {len(sample)} bytes are not UTF-8: binary data")
 
 
-def check_lines(lines: int, invalid: int) -> None:
-    """Raise NotADump when more than half of the lines are not valid LFNs (e.g. /etc/passwd)."""
-    if invalid * 2 > lines:
-        raise NotADump(f"{invalid:,} of its {lines:,} lines are not LFNs under /store/unmerged/")
+# Invalid-line reasons that say "not an LFN under /store/unmerged/ at all" (the others are odd LFNs).
+FOREIGN_LINES = (lfn.OUTSIDE_UNMERGED, lfn.RELATIVE, lfn.CONTROL_OR_SPACE, lfn.NON_UTF8)
+
+
+def check_lines(lines: int, invalid: Mapping[str, int]) -> None:
+    """Raise NotADump when more than half of the lines are not LFNs under /store/unmerged/ (e.g. /etc/passwd)."""
+    foreign = sum(invalid.get(reason, 0) for reason in FOREIGN_LINES)
+    if foreign * 2 > lines:
+        raise NotADump(f"{foreign:,} of its {lines:,} lines are not LFNs under /store/unmerged/")
 
 
 def iter_chunks(source: Source, chunk_bytes: int = CHUNK_BYTES, read_ahead: int = 2) -> Iterator[bytes]:

@@ -500,7 +500,7 @@ def plan(rse: str, chunks: Iterable[bytes], protected: Iterable[str], config: Co
         try:
             for chunk in chunks:
                 planner.feed(chunk)
-            check_lines(planner.counts.total, sum(planner.counts.invalid.values()))
+            check_lines(planner.counts.total, planner.counts.invalid)
         except NotADump as exc:
             guard = GuardTripped(GUARD_NOT_A_DUMP, f"not a dump: {exc}")
         except DumpError as exc:
