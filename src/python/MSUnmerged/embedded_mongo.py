@@ -121,6 +121,8 @@ class EmbeddedMongo:
     # -- the steps, each under db.lock -----------------------------------------------------------
 
     def _launch(self, timeout: float) -> None:
+        if self.port and _listens(self.port):  # else that program's answer would pass for our server's
+            raise EmbeddedMongoError(f"mongo.embedded_port {self.port} is in use by another program")
         self.port = self.port or _free_port()
         argv = [_executable(), "--host", "127.0.0.1", "--port", str(self.port), "--storage-path",
                 str(self.db_dir), "--standalone", "--log-level", "WARNING"]

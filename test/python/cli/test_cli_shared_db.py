@@ -5,8 +5,11 @@ Real processes (the installed launcher), the real SecantusDB and ConMon/WMStats 
 from __future__ import annotations
 
 import json
+import os
 import signal
+import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -16,6 +19,7 @@ from typing import Iterator
 import pytest
 
 from cli_kit import cli_env, msunmerged, recorded_server, servers_on, start
+from MSUnmerged.embedded_mongo import EmbeddedMongo, EmbeddedMongoError
 from MSUnmerged.samplesite import DEMO_SITE
 from rest.rest_seed import offline_site
 from servers import free_port
@@ -118,3 +122,36 @@ def test_two_runs_share_one_database(site: tuple[FakeCMSWeb, dict[str, str]], tm
         result = json.loads((tmp_path / f"{log}.out").read_text())
         assert result["action"] == "new_generation" and result["reason"] != "ledger_unavailable", result
     assert servers_on(state) == [] and recorded_server(state) is None
+
+
+def test_server_of_killed_users_is_stale_and_replaced(tmp_path: Path) -> None:
+    """Its only user killed (-9): nobody holds the lock, so the next user stops that server and starts anew."""
+    state = tmp_path / "state"
+    owner = subprocess.Popen([sys.executable, "-c", "import sys, time; from MSUnmerged.embedded_mongo import "
+                              "EmbeddedMongo; EmbeddedMongo(sys.argv[1]).start(); print('up', flush=True); "
+                              "time.sleep(600)", str(state)], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert owner.stdout is not None and owner.stdout.readline() == "up\n"
+    left = recorded_server(state)
+    owner.kill()
+    owner.wait(10)
+    assert servers_on(state) == [left["pid"]]  # the server outlived its killed user
+    server = EmbeddedMongo(state)
+    server.start()
+    try:
+        assert servers_on(state) == [recorded_server(state)["pid"]] != [left["pid"]]
+    finally:
+        server.stop()
+    assert servers_on(state) == []
+
+
+def test_failed_start_leaves_nothing_running(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        with pytest.raises(EmbeddedMongoError, match="in use by another program"):
+            EmbeddedMongo(tmp_path / "state", port=busy.getsockname()[1]).start(timeout=30)
+    assert servers_on(tmp_path / "state") == [] and recorded_server(tmp_path / "state") is None
+    with pytest.raises(EmbeddedMongoError, match="did not listen"):  # started, then given up: stopped
+        EmbeddedMongo(tmp_path / "state").start(timeout=0.2)
+    assert servers_on(tmp_path / "state") == [] and recorded_server(tmp_path / "state") is None
