@@ -40,7 +40,9 @@ def cell(value: Any) -> str:
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], out: Optional[TextIO] = None) -> None:
     """Print an aligned table, a rule under the headers; each row starts with its first cell."""
     out = out or sys.stdout  # looked up at call time: tests and callers may replace sys.stdout
-    t = Table(*headers, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
+    for header in headers:
+        t.add_column(header, overflow="fold")  # a narrow terminal wraps an LFN, never cuts it
     for row in rows:
         t.add_row(*(cell(c) for c in row))
     con = console(out)
