@@ -22,7 +22,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1  # internal error
 EXIT_GUARD = 2  # a guard refused: nothing will be deleted
 EXIT_BAD_INPUT = 3  # unusable input or configuration
-EXIT_UNAVAILABLE = 4  # an outside service (ledger database, ConMon, WMStats, Rucio) failed or did not answer
+EXIT_UNAVAILABLE = 5  # an outside service (ledger database, ConMon, WMStats, Rucio) failed or did not answer
 EXIT_USAGE = 64  # the command line itself is wrong (EX_USAGE; argparse's own 2 means "a guard refused" here)
 EXIT_INTERRUPTED = 130
 

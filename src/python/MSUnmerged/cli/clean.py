@@ -68,8 +68,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     with build_service(config) as service:
         try:
             # The current streams, not the ones bound at import (tests capture them).
-            with Progress(f"planning {args.rse}", out=sys.stderr) as progress:
-                plan = preview(service, args.rse, progress)
+            plan = preview(service, args.rse, Progress(f"planning {args.rse}", out=sys.stderr))
         except SourceError as exc:
             print(f"msunmerged clean: cannot plan {args.rse}: {exc}", file=sys.stderr)
             return EXIT_UNAVAILABLE

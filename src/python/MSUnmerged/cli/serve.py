@@ -24,6 +24,16 @@ def register(subparsers: Any) -> None:
     p.set_defaults(run=run)
 
 
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as CherryPy binds
+        try:
+            s.bind((host, port))
+            return False
+        except OSError:
+            return True
+
+
 def serve(config: Config, service: Service, port: Optional[int] = None) -> None:
     """Serve until SIGTERM: the service's loop in a thread, triggers in another, REST in CherryPy's.
 
@@ -31,6 +41,12 @@ def serve(config: Config, service: Service, port: Optional[int] = None) -> None:
     run_once for the RSE as its own lease owner ("<instance>-trigger"), so an RSE the loop is
     working on answers leased_elsewhere instead of being worked twice at once.
     """
+    listen = config.rest.port if port is None else port
+    # Checked before anything runs: on a busy port CherryPy ends the process at once (os._exit), which
+    # would skip every clean-up, the embedded database's too.
+    if port_in_use(config.rest.host, listen):
+        raise BadInput(f"port {listen} on {config.rest.host} is in use (another msunmerged serve?): "
+                       "choose another with --port or rest.port")
     worker = Service(config, service.ledger, service.sources, service.backend,
                      instance=f"{service.instance}-trigger")
     triggers = TriggerQueue(lambda rse, mode: worker.run_once(rse) if mode == "apply" else preview(service, rse))
@@ -46,23 +62,8 @@ def serve(config: Config, service: Service, port: Optional[int] = None) -> None:
         loop.join(30)
 
 
-def port_in_use(host: str, port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as CherryPy binds
-        try:
-            s.bind((host, port))
-            return False
-        except OSError:
-            return True
-
-
 def run(args: argparse.Namespace, config: Config) -> int:
     from MSUnmerged.wiring import build_service  # imports the live sources and backends only when needed
-    port = config.rest.port if args.port is None else args.port
-    # Checked before anything starts: CherryPy exits the process at once on a busy port (os._exit).
-    if port_in_use(config.rest.host, port):
-        raise BadInput(f"port {port} on {config.rest.host} is in use (another msunmerged serve?): "
-                       "choose another with --port or rest.port")
     with build_service(config) as service:
         serve(config, service, args.port)
     return EXIT_OK

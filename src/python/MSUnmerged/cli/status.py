@@ -22,7 +22,10 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace, config: Config) -> int:
     with ledger_view(config) as view:
-        rses = [known_rse(view, args.rse)] if args.rse else view.rses()
+        if args.rse:
+            rses = [known_rse(view, args.rse)]
+        else:
+            rses = view.rses()
     if args.json:
         print_json(rses)
         return EXIT_OK
