@@ -111,7 +111,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
         ("files left in storage", f"{after:,}"), ("storage folder", str(storage)),
         ("state folder (ledger, plans, jobs)", str(work / "state"))]
     table(rows, ("", "value"), sys.stdout)
-    print(f"\nthe demo's ledger, job by job and file by file: {look_command(work / 'state')} (or jobs, files)")
+    print(f"\nto look at the demo's ledger later: {look_command(work / 'state')}  (jobs and files likewise)")
     if examples:
         print("\nexamples from the ledger:")
         for f in examples:
