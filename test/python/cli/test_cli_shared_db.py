@@ -19,6 +19,7 @@ from typing import Iterator
 import pytest
 
 from cli_kit import cli_env, msunmerged, recorded_server, servers_on, start
+from MSUnmerged.cli import EXIT_INTERRUPTED
 from MSUnmerged.embedded_mongo import EmbeddedMongo, EmbeddedMongoError
 from MSUnmerged.samplesite import DEMO_SITE
 from rest.rest_seed import offline_site
@@ -155,3 +156,20 @@ def test_failed_start_leaves_nothing_running(tmp_path: Path) -> None:
     with pytest.raises(EmbeddedMongoError, match="did not listen"):  # started, then given up: stopped
         EmbeddedMongo(tmp_path / "state").start(timeout=0.2)
     assert servers_on(tmp_path / "state") == [] and recorded_server(tmp_path / "state") is None
+
+
+def test_terminated_command_stops_the_database_it_started(site: tuple[FakeCMSWeb, dict[str, str]],
+                                                          tmp_path: Path) -> None:
+    web, env = site
+    state = tmp_path / "state"
+    web.fault("stats", delay_s=30)  # the run waits on ConMon, its database up
+    run = start("run", "--rse", RSES[0], env=env, log=tmp_path / "run.log")
+    try:
+        wait_for(lambda: any(r[0] == "stats" for r in web.requests), 60, "the run never asked ConMon")
+        assert len(servers_on(state)) == 1
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(30) == EXIT_INTERRUPTED, (tmp_path / "run.log").read_text()[-2000:]
+    finally:
+        stop(run)
+    assert "Traceback" not in (tmp_path / "run.log").read_text()
+    assert servers_on(state) == [] and recorded_server(state) is None

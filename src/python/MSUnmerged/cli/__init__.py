@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
+import signal
 import sys
-from typing import NoReturn, Optional, Sequence
+import threading
+from typing import Any, Iterator, NoReturn, Optional, Sequence
 
 from pymongo.errors import PyMongoError
 
@@ -64,7 +67,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         config = load_config(args.config)
         logging.basicConfig(level=args.log_level or config.service.log_level.upper(), force=True,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-        return int(args.run(args, config))
+        with terminate_as_interrupt():
+            return int(args.run(args, config))
     except (BadInput, ConfigError) as exc:
         return fail(name, str(exc), EXIT_BAD_INPUT)
     except (DatabaseUnreachable, EmbeddedMongoError, SourceError) as exc:
@@ -77,6 +81,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         log.debug("internal error", exc_info=True)
         return fail(name, f"internal error: {type(exc).__name__}: {exc} (--log-level DEBUG shows where)",
                     EXIT_FAILED)
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM ends the command like Ctrl-C, so its clean-up runs (the embedded database is released, or
+    stopped by its last user). `serve` puts CherryPy's own handler in place meanwhile."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def fail(name: str, message: str, code: int) -> int:
