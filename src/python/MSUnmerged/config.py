@@ -179,6 +179,7 @@ class SlurmConfig:
 class RestConfig:
     host: str = "127.0.0.1"
     port: int = 8242  # CMSWEB's port of ms-unmerged (8249 is reqmon's)
+    metrics_port: int = 0  # also serve <port>/metrics alone here (CMSWEB: 18242); 0: only <base>/metrics
     base: str = "/ms-unmerged"
     hmac_key_file: str = ""
     operator_roles: list[str] = field(default_factory=lambda: ["admin:group:dmwm", "operator:group:dmwm"])
@@ -315,6 +316,8 @@ def _validate(cfg: Config) -> None:
     need(j.retries >= 0, "jobs.retries", "must be >= 0")
     need(cfg.mongo.generations_kept >= 1, "mongo.generations_kept", "must be >= 1")
     need(1 <= cfg.rest.port <= 65535, "rest.port", "must be a TCP port")
+    need(0 <= cfg.rest.metrics_port <= 65535 and cfg.rest.metrics_port != cfg.rest.port, "rest.metrics_port",
+         "must be 0 (none) or a TCP port other than rest.port")
     need(cfg.rest.db_timeout_s > 0, "rest.db_timeout_s", "must be > 0")
     need(cfg.rest.trigger_rate_per_min >= 1, "rest.trigger_rate_per_min", "must be >= 1")
     need(1 <= cfg.rest.thread_pool <= 1000, "rest.thread_pool", "must be between 1 and 1000")

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Iterator
 
 import pytest
@@ -50,8 +51,8 @@ print(json.dumps(out))
 
 
 class Served:
-    def __init__(self, url: str, key: bytes, db: Any, storage: Path) -> None:
-        self.url, self.key, self.db, self.storage = url, key, db, storage
+    def __init__(self, url: str, key: bytes, db: Any, storage: Path, metrics_url: str) -> None:
+        self.url, self.key, self.db, self.storage, self.metrics_url = url, key, db, storage, metrics_url
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +61,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     sources, storage, siteconf = offline_site(work)  # the loop's partition is empty: only triggers work the RSE
     key = work / "hmac.key"
     key.write_bytes(os.urandom(32))
-    db_port, port = free_port(), free_port()
+    db_port, port, metrics_port = free_port(), free_port(), free_port()
     (work / "msunmerged.toml").write_text(f"""
 [service]
 state_dir = "{work / 'state'}"
@@ -74,6 +75,7 @@ backend = "local"
 site = "{DEMO_SITE}"
 siteconfig = "{siteconf}"
 [rest]
+metrics_port = {metrics_port}
 hmac_key_file = "{key}"
 audit_log = "{work / 'audit.jsonl'}"
 cache_ttl_s = 0
@@ -84,7 +86,8 @@ cache_ttl_s = 0
     client: MongoClient = MongoClient(f"mongodb://127.0.0.1:{db_port}/?directConnection=true")
     try:
         wait_port(port, timeout=120, proc=proc)
-        yield Served(f"http://127.0.0.1:{port}/ms-unmerged", key.read_bytes(), client.msunmerged, storage)
+        yield Served(f"http://127.0.0.1:{port}/ms-unmerged", key.read_bytes(), client.msunmerged, storage,
+                     f"http://127.0.0.1:{metrics_port}")
     finally:
         client.close()
         proc.stop(timeout=60)
@@ -112,6 +115,13 @@ def test_loop_runs(served: Served) -> None:
         time.sleep(0.5)
     _, body, _ = get(served, "data/status")
     assert body["result"][0]["cycles"] and body["result"][0]["triggers"]["enabled"] is True
+
+
+def test_metrics_port_serves_metrics_only(served: Served) -> None:
+    """CMSWEB scrapes port 18242 (rest.metrics_port): metrics there, nothing else."""
+    status, text, _ = get(SimpleNamespace(url=served.metrics_url), "metrics")
+    assert status == 200 and "msunmerged_ledger_up 1" in text
+    assert get(SimpleNamespace(url=served.metrics_url + "/ms-unmerged"), "data/status")[0] == 404
 
 
 def test_trigger_plan_previews_without_recording(served: Served) -> None:

@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 import cheroot.wsgi
 import cherrypy
+from cherrypy.process.servers import ServerAdapter
 
 from MSUnmerged.config import Config
 from MSUnmerged.ledger.retry import deadline
@@ -107,6 +108,27 @@ class Root:
             return metrics.render_down().encode()
 
 
+class MetricsRoot:
+    """Only <metrics port>/metrics: CMSWEB scrapes a separate port (18242), which exposes nothing else."""
+
+    def __init__(self, root: Root) -> None:
+        self.metrics = root.metrics
+
+
+_METRICS_SERVERS: list[ServerAdapter] = []
+
+
+def serve_metrics(config: Config, root: Root) -> None:
+    """Serve the root's metrics on rest.metrics_port, started and stopped with CherryPy's engine."""
+    bind = (config.rest.host, config.rest.metrics_port)
+    app = cherrypy.Application(MetricsRoot(root), "", {"/": {
+        "error_page.default": _error_page, "request.show_tracebacks": False, "tools.log_headers.on": False}})
+    server = cheroot.wsgi.Server(bind, app, numthreads=2, timeout=int(config.rest.socket_timeout_s) or 1)
+    adapter = ServerAdapter(cherrypy.engine, server, bind)
+    adapter.subscribe()
+    _METRICS_SERVERS.append(adapter)
+
+
 def mount(config: Config, view: LedgerView, triggers: Optional[TriggerQueue] = None) -> Root:
     """Mount the application on cherrypy.tree under rest.base; returns the root object."""
     for spec in config.rest.operator_roles:
@@ -153,6 +175,8 @@ def start(config: Config, view: LedgerView, triggers: Optional[TriggerQueue] = N
     """Mount and start serving in background threads (stop with `stop()`)."""
     root = mount(config, view, triggers)
     configure_server(config, port)
+    if config.rest.metrics_port:
+        serve_metrics(config, root)
     cherrypy.engine.start()
     cherrypy.engine.wait(cherrypy.engine.states.STARTED)
     log.info("REST on http://%s:%s%s/", config.rest.host, cherrypy.server.socket_port, root.base)
@@ -161,6 +185,8 @@ def start(config: Config, view: LedgerView, triggers: Optional[TriggerQueue] = N
 
 def stop() -> None:
     cherrypy.engine.exit()
+    while _METRICS_SERVERS:
+        _METRICS_SERVERS.pop().unsubscribe()
     for path in list(cherrypy.tree.apps):
         del cherrypy.tree.apps[path]
 
