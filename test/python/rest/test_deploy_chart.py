@@ -128,7 +128,9 @@ def by_kind(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def kubernetes_validate() -> str:
-    return run_script("k8s-validate.sh", timeout=900).strip().splitlines()[-1]
+    """PYTHONPATH of PyPI's kubernetes-validate (the Kubernetes object schemas, offline)."""
+    return run_script("pip-target.sh", "kubernetes-validate", "kubernetes_validate", "kubernetes-validate==1.37.0",
+                      timeout=900).strip().splitlines()[-1]
 
 
 VALIDATE = """

@@ -158,8 +158,10 @@ def test_trigger_apply_cleans_the_rse_and_the_ledger_shows_it(served: Served) ->
 
 @pytest.fixture(scope="module")
 def wmcore_client() -> str:
-    """PYTHONPATH of WMCore's client, installed by test/scripts/wmcore-client.sh."""
-    return run_script("wmcore-client.sh", timeout=900).strip().splitlines()[-1]
+    """PYTHONPATH of WMCore's own client: PyPI wmcore without its dependencies, plus what its
+    pycurl_manager and MSUtils import."""
+    return run_script("pip-target.sh", "wmcore-client", "WMCore.Services.MSUtils.MSUtils",
+                      "--no-deps wmcore==2.4.5.9", "pycurl future", timeout=900).strip().splitlines()[-1]
 
 
 def test_wmcore_client_reads_info_and_status(served: Served, wmcore_client: str) -> None:
