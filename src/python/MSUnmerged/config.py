@@ -183,6 +183,9 @@ class RestConfig:
     base: str = "/ms-unmerged"
     hmac_key_file: str = ""
     operator_roles: list[str] = field(default_factory=lambda: ["admin:group:dmwm", "operator:group:dmwm"])
+    # If set, only these logins may trigger, whatever their roles: the front end also signs cms-authz-*
+    # headers a client sent itself, so a role header alone can be forged through it.
+    operator_logins: list[str] = field(default_factory=list)
     trigger_rate_per_min: int = 6
     audit_log: str = ""
     thread_pool: int = 32  # request threads, a fixed number; the status and info answers are cached

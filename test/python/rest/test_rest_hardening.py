@@ -110,6 +110,16 @@ def test_the_front_ends_signature_is_accepted(hard: Any) -> None:
     assert body["result"][0]["user"] == "jmuller"
 
 
+def test_operator_logins_allow_list(hard: Any) -> None:
+    """A role header the client added itself is signed by the front end too: with rest.operator_logins
+    set, the role alone is not enough."""
+    app = mount(hard, "/ms-unmerged-logins", MongoLedgerView(hard.db), operator_logins=["alice"])
+    key = hard.key.read_bytes()
+    status, body = post(app, "data/trigger", {"rse": RSE}, operator_headers(key, "eve"))
+    assert status == 403 and "operator_logins" in body["error"]
+    assert post(app, "data/trigger", {"rse": RSE}, operator_headers(key, "alice"))[0] == 202
+
+
 # -- the trigger -----------------------------------------------------------------------------------
 
 

@@ -449,6 +449,10 @@ class DataApi:
         if not has_role(user, self.config.rest.operator_roles):
             self.audit.write(action="trigger", outcome="denied", reason="no operator role", **what)
             raise AuthError("an operator role is required: " + ", ".join(self.config.rest.operator_roles))
+        logins = self.config.rest.operator_logins
+        if logins and user.login not in logins:
+            self.audit.write(action="trigger", outcome="denied", reason="login not in rest.operator_logins", **what)
+            raise AuthError("this login may not trigger (rest.operator_logins)")
         if not self.replays.first_use(request_id):
             self.audit.write(action="trigger", outcome="denied", reason="request_id reused", **what)
             raise AuthError(f"request_id {request_id!r} was already used: send a fresh one", 409)
