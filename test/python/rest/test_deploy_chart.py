@@ -200,6 +200,7 @@ def test_each_partition_as_cmsweb_runs_it(partition: str, base: str, tmp_path: P
     assert config.service.state_dir == mounts["data"] and config.service.dry_run is True
     assert config.mongo.url and Path(config.rest.hmac_key_file).parent.as_posix() == mounts["hmac-secrets"]
     assert Path(config.auth.proxy).parent.as_posix() == mounts["proxy-secrets"]
+    assert config.rucio.auth_type == "x509_proxy"  # Rucio sees the same service proxy
     assert Path(config.auth.ca_path).parent.as_posix() == mounts["etc-grid-security"]
 
 
