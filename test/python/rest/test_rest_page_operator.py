@@ -118,7 +118,7 @@ def test_svg_charts_drawn_on_the_server(mounts: Mounts, chromium: str, tmp_path:
     assert dom.count('class="bar-deleted"') == 3  # three days with deletions
     assert 'class="seg-would_delete"' in dom and 'class="seg-deleted"' in dom and 'class="line-bytes"' in dom
     rse = render(chromium, f"{mounts.dry}/rse?name={urllib.parse.quote(REAL_RSE)}", tmp_path, screenshot=True)
-    assert rse.count('class="chart chart-history"') == 1 and "3.0 GiB" in rse  # the largest day: 3 GiB freed
+    assert rse.count('class="chart chart-history"') == 1 and "3.2 GB" in rse  # the largest day: 3 GiB freed
     assert "<script" not in rse.lower()
 
 

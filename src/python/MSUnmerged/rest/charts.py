@@ -19,12 +19,12 @@ def esc(value: Any) -> str:
 
 
 def size(n: float) -> str:
-    """Bytes in binary units."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} PiB"
+    """Bytes in decimal units, as the page and the command line show them."""
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1000
+    return ""  # pragma: no cover
 
 
 def _svg(kind: str, label: str, height: int, inner: str) -> str:
