@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 import typing
 from dataclasses import dataclass, field
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 ENV_PREFIX = "MSUNMERGED_"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "etc" / "msunmerged.toml"
 
 # Production WMCore MSUnmerged excludes the log areas of production workflows.
@@ -38,6 +40,12 @@ class ServiceConfig:
     dry_run: bool = True
     lease_ttl_s: int = 600
     log_level: str = "INFO"
+    alert_after_cycles: int = 3  # the page and data/status alert when no cycle succeeded for this many intervals
+
+    @property
+    def stale_after_s(self) -> float:
+        """Age of the last good cycle past which the operator is alerted."""
+        return float(self.alert_after_cycles * self.interval_s)
 
 
 @dataclass
@@ -187,15 +195,25 @@ class SlurmConfig:
 @dataclass
 class RestConfig:
     host: str = "127.0.0.1"
-    port: int = 8249
+    port: int = 8242  # CMSWEB's port of ms-unmerged (8249 is reqmon's)
+    metrics_port: int = 0  # also serve <port>/metrics alone here (CMSWEB: 18242); 0: only <base>/metrics
     base: str = "/ms-unmerged"
     hmac_key_file: str = ""
     operator_roles: list[str] = field(default_factory=lambda: ["admin:group:dmwm", "operator:group:dmwm"])
+    # If set, only these logins may trigger, whatever their roles: the front end also signs cms-authz-*
+    # headers a client sent itself, so a role header alone can be forged through it.
+    operator_logins: list[str] = field(default_factory=list)
     trigger_rate_per_min: int = 6
     audit_log: str = ""
-    thread_pool: int = 32  # request threads; the status and info answers are cached, see cache_ttl_s
+    thread_pool: int = 32  # request threads, a fixed number; the status and info answers are cached
+    queue_size: int = 64  # accepted connections waiting for a thread; beyond it new ones wait in the kernel
+    socket_timeout_s: float = 10.0  # a client silent this long mid-request is dropped, freeing its thread
+    max_body_bytes: int = 65536  # larger request bodies are refused (413) before any authentication
     cache_ttl_s: float = 2.0  # status/info answers are rebuilt at most this often (0: never cached)
     db_timeout_s: float = 5.0  # a request gives up on the ledger database after this and answers 503
+    operations_url: str = ""  # where docs/operations.md is published: the page links each reason to its entry
+    replay_window_s: float = 86400.0  # a trigger's request_id is refused if seen within this window
+    allowed_origins: list[str] = field(default_factory=list)  # Origin values a trigger may come from
 
 
 @dataclass
@@ -307,6 +325,10 @@ def _validate(cfg: Config) -> None:
     need(s.interval_s >= 1, "service.interval_s", "must be >= 1")
     need(s.parallel_rses >= 1, "service.parallel_rses", "must be >= 1")
     need(s.lease_ttl_s >= 10, "service.lease_ttl_s", "must be >= 10")
+    need(s.alert_after_cycles >= 1, "service.alert_after_cycles", "must be >= 1")
+    need(s.log_level.upper() in LOG_LEVELS, "service.log_level", f"must be one of {', '.join(LOG_LEVELS)}")
+    problem = _mongo_url_problem(cfg.mongo.url)
+    need(problem is None, "mongo.url", f"not a MongoDB URL: {problem}")
     need(cfg.conmon.format in ("raw", "text", "json"), "conmon.format", "must be raw, text or json")
     need(j.backend in ("local", "condor", "slurm"), "jobs.backend", "must be local, condor or slurm")
     for site in ("", *cfg.slurm.sites):
@@ -326,9 +348,16 @@ def _validate(cfg: Config) -> None:
     need(j.retries >= 0, "jobs.retries", "must be >= 0")
     need(cfg.mongo.generations_kept >= 1, "mongo.generations_kept", "must be >= 1")
     need(1 <= cfg.rest.port <= 65535, "rest.port", "must be a TCP port")
+    need(0 <= cfg.rest.metrics_port <= 65535 and cfg.rest.metrics_port != cfg.rest.port, "rest.metrics_port",
+         "must be 0 (none) or a TCP port other than rest.port")
     need(cfg.rest.db_timeout_s > 0, "rest.db_timeout_s", "must be > 0")
     need(cfg.rest.trigger_rate_per_min >= 1, "rest.trigger_rate_per_min", "must be >= 1")
     need(1 <= cfg.rest.thread_pool <= 1000, "rest.thread_pool", "must be between 1 and 1000")
+    need(1 <= cfg.rest.queue_size <= 10000, "rest.queue_size", "must be between 1 and 10000")
+    need(0 < cfg.rest.socket_timeout_s <= 300, "rest.socket_timeout_s", "must be in (0, 300]")
+    need(1024 <= cfg.rest.max_body_bytes <= 16 * 1024 * 1024, "rest.max_body_bytes",
+         "must be between 1024 and 16 MiB")
+    need(cfg.rest.replay_window_s >= 60, "rest.replay_window_s", "must be >= 60")
     need(cfg.rest.cache_ttl_s >= 0, "rest.cache_ttl_s", "must be >= 0")
 
 
@@ -347,6 +376,26 @@ def _validate_credentials(cfg: Config) -> None:
             raise ConfigError(key, f"must be one of {', '.join(CREDENTIALS)}, got {kind!r}")
         if kind in CREDENTIAL_FILE_KEY and not getattr(j, CREDENTIAL_FILE_KEY[kind]):
             raise ConfigError(f"jobs.{CREDENTIAL_FILE_KEY[kind]}", f"must be set: {key} is {kind}")
+
+
+def _mongo_url_problem(url: str) -> Optional[str]:
+    """What is wrong with a MongoDB URL, or None (empty is fine: the embedded database).
+
+    mongodb+srv:// URLs are checked for their form only: resolving them needs DNS.
+    """
+    if not url:
+        return None
+    if url.startswith("mongodb+srv://"):
+        host = url[len("mongodb+srv://"):].split("/", 1)[0].split("?", 1)[0].rsplit("@", 1)[-1]
+        return None if re.fullmatch(r"[A-Za-z0-9-]+(\.[A-Za-z0-9-]+){2,}", host) else "expected one DNS name " \
+            "with at least three parts after mongodb+srv://"
+    from pymongo import uri_parser
+    from pymongo.errors import PyMongoError
+    try:
+        uri_parser.parse_uri(url)
+    except (PyMongoError, ValueError) as exc:
+        return str(exc)
+    return None
 
 
 def load_config(path: Optional[os.PathLike | str] = None, env: Optional[Mapping[str, str]] = None) -> Config:
