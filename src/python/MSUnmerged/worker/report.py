@@ -15,6 +15,9 @@ FILE_OUTCOMES = ("deleted", "missing", "permission_denied", "timeout", "storage_
                  "not_attempted", "dry_run")
 DIR_OUTCOMES = ("removed", "not_empty", "missing", "permission_denied", "timeout", "storage_error", "refused",
                 "not_attempted", "dry_run")
+# Why a file or directory was refused or kept: the `reason` of report v2 lines (docs/jobs.md).
+REASONS = ("symlink_in_path", "pfn_outside_unmerged", "mapping_disagrees", "modified_since_scan", "protected",
+           "invalid_lfn", "not_job_dir", "kept", "no_pfn")
 _dumps = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
 
 
