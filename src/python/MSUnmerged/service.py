@@ -52,6 +52,9 @@ class Sources(Protocol):
     def open_dump(self, rse: str) -> BinaryIO:
         """The RSE's dump as a binary stream (closed by the caller)."""
 
+    def unmerged_pfn(self, rse: str) -> Optional[str]:
+        """Rucio's PFN of the RSE's /store/unmerged/ (None without Rucio); SourceError if it cannot answer."""
+
 
 @dataclass
 class RunResult:

@@ -156,3 +156,15 @@ def test_site_from_attributes_or_name(name: str, attrs: dict, site: str, tier: i
     info = rse_info(name, attrs)
     assert (info.site, info.tier, info.rse_type) == (site, tier, rse_type)
     assert site_from_rse("not_a_cms_rse") is None
+
+
+def test_unmerged_pfn_for_deletion(rucio: RucioServer, tmp_path: Path) -> None:
+    src = source(rucio, tmp_path)
+    pfn = src.unmerged_pfn("T2_US_NEBRASKA")
+    assert pfn == src.lfns2pfns("T2_US_NEBRASKA", ["/store/unmerged/"], operation="delete")["/store/unmerged/"]
+    assert pfn.startswith("root://xrootd.example.org:1094/store/test/rucio/") and pfn.endswith("/store/unmerged/")
+    rucio.admin_client().add_rse("T2_US_NOPROTO2")
+    for rse in ("T2_XX_NOWHERE", "T2_US_NOPROTO2"):  # unknown RSE; an RSE without a protocol
+        with pytest.raises(SourceError) as err:
+            src.unmerged_pfn(rse)
+        assert err.value.source == "rucio" and err.value.kind in ("no_match", "http_status")
