@@ -16,7 +16,7 @@ from pymongo.errors import PyMongoError
 from MSUnmerged.config import Config
 from MSUnmerged.rest.auth import AuthError, Audit, KeyFile, RateLimiter, has_role, user_from_headers
 from MSUnmerged.rest.triggers import TriggerQueue
-from MSUnmerged.rest.view import FILE_STATES, JOB_STATES, LedgerView
+from MSUnmerged.rest.view import DIR_STATES, FILE_STATES, JOB_STATES, LedgerView
 
 log = logging.getLogger("MSUnmerged.rest")
 
@@ -252,8 +252,17 @@ class DataApi:
     @json_call()
     def files(self, **params: Any) -> Any:
         """Files by rse, state, error_class, dir prefix, job; `limit` + `after` pages, stream=true all."""
+        return self._records(params, FILE_STATES, self.view.files)
+
+    @json_call()
+    def dirs(self, **params: Any) -> Any:
+        """Directory outcomes, selected and paged like files (error_class: the refusal reason)."""
+        return self._records(params, DIR_STATES, self.view.dirs)
+
+    def _records(self, params: dict[str, Any], states: tuple[str, ...],
+                 fetch: Callable[..., Iterator[dict[str, Any]]]) -> Any:
         rse = one(params, "rse", pattern=RSE_RE)
-        state = one(params, "state", choices=FILE_STATES)
+        state = one(params, "state", choices=states)
         error_class = one(params, "error_class", pattern=ERROR_CLASS_RE)
         dir_prefix = one(params, "dir")
         job = one(params, "job", pattern=JOB_RE)
@@ -270,8 +279,8 @@ class DataApi:
         query = (rse, state, error_class, dir_prefix, job)
         if stream:
             cherrypy.response.stream = True
-            return self._stream(self.view.files(*query, after, 0))
-        page = list(self.view.files(*query, after, limit))
+            return self._stream(fetch(*query, after, 0))
+        page = list(fetch(*query, after, limit))
         nxt = page[-1]["cursor"] if len(page) == limit else None
         return envelope(page, next=nxt)
 
