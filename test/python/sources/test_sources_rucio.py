@@ -10,7 +10,7 @@ import pytest
 from MSUnmerged.config import AuthConfig, RucioConfig
 from MSUnmerged.sources.errors import SourceError
 from MSUnmerged.sources.rucio import RucioSource, rse_info, site_from_rse
-from servers.rucio import ROOT_PASS, ROOT_USER, RucioServer, add_cms_rse
+from servers.rucio import ROOT_PASS, RucioServer, add_cms_rse
 
 # RSE -> (site attribute or None, tier, rse_type, cms_type)
 RSES = {
@@ -33,12 +33,7 @@ def rucio(rucio_server: RucioServer) -> RucioServer:
 
 
 def source(server: RucioServer, tmp_path: Path, **kw: Any) -> RucioSource:
-    (tmp_path / "pw").write_text(ROOT_PASS + "\n")
-    cfg = RucioConfig(host=server.url, auth_host=server.url, account="root", auth_type="userpass",
-                      username=ROOT_USER, password_file=str(tmp_path / "pw"), timeout_s=20)
-    for key, value in kw.items():
-        setattr(cfg, key, value)
-    return RucioSource(cfg, AuthConfig(), tmp_path / "state")
+    return server.source(tmp_path, **kw)
 
 
 pytestmark = pytest.mark.integration

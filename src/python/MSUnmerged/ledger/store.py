@@ -132,8 +132,9 @@ class Ledger:
     # -- plans -------------------------------------------------------------------------------------
 
     def record_plan(self, plan_dir: os.PathLike | str, plan: Plan, generation: float,
-                    protected_count: Optional[int] = None) -> int:
+                    protected_count: Optional[int] = None, scan_started: Optional[float] = None) -> int:
         """Record a plan's files (state planned, each in its job) and jobs; returns files recorded.
+        `scan_started` (the scan's start_time) is kept on the generation entry for the jobs' workers.
 
         Safe to repeat after a crash: the same ids are inserted again and duplicates are ignored,
         so existing records (which may have moved on) are kept. Repeat it with the SAME plan
@@ -147,7 +148,7 @@ class Ledger:
                  "files_total": plan.files_total, "to_delete": plan.files_to_delete,
                  "protected": plan.files_protected, "excluded": plan.files_excluded,
                  "invalid": plan.files_invalid, "dirs_removable": plan.dirs_removable, "jobs": plan.jobs,
-                 "protected_count": plan.protected_count, "dropped_protected": 0}
+                 "protected_count": plan.protected_count, "dropped_protected": 0, "scan_started": scan_started}
         with_retry(lambda: self.rses.update_one(
             {"_id": rse}, {"$set": {"recording": generation, "updated": now},
                            "$setOnInsert": {"created": now, "state": "new"}}, upsert=True), "mark recording")
