@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from MSUnmerged.jobs.workerpkg import build_worker
+from MSUnmerged.worker.cleanup import MANIFEST_VERSION
 
 SITE = "T2_XX_Test"
 RSE = "T2_XX_Test"
@@ -61,7 +62,7 @@ def manifest(lfns: list[str], remove_dirs: Sequence[str] = (), protected: Sequen
               "keep_dirs": list(keep_dirs), "protected": list(protected), "dry_run": dry_run,
               "file_timeout_s": 10.0, "retries": 1, "backoff_s": 0.05, "max_consecutive_denied": 20}
     params.update(step)
-    return {"version": 1, "job_id": f"{RSE}:1:1", "rse": RSE, "site": SITE, "generation": 1.0,
+    return {"version": MANIFEST_VERSION, "job_id": f"{RSE}:1:1", "rse": RSE, "site": SITE, "generation": 1.0,
             "deadline": time.time() + 3600 if deadline is None else deadline,
             "resources": {"memory_mb": 500, "disk_mb": 500, "runtime_s": 3600},
             "task": {"name": "Cleanup", "type": "Cleanup", "steps": [params]}}
