@@ -110,3 +110,34 @@ def put(storage: Path, lfn: str, owner: str = "root") -> Path:
         for p in [path, *path.relative_to(storage).parents]:
             shutil.chown(storage / p, owner, "nogroup")
     return path
+
+
+def snapshot(top: Path) -> dict[str, tuple]:
+    """Every entry under `top`, never following a link: path -> (kind, size, mtime_ns, link target).
+
+    Directories record their kind only (their mtime moves when an entry inside goes)."""
+    out: dict[str, tuple] = {}
+    for folder, subdirs, names in os.walk(top, followlinks=False):
+        for name in subdirs + names:
+            path = os.path.join(folder, name)
+            st = os.lstat(path)
+            if os.path.islink(path):
+                out[path] = ("link", 0, 0, os.readlink(path))
+            elif os.path.isdir(path):
+                out[path] = ("dir", 0, 0, None)
+            else:
+                out[path] = ("file", st.st_size, st.st_mtime_ns, None)
+    return out
+
+
+def changes(before: dict[str, tuple], after: dict[str, tuple]) -> tuple[set[str], set[str]]:
+    """(paths gone, paths changed or new) between two snapshots."""
+    gone = set(before) - set(after)
+    changed = {p for p in after if before.get(p) != after[p]}
+    return gone, changed
+
+
+def site_config_xml(sc: Path, body: str, site: str = SITE) -> None:
+    """Replace the site-local-config.xml of `sc` with one holding `body` inside <site>."""
+    (sc / "JobConfig" / "site-local-config.xml").write_text(
+        f'<site-local-config><site name="{site}">{body}</site></site-local-config>')

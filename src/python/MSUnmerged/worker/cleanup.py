@@ -211,7 +211,7 @@ class Cleanup:
         if job.unmerged_pfn is not None and (root is None or not pfn.same_place(root, job.unmerged_pfn)):
             return self._refuse_all(EXIT_CONFIG, "the site config's PFN of %s is %s, Rucio's is %s" % (
                 paths.UNMERGED, root, job.unmerged_pfn), REFUSED, MAPPING_DISAGREES)
-        bad_root = pfn.root_problem(root)
+        bad_root = pfn.root_problem(root, job.pfn_layout)
         deleter.root = root or ""
         todo: List[Tuple[str, str]] = []
         for lfn, refusal in checked:
@@ -225,7 +225,7 @@ class Cleanup:
         old = signal.signal(signal.SIGTERM, self.stop)
         try:
             self._delete(todo, deleter)
-            self._rmdirs(mapper, deleter, [lfn for lfn, _ in todo], bad_root)
+            self._rmdirs(mapper, deleter, [lfn for lfn, why in checked if why is None], bad_root)
         finally:
             signal.signal(signal.SIGTERM, old)
         return self._finish()

@@ -55,13 +55,19 @@ def unmerged_root(mapper) -> Optional[str]:  # type: ignore[no-untyped-def]
     return pfn[:-len(ROOT_PROBE)]
 
 
-def root_problem(root: Optional[str]) -> Optional[str]:
-    """Why `root` (unmerged_root's answer) cannot anchor deletions, or None."""
+def root_problem(root: Optional[str], layout: str) -> Optional[str]:
+    """Why `root` (unmerged_root's answer) cannot anchor deletions, or None.
+
+    "standard" layout: its path ends with /store/unmerged/ (a rule sending the whole of
+    /store/unmerged/ elsewhere, e.g. into /store/data/, moves the root with it)."""
     if root is None:
         return "the site config maps %s%s to no PFN ending in that name" % (UNMERGED, ROOT_PROBE)
     place = split(root)
     if place is None or place.path == "/" or not _canonical(place.path[:-1]):
         return "the site config's PFN of %s (%s) is not a canonical absolute PFN" % (UNMERGED, root)
+    if layout != "site_specific" and not place.path.endswith(UNMERGED):
+        return "the site config's PFN of %s (%s) does not end with %s (pfn_layout standard)" % (
+            UNMERGED, root, UNMERGED)
     return None
 
 
@@ -76,7 +82,8 @@ def pfn_problem(pfn: str, lfn: str, root: str, layout: str) -> Optional[str]:
     """Why `pfn` (the mapping of `lfn`) is not a safe place to delete, or None.
 
     Always: canonical, same endpoint as the unmerged root, strictly below its path. "standard"
-    layout also: exactly the root's PFN followed by the LFN's path below /store/unmerged/.
+    layout also: exactly the root's PFN followed by the LFN's path below /store/unmerged/ (with
+    root_problem: the PFN's path ends with the whole LFN).
     """
     place, top = split(pfn), split(root)
     if place is None or top is None:
