@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping, Optional, Protocol
 from MSUnmerged.jobs.backend import JobState, JobStatus
 from MSUnmerged.worker.cleanup import REFUSED_PROTECTED
 from MSUnmerged.worker.paths import ancestors
-from MSUnmerged.worker.report import DIR_OUTCOMES, FILE_OUTCOMES, REASONS
+from MSUnmerged.worker.report import DIR_OUTCOMES, FILE_OUTCOMES, PROTECTED, REASONS
 
 # Worker outcome -> (ledger state, error class). A v2 line's `reason` becomes the error class.
 LEDGER_STATE = {
@@ -30,7 +30,6 @@ LEDGER_STATE = {
     "refused": ("failed", "refused"),
     "not_attempted": ("unknown", "not_attempted"),
 }
-PROTECTED_REASON = "protected"  # a refusal for this reason is skipped_protected, not a failure
 _OPT_STR = (str, type(None))
 _OPT_INT = (int, type(None))
 # Report version -> keys of a file line and of a directory line.
@@ -182,8 +181,8 @@ def parse_report(path: Path | str) -> Report:
 def ledger_outcome(f: FileOutcome) -> dict[str, Any]:
     """One file's outcome as the ledger records it: a refusal's reason is its error class."""
     state, cls = LEDGER_STATE[f.outcome]
-    if f.outcome == "refused" and (f.reason == PROTECTED_REASON or f.error == REFUSED_PROTECTED):
-        state, cls = "skipped_protected", PROTECTED_REASON if f.reason else ""
+    if f.outcome == "refused" and (f.reason == PROTECTED or f.error == REFUSED_PROTECTED):  # v2, v1
+        state, cls = "skipped_protected", PROTECTED if f.reason else ""
     elif f.reason and state not in ("deleted", "missing", "would_delete"):
         cls = f.reason
     # Success needs no message; a per-path one would also defeat the ledger's grouping of updates.

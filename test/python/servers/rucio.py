@@ -49,7 +49,8 @@ def add_cms_rse(client: Any, name: str, site: str | None = None, tier: int = 2, 
                 rse_type: str = "DISK", cms_type: str = "real", prefix: str = "/store/test/rucio",
                 hostname: str = "xrootd.example.org", posix: bool = False) -> None:
     """An RSE with the attributes CMS sets, and an xrootd protocol whose PFNs end in the LFN (posix: a
-    file:// protocol instead, PFNs <prefix>/<lfn> as the site's posix storage.json maps them)."""
+    file:// protocol instead, PFNs <prefix>/<lfn> as CMS's lfn2pfn and the site's posix storage.json
+    map them)."""
     client.add_rse(name, rse_type=rse_type)  # the RSE's own type, which expressions see as rse_type
     attrs = {"cms_type": cms_type, "tier": str(tier), "country": country}
     if site:
@@ -57,6 +58,7 @@ def add_cms_rse(client: Any, name: str, site: str | None = None, tier: int = 2, 
     for key, value in attrs.items():
         client.add_rse_attribute(name, key, value)
     if posix:
+        client.add_rse_attribute(name, "lfn2pfn_algorithm", "cms_lfn")  # test/scripts/rucio-server.sh
         client.add_protocol(name, {"scheme": "file", "hostname": "localhost", "port": 0, "prefix": prefix,
                                    "impl": "rucio.rse.protocols.posix.Default", "domains": DOMAINS})
     else:
