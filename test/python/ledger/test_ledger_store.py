@@ -130,8 +130,11 @@ def test_directory_outcomes_keep_the_highest_rank_and_are_pruned_with_their_gene
     docs = {d["dir"]: d for d in mongo_db.dirs.find()}
     assert (docs[parent]["state"], docs[parent]["job"]) == ("removed", j2)
     assert (docs[link]["state"], docs[link]["error_class"], docs[link]["job"]) == ("refused", "symlink_in_path", j1)
-    ledger.record_dirs(j2, [{"dir": link, "state": "not_empty"}])  # a refusal outranks not_empty
+    ledger.record_dirs(j2, [{"dir": link, "state": "not_empty"},  # a refusal outranks not_empty
+                            {"dir": leaf, "state": "missing"}])  # j2 came after j1 had removed it
     assert mongo_db.dirs.find_one({"dir": link})["state"] == "refused"
+    assert (mongo_db.dirs.find_one({"dir": leaf})["state"], mongo_db.dirs.find_one({"dir": leaf})["job"]) == \
+        ("removed", j1)
     with pytest.raises(LedgerError):
         ledger.record_dirs(j1, [{"dir": leaf, "state": "vanished"}])
 

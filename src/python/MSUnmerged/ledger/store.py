@@ -43,11 +43,12 @@ OUTCOME_STATES = frozenset(FILE_STATES) - {PLANNED}
 RETRIABLE = (FAILED, UNKNOWN)
 
 # Directory states are the worker's directory outcomes. Several jobs may report on one directory (a
-# shared parent): its record keeps the outcome of highest rank, so collection order does not matter.
+# shared parent): its record keeps the outcome of highest rank, so collection order does not matter
+# (removed outranks missing: a job running beside the one that removed it finds it gone).
 DIR_REMOVED = "removed"
 DIR_REFUSED = "refused"
 DIR_RANK = {"dry_run": 0, "not_attempted": 1, "not_empty": 2, "timeout": 3, "storage_error": 3,
-            "permission_denied": 3, DIR_REFUSED: 4, "missing": 5, DIR_REMOVED: 5}
+            "permission_denied": 3, DIR_REFUSED: 4, "missing": 5, DIR_REMOVED: 6}
 assert set(DIR_RANK) == set(DIR_OUTCOMES)
 
 # Job states: "planned" before intent, then jobs.backend.JobState values.
