@@ -139,7 +139,7 @@ def test_directory_outcomes_keep_the_highest_rank_and_are_pruned_with_their_gene
         ledger.record_dirs(j1, [{"dir": leaf, "state": "vanished"}])
 
     c = ledger.refresh_counters(RSE)
-    assert (c["dirs_removed"], c["dirs_refused"]) == (2, 1)
+    assert (c["dirs_removed"], c["dirs_refused"], c["dirs_failed"]) == (2, 1, 1)
     assert c["dirs_by_state"] == {"removed": 2, "refused": 1}
     assert c["dirs_refused_by_reason"] == {"symlink_in_path": 1}
     refused = ledger.query_files(RSE, state="refused", dirs=True)["items"]

@@ -120,7 +120,7 @@ def test_info_answers_wmcore_shape_and_ours_beside(seeded: Any) -> None:
     assert c["filesDeletedSuccess"] == count(seeded, state="deleted") == ledger["deleted"]
     assert c["filesDeletedFail"] == count(seeded, state="failed")
     assert c["dirsToDelete"] == ledger["dirs_removable"] and c["totalNumDirs"] is None
-    assert c["dirsDeletedSuccess"] is None and c["dirsDeletedFail"] is None
+    assert c["dirsDeletedSuccess"] == 1 and c["dirsDeletedFail"] == 1  # DIRS: one removed, one refused
     assert c["gfalErrors"] == {"permission_denied": count(seeded, error_class="permission_denied"),
                                "timeout": count(seeded, error_class="timeout")}
     assert c["missing"] == count(seeded, state="missing") and c["unknown"] == 4 * 500 - len(seeded.seed["outcomes"])
@@ -242,8 +242,9 @@ def test_dirs_by_state_reason_prefix_and_job(seeded: Any) -> None:
     status, body, _ = get(seeded, f"data/dirs?rse={RSE}&state=deleted")  # a file state, not a directory one
     assert status == 400 and "parameter 'state'" in body["error"]
     _, body, _ = get(seeded, f"data/info?rse={RSE}")
-    c = body["result"][0]["counters"]
-    assert (c["dirs_removed"], c["dirs_refused"], c["dirs_refused_by_reason"]) == (1, 1, {"symlink_in_path": 1})
+    c = body["result"][0]["rseData"][0]["counters"]
+    assert (c["dirsDeletedSuccess"], c["dirsDeletedFail"]) == (1, 1)
+    assert (c["dirs_refused"], c["dirs_refused_by_reason"]) == (1, {"symlink_in_path": 1})
 
 
 def test_jobs_cycles_plan(seeded: Any) -> None:

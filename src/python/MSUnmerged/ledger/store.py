@@ -28,7 +28,7 @@ from MSUnmerged.jobs.spec import CleanupJob
 from MSUnmerged.ledger.retry import LedgerError, with_retry
 from MSUnmerged.lfn import PrefixSet
 from MSUnmerged.planner import Plan
-from MSUnmerged.worker.report import DIR_OUTCOMES
+from MSUnmerged.worker.report import DIR_OUTCOMES, EXPECTED_DIR_REASONS
 
 # File states.
 PLANNED = "planned"  # in a job, outcome not known yet (see the job's state)
@@ -50,6 +50,7 @@ DIR_REFUSED = "refused"
 DIR_RANK = {"dry_run": 0, "not_attempted": 1, "not_empty": 2, "timeout": 3, "storage_error": 3,
             "permission_denied": 3, DIR_REFUSED: 4, "missing": 5, DIR_REMOVED: 6}
 assert set(DIR_RANK) == set(DIR_OUTCOMES)
+DIR_ERRORS = ("permission_denied", "timeout", "storage_error")
 
 # Job states: "planned" before intent, then jobs.backend.JobState values.
 JOB_PLANNED = "planned"
@@ -407,11 +408,14 @@ class Ledger:
             {"$group": {"_id": {"state": "$state", "cls": "$error_class"}, "n": {"$sum": 1}}}])), "dirs by state")
         dirs_by_state: dict[str, int] = {}
         refused_by_reason: dict[str, int] = {}
+        dirs_failed = 0  # not removed for a storage error or an unexpected refusal (not the plan's keep rules)
         for r in dirs:
-            dirs_by_state[r["_id"]["state"]] = dirs_by_state.get(r["_id"]["state"], 0) + r["n"]
-            if r["_id"]["state"] == DIR_REFUSED:
-                reason = r["_id"].get("cls") or "unclassified"
-                refused_by_reason[reason] = refused_by_reason.get(reason, 0) + r["n"]
+            state, reason = r["_id"]["state"], r["_id"].get("cls") or ""
+            dirs_by_state[state] = dirs_by_state.get(state, 0) + r["n"]
+            if state == DIR_REFUSED:
+                refused_by_reason[reason or "unclassified"] = refused_by_reason.get(reason or "unclassified", 0) + r["n"]
+            if state in DIR_ERRORS or state == DIR_REFUSED and reason not in EXPECTED_DIR_REASONS:
+                dirs_failed += r["n"]
         bytes_freed = sum(j.get("summary", {}).get("bytes_freed", 0) for j in with_retry(
             lambda: list(self.jobs.find({"rse": rse, "gen": gen}, {"summary.bytes_freed": 1})), "bytes"))
         counters = {"to_delete": entry.get("to_delete", 0), "pending": by_state[PLANNED],
@@ -422,6 +426,7 @@ class Ledger:
                     "invalid": entry.get("invalid", {}), "dirs_removable": entry.get("dirs_removable", 0),
                     "bytes_freed": bytes_freed, "protected_count": entry.get("protected_count", 0),
                     "dirs_removed": dirs_by_state.get(DIR_REMOVED, 0), "dirs_refused": dirs_by_state.get(DIR_REFUSED, 0),
+                    "dirs_failed": dirs_failed,
                     "dirs_by_state": dirs_by_state, "dirs_refused_by_reason": refused_by_reason}
         with_retry(lambda: self.rses.update_one({"_id": rse}, {"$set": {"counters": counters,
                                                                         "counted_at": time.time()}}), "counters")

@@ -47,8 +47,8 @@ WMCORE_COUNTERS = {
     "filesToDelete": "to_delete",
     "filesDeletedSuccess": "deleted",
     "filesDeletedFail": "failed",
-    "dirsDeletedSuccess": None,
-    "dirsDeletedFail": None,
+    "dirsDeletedSuccess": "dirs_removed",
+    "dirsDeletedFail": "dirs_failed",
     "gfalErrors": "failed_by_class",  # WMCore: a tally by gfal error; here by error class
 }
 
