@@ -205,6 +205,7 @@ class Cleanup:
             self.report.start(self.info())
             return self._refuse_all(EXIT_CONFIG, str(exc))
         root = pfn.unmerged_root(lambda path: map_path(mapper, path)[0])
+        deleter.root = root or ""
         self.method = dict(method.describe(), deleter=deleter.name, unmerged_pfn=root, checks=deleter.checks(),
                            pfn_layout=job.pfn_layout, mapping_check=job.mapping_check)
         self.report.start(dict(self.info(), method=self.method))
@@ -212,7 +213,6 @@ class Cleanup:
             return self._refuse_all(EXIT_CONFIG, "the site config's PFN of %s is %s, Rucio's is %s" % (
                 paths.UNMERGED, root, job.unmerged_pfn), REFUSED, MAPPING_DISAGREES)
         bad_root = pfn.root_problem(root, job.pfn_layout)
-        deleter.root = root or ""
         todo: List[Tuple[str, str]] = []
         for lfn, refusal in checked:
             got = None

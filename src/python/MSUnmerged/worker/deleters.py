@@ -14,6 +14,7 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, TypeVar
@@ -300,8 +301,10 @@ class XrootdDeleter(Deleter):
         host = self.split(pfns[0])[0]  # every PFN of a job is on the unmerged root's endpoint
         paths = [self.split(p)[1] for p in pfns]
         limit = 2 * self.timeout + 10
-        rc, out, err = _run(["xrdfs", host], self._tool_env(), limit,
-                            stdin="".join("stat %s\n" % p for p in paths) + "exit\n")
+        # Interactive xrdfs aborts without HOME and keeps a history file there: give it a scratch one.
+        with tempfile.TemporaryDirectory(prefix="msunmerged-xrdfs-") as home:
+            rc, out, err = _run(["xrdfs", host], dict(self._tool_env(), HOME=home), limit,
+                                stdin="".join("stat %s\n" % p for p in paths) + "exit\n")
         found: Dict[str, Dict[str, str]] = {}
         block: Dict[str, str] = {}
         for line in out.splitlines():
