@@ -186,13 +186,15 @@ def test_hostile_storage_json_deletes_nothing_outside(area: Area, tmp_path: Path
     area.check(before, set() if dry_run else gone)
 
 
-def test_rucio_disagreeing_refuses_the_whole_job(area: Area, tmp_path: Path) -> None:
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_rucio_disagreeing_refuses_the_whole_job(area: Area, tmp_path: Path, dry_run: bool) -> None:
     ok, other = _plant(area)
     put(area.outside, "/store/unmerged" + ok[0][len("/store/unmerged"):])  # where the bad prefix points
     area.sc = make_site(area.top, [{"protocol": "posix", "prefix": str(area.outside)}],
                         [{"volume": VOLUME, "protocol": "posix", "command": "cp"}])
     before = snapshot(area.top)
-    man = manifest(ok + other, remove_dirs=[f"{BASE}/00000"], unmerged_pfn=f"{area.unmerged}/", mapping_check="rucio")
+    man = manifest(ok + other, remove_dirs=[f"{BASE}/00000"], unmerged_pfn=f"{area.unmerged}/", mapping_check="rucio",
+                   dry_run=dry_run)
     rc, lines = run_worker(tmp_path / "job", man, area.sc)
     assert rc == 3
     assert {(x["outcome"], x["reason"]) for x in lines if "lfn" in x or "dir" in x} == {("refused", "mapping_disagrees")}
