@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from servers import run_script
-from worker_kit import (AS_NOBODY, SYSTEM_PYTHON, changes, dirs, files, make_site, manifest, put, run_worker, snapshot,
-                        world_dir)
+from worker_kit import (AS_NOBODY, HOSTILE, SYSTEM_PYTHON, changes, dirs, files, hostile_site, make_site, manifest, put,
+                        run_worker, snapshot, world_dir)
 
 pytestmark = pytest.mark.integration
 
@@ -96,12 +96,24 @@ def test_links_and_hostile_rules_over_file_urls(tmp_path: Path, python: str, del
     assert not changed and secret.exists()
     assert gone == {str(storage / x.lstrip("/")) for x in plain + [f"{BASE}/00000/link.root"]} | (
         {str(storage / f"{BASE}/00000".lstrip("/"))} if deleter == "gfal2" else set())
-    # A rule sending /store/unmerged/ into /store/data: nothing deleted there.
-    put(data, f"/Run2023D/EGamma1/MINIAOD/PromptReco-v2/00001/g.root")
-    put(storage, f"{BASE}/00001/g.root")
-    sc = make_site(top, [{"protocol": "file", "rules": [{"lfn": "/+store/unmerged/(.*)", "pfn": f"file://{data}/$1"}]}],
-                   [{"volume": "Test_Disk", "protocol": "file"}])
+
+
+@pytest.mark.parametrize("variant", HOSTILE)
+@pytest.mark.parametrize("python", [SYSTEM_PYTHON, sys.executable], ids=["gfal2", "gfal-rm"])
+def test_hostile_mapping_over_file_urls_deletes_nothing_outside(tmp_path: Path, python: str, variant: str) -> None:
+    top = world_dir("msunmerged-gfal-")
+    storage, _ = gfal_site(top)
+    ok = [f"{BASE}/00000/f{i}.root" for i in range(2)]
+    other = [f"{BASE}/00001/g{i}.root" for i in range(2)]
+    for lfn in ok + other:
+        put(storage, lfn)
+        put(storage, lfn.replace("/store/unmerged/", "/store/data/"))
+    sc = hostile_site(top, f"file://{storage}", "file", "gfal2", variant)
     before = snapshot(top)
-    rc, lines = run_worker(tmp_path / "job2", manifest([f"{BASE}/00001/g.root"]), sc, python=python)
-    assert rc == 1 and files(lines)[f"{BASE}/00001/g.root"]["reason"] == "pfn_outside_unmerged"
-    assert changes(before, snapshot(top)) == (set(), set())
+    rc, lines = run_worker(tmp_path / "job", manifest(ok + other), sc, python=python)
+    assert rc == 1
+    out = files(lines)
+    refused = other if variant == "one_dataset" else ok + other
+    assert {(out[x]["outcome"], out[x]["reason"]) for x in refused} == {("refused", "pfn_outside_unmerged")}
+    gone, changed = changes(before, snapshot(top))
+    assert not changed and gone == {str(storage / x.lstrip("/")) for x in ok + other if x not in refused}

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from worker_kit import (SYSTEM_PYTHON, changes, dirs, files, make_site, manifest, run_worker, snapshot, summary,
-                        world_dir)
+from worker_kit import (HOSTILE, SYSTEM_PYTHON, changes, dirs, files, hostile_site, make_site, manifest, run_worker,
+                        snapshot, summary, world_dir)
 
 pytestmark = pytest.mark.integration
 
@@ -93,26 +93,18 @@ def test_unresponsive_server_gives_timeouts_after_bounded_retries(xrootd_server,
     assert all(p.exists() for p in paths)
 
 
-def _hostile_site(url: str, command: str, variant: str) -> Path:
-    rules = {"direct": [{"lfn": "/+store/unmerged/(.*)", "pfn": url + "//store/data/$1"}],
-             "dotdot": [{"lfn": "/+store/unmerged/(.*)", "pfn": url + "//store/unmerged/../data/$1"}],
-             "one_dataset": [{"lfn": "/+store/unmerged/(.*/00001/.*)", "pfn": url + "//store/data/$1"},
-                             {"lfn": "/+(.*)", "pfn": url + "//$1"}]}[variant]
-    return make_site(world_dir("msunmerged-xrd-"), [{"protocol": "XRootD", "rules": rules}],
-                     [{"volume": "Test_Disk", "protocol": "XRootD", "command": command}])
-
-
-@pytest.mark.parametrize("variant", ["direct", "dotdot", "one_dataset"])
-@pytest.mark.parametrize("command,python", [("xrdcp", sys.executable), ("gfal2", SYSTEM_PYTHON)])
+@pytest.mark.parametrize("variant", HOSTILE)
+@pytest.mark.parametrize("command,python", [("xrdcp", sys.executable), ("gfal2", SYSTEM_PYTHON), ("gfal2", sys.executable)],
+                         ids=["xrdfs", "gfal2", "gfal-rm"])
 def test_hostile_mapping_on_xrootd_deletes_nothing_outside(xrootd_server, tmp_path: Path, variant: str,
                                                            command: str, python: str) -> None:
-    base = f"{BASE}-{variant}-{command}"
+    base = f"{BASE}-{variant}-{command}-{'sys' if python == SYSTEM_PYTHON else 'venv'}"
     ok = [f"{base}/00000/f{i}.root" for i in range(2)]
     other = [f"{base}/00001/g{i}.root" for i in range(2)]
     kept = [xrootd_server.put(lfn.replace("/store/unmerged/", "/store/data/")) for lfn in ok + other]
     plain = [xrootd_server.put(lfn) for lfn in ok + other]
     before = snapshot(xrootd_server.data)
-    sc = _hostile_site(xrootd_server.url, command, variant)
+    sc = hostile_site(world_dir("msunmerged-xrd-"), xrootd_server.url + "/", "XRootD", command, variant)
     rc, lines = run_worker(tmp_path / "job", manifest(ok + other, remove_dirs=[f"{base}/00001"]), sc, python=python,
                            prefix=["nsenter", "-t", str(xrootd_server.pid), "-n"])
     assert rc == 1, summary(lines)
