@@ -362,15 +362,16 @@ class Cleanup:
         # Leaf first, whatever order the manifest used.
         for directory in sorted(set(valid), key=lambda d: (-paths.depth(d), d)):
             got, refusal = self._place(mapper, deleter, directory, bad_root)
-            seen = deleter.inspect([got], directory=True)[0].result if refusal is None else None
+            stopped = self.stop.reason is not None and not self.dry_run
+            seen = deleter.inspect([got], directory=True)[0].result if refusal is None and not stopped else None
             if refusal is not None:
                 self.report.directory(directory, got, REFUSED, refusal[1], refusal[0])
+            elif stopped:
+                self.report.directory(directory, got, "not_attempted", self.stop.reason)
             elif seen is not None:
                 self.report.directory(directory, got, seen.outcome, seen.error, seen.reason)
             elif self.dry_run:
                 self.report.directory(directory, got, "dry_run", None)
-            elif self.stop.reason is not None:
-                self.report.directory(directory, got, "not_attempted", self.stop.reason)
             elif not deleter.can_rmdir:
                 self.report.directory(directory, got, "not_attempted", "%s has no non-recursive rmdir" % deleter.name)
             else:
