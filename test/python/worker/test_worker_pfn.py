@@ -1,7 +1,12 @@
 """PFN sanity rules (MSUnmerged.worker.pfn): canonical form, the unmerged root, endpoint comparison."""
 from __future__ import annotations
 
+import posixpath
+import urllib.parse
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from MSUnmerged.worker import pfn
 
@@ -48,3 +53,17 @@ def test_root_problem() -> None:
     assert "no PFN" in pfn.root_problem(None, "standard")  # type: ignore[operator]
     assert pfn.unmerged_root(lambda lfn: "/data" + lfn) == "/data/store/unmerged/"
     assert pfn.unmerged_root(lambda lfn: "/data/um_" + lfn.rsplit("/", 1)[1]) is None
+
+
+PART = st.sampled_from(["a", "b", "..", ".", "", "store", "unmerged", "data", "%2e%2e", "x%2Fy"])
+
+
+@settings(max_examples=500, deadline=None)
+@given(parts=st.lists(PART, min_size=1, max_size=8), layout=st.sampled_from(pfn.LAYOUTS),
+       slashes=st.sampled_from(["/", "//"]))
+def test_an_accepted_pfn_never_resolves_outside_the_root(parts: list[str], layout: str, slashes: str) -> None:
+    """Whatever a rule produces, a PFN that passes resolves (normpath, unquoted) strictly below the root."""
+    mapped = "root://se.example.org:1094" + slashes + "data/store/unmerged/" + "/".join(parts)
+    if pfn.pfn_problem(mapped, "/store/unmerged/" + "/".join(parts), ROOT, layout) is None:
+        resolved = posixpath.normpath(urllib.parse.unquote(pfn.split(mapped).path))  # type: ignore[union-attr]
+        assert resolved.startswith("/data/store/unmerged/") and resolved != "/data/store/unmerged"
