@@ -15,8 +15,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from worker_kit import (VOLUME, changes, dirs, files, make_site, manifest, posix_site, put, run_worker,
-                        site_config_xml, snapshot, summary, world_dir)
+from worker_kit import (HOSTILE, VOLUME, changes, dirs, files, hostile_site, make_site, manifest, posix_site, put,
+                        run_worker, snapshot, summary, world_dir)
 
 BASE = "/store/unmerged/Run2024F/Muon0/AOD/PromptReco-v1"
 LINKED = "/store/unmerged/Run2024F/Linked/AOD/v1"
@@ -126,22 +126,6 @@ def test_links_above_the_unmerged_root_are_the_sites_layout(area: Area, tmp_path
     assert not area.at(f"{BASE}/00000").exists()
 
 
-# storage.json variants: protocols of the "posix" method, or a legacy trivial file catalog.
-def _rules(rules: list[dict[str, str]]) -> list[dict[str, Any]]:
-    return [{"protocol": "posix", "rules": rules}]
-
-
-VARIANTS = {
-    "direct": lambda s: _rules([{"lfn": "/+store/unmerged/(.*)", "pfn": f"{s}/store/data/$1"}]),
-    "chain": lambda s: [{"protocol": "direct", "rules": [{"lfn": "/+store/unmerged/(.*)", "pfn": "/store/data/$1"},
-                                                         {"lfn": "/+(.*)", "pfn": "/$1"}]},
-                        {"protocol": "posix", "rules": [{"lfn": "/+(.*)", "pfn": f"{s}/$1", "chain": "direct"}]}],
-    "dotdot": lambda s: _rules([{"lfn": "/+store/unmerged/(.*)", "pfn": f"{s}/store/unmerged/../data/$1"}]),
-    "one_dataset": lambda s: _rules([{"lfn": "/+store/unmerged/(Run2024F/Muon0/.*/00001/.*)", "pfn": f"{s}/store/data/$1"},
-                                     {"lfn": "/+(.*)", "pfn": f"{s}/$1"}]),
-}
-
-
 def _plant(area: Area, n: int = 2) -> tuple[list[str], list[str]]:
     """Job files in 00000 and 00001, each also present under /store/data/ (where a bad rule points)."""
     ok = [f"{BASE}/00000/f{i}.root" for i in range(n)]
@@ -152,24 +136,11 @@ def _plant(area: Area, n: int = 2) -> tuple[list[str], list[str]]:
     return ok, other
 
 
-def _with_tfc(area: Area) -> None:
-    tfc = area.top / "SITECONF" / "tfc.xml"
-    tfc.write_text('<storage-mapping><lfn-to-pfn protocol="direct" path-match="/+store/unmerged/(.*)" '
-                   f'result="{area.storage}/store/data/$1"/></storage-mapping>')
-    site_config_xml(area.sc, "<local-stage-out><command value=\"cp\"/>"
-                    f"<catalog url=\"trivialcatalog_file:{tfc}?protocol=direct\"/>"
-                    "<phedex-node value=\"T2_XX_Test\"/></local-stage-out>")
-
-
-@pytest.mark.parametrize("variant", [*VARIANTS, "tfc"])
+@pytest.mark.parametrize("variant", HOSTILE)
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_hostile_storage_json_deletes_nothing_outside(area: Area, tmp_path: Path, variant: str, dry_run: bool) -> None:
     ok, other = _plant(area)
-    if variant == "tfc":
-        _with_tfc(area)
-    else:
-        area.sc = make_site(area.top, VARIANTS[variant](area.storage), [{"volume": VOLUME, "protocol": "posix",
-                                                                          "command": "cp"}])
+    area.sc = hostile_site(area.top, str(area.storage), "posix", "cp", variant)
     before = snapshot(area.top)
     man = manifest(ok + other, remove_dirs=[f"{BASE}/00000", f"{BASE}/00001"], dry_run=dry_run)
     rc, lines = run_worker(tmp_path / "job", man, area.sc)
@@ -186,13 +157,15 @@ def test_hostile_storage_json_deletes_nothing_outside(area: Area, tmp_path: Path
     area.check(before, set() if dry_run else gone)
 
 
-def test_rucio_disagreeing_refuses_the_whole_job(area: Area, tmp_path: Path) -> None:
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_rucio_disagreeing_refuses_the_whole_job(area: Area, tmp_path: Path, dry_run: bool) -> None:
     ok, other = _plant(area)
     put(area.outside, "/store/unmerged" + ok[0][len("/store/unmerged"):])  # where the bad prefix points
     area.sc = make_site(area.top, [{"protocol": "posix", "prefix": str(area.outside)}],
                         [{"volume": VOLUME, "protocol": "posix", "command": "cp"}])
     before = snapshot(area.top)
-    man = manifest(ok + other, remove_dirs=[f"{BASE}/00000"], unmerged_pfn=f"{area.unmerged}/", mapping_check="rucio")
+    man = manifest(ok + other, remove_dirs=[f"{BASE}/00000"], unmerged_pfn=f"{area.unmerged}/", mapping_check="rucio",
+                   dry_run=dry_run)
     rc, lines = run_worker(tmp_path / "job", man, area.sc)
     assert rc == 3
     assert {(x["outcome"], x["reason"]) for x in lines if "lfn" in x or "dir" in x} == {("refused", "mapping_disagrees")}
@@ -218,9 +191,9 @@ def test_site_specific_layout_relaxes_only_the_lfn_suffix(area: Area, tmp_path: 
         put(disk, lfn[len("/store/unmerged"):])
     for lfn in other:
         put(area.data, lfn[len("/store/unmerged"):])
-    area.sc = make_site(area.top, _rules([
-        {"lfn": "/+store/unmerged/(Run2024F/Muon0/.*/00001/.*)", "pfn": f"{area.storage}/store/data/$1"},
-        {"lfn": "/+store/unmerged/(.*)", "pfn": f"{disk}/$1"}]), [{"volume": VOLUME, "protocol": "posix", "command": "cp"}])
+    area.sc = make_site(area.top, [{"protocol": "posix", "rules": [
+        {"lfn": "/+store/unmerged/(.*/00001/.*)", "pfn": f"{area.storage}/store/data/$1"},
+        {"lfn": "/+store/unmerged/(.*)", "pfn": f"{disk}/$1"}]}], [{"volume": VOLUME, "protocol": "posix", "command": "cp"}])
     before = snapshot(area.top)
     rc, lines = run_worker(tmp_path / "std", manifest(ok + other), area.sc)
     assert rc == 1 and {x["reason"] for x in files(lines).values()} == {"pfn_outside_unmerged"}

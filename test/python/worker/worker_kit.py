@@ -141,3 +141,29 @@ def site_config_xml(sc: Path, body: str, site: str = SITE) -> None:
     """Replace the site-local-config.xml of `sc` with one holding `body` inside <site>."""
     (sc / "JobConfig" / "site-local-config.xml").write_text(
         f'<site-local-config><site name="{site}">{body}</site></site-local-config>')
+
+
+HOSTILE = ("direct", "chain", "dotdot", "one_dataset", "tfc")
+
+
+def hostile_site(top: Path, base: str, protocol: str, command: str, variant: str) -> Path:
+    """A site whose mapping sends /store/unmerged/ (one_dataset: only files in .../00001/) into
+    /store/data/ of the storage whose "/" has the PFN `base`: a rule, a chain, '..' in the
+    template, or a legacy trivial file catalog (variants in HOSTILE)."""
+    into_data = base + "/store/data/$1"
+    rules = {"direct": [{"lfn": "/+store/unmerged/(.*)", "pfn": into_data}],
+             "chain": [{"lfn": "/+(.*)", "pfn": base + "/$1", "chain": "lfn"}],
+             "dotdot": [{"lfn": "/+store/unmerged/(.*)", "pfn": base + "/store/unmerged/../data/$1"}],
+             "one_dataset": [{"lfn": "/+store/unmerged/(.*/00001/.*)", "pfn": into_data},
+                             {"lfn": "/+(.*)", "pfn": base + "/$1"}],
+             "tfc": [{"lfn": "/+(.*)", "pfn": base + "/$1"}]}[variant]  # a fair storage.json the TFC overrides
+    lfn_step = {"protocol": "lfn", "rules": [{"lfn": "/+store/unmerged/(.*)", "pfn": "/store/data/$1"}]}
+    sc = make_site(top, [lfn_step, {"protocol": protocol, "rules": rules}],
+                   [{"volume": VOLUME, "protocol": protocol, "command": command}])
+    if variant == "tfc":
+        (top / "tfc.xml").write_text(f'<storage-mapping><lfn-to-pfn protocol="{protocol}" path-match="/+store/unmerged/(.*)"'
+                                     f' result="{into_data}"/></storage-mapping>')
+        site_config_xml(sc, f'<local-stage-out><command value="{command}"/>'
+                        f'<catalog url="trivialcatalog_file:{top}/tfc.xml?protocol={protocol}"/>'
+                        f'<phedex-node value="{RSE}"/></local-stage-out>')
+    return sc

@@ -64,8 +64,12 @@ class CleanupJob:
             "task": {"name": self.task_name, "type": self.task_type, "steps": [asdict(self.step)]},
         }
 
+    def manifest_bytes(self) -> bytes:
+        """The manifest as the worker reads it: ASCII JSON, no NaN/Infinity (refused at the site)."""
+        return json.dumps(self.manifest(), indent=1, allow_nan=False).encode("ascii")
+
     def write_manifest(self, path: Path) -> Path:
-        path.write_bytes(json.dumps(self.manifest(), indent=1, allow_nan=False).encode("ascii"))
+        path.write_bytes(self.manifest_bytes())
         return path
 
     @property

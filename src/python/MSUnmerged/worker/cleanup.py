@@ -205,6 +205,7 @@ class Cleanup:
             self.report.start(self.info())
             return self._refuse_all(EXIT_CONFIG, str(exc))
         root = pfn.unmerged_root(lambda path: map_path(mapper, path)[0])
+        deleter.root = root or ""
         self.method = dict(method.describe(), deleter=deleter.name, unmerged_pfn=root, checks=deleter.checks(),
                            pfn_layout=job.pfn_layout, mapping_check=job.mapping_check)
         self.report.start(dict(self.info(), method=self.method))
@@ -212,7 +213,6 @@ class Cleanup:
             return self._refuse_all(EXIT_CONFIG, "the site config's PFN of %s is %s, Rucio's is %s" % (
                 paths.UNMERGED, root, job.unmerged_pfn), REFUSED, MAPPING_DISAGREES)
         bad_root = pfn.root_problem(root, job.pfn_layout)
-        deleter.root = root or ""
         todo: List[Tuple[str, str]] = []
         for lfn, refusal in checked:
             got = None
@@ -362,15 +362,16 @@ class Cleanup:
         # Leaf first, whatever order the manifest used.
         for directory in sorted(set(valid), key=lambda d: (-paths.depth(d), d)):
             got, refusal = self._place(mapper, deleter, directory, bad_root)
-            seen = deleter.inspect([got], directory=True)[0].result if refusal is None else None
+            stopped = self.stop.reason is not None and not self.dry_run
+            seen = deleter.inspect([got], directory=True)[0].result if refusal is None and not stopped else None
             if refusal is not None:
                 self.report.directory(directory, got, REFUSED, refusal[1], refusal[0])
+            elif stopped:
+                self.report.directory(directory, got, "not_attempted", self.stop.reason)
             elif seen is not None:
                 self.report.directory(directory, got, seen.outcome, seen.error, seen.reason)
             elif self.dry_run:
                 self.report.directory(directory, got, "dry_run", None)
-            elif self.stop.reason is not None:
-                self.report.directory(directory, got, "not_attempted", self.stop.reason)
             elif not deleter.can_rmdir:
                 self.report.directory(directory, got, "not_attempted", "%s has no non-recursive rmdir" % deleter.name)
             else:

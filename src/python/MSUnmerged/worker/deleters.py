@@ -14,6 +14,7 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, TypeVar
@@ -97,6 +98,7 @@ class Deleter:
     batch_size = 100
     can_rmdir = True
     mtime_step = 0.0  # the resolution of the mtimes `inspect` gives (xrootd and gfal2: whole seconds)
+    remote_checks = "none"  # what `inspect` learns of a PFN that is not local
 
     def __init__(self, timeout: float, env: Optional[Mapping[str, str]] = None) -> None:
         self.timeout = timeout
@@ -104,12 +106,14 @@ class Deleter:
         self.root = ""
 
     def inspect(self, pfns: List[str], directory: bool = False) -> List[Seen]:
-        """One Seen per PFN; the base class sees nothing."""
+        """One Seen per PFN: local ones walked from the root without following a link, others unseen."""
+        if _local_path(self.root):
+            return watched_map(lambda p: look_local(self.root, p, directory), pfns, self.timeout, Seen)
         return [Seen()] * len(pfns)
 
     def checks(self) -> str:
         """What `inspect` checks, for the report's start line."""
-        return "none"
+        return "lstat" if _local_path(self.root) else self.remote_checks
 
     def problem(self) -> Optional[str]:
         return None
@@ -203,9 +207,6 @@ class PosixDeleter(Deleter):
     def accepts(self, pfn: str) -> bool:
         return _local_path(pfn) is not None
 
-    def checks(self) -> str:
-        return "lstat"
-
     def _act(self, action: Callable[[str, str], None], pfn: str, done: Result, directory: bool) -> Result:
         below = below_root(pfn, self.root)
         try:
@@ -215,9 +216,6 @@ class PosixDeleter(Deleter):
             return symlink_refusal(exc)
         except OSError as exc:
             return from_errno(exc.errno or 0, localfs.error_text(exc, self.root, below), directory)
-
-    def inspect(self, pfns: List[str], directory: bool = False) -> List[Seen]:
-        return watched_map(lambda p: look_local(self.root, p, directory), pfns, self.timeout, Seen)
 
     def unlink(self, pfns: List[str]) -> List[Result]:
         return watched_map(lambda p: self._act(localfs.unlink, p, OK, False), pfns, self.timeout)
@@ -251,7 +249,7 @@ def _tail(text: str) -> str:
 _XRD_URL = re.compile(r"^(root|xroot)s?://[^/]+")
 _XRD_LINE = re.compile(r"^(?:rm|rmdir) (\S+) : \[(SUCCESS|ERROR|FATAL)\] ?(.*)$")
 # `xrdfs host` reading "stat <path>" lines: a block per found path; errors on stderr name the path.
-_XRD_STAT = re.compile(r"^(Path|Size|MTime|Flags):\s*(.*)$")
+_XRD_STAT = re.compile(r"^(Path|Size|MTime):\s*(.*)$")
 
 
 class XrootdDeleter(Deleter):
@@ -259,6 +257,8 @@ class XrootdDeleter(Deleter):
 
     name = "xrootd"
     batch_size = 200
+    mtime_step = 1.0  # xrdfs prints MTime in whole seconds (UTC)
+    remote_checks = "stat"
 
     def problem(self) -> Optional[str]:
         return None if shutil.which("xrdfs", path=self.env.get("PATH")) else "xrdfs not found on PATH"
@@ -278,16 +278,11 @@ class XrootdDeleter(Deleter):
         # xrdfs reads its stat commands as words: a path with whitespace would be split.
         return bool(self.split(pfn)[0]) and not re.search(r"\s", pfn)
 
-    def checks(self) -> str:
-        return "stat"
-
     def _tool_env(self) -> Dict[str, str]:
         env = dict(self.env)
         # Per request: xrdfs gives up on a path after this many seconds and says so.
         env.setdefault("XRD_REQUESTTIMEOUT", str(max(1, int(self.timeout))))
         return env
-
-    mtime_step = 1.0  # xrdfs prints MTime in whole seconds (UTC)
 
     def inspect(self, pfns: List[str], directory: bool = False) -> List[Seen]:
         """Size and mtime of files: one `xrdfs <host>` process reading a "stat <path>" line per file.
@@ -300,8 +295,10 @@ class XrootdDeleter(Deleter):
         host = self.split(pfns[0])[0]  # every PFN of a job is on the unmerged root's endpoint
         paths = [self.split(p)[1] for p in pfns]
         limit = 2 * self.timeout + 10
-        rc, out, err = _run(["xrdfs", host], self._tool_env(), limit,
-                            stdin="".join("stat %s\n" % p for p in paths) + "exit\n")
+        # Interactive xrdfs aborts without HOME and keeps a history file there: give it a scratch one.
+        with tempfile.TemporaryDirectory(prefix="msunmerged-xrdfs-") as home:
+            rc, out, err = _run(["xrdfs", host], dict(self._tool_env(), HOME=home), limit,
+                                stdin="".join("stat %s\n" % p for p in paths) + "exit\n")
         found: Dict[str, Dict[str, str]] = {}
         block: Dict[str, str] = {}
         for line in out.splitlines():
@@ -320,7 +317,7 @@ class XrootdDeleter(Deleter):
                 except ValueError:
                     seen.append(Seen(Result(STORAGE_ERROR, "unreadable xrdfs stat answer: %r" % info, True)))
                 continue
-            said = [x for x in err.splitlines() if path + ";" in x or x.rstrip("\x00").endswith(path)]
+            said = [x for x in err.splitlines() if " %s;" % path in x or x.rstrip("\x00").endswith(" " + path)]
             if said:
                 seen.append(Seen(from_message(said[0].rstrip("\x00"))))
             else:
@@ -368,30 +365,18 @@ def _gfal_url(pfn: str) -> str:
     return "file://" + pfn if pfn.startswith("/") else pfn
 
 
-def _gfal_accepts(pfn: str) -> bool:
-    return pfn.startswith("/") or bool(re.match(r"^[a-z][a-z0-9+.-]*://", pfn))
-
-
 class _GfalDeleter(Deleter):
     """What both gfal2 deleters share: file:// PFNs are looked at locally, never following a link
     (gfal2 has no call relative to a directory, so the delete itself goes by path: docs/jobs.md)."""
 
     def accepts(self, pfn: str) -> bool:
-        return _gfal_accepts(pfn)
+        return pfn.startswith("/") or bool(re.match(r"^[a-z][a-z0-9+.-]*://", pfn))
 
-    def checks(self) -> str:
-        return "lstat" if _local_path(self.root) else self._remote_checks
-
-    _remote_checks = "none"
-
-    def _stat_remote(self, url: str) -> Seen:
-        return Seen()
+    _stat_remote: Optional[Callable[[str], Seen]] = None  # a stat of one URL, when the tool has one
 
     def inspect(self, pfns: List[str], directory: bool = False) -> List[Seen]:
-        if _local_path(self.root):
-            return watched_map(lambda p: look_local(self.root, p, directory), pfns, self.timeout, Seen)
-        if directory:
-            return [Seen()] * len(pfns)
+        if _local_path(self.root) or directory or self._stat_remote is None:
+            return super().inspect(pfns, directory)
         return watched_map(self._stat_remote, [_gfal_url(p) for p in pfns], self.timeout + 10, Seen)
 
 
@@ -401,7 +386,7 @@ class Gfal2Deleter(_GfalDeleter):
     name = "gfal2"
     batch_size = 200
     mtime_step = 1.0  # gfal2 stat gives whole seconds
-    _remote_checks = "stat"
+    remote_checks = "stat"
 
     def __init__(self, timeout: float, env: Optional[Mapping[str, str]] = None) -> None:
         super().__init__(timeout, env)
@@ -414,7 +399,7 @@ class Gfal2Deleter(_GfalDeleter):
             return "python gfal2 module not importable: %s" % exc
         return None
 
-    def _stat_remote(self, url: str) -> Seen:
+    def _stat_remote(self, url: str) -> Seen:  # type: ignore[override]
         import gfal2
         try:
             st = self._context().stat(url)

@@ -8,7 +8,7 @@ not canonical and never used.
 from __future__ import annotations
 
 import re
-from typing import NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional
 
 from .paths import UNMERGED
 
@@ -47,7 +47,7 @@ def _canonical(path: str) -> bool:
     return not _ESCAPED.search(path) and all(p not in ("", ".", "..") for p in path[1:].split("/"))
 
 
-def unmerged_root(mapper) -> Optional[str]:  # type: ignore[no-untyped-def]
+def unmerged_root(mapper: Callable[[str], Optional[str]]) -> Optional[str]:
     """The site config's PFN of /store/unmerged/ (ending in '/'), or None when it gives none."""
     pfn = mapper(UNMERGED + ROOT_PROBE)
     if pfn is None or not pfn.endswith("/" + ROOT_PROBE):
