@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from MSUnmerged import lfn
 from MSUnmerged.config import Config
-from MSUnmerged.dumpreader import DumpError
+from MSUnmerged.dumpreader import DumpError, NotADump, check_lines
 from MSUnmerged.lfn import PrefixSet
 
 SUMMARY_VERSION = 1
@@ -39,6 +39,7 @@ GUARD_LINE_COUNT = "scan_line_count_mismatch"
 GUARD_DELETE_FRACTION = "delete_fraction_exceeded"
 GUARD_DELETE_COUNT = "delete_count_exceeded"
 GUARD_DUMP_UNREADABLE = "dump_unreadable"
+GUARD_NOT_A_DUMP = "dump_not_a_dump"
 
 # One match = consecutive lines in the same directory; group 1 is the directory with its slash.
 # It also validates: printable ASCII only, file names non-empty, at most 255 bytes, not '.' or
@@ -499,6 +500,9 @@ def plan(rse: str, chunks: Iterable[bytes], protected: Iterable[str], config: Co
         try:
             for chunk in chunks:
                 planner.feed(chunk)
+            check_lines(planner.counts.total, planner.counts.invalid)
+        except NotADump as exc:
+            guard = GuardTripped(GUARD_NOT_A_DUMP, f"not a dump: {exc}")
         except DumpError as exc:
             guard = GuardTripped(GUARD_DUMP_UNREADABLE, str(exc))
     return planner.finish(end_time, expected, guard)

@@ -3,13 +3,14 @@ generation."""
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from typing import Any
 
 from MSUnmerged.cli import EXIT_OK, BadInput
-from MSUnmerged.cli.ledgercli import ledger_view
-from MSUnmerged.cli.output import table
+from MSUnmerged.cli.ledgercli import known_rse, ledger_view
+from MSUnmerged.cli.output import table, truncated
 from MSUnmerged.config import Config
 from MSUnmerged.rest.view import DIR_STATES, FILE_STATES
 
@@ -39,17 +40,22 @@ def run(args: argparse.Namespace, config: Config) -> int:
         raise BadInput(f"--state {args.state} is not a {'directory' if args.dirs else 'file'} state: "
                        + ", ".join(states))
     with ledger_view(config) as view:
+        known_rse(view, args.rse)
         fetch = view.dirs if args.dirs else view.files
-        records = fetch(args.rse, args.state, args.error_class, args.dir, args.job, None, args.limit)
+        # One record more than asked tells whether the listing is cut.
+        records = iter(fetch(args.rse, args.state, args.error_class, args.dir, args.job, None,
+                             args.limit and args.limit + 1))
+        shown = itertools.islice(records, args.limit or None)
         if args.json:
-            for rec in records:
+            for rec in shown:
                 sys.stdout.write(json.dumps(rec, sort_keys=True, default=str) + "\n")
-            return EXIT_OK
-        if args.dirs:
-            table([(r.get("dir", ""), r.get("state", ""), r.get("error_class") or "-", (r.get("error") or "-")[:80],
-                    r.get("job", "")) for r in records], ("directory", "state", "reason", "error", "job"))
+        elif args.dirs:
+            table([(r.get("dir"), r.get("state"), r.get("error_class"), (r.get("error") or "")[:80], r.get("job"))
+                   for r in shown], ("directory", "state", "reason", "error", "job"))
         else:
-            table([(r.get("lfn", ""), r.get("state", ""), r.get("error_class") or "-",
-                    (r.get("error") or "-")[:80], r.get("attempts", "")) for r in records],
-                  ("LFN", "state", "error class", "error", "attempts"))
+            table([(r.get("lfn"), r.get("state"), r.get("error_class"), (r.get("error") or "")[:80],
+                    r.get("attempts")) for r in shown], ("LFN", "state", "error class", "error", "attempts"))
+        if next(records, None) is not None:
+            what = "directories" if args.dirs else "files"
+            truncated(f"{args.limit:,} {what}", "--limit N for more, --limit 0 for all (--json streams any number)")
     return EXIT_OK
