@@ -12,7 +12,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Protocol
+from typing import Any, Callable, Iterable, Mapping, Optional, Protocol
 
 from MSUnmerged.jobs.backend import JobState, JobStatus
 from MSUnmerged.worker.cleanup import REFUSED_PROTECTED
@@ -221,6 +221,18 @@ class Collected:
     reason: str = ""
 
 
+def _accepted(lines: Iterable[Any], path: Callable[[Any], str], allowed: Optional[set[str]], what: str,
+              problems: list[str], convert: Callable[[Any], dict[str, Any]]) -> list[dict[str, Any]]:
+    """The report lines whose path is in `allowed` (all when None), converted; the others become problems."""
+    out = []
+    for line in lines:
+        if allowed is not None and path(line) not in allowed:
+            problems.append(f"line {line.line}: {path(line)} is not {what}")
+        else:
+            out.append(convert(line))
+    return out
+
+
 class Collector:
     """Hands each finished job's report to the sink and closes the job."""
 
@@ -233,19 +245,11 @@ class Collector:
         out = Collected(job_id, status.state.value)
         if report is not None:
             allowed = set(lfns) if lfns is not None else None
-            outcomes = []
-            for f in report.files:
-                if allowed is not None and f.lfn not in allowed:
-                    out.problems.append(f"line {f.line}: {f.lfn} is not a file of job {job_id}")
-                    continue
-                outcomes.append(ledger_outcome(f))
+            outcomes = _accepted(report.files, lambda f: f.lfn, allowed, f"a file of job {job_id}", out.problems,
+                                 ledger_outcome)
             dirs = None if allowed is None or not report.dirs else {d for lfn in allowed for d in ancestors(lfn)}
-            dir_outcomes = []
-            for d in report.dirs:
-                if dirs is not None and d.dir not in dirs:
-                    out.problems.append(f"line {d.line}: {d.dir} is not a directory of job {job_id}'s files")
-                    continue
-                dir_outcomes.append(ledger_dir_outcome(d))
+            dir_outcomes = _accepted(report.dirs, lambda d: d.dir, dirs, f"a directory of job {job_id}'s files",
+                                     out.problems, ledger_dir_outcome)
             out.problems[:0] = report.problems
             self.sink.record_outcomes(job_id, outcomes)
             self.sink.record_dirs(job_id, dir_outcomes)
