@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from MSUnmerged.worker.pfn import LAYOUTS as PFN_LAYOUTS
+
 ENV_PREFIX = "MSUNMERGED_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "etc" / "msunmerged.toml"
@@ -135,7 +137,7 @@ class JobsConfig:
     request_disk_mb: int = 500
     max_runtime_s: int = 4 * 3600
     local_parallel: int = 2
-    # Per-RSE overrides: RSE -> {"site": ..., "backend": ..., "siteconfig": ...}
+    # Per-RSE overrides: RSE -> {"site": ..., "backend": ..., "siteconfig": ..., "pfn_layout": ...}
     sites: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
@@ -328,6 +330,9 @@ def _validate(cfg: Config) -> None:
              "must be cli or rest")
         need(1 <= sl.array_max_size, f"slurm.sites.{site}.array_max_size" if site else "slurm.array_max_size",
              "must be >= 1")
+    for rse, settings in j.sites.items():
+        need(settings.get("pfn_layout", PFN_LAYOUTS[0]) in PFN_LAYOUTS, f"jobs.sites.{rse}.pfn_layout",
+             "must be " + " or ".join(PFN_LAYOUTS))
     need(j.deadline_h > 0, "jobs.deadline_h", "must be > 0")
     need(j.retries >= 0, "jobs.retries", "must be >= 0")
     need(cfg.mongo.generations_kept >= 1, "mongo.generations_kept", "must be >= 1")

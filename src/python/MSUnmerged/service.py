@@ -52,6 +52,9 @@ class Sources(Protocol):
     def open_dump(self, rse: str) -> BinaryIO:
         """The RSE's dump as a binary stream (closed by the caller)."""
 
+    def unmerged_pfn(self, rse: str) -> Optional[str]:
+        """Rucio's PFN of the RSE's /store/unmerged/ (None without Rucio); SourceError if it cannot answer."""
+
 
 @dataclass
 class RunResult:
@@ -72,6 +75,12 @@ class RunResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def scan_start(scan: Any) -> Optional[float]:
+    """The ConMon scan's start_time (None when it gives none): the workers refuse files modified after it."""
+    start = scan.get("start_time") if isinstance(scan, dict) else None
+    return float(start) if isinstance(start, (int, float)) and not isinstance(start, bool) else None
 
 
 def source_of(exc: SourceError) -> str:
@@ -197,7 +206,8 @@ class Service:
             self.hook("planned", rse)
             if plan.guard:
                 return self._guarded(rse, result, plan.guard, plan.guard_detail)
-            self.ledger.record_plan(plan_dir, plan, decision.generation, protected_count=len(protection))
+            self.ledger.record_plan(plan_dir, plan, decision.generation, protected_count=len(protection),
+                                    scan_started=scan_start(scan))
             self.hook("recorded", rse)
         else:
             result.dropped_protected += self.ledger.drop_protected(rse, decision.generation, protection)
@@ -266,28 +276,40 @@ class Service:
             raise LedgerError("no_site", f"no site for RSE {rse}: set jobs.sites.{rse}.site")
         return site
 
-    def _build(self, rse: str, job_doc: dict[str, Any], protected: Sequence[str],
-               removable: set[str]) -> Optional[CleanupJob]:
+    def _build(self, rse: str, job_doc: dict[str, Any], protected: Sequence[str], removable: set[str],
+               checks: dict[str, Any]) -> Optional[CleanupJob]:
         """The job's files still planned, as a CleanupJob (None when none is left)."""
         lfns = self.ledger.job_lfns(job_doc["_id"])
         if not lfns:
             return None
         return make_job(job_doc["_id"], rse, self._site(rse), lfns, removable, protected, self.config,
-                        generation=job_doc["gen"])
+                        generation=job_doc["gen"], **checks)
 
     def _removable(self, rse: str, generation: float) -> set[str]:
-        entry = next((g for g in self.ledger.rse(rse).get("generations", []) if g["gen"] == generation), {})
+        entry = self._entry(rse, generation)
         path = Path(entry.get("plan_dir", "")) / "dirs.txt"
         if not entry or not path.exists():
             return set()
         return set(path.read_text(encoding="utf-8", errors="surrogateescape").split())
 
+    def _entry(self, rse: str, generation: float) -> dict[str, Any]:
+        return next((g for g in self.ledger.rse(rse).get("generations", []) if g["gen"] == generation), {})
+
+    def _checks(self, rse: str, generation: float) -> dict[str, Any]:
+        """What the jobs' workers check their site against: Rucio's PFN of /store/unmerged/ (a Rucio failure
+        raises SourceError: nothing is submitted) and the start of the scan the plan comes from."""
+        return {"unmerged_pfn": self.sources.unmerged_pfn(rse),
+                "scan_started": self._entry(rse, generation).get("scan_started")}
+
     def _submit_planned(self, rse: str, generation: float, protected: Sequence[str]) -> int:
         """Intent first, then submit, then mark: a crash in between is repaired by _reconcile."""
-        removable = self._removable(rse, generation)
+        docs = self.ledger.jobs_in(rse, [JOB_PLANNED], generation)
+        if not docs:
+            return 0
+        removable, checks = self._removable(rse, generation), self._checks(rse, generation)
         jobs = []
-        for doc in self.ledger.jobs_in(rse, [JOB_PLANNED], generation):
-            job = self._build(rse, doc, protected, removable)
+        for doc in docs:
+            job = self._build(rse, doc, protected, removable, checks)
             if job is None:
                 self.ledger.close_job(doc["_id"], JobState.COLLECTED.value, "no files left")
             else:
@@ -322,9 +344,12 @@ class Service:
             protection = planner.check_protection(protected, self.ledger.rse(rse).get("protected_count"),
                                                   self.config.guards.max_protected_shrink)
             jobs = []
+            gens = {doc["gen"] for doc in missing}
+            removable = {gen: self._removable(rse, gen) for gen in gens}
+            checks = {gen: self._checks(rse, gen) for gen in gens}
             for doc in missing:
                 self.ledger.drop_protected(rse, doc["gen"], protection)
-                job = self._build(rse, doc, protected, self._removable(rse, doc["gen"]))
+                job = self._build(rse, doc, protected, removable[doc["gen"]], checks[doc["gen"]])
                 if job is None:
                     self.ledger.close_job(doc["_id"], JobState.COLLECTED.value, "no files left")
                 else:

@@ -69,10 +69,11 @@ def world_readable_dir(prefix: str) -> Path:
 
 
 def chown_tree(root: Path, uid: int) -> None:
-    for dirpath, _, files in os.walk(root):
-        os.chown(dirpath, uid, uid)
-        for name in files:
-            os.chown(os.path.join(dirpath, name), uid, uid)
+    """Everything under `root` owned by `uid`: links themselves, never what they point to."""
+    os.chown(root, uid, uid)
+    for dirpath, dirs, files in os.walk(root):
+        for name in dirs + files:
+            os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
 
 
 def files_left(storage: Path) -> set[str]:

@@ -13,6 +13,7 @@ from MSUnmerged.dumpreader import iter_chunks
 from MSUnmerged.jobs.backend import wait_for
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.service import Service
+from MSUnmerged.sources.offline import OfflineSources
 from svc_site import LoggedLocalBackend, dump_lines, files_left, make_site
 
 pytestmark = pytest.mark.integration
@@ -33,7 +34,7 @@ def test_apply_drops_newly_protected_and_submits_the_rest(tmp_path: Path, mongo_
     ledger = Ledger(mongo_db)
     ledger.ensure_indexes()
     backend = LoggedLocalBackend(config, tmp_path / "batch")
-    svc = Service(config, ledger, sources=None, backend=backend, instance="cli")  # type: ignore[arg-type]
+    svc = Service(config, ledger, OfflineSources(tmp_path / "src"), backend=backend, instance="cli")
     result = svc.apply_plan(tmp_path / "plan", protected + [newly])
     svc.stop()
     assert result.dropped_protected == 50 and result.submitted == plan.jobs

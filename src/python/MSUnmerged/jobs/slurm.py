@@ -484,8 +484,7 @@ class SlurmBackend:
             path=JOB_PATH, array_dir=shlex.quote(array_dir), python=shlex.quote(self.settings.python),
             manifest=MANIFEST_NAME, setup=self.settings.setup,
             exports=f"export SITECONFIG_PATH={shlex.quote(siteconfig)}\n" if siteconfig else "")
-        files = {f"jobs/{job_folder(j.job_id)}/{MANIFEST_NAME}": json.dumps(j.manifest(), indent=1).encode()
-                 for j in jobs}
+        files = {f"jobs/{job_folder(j.job_id)}/{MANIFEST_NAME}": j.manifest_bytes() for j in jobs}
         files.update({f"arrays/{tag}/worker.pyz": worker, f"arrays/{tag}/job.sh": script.encode(),
                       f"arrays/{tag}/jobs.json": json.dumps(ids).encode(),
                       f"arrays/{tag}/jobs.txt": "".join(f"{self._job_dir(i)}\n" for i in ids).encode()})
