@@ -13,7 +13,7 @@ from MSUnmerged.dumpreader import iter_chunks
 from MSUnmerged.jobs.backend import wait_for
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.service import Service
-from svc_site import LoggedLocalBackend, dump_lines, files_left, make_site
+from svc_site import LoggedLocalBackend, dump_lines, files_left, make_site, rse_list
 
 pytestmark = pytest.mark.integration
 RSE = "T2_IT_Apply"
@@ -33,7 +33,7 @@ def test_apply_drops_newly_protected_and_submits_the_rest(tmp_path: Path, mongo_
     ledger = Ledger(mongo_db)
     ledger.ensure_indexes()
     backend = LoggedLocalBackend(config, tmp_path / "batch")
-    svc = Service(config, ledger, sources=None, backend=backend, instance="cli")  # type: ignore[arg-type]
+    svc = Service(config, ledger, rse_list(tmp_path / "src", [RSE]), backend=backend, instance="cli")
     result = svc.apply_plan(tmp_path / "plan", protected + [newly])
     svc.stop()
     assert result.dropped_protected == 50 and result.submitted == plan.jobs
@@ -58,7 +58,7 @@ def test_apply_refuses_an_empty_protected_list(tmp_path: Path, mongo_db: Databas
     planner.plan(RSE, iter_chunks(str(tmp_path / "dump.txt")), protected, config, tmp_path / "plan",
                  require_scan=False)
     backend = LoggedLocalBackend(config, tmp_path / "b")
-    svc = Service(config, Ledger(mongo_db), sources=None, backend=backend)  # type: ignore[arg-type]
+    svc = Service(config, Ledger(mongo_db), rse_list(tmp_path / "src", [RSE]), backend=backend)
     result = svc.apply_plan(tmp_path / "plan", [])
     svc.stop()
     assert (result.state, result.reason) == ("guarded", "protected_list_empty")

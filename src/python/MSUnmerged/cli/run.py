@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from MSUnmerged.cli import BadInput
-from MSUnmerged.cli.apply import exit_code
+from MSUnmerged.cli.apply import report
 from MSUnmerged.config import Config
 from MSUnmerged.wiring import build_service
 
@@ -24,5 +23,4 @@ def run(args: argparse.Namespace, config: Config) -> int:
         raise BadInput("--wait must be zero or more seconds")
     with build_service(config) as service:
         result = service.run_once(args.rse, wait_s=args.wait)
-    print(json.dumps(result.to_dict(), indent=1))
-    return exit_code(result)
+    return report(result, "run")
