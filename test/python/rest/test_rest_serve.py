@@ -41,7 +41,7 @@ class Served:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     work = tmp_path_factory.mktemp("serve")
-    sources, storage, siteconf = offline_site(work)  # the loop's partition is empty: only triggers work the RSE
+    sources, storage, siteconf = offline_site(work)  # skipped by the loop: only triggers work the RSE
     key = work / "hmac.key"
     key.write_bytes(os.urandom(32))
     db_port, port = free_port(), free_port()
@@ -50,6 +50,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 state_dir = "{work / 'state'}"
 dry_run = false
 interval_s = 5
+[planner]
+skip_rses = ["{DEMO_RSE}"]
 [mongo]
 embedded_port = {db_port}
 [jobs]
