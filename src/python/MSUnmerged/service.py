@@ -134,7 +134,6 @@ class Service:
         try:
             self.require_rse(rse)
         except UnknownRSE as exc:
-            log.error("%s", exc)
             return RunResult(rse, REFUSED, reason=UNKNOWN_RSE, detail=str(exc))
         except SourceError as exc:
             return RunResult(rse, "failed", reason=f"{exc.source}_{exc.kind}", detail=exc.message)

@@ -129,3 +129,22 @@ def test_trigger_apply_cleans_the_rse_and_the_ledger_shows_it(served: Served) ->
     assert len(body["result"]) == 5 and {f["state"] for f in body["result"]} == {"deleted"}
     audit = (served.storage.parent / "audit.jsonl").read_text().splitlines()
     assert sum(json.loads(a)["outcome"] == "accepted" for a in audit) >= 3
+
+
+def test_a_trigger_for_an_unknown_rse_is_refused_and_records_nothing(served: Served) -> None:
+    typo = "T2_XX_Sampel"
+    for mode in ("plan", "apply"):
+        status, body = post(served, "data/trigger", {"rse": typo, "mode": mode}, operator_headers(served.key))
+        assert status == 202, body
+        wanted = body["result"][0]["id"]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            rec = next(t for t in get(served, "data/triggers")[1]["result"] if t["id"] == wanted)
+            if rec["state"] not in ("queued", "running"):
+                break
+            time.sleep(0.2)
+        said = rec["error"] if mode == "plan" else rec["result"]["detail"]
+        assert f"RSE {typo} is not one of this instance's RSEs" in said, rec
+        assert mode == "plan" or rec["result"]["reason"] == "unknown_rse"
+    for name in served.db.list_collection_names():
+        assert served.db[name].count_documents({"$or": [{"_id": typo}, {"rse": typo}]}) == 0, name
