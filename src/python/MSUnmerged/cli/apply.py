@@ -12,7 +12,7 @@ from MSUnmerged.cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_GUARD, EXIT_OK, Bad
 from MSUnmerged.cli.plan import load_json, protected_list
 from MSUnmerged.config import Config
 from MSUnmerged.guards import UNKNOWN_RSE
-from MSUnmerged.service import RunResult
+from MSUnmerged.service import REFUSED, RunResult
 from MSUnmerged.wiring import build_service
 
 
@@ -29,7 +29,7 @@ def exit_code(result: RunResult) -> int:
     failed (refused backend, ledger error, ...) -> EXIT_FAILED."""
     if result.reason == UNKNOWN_RSE:
         return EXIT_BAD_INPUT
-    if result.state == "guarded":
+    if result.state == "guarded" or result.action == REFUSED:
         return EXIT_GUARD
     return EXIT_FAILED if result.action == "failed" else EXIT_OK
 
