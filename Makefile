@@ -15,4 +15,4 @@ test: install
 	$(PYTHON) -m pytest -p no:cacheprovider $(PYTEST_ARGS)
 
 bench: install
-	$(PYTHON) bench/run_all.py
+	$(PYTHON) bench/run_all.py $(BENCH_ARGS)

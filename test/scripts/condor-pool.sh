@@ -80,7 +80,9 @@ install() {
     printf '#!/bin/sh\nexit 101\n' > "$R/usr/sbin/policy-rc.d"; chmod +x "$R/usr/sbin/policy-rc.d"
     mounts
     log "apt install minicondor python3"
-    chroot "$R" apt-get "${APT[@]}" update -q >"$BASE/apt.log" 2>&1
+    # A run killed during the install leaves dpkg half-done; apt refuses to go on until it is finished.
+    chroot "$R" env DEBIAN_FRONTEND=noninteractive dpkg --configure -a >"$BASE/apt.log" 2>&1 || true
+    chroot "$R" apt-get "${APT[@]}" update -q >>"$BASE/apt.log" 2>&1
     chroot "$R" env DEBIAN_FRONTEND=noninteractive apt-get "${APT[@]}" install -y -q --no-install-recommends \
         minicondor python3 >>"$BASE/apt.log" 2>&1 || { tail -20 "$BASE/apt.log" >&2; exit 1; }
     chroot "$R" id -u submitter >/dev/null 2>&1 || chroot "$R" useradd -m -u 2000 submitter
