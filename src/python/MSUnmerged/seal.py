@@ -73,6 +73,11 @@ class Seal:
     def compute_digest(self) -> str:
         return sha256(json.dumps(self.body(), sort_keys=True, separators=(",", ":")).encode())
 
+    def check_file(self, rel: str, data: bytes) -> None:
+        """Raise GuardTripped(plan_modified) unless `data` is the sealed content of `rel`."""
+        if self.files.get(rel) != _describe(data):
+            raise GuardTripped(PLAN_MODIFIED, f"{rel} changed since the plan was sealed")
+
 
 def _plan_files(plan_dir: Path) -> list[str]:
     """The plan's files as relative paths: summary.json, dirs.txt and everything in jobs/."""
@@ -144,8 +149,7 @@ def verify(plan_dir: os.PathLike | str, max_length: int) -> Seal:
             data = (plan_dir / rel).read_bytes()
         except OSError as exc:
             raise GuardTripped(PLAN_MODIFIED, f"{rel} is not readable: {exc}") from None
-        if _describe(data) != seal.files[rel]:
-            raise GuardTripped(PLAN_MODIFIED, f"{rel} changed since the plan was sealed")
+        seal.check_file(rel, data)
         if rel != SUMMARY_NAME:
             check_lines(data, max_length, rel)
     _check_summary(plan_dir, seal)

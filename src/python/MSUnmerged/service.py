@@ -45,8 +45,6 @@ RSE_LIST_TTL_S = 600.0  # how long a read of this instance's RSE list is trusted
 class UnknownRSE(Exception):
     """The RSE is not one of this instance's; nothing may be recorded for it."""
 
-    reason = UNKNOWN_RSE
-
 
 class Sources(Protocol):
     """The outside services run_once reads (real clients in sources/, files in sources/offline.py)."""
@@ -472,7 +470,8 @@ class Service:
         result = RunResult(rse, "apply", generation=generation)
         doc = self.ledger.rse(rse)
         entry = self.ledger.generation_entry(rse, generation)
-        if entry.get("seal") == sealed.digest and doc.get("recording") != generation:
+        same = entry.get("seal") == sealed.digest  # this plan; still `recording` when a crash interrupted it
+        if same and doc.get("recording") != generation:
             result.state, result.reason = doc.get("state", ""), ALREADY_APPLIED
             result.detail = f"{plan_dir} is recorded already as generation {gen_key(generation)}: nothing changed"
             return result
@@ -481,7 +480,7 @@ class Service:
             if current is not None and generation < current:
                 raise GuardTripped(PLAN_OUTDATED, f"{plan_dir} is generation {gen_key(generation)}, older than "
                                                   f"the RSE's current {gen_key(current)}")
-            if entry:
+            if entry and not same:
                 raise GuardTripped(PLAN_OUTDATED, f"generation {gen_key(generation)} is recorded already with "
                                                   f"another plan ({entry.get('plan_dir')})")
             check_counts(plan.files_total, plan.files_to_delete, self.config.guards)

@@ -250,3 +250,24 @@ def test_shrink_through_plan_and_apply_is_refused_and_the_baseline_kept(tmp_path
     site.settle()
     assert site.ledger.protected_baseline(RSE) == 12
     assert not any("/Primary0/" in x for x in set(site.lines) - files_left(site.storage))
+
+
+def test_a_plan_file_changed_after_the_check_is_refused_where_it_is_read(tmp_path: Path, mongo_db: Database) -> None:
+    """A jobs file edited between apply's check and its recording, and dirs.txt edited after recording (it is
+    read again for every submission): both refused with plan_modified."""
+    site = Site(tmp_path, mongo_db, files=100)
+    plan_dir = site.plan("plan")
+    sealed = seal.verify(plan_dir, site.config.planner.max_lfn_length)
+    plan = planner.read_summary(plan_dir)
+    original = first_job(plan_dir).read_bytes()
+    append(first_job(plan_dir), PROTECTED_FILE.encode() + b"\n")
+    with pytest.raises(guards.GuardTripped, match="plan_modified"):
+        site.ledger.record_plan(plan_dir, plan, plan.dump_version, sealed=sealed)
+    assert mongo_db.files.count_documents({}) == 0
+    first_job(plan_dir).write_bytes(original)
+    assert site.apply(plan_dir).submitted > 0
+    assert site.svc._removable(RSE, plan.dump_version)  # as sealed
+    append(plan_dir / "dirs.txt", PROTECTED_FILE.rsplit("/", 1)[0].encode() + b"\n")
+    with pytest.raises(guards.GuardTripped, match="changed since its plan was recorded"):
+        site.svc._removable(RSE, plan.dump_version)
+    site.settle()

@@ -151,7 +151,7 @@ class Ledger:
                            "$setOnInsert": {"created": now, "state": "new"}}, upsert=True), "mark recording")
         with_retry(lambda: self.rses.update_one({"_id": rse, "generations.gen": {"$ne": generation}},
                                                 {"$push": {"generations": entry}}), "add generation")
-        n = self._insert_files(rse, generation, plan_dir, plan.job_files, max_lfn_length)
+        n = self._insert_files(rse, generation, plan_dir, plan.job_files, max_lfn_length, sealed)
         jobs = [{"_id": job_id(rse, generation, 1, i), "rse": rse, "gen": generation, "round": 1, "n": i,
                  "state": JOB_PLANNED, "files": size, "plan_file": name, "created": now}
                 for i, (name, size) in enumerate(zip(plan.job_files, plan.job_sizes), 1)]
@@ -176,10 +176,10 @@ class Ledger:
         return next((g for g in self.rse(rse).get("generations", []) if g["gen"] == generation), {})
 
     def _insert_files(self, rse: str, generation: float, plan_dir: Path, job_files: Sequence[str],
-                      max_lfn_length: int) -> int:
-        """Every line of the jobs files, read as bytes and split on b"\\n" only; a file holding a line that
-        is not exactly a canonical LFN below /store/unmerged is refused (GuardTripped) before any of it
-        is recorded."""
+                      max_lfn_length: int, sealed: Optional[Seal]) -> int:
+        """Every line of the jobs files, read as bytes and split on b"\\n" only. A file that differs from
+        its seal, or holds a line that is not exactly a canonical LFN below /store/unmerged, is refused
+        (GuardTripped) before any of it is recorded."""
         prefix = f"{rse}|{gen_key(generation)}|"
         now = time.time()
         batch: list[dict[str, Any]] = []
@@ -187,6 +187,8 @@ class Ledger:
         for i, name in enumerate(job_files, 1):
             jid = job_id(rse, generation, 1, i)
             data = (plan_dir / JOBS_DIR / name).read_bytes()
+            if sealed is not None:
+                sealed.check_file(f"{JOBS_DIR}/{name}", data)
             check_lines(data, max_lfn_length, f"{JOBS_DIR}/{name}")
             for raw in split_lines(data):
                 lfn = raw.decode("utf-8", errors="surrogateescape")
