@@ -4,7 +4,6 @@ applied plan is a no-op the second time and an older one is refused. Real POSIX 
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 from typing import Callable, Optional
