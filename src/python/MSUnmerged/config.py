@@ -178,15 +178,24 @@ class SlurmConfig:
 @dataclass
 class RestConfig:
     host: str = "127.0.0.1"
-    port: int = 8249
+    port: int = 8242  # CMSWEB's port of ms-unmerged (8249 is reqmon's)
+    metrics_port: int = 0  # also serve <port>/metrics alone here (CMSWEB: 18242); 0: only <base>/metrics
     base: str = "/ms-unmerged"
     hmac_key_file: str = ""
     operator_roles: list[str] = field(default_factory=lambda: ["admin:group:dmwm", "operator:group:dmwm"])
+    # If set, only these logins may trigger, whatever their roles: the front end also signs cms-authz-*
+    # headers a client sent itself, so a role header alone can be forged through it.
+    operator_logins: list[str] = field(default_factory=list)
     trigger_rate_per_min: int = 6
     audit_log: str = ""
-    thread_pool: int = 32  # request threads; the status and info answers are cached, see cache_ttl_s
+    thread_pool: int = 32  # request threads, a fixed number; the status and info answers are cached
+    queue_size: int = 64  # accepted connections waiting for a thread; beyond it new ones wait in the kernel
+    socket_timeout_s: float = 10.0  # a client silent this long mid-request is dropped, freeing its thread
+    max_body_bytes: int = 65536  # larger request bodies are refused (413) before any authentication
     cache_ttl_s: float = 2.0  # status/info answers are rebuilt at most this often (0: never cached)
     db_timeout_s: float = 5.0  # a request gives up on the ledger database after this and answers 503
+    replay_window_s: float = 86400.0  # a trigger's request_id is refused if seen within this window
+    allowed_origins: list[str] = field(default_factory=list)  # Origin values a trigger may come from
 
 
 @dataclass
@@ -310,9 +319,16 @@ def _validate(cfg: Config) -> None:
     need(j.retries >= 0, "jobs.retries", "must be >= 0")
     need(cfg.mongo.generations_kept >= 1, "mongo.generations_kept", "must be >= 1")
     need(1 <= cfg.rest.port <= 65535, "rest.port", "must be a TCP port")
+    need(0 <= cfg.rest.metrics_port <= 65535 and cfg.rest.metrics_port != cfg.rest.port, "rest.metrics_port",
+         "must be 0 (none) or a TCP port other than rest.port")
     need(cfg.rest.db_timeout_s > 0, "rest.db_timeout_s", "must be > 0")
     need(cfg.rest.trigger_rate_per_min >= 1, "rest.trigger_rate_per_min", "must be >= 1")
     need(1 <= cfg.rest.thread_pool <= 1000, "rest.thread_pool", "must be between 1 and 1000")
+    need(1 <= cfg.rest.queue_size <= 10000, "rest.queue_size", "must be between 1 and 10000")
+    need(0 < cfg.rest.socket_timeout_s <= 300, "rest.socket_timeout_s", "must be in (0, 300]")
+    need(1024 <= cfg.rest.max_body_bytes <= 16 * 1024 * 1024, "rest.max_body_bytes",
+         "must be between 1024 and 16 MiB")
+    need(cfg.rest.replay_window_s >= 60, "rest.replay_window_s", "must be >= 60")
     need(cfg.rest.cache_ttl_s >= 0, "rest.cache_ttl_s", "must be >= 0")
 
 

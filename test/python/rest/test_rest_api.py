@@ -1,11 +1,13 @@
 """The JSON API over real HTTP, with a real MongoDB wire-protocol server behind it."""
 from __future__ import annotations
 
+import datetime
 import json
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from typing import Any, Optional
 
 import pytest
@@ -32,7 +34,9 @@ def get(app: Any, path: str) -> tuple[int, Any, dict[str, str]]:
 
 
 def post(app: Any, path: str, data: dict[str, str], headers: Optional[dict[str, str]] = None,
-         as_json: bool = False) -> tuple[int, Any]:
+         as_json: bool = True) -> tuple[int, Any]:
+    """POST `data` as a JSON body (a fresh request_id added unless given), or as a form."""
+    data = {"request_id": uuid.uuid4().hex, **data}
     body = json.dumps(data).encode() if as_json else urllib.parse.urlencode(data).encode()
     hdrs = {"Content-Type": "application/json" if as_json else "application/x-www-form-urlencoded",
             **(headers or {})}
@@ -45,7 +49,7 @@ def post(app: Any, path: str, data: dict[str, str], headers: Optional[dict[str, 
 
 
 def operator_headers(key: bytes, login: str = "alice", role: str = "operator", scope: str = "group:dmwm") -> dict:
-    headers = {"cms-auth-status": "OK", "cms-authn-method": "X509Cert", "cms-authn-login": login,
+    headers = {"cms-auth-status": "ok", "cms-authn-method": "X509Cert", "cms-authn-login": login,
                "cms-authn-name": "Alice Operator", "cms-authn-dn": f"/DC=ch/CN={login}",
                f"cms-authz-{role}": scope}
     headers["cms-authn-hmac"] = sign(headers, key)
@@ -91,40 +95,75 @@ def test_status_envelope_and_cycles(seeded: Any) -> None:
     assert cycle["duration_s"] is not None and cycle["results"][RSE]["collected"] == 4
 
 
-def test_info_reads_what_the_ledger_wrote(seeded: Any) -> None:
-    status, body, _ = get(seeded, f"data/info?rse={RSE}&detail=false")
+def iso(ts: float) -> str:
+    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).replace(tzinfo=None).isoformat()
+
+
+def test_info_answers_wmcore_shape_and_ours_beside(seeded: Any) -> None:
+    status, body, _ = get(seeded, f"data/info?rse={RSE}&detail=False")
     assert status == 200
-    (doc,) = body["result"]
+    (answer,) = body["result"]
+    assert answer["query"] == f"rse={RSE}&detail=False" and answer["microservice"] == "MSUnmerged"
+    (doc,) = answer["rseData"]
     c, ledger = doc["counters"], seeded.seed["counters"]
     assert doc["name"] == RSE and doc["isClean"] is False and doc["state"] == "running"
-    assert doc["generation"] == pytest.approx(GEN) and doc["timestamps"]["rseConsStatTime"] == pytest.approx(GEN)
-    assert doc["timestamps"]["planTime"] is not None and doc["timestamps"]["countTime"] is not None
+    assert doc["pfnPrefix"] is None and doc["rucioConMonStatus"] == "done"
+    assert doc["generation"] == pytest.approx(GEN) and doc["timestamps"]["rseConsStatTime"] == iso(GEN)
+    assert set(doc["timestamps"]) >= {"rseConsStatTime", "prevStartTime", "startTime", "prevEndTime", "endTime"}
+    assert all(isinstance(v, str) and datetime.datetime.fromisoformat(v) for v in doc["timestamps"].values())
+    assert doc["timestamps"]["endTime"] == iso(0)  # not clean yet: WMCore's 0.0
     assert c["totalNumFiles"] == 3000 and c["filesToDelete"] == 2600 == ledger["to_delete"]
     assert c["filesDeletedSuccess"] == count(seeded, state="deleted") == ledger["deleted"]
     assert c["filesDeletedFail"] == count(seeded, state="failed")
-    assert c["deletionErrors"] == {"permission_denied": count(seeded, error_class="permission_denied"),
-                                   "timeout": count(seeded, error_class="timeout")}
+    assert c["dirsToDelete"] == ledger["dirs_removable"] and c["totalNumDirs"] is None
+    assert c["dirsDeletedSuccess"] is None and c["dirsDeletedFail"] is None
+    assert c["gfalErrors"] == {"permission_denied": count(seeded, error_class="permission_denied"),
+                               "timeout": count(seeded, error_class="timeout")}
     assert c["missing"] == count(seeded, state="missing") and c["unknown"] == 4 * 500 - len(seeded.seed["outcomes"])
     assert c["pending"] == 600 and c["protected"] == 400 and c["bytes_freed"] == 1000 * count(seeded, state="deleted")
-    assert "jobs" not in doc
+    assert "to_delete" not in c and "deleted" not in c  # each ledger counter under one name only
+    assert "jobs" not in doc and "dirs" not in doc
 
 
-def test_info_detail_and_all_docs(seeded: Any) -> None:
+def test_info_detail_several_rses_and_all_docs(seeded: Any) -> None:
     _, body, _ = get(seeded, f"data/info?rse={RSE}&detail=true")
-    (doc,) = body["result"]
+    (doc,) = body["result"][0]["rseData"]
     assert len(doc["jobs"]) == 6 and len(doc["files"]["deletedFail"]) == 100
     assert {j["state"] for j in doc["jobs"]} == {"finished", "running"}
-    _, body, _ = get(seeded, "data/info?rse=ALL_DOCS")
-    assert RSE in [d["name"] for d in body["result"]]
+    assert doc["dirs"]["toDelete"] and all(d.startswith("/store/unmerged/Run3/Prim") for d in doc["dirs"]["toDelete"])
+    for spelling in ("ALL_DOCS", "all_docs", "All_Docs"):
+        _, body, _ = get(seeded, f"data/info?rse={spelling}")
+        assert RSE in [d["name"] for d in body["result"][0]["rseData"]], spelling
+    _, body, _ = get(seeded, f"data/info?rse={RSE}&rse=T2_XX_Unknown&rse={RSE}")
+    assert [d["name"] for d in body["result"][0]["rseData"]] == [RSE, RSE]
     _, body, _ = get(seeded, "data/info?rse=T2_XX_Unknown")
-    assert body["result"] == []
+    assert body["result"][0]["rseData"] == []
+
+
+@pytest.mark.parametrize("value, detailed", [("True", True), ("true", True), ("TRUE", True), ("1", True),
+                                             ("False", False), ("false", False), ("0", False)])
+def test_status_takes_wmcore_parameters(seeded: Any, value: str, detailed: bool) -> None:
+    status, body, _ = get(seeded, f"data/status?detail={value}&rse_type=t2t3")
+    assert status == 200, body
+    (doc,) = body["result"]
+    report = {"wmcore_version", "microservice_version", "microservice", "status", "thread_id", "start_time",
+              "end_time", "execution_time", "error", "total_num_rses", "total_num_files", "num_rses_cleaned",
+              "num_files_deleted"}
+    assert report <= set(doc) and doc["status"] == "OK" and doc["rse_type"] == "t2t3"
+    assert doc["total_num_rses"] >= 1 and doc["num_files_deleted"] >= count(seeded, state="deleted")
+    assert doc["total_num_files"] >= 3000 and doc["end_time"] >= doc["start_time"]
+    assert ("cycles" in doc) is detailed
 
 
 @pytest.mark.parametrize("path, param", [
     ("data/info", "rse"),
     ("data/info?rse=<script>", "rse"),
     (f"data/info?rse={RSE}&detail=maybe", "detail"),
-    (f"data/info?rse={RSE}&rse=X", "rse"),
+    ("data/info?rse=T2_RT_Api%0A", "rse"),
+    (f"data/info?rse={RSE}&rse=bad%20name", "rse"),
+    ("data/status?detail=maybe", "detail"),
+    ("data/status?rse_type=a%20b", "rse_type"),
+    (f"data/files?rse={RSE}%0A", "rse"),
     (f"data/info?rse={RSE}&colour=red", "colour"),
     ("data/files?state=failed", "rse"),
     (f"data/files?rse={RSE}&state=gone", "state"),
@@ -230,8 +269,7 @@ def test_trigger_by_operator_runs_the_rse_and_is_audited(seeded: Any) -> None:
     while (RSE, "apply") not in seeded.ran and time.monotonic() < deadline:
         time.sleep(0.05)
     assert (RSE, "apply") in seeded.ran
-    status, body = post(seeded, "data/trigger", {"rse": RSE, "mode": "plan"}, operator_headers(key, "bob"),
-                        as_json=True)
+    status, body = post(seeded, "data/trigger", {"rse": RSE, "mode": "plan"}, operator_headers(key, "bob"))
     assert status == 202
     _, listing, _ = get(seeded, "data/triggers")
     assert {(t["rse"], t["mode"]) for t in listing["result"]} >= {(RSE, "apply"), (RSE, "plan")}

@@ -1,25 +1,51 @@
-"""CMSWEB header authentication: signature, roles, key rotation (expiry), rate limit."""
+"""CMSWEB header authentication: the front end's signature byte for byte, roles, key handling, replay, rate limit.
+
+The vectors below were derived by hand from dmwm/cmsauth `authz.go` `GetHmac` (the signer of the current
+Go front end; no Go toolchain and module source can be built here): it walks the request's header names
+as Go keeps them (canonical: `Cms-Authz-T0_operator`), keeps those whose lower-case name starts with
+`cms-authn` or `cms-authz` except `cms-authn-hmac`, sorts the canonical names, and for each appends
+`h%xv%x` (name length, value length in bytes) to a prefix and lower-case name + value to a suffix;
+it signs the bytes of `prefix#suffix` with HMAC-SHA1 keyed by the key file's raw bytes.
+"""
 from __future__ import annotations
 
-import hashlib
-import hmac
 import os
 from pathlib import Path
 
 import pytest
 
-from MSUnmerged.rest.auth import AuthError, KeyFile, RateLimiter, has_role, parse_role, sign, signed_message, \
-    user_from_headers
+from MSUnmerged.rest.auth import AuthError, KeyFile, RateLimiter, ReplayGuard, go_canonical, has_role, parse_role, \
+    sign, signed_message, user_from_headers
 
 KEY = b"0123456789abcdef0123456789abcdef"
 
+# What auth-proxy-server's SetCMSHeaders sends for a user with a non-ASCII name and a role with '_',
+# plus headers it sets that are not signed (cms-auth-*, cms-cern-id, cms-request-uri).
+FRONT_END = {"Cms-Auth-Status": "ok", "Cms-Authn-Name": "Jürgen Müller", "Cms-Authn-Dn": "/CN=jm",
+             "Cms-Auth-Cert": "/CN=jm", "Cms-Authz-T0_operator": "group:dmwm", "Cms-Authz-Admin": "group:dmwm",
+             "Cms-Authn-Login": "jmuller", "Cms-Authn-Method": "X509Cert", "Cms-Cern-Id": "123",
+             "Cms-Request-Uri": "/ms-unmerged/data/trigger"}
+FRONT_END_MESSAGE = ("hcv6hfv7h10v8hevfhfvah15va#cms-authn-dn/CN=jmcms-authn-loginjmullercms-authn-methodX509Cert"
+                     "cms-authn-nameJürgen Müllercms-authz-admingroup:dmwmcms-authz-t0_operatorgroup:dmwm").encode()
+FRONT_END_HMAC = "a3c5ab750205332e95f081289b8d7d42ab548cec"
+# Go sorts canonical names: 'Z' (0x5a) < '_' (0x5f), while in lower case '_' < 'z'.
+ORDER = {"cms-authn-login": "a", "cms-authz-zeta": "x", "cms-authz-_private": "y"}
+ORDER_MESSAGE = b"hfv1hev1h12v1#cms-authn-loginacms-authz-zetaxcms-authz-_privatey"
+ORDER_KEY = b"secret\n"  # read raw: the trailing newline is part of the key
+ORDER_HMAC = "836526cfa06f9880255451de959bdad8b4b671d3"
 
-def headers(**extra: str) -> dict[str, str]:
-    h = {"cms-auth-status": "OK", "cms-authn-method": "X509Cert", "cms-authn-login": "alice",
+
+def raw(headers: dict[str, str]) -> dict[str, bytes]:
+    """Headers as the back end receives them: lower-case names, the raw UTF-8 bytes of the values."""
+    return {k.lower(): v.encode("utf-8") for k, v in headers.items()}
+
+
+def headers(**extra: str) -> dict[str, bytes]:
+    h = {"cms-auth-status": "ok", "cms-authn-method": "X509Cert", "cms-authn-login": "alice",
          "cms-authn-name": "Alice", "cms-authn-dn": "/DC=ch/CN=alice", "cms-authz-operator": "group:dmwm site:T2_CH_CERN"}
     h.update(extra)
     h["cms-authn-hmac"] = sign(h, KEY)
-    return h
+    return raw(h)
 
 
 @pytest.fixture()
@@ -29,17 +55,30 @@ def keyfile(tmp_path: Path) -> KeyFile:
     return KeyFile(str(path))
 
 
-def test_message_is_built_exactly_as_the_front_end_does() -> None:
-    h = {"cms-authn-login": "bob", "cms-auth-status": "OK", "cms-authz-admin": "group:dmwm",
-         "cms-authn-hmac": "ignored", "x-other": "ignored"}
-    # sorted names: cms-authn-login (15 chars), cms-authz-admin (15); lengths in hex
-    assert signed_message(h) == "hfv3hfva#cms-authn-loginbobcms-authz-admingroup:dmwm"
-    expected = hmac.new(KEY, signed_message(h).encode(), hashlib.sha1).hexdigest()
-    assert sign({k.upper(): v for k, v in h.items()}, KEY) == expected  # header names are case-insensitive
+def test_go_canonical_names() -> None:
+    assert go_canonical("cms-authz-t0_operator") == "Cms-Authz-T0_operator"
+    assert go_canonical("CMS-AUTHN-LOGIN") == "Cms-Authn-Login"
+
+
+def test_front_end_vectors() -> None:
+    assert signed_message(raw(FRONT_END)) == FRONT_END_MESSAGE
+    assert sign(FRONT_END, KEY) == FRONT_END_HMAC
+    assert signed_message(raw(ORDER)) == ORDER_MESSAGE
+    assert sign(ORDER, ORDER_KEY) == ORDER_HMAC
+
+
+def test_the_front_ends_headers_verify(keyfile: KeyFile) -> None:
+    """Lower-case `ok`, a UTF-8 name, a role with '_': all as auth-proxy-server sends them."""
+    h = raw({**FRONT_END, "Cms-Authn-Hmac": FRONT_END_HMAC})
+    user = user_from_headers(h, keyfile)
+    assert user.login == "jmuller" and user.name == "Jürgen Müller"
+    assert has_role(user, ["t0_operator:group:dmwm"]) and has_role(user, ["admin"])
+    for status in (b"OK", b"ok"):
+        assert user_from_headers({**h, "cms-auth-status": status}, keyfile).login == "jmuller"
 
 
 def test_valid_headers_give_the_user_and_roles(keyfile: KeyFile) -> None:
-    user = user_from_headers({k.title(): v for k, v in headers().items()}, keyfile)
+    user = user_from_headers(headers(), keyfile)
     assert user.login == "alice" and user.dn == "/DC=ch/CN=alice"
     assert user.roles["operator"] == {"group": {"dmwm"}, "site": {"t2-ch-cern"}}
     assert has_role(user, ["operator:group:dmwm"]) and has_role(user, ["operator:site:T2_CH_CERN"])
@@ -47,7 +86,7 @@ def test_valid_headers_give_the_user_and_roles(keyfile: KeyFile) -> None:
 
 
 @pytest.mark.parametrize("change", ["drop-hmac", "drop-status", "status-none", "tamper-login", "add-role",
-                                    "drop-role", "bad-hex"])
+                                    "drop-role", "bad-hex", "latin-1-name"])
 def test_missing_or_forged_headers_are_refused(keyfile: KeyFile, change: str) -> None:
     h = headers()
     if change == "drop-hmac":
@@ -55,15 +94,18 @@ def test_missing_or_forged_headers_are_refused(keyfile: KeyFile, change: str) ->
     elif change == "drop-status":
         del h["cms-auth-status"]
     elif change == "status-none":
-        h["cms-auth-status"] = "NONE"
+        h["cms-auth-status"] = b"NONE"
     elif change == "tamper-login":
-        h["cms-authn-login"] = "root"
+        h["cms-authn-login"] = b"root"
     elif change == "add-role":
-        h["cms-authz-admin"] = "group:dmwm"
+        h["cms-authz-admin"] = b"group:dmwm"
     elif change == "drop-role":
         del h["cms-authz-operator"]
+    elif change == "latin-1-name":  # the same text in other bytes is another message
+        h = raw({**FRONT_END, "Cms-Authn-Hmac": FRONT_END_HMAC})
+        h["cms-authn-name"] = "Jürgen Müller".encode("latin-1")
     else:
-        h["cms-authn-hmac"] = "zz" * 20
+        h["cms-authn-hmac"] = b"zz" * 20
     with pytest.raises(AuthError) as err:
         user_from_headers(h, keyfile)
     assert err.value.status == 403
@@ -79,7 +121,18 @@ def test_rotated_key_expires_old_signatures(keyfile: KeyFile) -> None:
         user_from_headers(h, keyfile)
 
 
-def test_no_key_configured_refuses() -> None:
+@pytest.mark.parametrize("content", [None, b"", b"\n", b"  \n"])
+def test_no_empty_or_unreadable_key_signs(tmp_path: Path, content: bytes) -> None:
+    """Before: an empty key file was used as the key, so anyone could sign with it."""
+    path = tmp_path / "hmac.key"
+    if content is not None:
+        path.write_bytes(content)
+    keyfile = KeyFile(str(path))
+    signed = raw({"cms-auth-status": "ok", "cms-authn-login": "mallory", "cms-authz-admin": "group:dmwm"})
+    signed["cms-authn-hmac"] = sign({k: v.decode() for k, v in signed.items()}, content or b"").encode()
+    with pytest.raises(AuthError, match="refused"):
+        user_from_headers(signed, keyfile)
+    assert keyfile.problem() and "refused" in keyfile.problem()
     with pytest.raises(AuthError):
         user_from_headers(headers(), KeyFile(""))
 
@@ -99,3 +152,11 @@ def test_rate_limiter_sliding_window() -> None:
     assert not allowed and wait == pytest.approx(58.0)
     assert limiter.allow("b", 2.0)[0]
     assert limiter.allow("a", 60.5)[0]
+
+
+def test_replay_guard_accepts_each_request_id_once_per_window() -> None:
+    guard = ReplayGuard(window_s=100, keep=3)
+    assert guard.first_use("r1", 0.0) and not guard.first_use("r1", 50.0)
+    assert guard.first_use("r1", 100.0)  # the window has passed
+    assert guard.first_use("r2", 101.0) and guard.first_use("r3", 102.0) and guard.first_use("r4", 103.0)
+    assert guard._seen.keys() <= {"r2", "r3", "r4"} and len(guard._seen) == 3  # bounded memory

@@ -1,12 +1,16 @@
 """`msunmerged serve` end to end: loop, triggers and REST in one process over real HTTP, embedded SecantusDB,
-an RSE from OfflineSources cleaned by the local backend, the outcome read back from the ledger."""
+an RSE from OfflineSources cleaned by the local backend, the outcome read back from the ledger, and read
+by WMCore's own HTTP client (pycurl_manager, MSUtils) as the existing callers of ms-unmerged do."""
 from __future__ import annotations
 
 import json
 import os
+import stat
+import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Iterator
 
 import pytest
@@ -14,7 +18,7 @@ from pymongo import MongoClient
 
 from MSUnmerged.samplesite import DEMO_RSE, DEMO_SITE, count_files
 from rest_seed import offline_site
-from servers import Process, free_port, wait_port
+from servers import Process, free_port, run_script, wait_port
 from test_rest_api import get, operator_headers, post
 
 pytestmark = pytest.mark.integration
@@ -23,19 +27,32 @@ REPO = Path(__file__).resolve().parents[3]
 # What `msunmerged serve` runs, with OfflineSources instead of the live services.
 SERVE = """
 import sys
-from MSUnmerged.cli.serve import serve
+from MSUnmerged.cli.serve import serve_private
 from MSUnmerged.config import load_config
 from MSUnmerged.sources.offline import OfflineSources
-from MSUnmerged.wiring import build_service
-config = load_config(sys.argv[1])
-with build_service(config, sources=OfflineSources(sys.argv[2])) as service:
-    serve(config, service, int(sys.argv[3]))
+serve_private(load_config(sys.argv[1]), OfflineSources(sys.argv[2]), int(sys.argv[3]))
+"""
+# WMCore's client as its services call ms-unmerged (argv: base URL, RSE); prints what it got as JSON.
+# The status report has an "error" member (UNMERGED_REPORT), which makeHttpRequest takes for a failure:
+# status is read with pycurl_manager itself, as WMCore's own status checks do.
+WMCORE_CLIENT = """
+import json, sys
+from WMCore.Services.MSUtils.MSUtils import makeHttpRequest
+from WMCore.Services.pycurl_manager import RequestHandler
+base, rse = sys.argv[1], sys.argv[2]
+get = lambda api, params: RequestHandler().getdata(base + "/data/" + api, params, {"Accept": "application/json"},
+                                                   encode=True, decode=True)
+out = {"info": makeHttpRequest(base + "/data/info", payload={"rse": rse, "detail": False}),
+       "detail": makeHttpRequest(base + "/data/info", payload={"rse": rse, "detail": True}),
+       "status": get("status", {"detail": False, "rse_type": "t2t3"}),
+       "all": get("info", {"rse": "all_docs"})}
+print(json.dumps(out))
 """
 
 
 class Served:
-    def __init__(self, url: str, key: bytes, db: Any, storage: Path) -> None:
-        self.url, self.key, self.db, self.storage = url, key, db, storage
+    def __init__(self, url: str, key: bytes, db: Any, storage: Path, metrics_url: str) -> None:
+        self.url, self.key, self.db, self.storage, self.metrics_url = url, key, db, storage, metrics_url
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +61,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     sources, storage, siteconf = offline_site(work)  # skipped by the loop: only triggers work the RSE
     key = work / "hmac.key"
     key.write_bytes(os.urandom(32))
-    db_port, port = free_port(), free_port()
+    db_port, port, metrics_port = free_port(), free_port(), free_port()
     (work / "msunmerged.toml").write_text(f"""
 [service]
 state_dir = "{work / 'state'}"
@@ -60,6 +77,7 @@ backend = "local"
 site = "{DEMO_SITE}"
 siteconfig = "{siteconf}"
 [rest]
+metrics_port = {metrics_port}
 hmac_key_file = "{key}"
 audit_log = "{work / 'audit.jsonl'}"
 cache_ttl_s = 0
@@ -70,7 +88,8 @@ cache_ttl_s = 0
     client: MongoClient = MongoClient(f"mongodb://127.0.0.1:{db_port}/?directConnection=true")
     try:
         wait_port(port, timeout=120, proc=proc)
-        yield Served(f"http://127.0.0.1:{port}/ms-unmerged", key.read_bytes(), client.msunmerged, storage)
+        yield Served(f"http://127.0.0.1:{port}/ms-unmerged", key.read_bytes(), client.msunmerged, storage,
+                     f"http://127.0.0.1:{metrics_port}")
     finally:
         client.close()
         proc.stop(timeout=60)
@@ -100,6 +119,13 @@ def test_loop_runs(served: Served) -> None:
     assert body["result"][0]["cycles"] and body["result"][0]["triggers"]["enabled"] is True
 
 
+def test_metrics_port_serves_metrics_only(served: Served) -> None:
+    """CMSWEB scrapes port 18242 (rest.metrics_port): metrics there, nothing else."""
+    status, text, _ = get(SimpleNamespace(url=served.metrics_url), "metrics")
+    assert status == 200 and "msunmerged_ledger_up 1" in text
+    assert get(SimpleNamespace(url=served.metrics_url + "/ms-unmerged"), "data/status")[0] == 404
+
+
 def test_trigger_plan_previews_without_recording(served: Served) -> None:
     rec = trigger(served, "plan")
     assert rec["result"]["rse"] == DEMO_RSE and rec["result"]["files_to_delete"] > 0 and not rec["result"]["guard"]
@@ -124,11 +150,47 @@ def test_trigger_apply_cleans_the_rse_and_the_ledger_shows_it(served: Served) ->
     assert before - count_files(served.storage) == deleted
     assert served.db.jobs.count_documents({"rse": DEMO_RSE, "state": "finished"}) == submitted
     _, body, _ = get(served, f"data/info?rse={DEMO_RSE}")
-    assert body["result"][0]["isClean"] is True and body["result"][0]["counters"]["filesDeletedSuccess"] == deleted
+    (rse,) = body["result"][0]["rseData"]
+    assert rse["isClean"] is True and rse["counters"]["filesDeletedSuccess"] == deleted
     _, body, _ = get(served, f"data/files?rse={DEMO_RSE}&state=deleted&limit=5")
     assert len(body["result"]) == 5 and {f["state"] for f in body["result"]} == {"deleted"}
     audit = (served.storage.parent / "audit.jsonl").read_text().splitlines()
     assert sum(json.loads(a)["outcome"] == "accepted" for a in audit) >= 3
+
+
+@pytest.fixture(scope="module")
+def wmcore_client() -> str:
+    """PYTHONPATH of WMCore's own client: PyPI wmcore without its dependencies, plus what its
+    pycurl_manager and MSUtils import."""
+    return run_script("pip-target.sh", "wmcore-client", "WMCore.Services.MSUtils.MSUtils",
+                      "--no-deps wmcore==2.4.5.9", "pycurl future", timeout=900).strip().splitlines()[-1]
+
+
+def test_wmcore_client_reads_info_and_status(served: Served, wmcore_client: str) -> None:
+    """Before: 400 for detail=False and rse_type, no {"query", "rseData"} shape, nothing for all_docs."""
+    trigger(served, "apply")  # records a generation of the RSE (and works on it)
+    out = subprocess.run([sys.executable, "-c", WMCORE_CLIENT, served.url, DEMO_RSE], capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "PYTHONPATH": wmcore_client})
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    doc = served.db.rses.find_one({"_id": DEMO_RSE})
+    result = got["info"]
+    assert result[0]["query"] == f"rse={DEMO_RSE}&detail=False"
+    assert result[0]["rseData"][0]["counters"]["filesToDelete"] == doc["counters"]["to_delete"] > 0
+    assert result[0]["rseData"][0]["isClean"] is (doc["state"] == "clean")
+    assert "dirs" not in result[0]["rseData"][0] and got["detail"][0]["rseData"][0]["dirs"]["toDelete"] is not None
+    (status,) = got["status"]["result"]
+    assert status["status"] == "OK" and status["total_num_rses"] >= 1 and "cycles" not in status
+    assert DEMO_RSE in [d["name"] for d in got["all"]["result"][0]["rseData"]]
+
+
+def test_files_written_are_private(served: Served) -> None:
+    """Before: the audit log and the embedded database's files were world-readable (umask 022)."""
+    trigger(served, "plan")
+    work = served.storage.parent
+    for path in [work / "audit.jsonl", work / "state", *(work / "state").rglob("*")]:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        assert mode & 0o077 == 0, f"{path} is {oct(mode)}"
 
 
 def test_a_trigger_for_an_unknown_rse_is_refused_and_records_nothing(served: Served) -> None:

@@ -59,6 +59,8 @@ def rest_app(mongo_client: MongoClient, hmac_key: Path, tmp_path_factory: pytest
     config.rest.audit_log = str(tmp_path_factory.mktemp("rest-audit") / "audit.jsonl")
     config.rest.cache_ttl_s = 0.0
     config.rest.trigger_rate_per_min = 3
+    config.rest.thread_pool = 8  # small, so that the slow-client test can hold every thread
+    config.rest.socket_timeout_s = 1.5
     mongo_client.drop_database("msunmerged_rest_test")
     db = mongo_client["msunmerged_rest_test"]
     port = free_port()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import threading
 from typing import Any, Optional
 
@@ -12,7 +13,7 @@ from MSUnmerged.config import Config
 from MSUnmerged.rest import app
 from MSUnmerged.rest.triggers import TriggerQueue
 from MSUnmerged.rest.view import MongoLedgerView
-from MSUnmerged.service import Service
+from MSUnmerged.service import Service, Sources
 
 log = logging.getLogger("MSUnmerged.serve")
 
@@ -45,8 +46,15 @@ def serve(config: Config, service: Service, port: Optional[int] = None) -> None:
         loop.join(30)
 
 
-def run(args: argparse.Namespace, config: Config) -> int:
+def serve_private(config: Config, sources: Optional[Sources] = None, port: Optional[int] = None) -> int:
+    """Build the service (live sources unless given) and serve, every file it writes private to its user:
+    0600 files and 0700 folders (plans, job areas, the embedded database, the audit log)."""
+    os.umask(0o077)
     from MSUnmerged.wiring import build_service  # imports the live sources and backends only when needed
-    with build_service(config) as service:
-        serve(config, service, args.port)
+    with build_service(config, sources=sources) as service:
+        serve(config, service, port)
     return EXIT_OK
+
+
+def run(args: argparse.Namespace, config: Config) -> int:
+    return serve_private(config, port=args.port)

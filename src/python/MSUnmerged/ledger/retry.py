@@ -1,11 +1,14 @@
 """Retries MongoDB calls on transient errors with capped exponential backoff."""
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import random
 import time
-from typing import Callable, TypeVar
+from typing import Callable, Iterator, Optional, TypeVar
 
+import pymongo
 from pymongo import errors
 
 log = logging.getLogger(__name__)
@@ -15,6 +18,8 @@ T = TypeVar("T")
 TRANSIENT = (errors.AutoReconnect, errors.ConnectionFailure, errors.NetworkTimeout, errors.NotPrimaryError,
              errors.WaitQueueTimeoutError)
 TRANSIENT_LABELS = ("RetryableWriteError", "TransientTransactionError", "ResetPool")
+# Monotonic time by which the current caller wants an answer (None: no deadline); see `deadline`.
+_DEADLINE: contextvars.ContextVar[Optional[float]] = contextvars.ContextVar("ledger_deadline", default=None)
 
 
 class LedgerError(Exception):
@@ -32,6 +37,18 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, errors.PyMongoError) and any(exc.has_error_label(lb) for lb in TRANSIENT_LABELS)
 
 
+@contextlib.contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Bound every ledger call made inside to `seconds` in total, retries included (pymongo.timeout plus
+    no retry whose backoff would end past it): a request handler answers within its own time budget."""
+    token = _DEADLINE.set(time.monotonic() + seconds)
+    try:
+        with pymongo.timeout(seconds):
+            yield
+    finally:
+        _DEADLINE.reset(token)
+
+
 def with_retry(fn: Callable[[], T], what: str, attempts: int = 6, base_s: float = 0.2,
                max_s: float = 10.0) -> T:
     """Call `fn`; retry transient errors; raise LedgerError on a permanent one or when retries run out.
@@ -44,9 +61,10 @@ def with_retry(fn: Callable[[], T], what: str, attempts: int = 6, base_s: float 
         except errors.PyMongoError as exc:
             if not is_transient(exc):
                 raise LedgerError("ledger_error", f"{what}: {type(exc).__name__}: {exc}") from exc
-            if attempt == attempts:
-                raise LedgerError("ledger_unavailable", f"{what}: {attempts} attempts: {exc}") from exc
             delay = min(max_s, base_s * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
+            end = _DEADLINE.get()
+            if attempt == attempts or (end is not None and time.monotonic() + delay >= end):
+                raise LedgerError("ledger_unavailable", f"{what}: {attempt} attempts: {exc}") from exc
             log.warning("%s: transient %s (attempt %d/%d), retrying in %.1f s", what, type(exc).__name__,
                         attempt, attempts, delay)
             time.sleep(delay)

@@ -1,7 +1,9 @@
 """JSON API under <base>/data/: answers in the WMCore envelope {"result": [...]}."""
 from __future__ import annotations
 
+import datetime
 import functools
+import importlib.metadata
 import json
 import logging
 import re
@@ -10,30 +12,44 @@ import time
 from typing import Any, Callable, Iterator, Optional
 
 import cherrypy
-import pymongo
 from pymongo.errors import PyMongoError
 
 from MSUnmerged.config import Config
-from MSUnmerged.rest.auth import AuthError, Audit, KeyFile, RateLimiter, has_role, user_from_headers
+from MSUnmerged.ledger.retry import LedgerError, deadline
+from MSUnmerged.rest.auth import AuthError, Audit, KeyFile, RateLimiter, ReplayGuard, User, claimed, has_role, \
+    user_from_headers
 from MSUnmerged.rest.triggers import TriggerQueue
 from MSUnmerged.rest.view import FILE_STATES, JOB_STATES, LedgerView
 
 log = logging.getLogger("MSUnmerged.rest")
 
-RSE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
-ERROR_CLASS_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
-JOB_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
+# Patterns must match the whole value (`one` uses fullmatch: "$" would let a trailing newline through).
+RSE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}")
+ERROR_CLASS_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+JOB_RE = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
+REQUEST_ID_RE = re.compile(r"[A-Za-z0-9_.:\-]{8,128}")
+RSE_TYPE_RE = re.compile(r"[A-Za-z0-9_\-]{1,32}")
+ALL_DOCS = "all_docs"  # data/info?rse=ALL_DOCS, compared in lower case as WMCore does
 MAX_PAGE = 10_000
 STARTED = time.time()
+VERSION = importlib.metadata.version("msunmerged")
+# Any of these from the ledger, within rest.db_timeout_s: 503 on every endpoint.
+DB_ERRORS = (PyMongoError, LedgerError)
+DB_DOWN = "ledger database unavailable"
+# cheroot folds '_' into '-' in header names; the gateway in app.py keeps the raw names and bytes here.
+RAW_HEADERS = "msunmerged.raw_headers"
 
-# Ledger counter name -> the existing WMCore MSUnmerged name where the meaning is the same.
+# WMCore MSUnmerged counter -> the ledger counter with the same meaning (None: not recorded here).
 WMCORE_COUNTERS = {
-    "files_total": "totalNumFiles",
-    "to_delete": "filesToDelete",
-    "deleted": "filesDeletedSuccess",
-    "failed": "filesDeletedFail",
-    "dirs_removable": "dirsToDelete",
-    "failed_by_class": "deletionErrors",  # WMCore: gfalErrors, a tally by error
+    "totalNumFiles": "files_total",
+    "totalNumDirs": None,
+    "dirsToDelete": "dirs_removable",
+    "filesToDelete": "to_delete",
+    "filesDeletedSuccess": "deleted",
+    "filesDeletedFail": "failed",
+    "dirsDeletedSuccess": None,
+    "dirsDeletedFail": None,
+    "gfalErrors": "failed_by_class",  # WMCore: a tally by gfal error; here by error class
 }
 
 
@@ -70,16 +86,16 @@ def json_call(method: str = "GET") -> Callable[[Callable[..., Any]], Callable[..
             cherrypy.response.headers["Cache-Control"] = "no-store"
             cherrypy.response.headers["X-Content-Type-Options"] = "nosniff"
             try:
-                # Bounded: with the database away, answer 503 quickly instead of after server selection.
-                with pymongo.timeout(self.config.rest.db_timeout_s):
+                # Bounded, retries included: with the database away, answer 503 within db_timeout_s.
+                with deadline(self.config.rest.db_timeout_s):
                     return fn(self, **params)
             except BadParam as exc:
                 return _error(400, str(exc))
             except AuthError as exc:
                 return _error(exc.status, str(exc))
-            except PyMongoError as exc:
+            except DB_ERRORS as exc:
                 log.warning("database error in %s: %s", fn.__name__, exc)
-                return _error(503, "ledger database unavailable")
+                return _error(503, DB_DOWN)
         handler.exposed = True  # type: ignore[attr-defined]
         return handler
     return wrap
@@ -99,9 +115,18 @@ def one(params: dict[str, Any], name: str, default: Optional[str] = None, requir
         raise BadParam(name, "must be a string")
     if choices is not None and value not in choices:
         raise BadParam(name, f"must be one of {', '.join(choices)}")
-    if pattern is not None and not pattern.match(value):
+    if pattern is not None and not pattern.fullmatch(value):
         raise BadParam(name, f"invalid value {value[:80]!r}")
     return value
+
+
+def many(params: dict[str, Any], name: str, pattern: re.Pattern[str]) -> list[str]:
+    """A parameter that may be given several times (rse=A&rse=B), each value validated."""
+    raw = params.pop(name, None)
+    values = raw if isinstance(raw, list) else [] if raw in (None, "") else [raw]
+    for value in values:
+        one({name: value}, name, required=True, pattern=pattern)
+    return values
 
 
 def integer(params: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
@@ -118,8 +143,13 @@ def integer(params: dict[str, Any], name: str, default: int, low: int, high: int
 
 
 def boolean(params: dict[str, Any], name: str, default: bool) -> bool:
-    raw = one(params, name, choices=("true", "false", "1", "0"))
-    return default if raw is None else raw in ("true", "1")
+    """true/false in any case (WMCore's strToBool: True, TRUE, false, ...) or 1/0."""
+    raw = one(params, name)
+    if raw is None:
+        return default
+    if raw.lower() not in ("true", "false", "1", "0"):
+        raise BadParam(name, f"expected true or false, got {raw[:20]!r}")
+    return raw.lower() in ("true", "1")
 
 
 def no_more(params: dict[str, Any]) -> None:
@@ -157,25 +187,71 @@ class TtlCache:
         self._data.clear()
 
 
+def iso(ts: Any) -> str:
+    """Epoch seconds as WMCore answers them: naive UTC ISO-8601 (missing: the epoch, as WMCore's 0.0)."""
+    ts = ts if isinstance(ts, (int, float)) and not isinstance(ts, bool) else 0.0
+    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).replace(tzinfo=None).isoformat()
+
+
 def wmcore_info(rse: dict[str, Any]) -> dict[str, Any]:
-    """One RSE in the shape of the existing service's info document, plus our own fields."""
+    """One RSE as WMCore's MSUnmerged document (MSUnmergedRSE), with the ledger's own fields beside."""
     plan = rse.get("plan") or {}
-    counters = {"files_total": plan.get("files_total"), **(rse.get("counters") or {})}
+    ours = {"files_total": plan.get("files_total"), **(rse.get("counters") or {})}
+    counters = {name: ours.get(key) if key else None for name, key in WMCORE_COUNTERS.items()}
+    counters.update((k, v) for k, v in ours.items() if k not in WMCORE_COUNTERS.values())
+    gen = rse.get("generation")
     return {
         "name": rse["name"],
         "isClean": rse.get("state") == "clean",
+        "pfnPrefix": None,  # no central PFN: each job maps LFNs with its site's storage.json
+        "rucioConMonStatus": "done" if gen is not None else None,  # a generation is a finished scan
+        "timestamps": {
+            "rseConsStatTime": iso(gen),  # the ConMon scan end_time of the generation worked on
+            "prevStartTime": iso(None),
+            "startTime": iso(plan.get("planned")),
+            "prevEndTime": iso(None),
+            "endTime": iso(rse.get("updated") if rse.get("state") == "clean" else None),
+            "planTime": iso(plan.get("planned")),
+            "updateTime": iso(rse.get("updated")),
+            "countTime": iso(rse.get("counted_at")),
+        },
+        "counters": counters,
         "state": rse.get("state"),
         "reason": rse.get("reason"),
         "detail": rse.get("detail"),
-        "generation": rse.get("generation"),
-        "timestamps": {
-            "rseConsStatTime": rse.get("generation"),  # WMCore: the ConMon scan end_time used
-            "planTime": plan.get("planned"),
-            "updateTime": rse.get("updated"),
-            "countTime": rse.get("counted_at"),
-        },
-        "counters": {WMCORE_COUNTERS.get(k, k): v for k, v in counters.items()},
+        "generation": gen,
     }
+
+
+def wmcore_report(rses: list[dict[str, Any]], cycle: Optional[dict[str, Any]], instance: str) -> dict[str, Any]:
+    """WMCore's UNMERGED_REPORT (DataStructs/DefaultStructs) from the ledger and the last polling cycle."""
+    cycle = cycle or {}
+    start, end = cycle.get("started"), cycle.get("finished")
+    return {
+        "wmcore_version": VERSION,
+        "microservice_version": VERSION,
+        "microservice": "MSUnmerged",
+        "status": "OK",
+        "thread_id": instance,
+        "start_time": start,
+        "end_time": end,
+        "execution_time": cycle.get("duration_s"),
+        "error": cycle.get("error", ""),
+        "total_num_rses": len(rses),
+        "total_num_files": sum((r.get("plan") or {}).get("files_total") or 0 for r in rses),
+        "num_rses_cleaned": sum(r.get("state") == "clean" for r in rses),
+        "num_files_deleted": sum((r.get("counters") or {}).get("deleted") or 0 for r in rses),
+    }
+
+
+def request_headers() -> dict[str, bytes]:
+    """The request's headers: lower-case names as sent, values as the raw bytes sent."""
+    request = cherrypy.request
+    raw = request.wsgi_environ.get(RAW_HEADERS) if request.wsgi_environ else None
+    if raw is not None:
+        return dict(raw)
+    # Not behind the app's gateway: names as CherryPy has them, values back to the bytes sent.
+    return {k.lower(): str(v).encode("latin-1", "replace") for k, v in request.headers.items()}
 
 
 class DataApi:
@@ -189,6 +265,7 @@ class DataApi:
         self.keyfile = KeyFile(config.rest.hmac_key_file)
         self.limiter = RateLimiter(config.rest.trigger_rate_per_min)
         self.audit = Audit(config.rest.audit_log)
+        self.replays = ReplayGuard(config.rest.replay_window_s)
 
     # -- health and status -------------------------------------------------------------------
 
@@ -199,25 +276,33 @@ class DataApi:
         no_more(params)
         if probe == "live":
             return envelope([{"status": "ok"}])
-        try:
-            self.view.ping()
-        except PyMongoError as exc:
-            return _error(503, f"ledger database unreachable: {type(exc).__name__}")
+        self.view.ping()  # a database error is answered 503 by json_call
         return envelope([{"status": "ok"}])
 
     @json_call()
     def status(self, **params: Any) -> bytes:
-        """Service health and the last polling cycles."""
+        """WMCore's status report (detail, rse_type as WMCore takes them); with detail, ours beside it."""
+        detail = boolean(params, "detail", True)
+        rse_type = one(params, "rse_type", pattern=RSE_TYPE_RE)
         cycles = integer(params, "cycles", 5, 0, 100)
         no_more(params)
-        return self.cache.get(("status", cycles), lambda: envelope([self._status(cycles)]))
+        return self.cache.get(("status", detail, rse_type, cycles),
+                              lambda: envelope([self._status(detail, rse_type, cycles)]))
 
-    def _status(self, n_cycles: int) -> dict[str, Any]:
-        by_state: dict[str, int] = {}
+    def _status(self, detail: bool, rse_type: Optional[str], n_cycles: int) -> dict[str, Any]:
         rses = self.view.rses()
+        recent = self.view.cycles(max(n_cycles, 1))
+        last = next((c for c in recent if c.get("finished") is not None), None)
+        report = wmcore_report(rses, last, self.config.service.instance)
+        if rse_type is not None:
+            report["rse_type"] = rse_type
+        if not detail:
+            return report
+        by_state: dict[str, int] = {}
         for r in rses:
             by_state[r["state"]] = by_state.get(r["state"], 0) + 1
         return {
+            **report,
             "service": "MSUnmerged",
             "status": "OK",
             "instance": self.config.service.instance,
@@ -225,23 +310,34 @@ class DataApi:
             "time": round(time.time(), 3),
             "uptime_s": round(time.time() - STARTED, 1),
             "rses": {"total": len(rses), "by_state": by_state},
-            "cycles": self.view.cycles(n_cycles),
+            "cycles": recent[:n_cycles],
             "triggers": self.queue.summary() if self.queue else {"enabled": False},
         }
 
     @json_call()
     def info(self, **params: Any) -> bytes:
-        """info?rse=<RSE>|ALL_DOCS&detail=true|false, as the existing service answers it."""
-        rse = one(params, "rse", required=True, pattern=RSE_RE)
+        """info?rse=<RSE>|ALL_DOCS[&rse=...]&detail=true|false, answered as WMCore's getStatsFromMongoDB."""
+        rses = many(params, "rse", RSE_RE)
+        if not rses:
+            raise BadParam("rse", "required")
         detail = boolean(params, "detail", False)
         no_more(params)
-        return self.cache.get(("info", rse, detail), lambda: envelope(self._info(rse, detail)))
+        query = f"rse={rses[0] if len(rses) == 1 else rses}&detail={detail}"
+        return self.cache.get(("info", tuple(rses), detail), lambda: envelope([{
+            "wmcore_version": VERSION, "microservice_version": VERSION, "microservice": "MSUnmerged",
+            "query": query, "rseData": self._info(rses, detail)}]))
 
-    def _info(self, rse: str, detail: bool) -> list[dict[str, Any]]:
-        found = self.view.rses() if rse == "ALL_DOCS" else [r for r in [self.view.rse(rse)] if r]
+    def _info(self, names: list[str], detail: bool) -> list[dict[str, Any]]:
+        if any(n.lower() == ALL_DOCS for n in names):
+            found = self.view.rses()
+        else:
+            found = [r for r in map(self.view.rse, names) if r]
         docs = [wmcore_info(r) for r in found]
         if detail:
             for doc in docs:
+                preview = self.view.plan_preview(doc["name"], MAX_PAGE)
+                doc["dirs"] = {"toDelete": [d["dir"] for d in preview["directories"]],
+                               "toDeleteComplete": preview["shown"] >= preview["files_to_delete"]}
                 doc["jobs"] = self.view.jobs(doc["name"], None, 20)
                 doc["files"] = {"deletedFail": list(self.view.files(doc["name"], "failed", None, None, None,
                                                                     None, 100))}
@@ -269,27 +365,38 @@ class DataApi:
             raise BadParam("after", "too long")
         query = (rse, state, error_class, dir_prefix, job)
         if stream:
+            records = self.view.files(*query, after, 0)
+            first = next(records, None)  # here an outage still answers 503, before the 200 is sent
             cherrypy.response.stream = True
-            return self._stream(self.view.files(*query, after, 0))
+            return self._stream(first, records, self.config.rest.db_timeout_s)
         page = list(self.view.files(*query, after, limit))
         nxt = page[-1]["cursor"] if len(page) == limit else None
         return envelope(page, next=nxt)
 
     @staticmethod
-    def _stream(records: Iterator[dict[str, Any]]) -> Iterator[bytes]:
-        """One valid JSON envelope, written in pieces of about 64 KiB."""
+    def _stream(first: Optional[dict[str, Any]], rest: Iterator[dict[str, Any]], timeout_s: float) -> Iterator[bytes]:
+        """One JSON envelope written in pieces of about 64 KiB; each ledger page within `timeout_s`.
+        A database error mid-stream ends the envelope with an "error" member (never a hang)."""
         yield b'{"result":['
         buf: list[bytes] = []
         size = 0
-        first = True
-        for rec in records:
-            item = json.dumps(rec, separators=(",", ":"), default=str).encode()
-            buf.append(item if first else b"," + item)
-            first = False
-            size += len(item)
-            if size >= 65536:
-                yield b"".join(buf)
-                buf, size = [], 0
+        rec, sep = first, b""
+        try:
+            while rec is not None:
+                item = json.dumps(rec, separators=(",", ":"), default=str).encode()
+                buf.append(sep + item)
+                sep = b","
+                size += len(item)
+                if size >= 65536:
+                    yield b"".join(buf)
+                    buf, size = [], 0
+                with deadline(timeout_s):
+                    rec = next(rest, None)
+        except DB_ERRORS as exc:
+            log.warning("database error while streaming files: %s", exc)
+            buf.append(b'],"error":' + json.dumps(DB_DOWN).encode() + b"}")
+            yield b"".join(buf)
+            return
         buf.append(b"]}")
         yield b"".join(buf)
 
@@ -319,50 +426,79 @@ class DataApi:
 
     @json_call("POST")
     def trigger(self, **params: Any) -> bytes:
-        """Start one RSE now (mode plan or apply). Operators only; rate-limited; audited."""
-        remote = cherrypy.request.remote.ip
-        try:
-            user = user_from_headers(cherrypy.request.headers, self.keyfile)
-        except AuthError as exc:
-            self.audit.write(action="trigger", outcome="denied", reason=str(exc), remote=remote)
-            raise
-        who = {"login": user.login, "dn": user.dn, "remote": remote}
-        if not has_role(user, self.config.rest.operator_roles):
-            self.audit.write(action="trigger", outcome="denied", reason="no operator role", **who)
-            raise AuthError("an operator role is required: " + ", ".join(self.config.rest.operator_roles))
-        params = {**params, **self._json_body()}
+        """Start one RSE now (mode plan or apply): a JSON body with rse, mode and a fresh request_id.
+        Operators only; same-origin; each request_id once; rate-limited; audited."""
+        headers = request_headers()
+        who = {"remote": cherrypy.request.remote.ip, **claimed(headers)}
+        origin = headers.get("origin", b"").decode("latin-1")
+        if origin and origin not in self.config.rest.allowed_origins:
+            self.audit.write(action="trigger", outcome="denied", reason=f"foreign origin {origin[:100]}", **who)
+            raise AuthError(f"requests from origin {origin[:100]!r} are refused")
+        params = self._merge_body(params)
         rse = one(params, "rse", required=True, pattern=RSE_RE)
         mode = one(params, "mode", "plan", choices=("plan", "apply"))
+        request_id = one(params, "request_id", required=True, pattern=REQUEST_ID_RE)
         no_more(params)
+        what = {"rse": rse, "mode": mode, "request_id": request_id, **who}
+        try:
+            user = user_from_headers(headers, self.keyfile)
+        except AuthError as exc:
+            self.audit.write(action="trigger", outcome="denied", reason=str(exc), **what)
+            raise
+        what.update(login=user.login, dn=user.dn)
+        if not has_role(user, self.config.rest.operator_roles):
+            self.audit.write(action="trigger", outcome="denied", reason="no operator role", **what)
+            raise AuthError("an operator role is required: " + ", ".join(self.config.rest.operator_roles))
+        logins = self.config.rest.operator_logins
+        if logins and user.login not in logins:
+            self.audit.write(action="trigger", outcome="denied", reason="login not in rest.operator_logins", **what)
+            raise AuthError("this login may not trigger (rest.operator_logins)")
+        if not self.replays.first_use(request_id):
+            self.audit.write(action="trigger", outcome="denied", reason="request_id reused", **what)
+            raise AuthError(f"request_id {request_id!r} was already used: send a fresh one", 409)
         if self.queue is None:
             return _error(503, "this instance runs no service loop: triggers are disabled")
         allowed, wait = self.limiter.allow(user.login or user.dn)
         if not allowed:
-            self.audit.write(action="trigger", outcome="rate_limited", rse=rse, mode=mode, **who)
+            self.audit.write(action="trigger", outcome="rate_limited", **what)
             cherrypy.response.headers["Retry-After"] = str(int(wait) + 1)
             return _error(429, f"rate limit of {self.config.rest.trigger_rate_per_min} triggers per minute "
                                f"reached; retry in {wait:.0f} s")
         record = self.queue.submit(rse, mode, user.login or user.dn)
-        self.audit.write(action="trigger", outcome="accepted", rse=rse, mode=mode, id=record["id"], **who)
+        self.audit.write(action="trigger", outcome="accepted", id=record["id"], **what)
         cherrypy.response.status = 202
         return envelope([record])
 
     @staticmethod
-    def _json_body() -> dict[str, Any]:
-        """Accept a JSON object body as well as form parameters."""
+    def _merge_body(params: dict[str, Any]) -> dict[str, Any]:
+        """Query parameters plus the JSON object body (Content-Type application/json, else 415);
+        a name given in both with different values is refused, never silently overridden."""
         request = cherrypy.request
-        if not request.headers.get("Content-Type", "").startswith("application/json"):
-            return {}
+        if request.headers.get("Content-Type", "").split(";")[0].strip().lower() != "application/json":
+            raise AuthError("the body must be a JSON object (Content-Type: application/json)", 415)
         try:
-            data = json.loads(request.body.read(65536) or b"{}")
+            data = json.loads(request.body.read() or b"{}")
         except ValueError:
             raise BadParam("body", "not valid JSON") from None
         if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
             raise BadParam("body", "expected a JSON object of strings")
-        return data
+        for name, value in data.items():
+            if name in params and params[name] != value:
+                raise BadParam(name, "given in the query and the body with different values")
+        return {**params, **data}
+
+    def _caller(self) -> Optional[User]:
+        """The verified caller, or None (anonymous, or headers that do not verify)."""
+        try:
+            return user_from_headers(request_headers(), self.keyfile)
+        except AuthError:
+            return None
 
     @json_call()
     def triggers(self, **params: Any) -> bytes:
-        """Recent triggers of this instance and their state."""
+        """Recent triggers of this instance and their state; who asked only for authenticated callers."""
         no_more(params)
-        return envelope(self.queue.recent() if self.queue else [])
+        records = self.queue.recent() if self.queue else []
+        if records and self._caller() is None:
+            records = [{k: v for k, v in r.items() if k != "user"} for r in records]
+        return envelope(records)

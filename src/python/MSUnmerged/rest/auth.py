@@ -1,13 +1,15 @@
 """CMSWEB front-end authentication: HMAC over the cms-authn-*/cms-authz-* headers, roles, rate limit, audit.
 
-The front end authenticates the user and passes the result in request headers, signed with
-`cms-authn-hmac`: the hex HMAC-SHA1, keyed with a file shared by front end and back end, of
-`prefix + "#" + suffix` built from the other cms-authn-*/cms-authz-* headers in sorted order of
-their lower-case names (prefix += "h%xv%x" % (len(name), len(value)), suffix += name + value).
+The front end (dmwm/cmsauth `GetHmac`) authenticates the user and passes the result in request headers,
+signed with `cms-authn-hmac`: the hex HMAC-SHA1, keyed with the raw bytes of a file shared by front end
+and back end, of `prefix + "#" + suffix` over the other cms-authn*/cms-authz* headers, taken in sorted
+order of their Go-canonical names (`Cms-Authz-T0_operator`): prefix += "h%xv%x" % (len(name),
+len(value in UTF-8 bytes)), suffix += lower-case name + value. `cms-auth-status` is `ok` (Go front
+end) or `OK` (the older Apache one); `NONE` means not authenticated.
 
-Expiry: the headers carry no timestamp, so a signature "expires" when the key rotates. The key
-file is re-read whenever its modification time or size changes; headers signed with a rotated-out
-key are then rejected like forged ones.
+Expiry: the headers carry no timestamp and nothing per request, so a signature "expires" only when the
+key rotates (the key file is re-read whenever its modification time or size changes). Headers are
+therefore never logged, and a trigger carries a fresh `request_id` (see `ReplayGuard`).
 """
 from __future__ import annotations
 
@@ -28,6 +30,8 @@ audit_log = logging.getLogger("MSUnmerged.audit")
 
 HMAC_HEADER = "cms-authn-hmac"
 STATUS_HEADER = "cms-auth-status"
+SIGNED_PREFIXES = ("cms-authn", "cms-authz")
+AUTHENTICATED = "ok"  # compared case-insensitively: `ok` from the Go front end, `OK` from the Apache one
 
 
 class AuthError(Exception):
@@ -54,25 +58,35 @@ def canonical(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower())
 
 
-def signed_message(headers: Mapping[str, str]) -> str:
-    """The message the front end signs, from headers whose names are already lower case."""
-    prefix = suffix = ""
-    for name in sorted(headers):
-        if name[:9] in ("cms-authn", "cms-authz") and name != HMAC_HEADER:
-            value = headers[name]
-            prefix += "h%xv%x" % (len(name), len(value))
-            suffix += name + value
-    return prefix + "#" + suffix
+def go_canonical(name: str) -> str:
+    """Go's textproto.CanonicalMIMEHeaderKey: upper case at the start and after '-', lower case elsewhere."""
+    out, upper = [], True
+    for c in name:
+        out.append(c.upper() if upper else c.lower())
+        upper = c == "-"
+    return "".join(out)
+
+
+def is_signed(name: str) -> bool:
+    """A header the front end signs (or the signature itself); `name` in lower case."""
+    return name.startswith(SIGNED_PREFIXES)
+
+
+def signed_message(headers: Mapping[str, bytes]) -> bytes:
+    """The message the front end signs, from lower-case names and the values' raw bytes."""
+    names = sorted((n for n in headers if is_signed(n) and n != HMAC_HEADER), key=go_canonical)
+    prefix = "".join("h%xv%x" % (len(n), len(headers[n])) for n in names).encode()
+    return prefix + b"#" + b"".join(n.encode() + headers[n] for n in names)
 
 
 def sign(headers: Mapping[str, str], key: bytes) -> str:
-    """Hex HMAC-SHA1 of the signed message; the front end's side, used by tests and tools."""
-    lower = {k.lower(): v for k, v in headers.items()}
-    return hmac.new(key, signed_message(lower).encode("utf-8"), hashlib.sha1).hexdigest()
+    """Hex HMAC-SHA1 of the signed message, values as UTF-8: the front end's side, for tests and tools."""
+    raw = {k.lower(): v.encode("utf-8") for k, v in headers.items()}
+    return hmac.new(key, signed_message(raw), hashlib.sha1).hexdigest()
 
 
 class KeyFile:
-    """The shared HMAC key, re-read when the file changes (key rotation)."""
+    """The shared HMAC key, re-read when the file changes (key rotation); empty or unreadable: no key."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -80,37 +94,55 @@ class KeyFile:
         self._key = b""
         self._lock = threading.Lock()
 
+    def problem(self) -> Optional[str]:
+        """Why no authenticated call can succeed now, or None when the key is usable."""
+        try:
+            self.key()
+        except AuthError as exc:
+            return str(exc)
+        return None
+
     def key(self) -> bytes:
+        """The key's raw bytes (any trailing newline included, as the front end reads them)."""
         if not self.path:
             raise AuthError("no HMAC key configured (rest.hmac_key_file): authenticated calls are refused")
         try:
             st = os.stat(self.path)
+            stamp = (st.st_mtime_ns, st.st_size)
+            with self._lock:
+                if stamp != self._stamp:
+                    with open(self.path, "rb") as fh:
+                        self._key = fh.read()
+                    self._stamp = stamp
+                key = self._key
         except OSError as exc:
-            log.error("HMAC key file %s unreadable: %s", self.path, exc)
-            raise AuthError("HMAC key unavailable") from None
-        stamp = (st.st_mtime_ns, st.st_size)
-        with self._lock:
-            if stamp != self._stamp:
-                with open(self.path, "rb") as fh:  # the raw bytes, as the front end reads them
-                    self._key = fh.read()
-                self._stamp = stamp
-            return self._key
+            log.error("HMAC key file %s unreadable: %s", self.path, exc.strerror)
+            raise AuthError("HMAC key unavailable: authenticated calls are refused") from None
+        if not key.strip():  # anyone can compute a signature with an empty key
+            log.error("HMAC key file %s is empty", self.path)
+            raise AuthError("HMAC key empty: authenticated calls are refused")
+        return key
 
 
-def user_from_headers(headers: Mapping[str, str], keyfile: KeyFile) -> User:
-    """Verify the signed headers and return the user; raise AuthError (403) when missing or forged."""
-    lower = {k.lower(): str(v) for k, v in headers.items()}
-    status = lower.get(STATUS_HEADER)
-    if status is None or HMAC_HEADER not in lower:
+def claimed(headers: Mapping[str, bytes]) -> dict[str, str]:
+    """The identity the headers claim, verified or not (for the audit of denials)."""
+    return {k: headers.get(f"cms-authn-{k}", b"").decode("utf-8", "replace")[:200] for k in ("login", "dn")}
+
+
+def user_from_headers(headers: Mapping[str, bytes], keyfile: KeyFile) -> User:
+    """Verify the signed headers (lower-case names, raw byte values) and return the user; AuthError if not."""
+    status = headers.get(STATUS_HEADER)
+    if status is None or HMAC_HEADER not in headers:
         raise AuthError("authentication headers missing")
-    if status != "OK":
-        raise AuthError(f"not authenticated ({STATUS_HEADER}: {status})")
-    expected = hmac.new(keyfile.key(), signed_message(lower).encode("utf-8"), hashlib.sha1).hexdigest()
-    if not hmac.compare_digest(expected, lower[HMAC_HEADER].strip().lower()):
+    if status.decode("latin-1").strip().lower() != AUTHENTICATED:
+        raise AuthError(f"not authenticated ({STATUS_HEADER}: {status.decode('latin-1')[:20]})")
+    expected = hmac.new(keyfile.key(), signed_message(headers), hashlib.sha1).hexdigest()
+    if not hmac.compare_digest(expected.encode(), headers[HMAC_HEADER].strip().lower()):
         raise AuthError("authentication headers signature mismatch")
-    user = User(login=lower.get("cms-authn-login", ""), name=lower.get("cms-authn-name", ""),
-                dn=lower.get("cms-authn-dn", ""), method=lower.get("cms-authn-method", ""))
-    for name, value in lower.items():
+    text = {k: v.decode("utf-8", "replace") for k, v in headers.items() if is_signed(k)}
+    user = User(login=text.get("cms-authn-login", ""), name=text.get("cms-authn-name", ""),
+                dn=text.get("cms-authn-dn", ""), method=text.get("cms-authn-method", ""))
+    for name, value in text.items():
         if name.startswith("cms-authz-"):
             scopes: dict[str, set[str]] = {"group": set(), "site": set()}
             for item in value.split():
@@ -162,8 +194,34 @@ class RateLimiter:
             return True, 0.0
 
 
+class ReplayGuard:
+    """Each trigger `request_id` is accepted once within `window_s`: a replayed request is refused.
+
+    The front end's signature carries nothing per request, so this is what tells a fresh trigger from
+    a copy of one; a client retrying after a lost answer sends the same id and is told it was used.
+    """
+
+    def __init__(self, window_s: float, keep: int = 100_000) -> None:
+        self.window_s = window_s
+        self.keep = keep
+        self._seen: collections.OrderedDict[str, float] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def first_use(self, request_id: str, now: Optional[float] = None) -> bool:
+        """True the first time `request_id` is seen in the window; records it."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            while self._seen and (now - next(iter(self._seen.values())) >= self.window_s
+                                  or len(self._seen) >= self.keep):
+                self._seen.popitem(last=False)
+            if request_id in self._seen:
+                return False
+            self._seen[request_id] = now
+            return True
+
+
 class Audit:
-    """Append-only JSON lines of who asked for what, to a file (rest.audit_log) and the log."""
+    """Append-only JSON lines of who asked for what, to a file (rest.audit_log, mode 0600) and the log."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -174,5 +232,8 @@ class Audit:
         line = json.dumps(record, sort_keys=True, default=str)
         audit_log.info(line)
         if self.path:
-            with self._lock, open(self.path, "a", encoding="utf-8") as fh:
-                fh.write(line + "\n")
+            with self._lock:
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                with os.fdopen(fd, "a", encoding="utf-8") as fh:
+                    os.fchmod(fd, 0o600)  # also an audit log created before with a wider mode
+                    fh.write(line + "\n")
