@@ -196,7 +196,8 @@ def test_files_written_are_private(served: Served) -> None:
 def test_a_trigger_for_an_unknown_rse_is_refused_and_records_nothing(served: Served) -> None:
     typo = "T2_XX_Sampel"
     for mode in ("plan", "apply"):
-        status, body = post(served, "data/trigger", {"rse": typo, "mode": mode}, operator_headers(served.key))
+        status, body = post(served, "data/trigger", {"rse": typo, "mode": mode},
+                            operator_headers(served.key, login="bob"))  # a rate limit of its own
         assert status == 202, body
         wanted = body["result"][0]["id"]
         deadline = time.monotonic() + 60
