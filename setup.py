@@ -1,9 +1,13 @@
 """MSUnmerged: clean /store/unmerged at CMS sites with jobs that run at the site."""
+import re
+
 from setuptools import find_packages, setup
+
+VERSION = re.search(r'__version__ = "([^"]+)"', open("src/python/MSUnmerged/__init__.py").read()).group(1)
 
 setup(
     name="msunmerged",
-    version="0.1.0",
+    version=VERSION,
     description="Finds unneeded files in CMS /store/unmerged and deletes them with cleanup jobs at the sites",
     license="Apache-2.0",
     python_requires=">=3.11",

@@ -30,6 +30,11 @@ def test_file_and_environment(tmp_path):
     ("", {"MSUNMERGED_SERVICE__DRY_RUN": "perhaps"}, "service.dry_run"),
     ("", {"MSUNMERGED_JOBS__BACKEND": "pbs"}, "jobs.backend"),
     ("", {"MSUNMERGED_SERVICE__NOPE": "1"}, "service.nope"),
+    ("[service]\nlog_level = 'LOUD'\n", {}, "service.log_level"),
+    ("", {"MSUNMERGED_MONGO__URL": "mongodb://user:pw@"}, "mongo.url"),
+    ("", {"MSUNMERGED_MONGO__URL": "localhost:27017"}, "mongo.url"),
+    ("", {"MSUNMERGED_MONGO__URL": "mongodb://h:99999/"}, "mongo.url"),
+    ("", {"MSUNMERGED_MONGO__URL": "mongodb+srv://cluster"}, "mongo.url"),
 ])
 def test_errors_name_the_key(tmp_path, text, env, key):
     path = tmp_path / "c.toml"
@@ -46,3 +51,11 @@ def test_bad_toml_and_missing_file(tmp_path):
         load_config(bad, env={})
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "missing.toml", env={})
+
+
+def test_good_log_levels_and_mongo_urls(tmp_path):
+    (tmp_path / "none.toml").touch()
+    for env in ({"MSUNMERGED_SERVICE__LOG_LEVEL": "debug"},
+                {"MSUNMERGED_MONGO__URL": "mongodb://a:b@h1:27017,h2:27017/?replicaSet=rs0"},
+                {"MSUNMERGED_MONGO__URL": "mongodb+srv://cluster0.example.cern.ch/"}):
+        assert load_config(tmp_path / "none.toml", env=env)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 import typing
 from dataclasses import dataclass, field
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 ENV_PREFIX = "MSUNMERGED_"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "etc" / "msunmerged.toml"
 
 # Production WMCore MSUnmerged excludes the log areas of production workflows.
@@ -307,6 +309,9 @@ def _validate(cfg: Config) -> None:
     need(s.interval_s >= 1, "service.interval_s", "must be >= 1")
     need(s.parallel_rses >= 1, "service.parallel_rses", "must be >= 1")
     need(s.lease_ttl_s >= 10, "service.lease_ttl_s", "must be >= 10")
+    need(s.log_level.upper() in LOG_LEVELS, "service.log_level", f"must be one of {', '.join(LOG_LEVELS)}")
+    problem = _mongo_url_problem(cfg.mongo.url)
+    need(problem is None, "mongo.url", f"not a MongoDB URL: {problem}")
     need(cfg.conmon.format in ("raw", "text", "json"), "conmon.format", "must be raw, text or json")
     need(j.backend in ("local", "condor", "slurm"), "jobs.backend", "must be local, condor or slurm")
     for site in ("", *cfg.slurm.sites):
@@ -330,6 +335,26 @@ def _validate(cfg: Config) -> None:
          "must be between 1024 and 16 MiB")
     need(cfg.rest.replay_window_s >= 60, "rest.replay_window_s", "must be >= 60")
     need(cfg.rest.cache_ttl_s >= 0, "rest.cache_ttl_s", "must be >= 0")
+
+
+def _mongo_url_problem(url: str) -> Optional[str]:
+    """What is wrong with a MongoDB URL, or None (empty is fine: the embedded database).
+
+    mongodb+srv:// URLs are checked for their form only: resolving them needs DNS.
+    """
+    if not url:
+        return None
+    if url.startswith("mongodb+srv://"):
+        host = url[len("mongodb+srv://"):].split("/", 1)[0].split("?", 1)[0].rsplit("@", 1)[-1]
+        return None if re.fullmatch(r"[A-Za-z0-9-]+(\.[A-Za-z0-9-]+){2,}", host) else "expected one DNS name " \
+            "with at least three parts after mongodb+srv://"
+    from pymongo import uri_parser
+    from pymongo.errors import PyMongoError
+    try:
+        uri_parser.parse_uri(url)
+    except (PyMongoError, ValueError) as exc:
+        return str(exc)
+    return None
 
 
 def load_config(path: Optional[os.PathLike | str] = None, env: Optional[Mapping[str, str]] = None) -> Config:

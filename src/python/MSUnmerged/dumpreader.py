@@ -7,7 +7,9 @@ import os
 import queue
 import threading
 import zlib
-from typing import BinaryIO, Iterator, Union
+from typing import BinaryIO, Iterator, Mapping, Union
+
+from MSUnmerged import lfn
 
 CHUNK_BYTES = 4 * 1024 * 1024
 GZIP_MAGIC = b"\x1f\x8b"
@@ -17,7 +19,35 @@ class DumpError(ValueError):
     """The dump cannot be read to its end: truncated, corrupt, or not a dump at all."""
 
 
+class NotADump(DumpError):
+    """The input is no dump at all: an HTML page, binary data, or mostly lines that are not LFNs."""
+
+
 Source = Union[str, os.PathLike, BinaryIO]
+SNIFF_BYTES = 4096
+
+
+def check_head(head: bytes) -> None:
+    """Raise NotADump when the start of the (decompressed) input is HTML or binary."""
+    sample = head[:SNIFF_BYTES]
+    if sample.lstrip(b"\xef\xbb\xbf \t\r\n")[:9].lower().startswith((b"<!doctype", b"<html", b"<?xml")):
+        raise NotADump("it starts like an HTML or XML page (a login or error page?)")
+    if b"\0" in sample:
+        raise NotADump("it holds NUL bytes: binary data")
+    undecodable = len(sample) - len(sample.decode("utf-8", errors="ignore").encode("utf-8"))
+    if undecodable * 10 > len(sample):
+        raise NotADump(f"{undecodable} of its first {len(sample)} bytes are not UTF-8: binary data")
+
+
+# Invalid-line reasons that say "not an LFN under /store/unmerged/ at all" (the others are odd LFNs).
+FOREIGN_LINES = (lfn.OUTSIDE_UNMERGED, lfn.RELATIVE, lfn.CONTROL_OR_SPACE, lfn.NON_UTF8)
+
+
+def check_lines(lines: int, invalid: Mapping[str, int]) -> None:
+    """Raise NotADump when more than half of the lines are not LFNs under /store/unmerged/ (e.g. /etc/passwd)."""
+    foreign = sum(invalid.get(reason, 0) for reason in FOREIGN_LINES)
+    if foreign * 2 > lines:
+        raise NotADump(f"{foreign:,} of its {lines:,} lines are not LFNs under /store/unmerged/")
 
 
 def iter_chunks(source: Source, chunk_bytes: int = CHUNK_BYTES, read_ahead: int = 2) -> Iterator[bytes]:
@@ -42,6 +72,7 @@ def iter_chunks(source: Source, chunk_bytes: int = CHUNK_BYTES, read_ahead: int 
         stream = _Prepend(head, source)  # type: ignore[assignment]
     try:
         first = _first_non_space(stream)
+        check_head(first)
         lead = first.lstrip()[:1]
         if lead in (b"{", b'"'):
             raise DumpError(f"dump starts with {lead.decode()!r}: JSON that is not an array of LFNs")

@@ -21,6 +21,7 @@ GUARD_LINE_COUNT = "scan_line_count_mismatch"
 GUARD_DELETE_FRACTION = "delete_fraction_exceeded"
 GUARD_DELETE_COUNT = "delete_count_exceeded"
 GUARD_DUMP_UNREADABLE = "dump_unreadable"
+GUARD_NOT_A_DUMP = "dump_not_a_dump"
 # Refusals of `apply` (a plan directory is not what was planned, or not the current plan).
 PLAN_MODIFIED = "plan_modified"
 PLAN_OUTDATED = "plan_outdated"
@@ -114,7 +115,7 @@ def _all_canonical_ascii(data: bytes, max_length: int) -> bool:
             and max(map(len, data.split(b"\n"))) <= max_length)
 
 
-def check_lines(data: bytes, max_length: int, where: str) -> int:
+def check_plan_lines(data: bytes, max_length: int, where: str) -> int:
     """Every line of a plan file is exactly a canonical LFN; returns how many, else raises plan_modified."""
     if not data or _all_canonical_ascii(data, max_length):
         return data.count(b"\n")

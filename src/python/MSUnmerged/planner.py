@@ -21,8 +21,8 @@ from typing import Any, Callable, Iterable, Optional
 
 from MSUnmerged import lfn, seal
 from MSUnmerged.config import Config
-from MSUnmerged.dumpreader import DumpError
-from MSUnmerged.guards import (GUARD_DUMP_UNREADABLE, GUARD_LINE_COUNT, GuardTripped, check_counts,
+from MSUnmerged.dumpreader import DumpError, NotADump, check_lines
+from MSUnmerged.guards import (GUARD_DUMP_UNREADABLE, GUARD_LINE_COUNT, GUARD_NOT_A_DUMP, GuardTripped, check_counts,
                                check_protection, check_scan)
 from MSUnmerged.lfn import PrefixSet
 
@@ -448,6 +448,9 @@ def plan(rse: str, chunks: Iterable[bytes], protected: Iterable[str], config: Co
         try:
             for chunk in dump:
                 planner.feed(chunk)
+            check_lines(planner.counts.total, planner.counts.invalid)
+        except NotADump as exc:
+            guard = GuardTripped(GUARD_NOT_A_DUMP, f"not a dump: {exc}")
         except DumpError as exc:
             guard = GuardTripped(GUARD_DUMP_UNREADABLE, str(exc))
     result = planner.finish(end_time, expected, guard)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
 from MSUnmerged.config import GuardConfig
-from MSUnmerged.guards import PLAN_MODIFIED, GuardTripped, check_lines
+from MSUnmerged.guards import PLAN_MODIFIED, GuardTripped, check_plan_lines
 from MSUnmerged.lfn import PrefixSet
 
 SEAL_NAME = "seal.json"
@@ -151,7 +151,7 @@ def verify(plan_dir: os.PathLike | str, max_length: int) -> Seal:
             raise GuardTripped(PLAN_MODIFIED, f"{rel} is not readable: {exc}") from None
         seal.check_file(rel, data)
         if rel != SUMMARY_NAME:
-            check_lines(data, max_length, rel)
+            check_plan_lines(data, max_length, rel)
     _check_summary(plan_dir, seal)
     return seal
 

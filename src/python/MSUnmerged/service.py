@@ -21,8 +21,8 @@ from MSUnmerged import planner, seal, statemachine
 from MSUnmerged.collector import Collector, parse_report
 from MSUnmerged.config import Config
 from MSUnmerged.dumpreader import iter_chunks
-from MSUnmerged.guards import (PLAN_MODIFIED, PLAN_OUTDATED, UNKNOWN_RSE, GuardTripped, check_counts, check_lines,
-                               check_protection, split_lines)
+from MSUnmerged.guards import (PLAN_MODIFIED, PLAN_OUTDATED, UNKNOWN_RSE, GuardTripped, check_counts,
+                               check_plan_lines, check_protection, split_lines)
 from MSUnmerged.jobs.backend import BackendError, BatchBackend, JobState, JobStatus
 from MSUnmerged.jobs.router import remove_unstarted
 from MSUnmerged.jobs.spec import CleanupJob, make_job
@@ -315,7 +315,7 @@ class Service:
         data = path.read_bytes()
         if entry.get("dirs_sha256") not in (None, seal.sha256(data)):
             raise GuardTripped(PLAN_MODIFIED, f"{path} changed since its plan was recorded")
-        check_lines(data, self.config.planner.max_lfn_length, str(path))
+        check_plan_lines(data, self.config.planner.max_lfn_length, str(path))
         return {raw.decode("utf-8", errors="surrogateescape") for raw in split_lines(data)}
 
     def _submit_planned(self, rse: str, generation: float, protected: Sequence[str]) -> int:

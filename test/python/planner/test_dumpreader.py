@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from MSUnmerged.dumpreader import DumpError, iter_chunks
+from MSUnmerged.dumpreader import DumpError, NotADump, check_lines, iter_chunks
 
 LINES = [f"/store/unmerged/E/P/T/p-v1/{i // 100:04d}/{i:06d}.root" for i in range(5000)]
 
@@ -77,3 +77,22 @@ def test_json_that_is_not_an_array_is_an_error(body):
 def test_json_string_with_newline_stays_one_line():
     out = read_all(json.dumps(["/store/unmerged/a/b\n/store/unmerged/c"]).encode())
     assert out == [b"/store/unmerged/a/b\0/store/unmerged/c"]
+
+
+@pytest.mark.parametrize("body,message", [
+    (b"\xef\xbb\xbf\n  <!doctype html>\n<html>login</html>\n", "HTML"),
+    (gzip.compress(b"<HTML><body>Sign in</body></HTML>\n"), "HTML"),
+    (b"/store/unmerged/a\n" + bytes(range(256)) * 8, "NUL bytes"),
+    (bytes(range(128, 256)) * 40, "not UTF-8"),
+])
+def test_not_a_dump_is_recognised_from_its_start(body, message):
+    with pytest.raises(NotADump, match=message):
+        list(iter_chunks(io.BytesIO(body), read_ahead=0))
+
+
+def test_a_dump_with_a_few_odd_lines_is_a_dump():
+    body = b"".join(b"/store/unmerged/a/b/c/d/f%d.root\n" % i for i in range(100)) + b"/store/unmerged/\xff\xfe.root\n"
+    assert b"".join(iter_chunks(io.BytesIO(body), read_ahead=0)) == body
+    check_lines(101, {"non_utf8": 1, "dot_component": 60})  # odd LFNs under /store/unmerged are not foreign
+    with pytest.raises(NotADump, match="51 of its 101 lines"):
+        check_lines(101, {"relative_path": 50, "outside_unmerged": 1})

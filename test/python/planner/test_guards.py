@@ -1,4 +1,4 @@
-"""guards.check_lines: a plan file is accepted only when every line, read as bytes and split on b"\\n" only, is
+"""guards.check_plan_lines: a plan file is accepted only when every line, read as bytes and split on b"\\n" only, is
 exactly a canonical LFN below /store/unmerged; its fast path agrees with the line-by-line check."""
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def line_by_line(data: bytes, max_length: int) -> bool:
 def test_the_fast_path_agrees_with_the_line_check(lines: list[bytes], max_length: int) -> None:
     data = b"".join(x + b"\n" for x in lines)
     try:
-        n = guards.check_lines(data, max_length, "jobs/x")
+        n = guards.check_plan_lines(data, max_length, "jobs/x")
         accepted = True
     except guards.GuardTripped as exc:
         assert exc.reason == guards.PLAN_MODIFIED
@@ -42,5 +42,5 @@ def test_the_fast_path_agrees_with_the_line_check(lines: list[bytes], max_length
 ])
 def test_a_bad_line_is_named_with_its_reason(bad: bytes, reason: str) -> None:
     with pytest.raises(guards.GuardTripped) as caught:
-        guards.check_lines(b"/store/unmerged/a/ok.root\n" + bad + b"\n", 1024, "jobs/job-000001.txt")
+        guards.check_plan_lines(b"/store/unmerged/a/ok.root\n" + bad + b"\n", 1024, "jobs/job-000001.txt")
     assert caught.value.detail.startswith(f"jobs/job-000001.txt line 2 is not a valid LFN ({reason})")

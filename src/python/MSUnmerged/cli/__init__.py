@@ -2,18 +2,32 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
+import signal
 import sys
-from typing import Optional, Sequence
+import threading
+from typing import Any, Iterator, NoReturn, Optional, Sequence
 
-from MSUnmerged.config import ConfigError, load_config
+from pymongo.errors import PyMongoError
+
+from MSUnmerged import __version__
+from MSUnmerged.config import LOG_LEVELS, ConfigError, load_config
+from MSUnmerged.embedded_mongo import EmbeddedMongoError
+from MSUnmerged.ledger.connect import DatabaseUnreachable, first_error
+from MSUnmerged.sources.errors import SourceError
+
+log = logging.getLogger("MSUnmerged.cli")
 
 # Exit codes, documented in the README.
 EXIT_OK = 0
 EXIT_FAILED = 1  # internal error
 EXIT_GUARD = 2  # a guard refused: nothing will be deleted
 EXIT_BAD_INPUT = 3  # unusable input or configuration
+EXIT_UNAVAILABLE = 5  # an outside service (ledger database, ConMon, WMStats, Rucio) failed or did not answer
+EXIT_USAGE = 64  # the command line itself is wrong (EX_USAGE; argparse's own 2 means "a guard refused" here)
+EXIT_INTERRUPTED = 130
 
 # Each module defines `register(subparsers)` and sets a `run(args, config) -> int` default.
 COMMANDS = ["plan", "demo", "serve", "status", "jobs", "files", "apply", "run", "clean"]
@@ -23,10 +37,19 @@ class BadInput(Exception):
     """Input a command cannot use; the message says which and why."""
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with usage errors as one line and EXIT_USAGE (sub-command parsers are of this class too)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="msunmerged", description="Clean /store/unmerged at CMS sites.")
+    parser = Parser(prog="msunmerged", description="Clean /store/unmerged at CMS sites.")
+    parser.add_argument("--version", action="version", version=f"msunmerged {__version__}")
     parser.add_argument("--config", help="TOML configuration file (default: etc/msunmerged.toml or $MSUNMERGED_CONFIG)")
-    parser.add_argument("--log-level", default=None, help="DEBUG, INFO, WARNING (default from config)")
+    parser.add_argument("--log-level", default=None, type=str.upper, choices=LOG_LEVELS,
+                        help="log level (default from service.log_level)")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
         importlib.import_module(f"MSUnmerged.cli.{name}").register(subparsers)
@@ -34,21 +57,53 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one command; every expected failure is one line on stderr and a documented exit code."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # usage errors, --help, --version
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    name = f"msunmerged {args.command}"
     try:
         config = load_config(args.config)
-    except ConfigError as exc:
-        print(f"msunmerged: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    logging.basicConfig(level=(args.log_level or config.service.log_level).upper(), force=True,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    try:
-        return int(args.run(args, config))
-    except BadInput as exc:
-        print(f"msunmerged {args.command}: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        logging.basicConfig(level=args.log_level or config.service.log_level.upper(), force=True,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+        with terminate_as_interrupt():
+            return int(args.run(args, config))
+    except (BadInput, ConfigError) as exc:
+        return fail(name, str(exc), EXIT_BAD_INPUT)
+    except (DatabaseUnreachable, EmbeddedMongoError, SourceError) as exc:
+        return fail(name, str(exc), EXIT_UNAVAILABLE)
+    except PyMongoError as exc:
+        return fail(name, f"ledger database: {first_error(exc)}", EXIT_UNAVAILABLE)
     except KeyboardInterrupt:
-        return 130
+        return fail(name, "interrupted", EXIT_INTERRUPTED)
+    except Exception as exc:  # a bug: one line here, the traceback with --log-level DEBUG
+        log.debug("internal error", exc_info=True)
+        return fail(name, f"internal error: {type(exc).__name__}: {exc} (--log-level DEBUG shows where)",
+                    EXIT_FAILED)
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM ends the command like Ctrl-C, so its clean-up runs (the embedded database is released, or
+    stopped by its last user). `serve` puts CherryPy's own handler in place meanwhile."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def fail(name: str, message: str, code: int) -> int:
+    print(f"{name}: {message}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":  # pragma: no cover

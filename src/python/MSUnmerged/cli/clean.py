@@ -7,7 +7,7 @@ import sys
 from typing import Any, Callable, Optional, TextIO
 
 from MSUnmerged import planner
-from MSUnmerged.cli import EXIT_FAILED, EXIT_GUARD, EXIT_OK, BadInput
+from MSUnmerged.cli import EXIT_FAILED, EXIT_GUARD, EXIT_OK, EXIT_UNAVAILABLE, BadInput
 from MSUnmerged.cli.output import Progress, table
 from MSUnmerged.cli.plan import print_summary
 from MSUnmerged.config import Config
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
             raise BadInput(str(exc)) from None
         except SourceError as exc:
             print(f"msunmerged clean: cannot plan {args.rse}: {exc}", file=sys.stderr)
-            return EXIT_FAILED
+            return EXIT_UNAVAILABLE
         print_summary(plan, str(service.config.state_dir / "previews" / args.rse))
         if plan.guard:
             print(f"msunmerged clean: guard {plan.guard}: {plan.guard_detail}; nothing will be deleted",

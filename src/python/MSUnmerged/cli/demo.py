@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import shlex
 import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 from MSUnmerged import sample
-from MSUnmerged.cli import EXIT_FAILED, EXIT_GUARD, EXIT_OK
+from MSUnmerged.cli import EXIT_FAILED, EXIT_GUARD, EXIT_OK, BadInput
 from MSUnmerged.cli.output import table
 from MSUnmerged.config import Config
+from MSUnmerged.embedded_mongo import in_use
 from MSUnmerged.samplesite import DEMO_RSE, DEMO_SITE, count_files, fill_storage, write_site
 from MSUnmerged.sources.offline import OfflineSources
 from MSUnmerged.wiring import build_service
@@ -62,8 +64,19 @@ def demo_config(config: Config, work: Path, siteconf: Path, apply: bool) -> Conf
     return cfg
 
 
+def default_work(config: Config) -> Path:
+    return config.state_dir / "demo"
+
+
+def look_command(state: Path) -> str:
+    """The command that shows the ledger of a demo state folder (its embedded database, whatever mongo.url says)."""
+    return f"MSUNMERGED_SERVICE__STATE_DIR={shlex.quote(str(state))} MSUNMERGED_MONGO__URL= msunmerged status"
+
+
 def run(args: argparse.Namespace, config: Config) -> int:
-    work = (Path(args.dir) if args.dir else config.state_dir / "demo").resolve()
+    work = (Path(args.dir) if args.dir else default_work(config)).resolve()
+    if in_use(work / "state"):
+        raise BadInput(f"the demo's database in {work / 'state'} is in use by another process; stop it first")
     sources = write_sources(work / "sources", args.files)
     storage = work / "storage"
     fill_storage(storage, sources / "dumps" / f"{DEMO_RSE}.txt")
@@ -98,6 +111,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
         ("files left in storage", f"{after:,}"), ("storage folder", str(storage)),
         ("state folder (ledger, plans, jobs)", str(work / "state"))]
     table(rows, ("", "value"), sys.stdout)
+    print(f"\nto look at the demo's ledger later: {look_command(work / 'state')}  (jobs and files likewise)")
     if examples:
         print("\nexamples from the ledger:")
         for f in examples:

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from typing import Any
 
 from MSUnmerged.cli import EXIT_OK, BadInput
-from MSUnmerged.cli.ledgercli import ledger_view
-from MSUnmerged.cli.output import table
+from MSUnmerged.cli.ledgercli import known_rse, ledger_view
+from MSUnmerged.cli.output import table, truncated
 from MSUnmerged.config import Config
 from MSUnmerged.rest.view import FILE_STATES
 
@@ -31,11 +32,17 @@ def run(args: argparse.Namespace, config: Config) -> int:
     if args.limit < 0:
         raise BadInput("--limit must be >= 0")
     with ledger_view(config) as view:
-        records = view.files(args.rse, args.state, args.error_class, args.dir, args.job, None, args.limit)
+        known_rse(view, args.rse)
+        # One record more than asked tells whether the listing is cut.
+        records = iter(view.files(args.rse, args.state, args.error_class, args.dir, args.job, None,
+                                  args.limit and args.limit + 1))
+        shown = itertools.islice(records, args.limit or None)
         if args.json:
-            for rec in records:
+            for rec in shown:
                 sys.stdout.write(json.dumps(rec, sort_keys=True, default=str) + "\n")
-            return EXIT_OK
-        table([(r.get("lfn", ""), r.get("state", ""), r.get("error_class") or "-", (r.get("error") or "-")[:80],
-                r.get("attempts", "")) for r in records], ("LFN", "state", "error class", "error", "attempts"))
+        else:
+            table([(r.get("lfn"), r.get("state"), r.get("error_class"), (r.get("error") or "")[:80],
+                    r.get("attempts")) for r in shown], ("LFN", "state", "error class", "error", "attempts"))
+        if next(records, None) is not None:
+            truncated(f"{args.limit:,} files", "--limit N for more, --limit 0 for all (--json streams any number)")
     return EXIT_OK

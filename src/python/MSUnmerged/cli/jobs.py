@@ -5,10 +5,9 @@ import argparse
 from typing import Any
 
 from MSUnmerged.cli import EXIT_OK
-from MSUnmerged.cli.ledgercli import ledger_view, print_json
-from MSUnmerged.cli.output import table
+from MSUnmerged.cli.ledgercli import known_rse, ledger_view, print_json
+from MSUnmerged.cli.output import moment, table, truncated
 from MSUnmerged.config import Config
-from MSUnmerged.rest.page import when
 from MSUnmerged.rest.view import JOB_STATES
 
 
@@ -22,12 +21,18 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
+    limit = max(1, args.limit)
     with ledger_view(config) as view:
-        jobs = view.jobs(args.rse, args.state, max(1, args.limit))
+        if args.rse:
+            known_rse(view, args.rse)
+        jobs = view.jobs(args.rse, args.state, limit + 1)  # one more tells whether the list is cut
+    more, jobs = len(jobs) > limit, jobs[:limit]
     if args.json:
         print_json(jobs)
     else:
-        table([(j["id"], j.get("state", ""), j.get("site", "") or "", f"{j.get('files', 0):,}",
-                when(j.get("submitted_at")), when(j.get("finished_at"))) for j in jobs],
+        table([(j["id"], j.get("state"), j.get("site"), j.get("files", 0), moment(j.get("submitted_at")),
+                moment(j.get("finished_at"))) for j in jobs],
               ("job", "state", "site", "files", "submitted", "finished"))
+    if more:
+        truncated(f"{limit:,} jobs", "raise --limit, or narrow with --rse/--state")
     return EXIT_OK

@@ -6,8 +6,6 @@ import json
 import sys
 from typing import Any, Iterator
 
-from pymongo.errors import PyMongoError
-
 from MSUnmerged.cli import BadInput
 from MSUnmerged.config import Config
 from MSUnmerged.ledger import open_client
@@ -16,18 +14,24 @@ from MSUnmerged.rest.view import MongoLedgerView
 
 @contextlib.contextmanager
 def ledger_view(config: Config) -> Iterator[MongoLedgerView]:
-    """The ledger's read view (the embedded database is started and stopped when mongo.url is empty)."""
+    """The ledger's read view (on the embedded database when mongo.url is empty, shared with its other users)."""
     client, embedded = open_client(config)
     try:
-        view = MongoLedgerView(client[config.mongo.database])
-        view.ping()
-        yield view
-    except PyMongoError as exc:
-        raise BadInput(f"ledger database unreachable: {exc}") from None
+        yield MongoLedgerView(client[config.mongo.database])
     finally:
         client.close()
         if embedded is not None:
             embedded.stop()
+
+
+def known_rse(view: MongoLedgerView, rse: str) -> dict[str, Any]:
+    """The RSE's summary; an RSE the ledger does not know is bad input (a typo must not look like 'nothing')."""
+    doc = view.rse(rse)
+    if doc is None:
+        names = [r["name"] for r in view.rses()]
+        known = f"known: {', '.join(names[:10])}{', ...' if len(names) > 10 else ''}" if names else "the ledger is empty"
+        raise BadInput(f"no RSE {rse!r} in the ledger ({known})")
+    return doc
 
 
 def print_json(result: Any) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from MSUnmerged import planner
 from MSUnmerged.cli import EXIT_GUARD, EXIT_OK, BadInput
-from MSUnmerged.cli.output import Progress, table
+from MSUnmerged.cli.output import reading, table
 from MSUnmerged.config import Config
 from MSUnmerged.dumpreader import iter_chunks
 
@@ -72,10 +72,12 @@ def run(args: argparse.Namespace, config: Config) -> int:
         raise BadInput(f"dump file not found: {args.dump}")
     if args.stats is None:
         print("warning: no --stats given: scan status, age and line count are not checked", file=sys.stderr)
-    result = planner.plan(args.rse, iter_chunks(args.dump), protected, config, args.out, stats=stats,
-                          previous_protected_count=args.previous_protected_count,
-                          require_scan=args.stats is not None,
-                          progress=Progress(f"planning {args.rse}"))
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise BadInput(f"--out {args.out} exists and is not a directory")
+    with reading(args.dump, f"planning {args.rse}") as (dump, progress):
+        result = planner.plan(args.rse, iter_chunks(dump), protected, config, args.out, stats=stats,
+                              previous_protected_count=args.previous_protected_count,
+                              require_scan=args.stats is not None, progress=progress)
     if args.json:
         print(json.dumps(result.to_dict(), indent=1, sort_keys=True))
     else:

@@ -4,10 +4,11 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import threading
 from typing import Any, Optional
 
-from MSUnmerged.cli import EXIT_OK
+from MSUnmerged.cli import EXIT_OK, BadInput
 from MSUnmerged.cli.clean import preview
 from MSUnmerged.config import Config
 from MSUnmerged.rest import app
@@ -24,6 +25,16 @@ def register(subparsers: Any) -> None:
     p.set_defaults(run=run)
 
 
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as CherryPy binds
+        try:
+            s.bind((host, port))
+            return False
+        except OSError:
+            return True
+
+
 def serve(config: Config, service: Service, port: Optional[int] = None) -> None:
     """Serve until SIGTERM: the service's loop in a thread, triggers in another, REST in CherryPy's.
 
@@ -31,6 +42,12 @@ def serve(config: Config, service: Service, port: Optional[int] = None) -> None:
     run_once for the RSE as its own lease owner ("<instance>-trigger"), so an RSE the loop is
     working on answers leased_elsewhere instead of being worked twice at once.
     """
+    listen = config.rest.port if port is None else port
+    # Checked before anything runs: on a busy port CherryPy ends the process at once (os._exit), which
+    # would skip every clean-up, the embedded database's too.
+    if port_in_use(config.rest.host, listen):
+        raise BadInput(f"port {listen} on {config.rest.host} is in use (another msunmerged serve?): "
+                       "choose another with --port or rest.port")
     worker = Service(config, service.ledger, service.sources, service.backend,
                      instance=f"{service.instance}-trigger")
     triggers = TriggerQueue(lambda rse, mode: worker.run_once(rse) if mode == "apply" else preview(service, rse))

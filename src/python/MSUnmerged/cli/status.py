@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
-from MSUnmerged.cli import EXIT_OK, BadInput
-from MSUnmerged.cli.ledgercli import ledger_view, print_json
-from MSUnmerged.cli.output import table
+from MSUnmerged.cli import EXIT_OK
+from MSUnmerged.cli.demo import default_work, look_command
+from MSUnmerged.cli.ledgercli import known_rse, ledger_view, print_json
+from MSUnmerged.cli.output import moment, size, table
 from MSUnmerged.config import Config
-from MSUnmerged.rest.page import progress, when
+from MSUnmerged.rest.page import progress
 
 
 def register(subparsers: Any) -> None:
@@ -21,10 +23,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace, config: Config) -> int:
     with ledger_view(config) as view:
         if args.rse:
-            rse = view.rse(args.rse)
-            if rse is None:
-                raise BadInput(f"no RSE {args.rse!r} in the ledger")
-            rses = [rse]
+            rses = [known_rse(view, args.rse)]
         else:
             rses = view.rses()
     if args.json:
@@ -33,17 +32,20 @@ def run(args: argparse.Namespace, config: Config) -> int:
     if args.rse:
         r = rses[0]
         counters = r.get("counters") or {}
-        rows = [("state", r.get("state", "")), ("reason", r.get("reason") or "-"), ("detail", r.get("detail") or "-"),
-                ("generation", when(r.get("generation"))), ("updated", when(r.get("updated"))),
+        rows = [("state", r.get("state")), ("reason", r.get("reason")), ("detail", r.get("detail")),
+                ("generation", moment(r.get("generation"))), ("updated", moment(r.get("updated"))),
                 ("progress", progress(counters)[1])]
-        rows += [(k, f"{v:,}" if isinstance(v, int) else v) for k, v in sorted(counters.items())]
+        rows += [(k, size(v) if k.startswith("bytes") and isinstance(v, int) else v)
+                 for k, v in sorted(counters.items())]
         table(rows, ("", "value"))
         return EXIT_OK
     rows = []
     for r in rses:
         c = r.get("counters") or {}
-        rows.append((r["name"], r.get("state", ""), r.get("reason") or "-", when(r.get("generation")),
-                     f"{c.get('to_delete', 0):,}", f"{c.get('deleted', 0):,}", f"{c.get('failed', 0):,}",
-                     progress(c)[1]))
+        rows.append((r["name"], r.get("state"), r.get("reason"), moment(r.get("generation")),
+                     c.get("to_delete", 0), c.get("deleted", 0), c.get("failed", 0), progress(c)[1]))
     table(rows, ("RSE", "state", "reason", "generation", "to delete", "deleted", "failed", "progress"))
+    demo = default_work(config) / "state"
+    if not rses and not config.mongo.url and (demo / "db").is_dir():
+        print(f"(no RSE in this ledger; the demo's: {look_command(demo)})", file=sys.stderr)
     return EXIT_OK

@@ -5,10 +5,19 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
+import pymongo
 from pymongo import MongoClient
+from pymongo.errors import PyMongoError
 
 from MSUnmerged.config import Config, ConfigError
 from MSUnmerged.embedded_mongo import EmbeddedMongo
+
+# The first contact answers within this, so that a command on an unreachable database says so at once.
+FIRST_CONTACT_S = 5.0
+
+
+class DatabaseUnreachable(RuntimeError):
+    """The ledger database did not answer the first contact; the message names it (no credentials)."""
 
 
 def client_options(config: Config) -> dict[str, Any]:
@@ -31,15 +40,39 @@ def client_options(config: Config) -> dict[str, Any]:
 
 
 def open_client(config: Config) -> tuple[MongoClient, Optional[EmbeddedMongo]]:
-    """A client on mongo.url, or on an embedded server started under service.state_dir (caller stops it)."""
+    """A client on mongo.url, or on the embedded server of service.state_dir (caller stops using it).
+
+    The database must answer within FIRST_CONTACT_S, else DatabaseUnreachable.
+    """
     embedded = None
     url = config.mongo.url
     if not url:
         embedded = EmbeddedMongo(config.state_dir, config.mongo.embedded_port)
         url = embedded.start()
     try:
-        return MongoClient(url, **client_options(config)), embedded
-    except Exception:
+        client: MongoClient = MongoClient(url, **client_options(config))
+        try:
+            with pymongo.timeout(FIRST_CONTACT_S):
+                client.admin.command("ping")
+        except PyMongoError as exc:
+            client.close()
+            where = "the embedded database" if embedded else "mongo.url"
+            raise DatabaseUnreachable(f"ledger database unreachable ({where}: {', '.join(hosts(url))}) "
+                                      f"within {FIRST_CONTACT_S:g} s: {first_error(exc)}") from None
+        return client, embedded
+    except BaseException:
         if embedded is not None:
             embedded.stop()
         raise
+
+
+def hosts(url: str) -> list[str]:
+    """host:port of each server in a MongoDB URL, without credentials or options."""
+    rest = url.split("://", 1)[-1].split("/", 1)[0].split("?", 1)[0]
+    return rest.rsplit("@", 1)[-1].split(",")
+
+
+def first_error(exc: Exception) -> str:
+    """The first server's error of a pymongo message (the rest repeats timeouts and topology)."""
+    text = str(exc).split(" (configured timeouts", 1)[0].split(", Timeout:", 1)[0]
+    return text if len(text) <= 200 else text[:197] + "..."

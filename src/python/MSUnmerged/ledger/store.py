@@ -24,7 +24,7 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 
 from MSUnmerged.config import PlannerConfig
-from MSUnmerged.guards import check_lines, split_lines
+from MSUnmerged.guards import check_plan_lines, split_lines
 from MSUnmerged.jobs.spec import CleanupJob
 from MSUnmerged.ledger.retry import LedgerError, with_retry
 from MSUnmerged.lfn import PrefixSet
@@ -189,7 +189,7 @@ class Ledger:
             data = (plan_dir / JOBS_DIR / name).read_bytes()
             if sealed is not None:
                 sealed.check_file(f"{JOBS_DIR}/{name}", data)
-            check_lines(data, max_lfn_length, f"{JOBS_DIR}/{name}")
+            check_plan_lines(data, max_lfn_length, f"{JOBS_DIR}/{name}")
             for raw in split_lines(data):
                 lfn = raw.decode("utf-8", errors="surrogateescape")
                 batch.append({"_id": prefix + lfn, "rse": rse, "gen": generation, "lfn": lfn,
