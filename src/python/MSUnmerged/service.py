@@ -115,11 +115,19 @@ class Service:
     def require_rse(self, rse: str) -> None:
         """Raise UnknownRSE unless `rse` is one of this instance's RSEs (sources.rses(): the Rucio
         expression, or the offline list). Every entry point (run, apply, clean, the REST trigger) calls
-        it before anything reaches the ledger; SourceError when the list cannot be read."""
+        it before anything reaches the ledger. When the list cannot be read, an RSE configured under
+        jobs.sites is accepted and any other raises the SourceError (unknown is not assumed known)."""
         at, known = self._known
         if rse in known and time.monotonic() - at < RSE_LIST_TTL_S:
             return
-        self.my_rses()
+        try:
+            self.my_rses()
+        except SourceError as exc:
+            if rse not in self.config.jobs.sites:
+                raise
+            log.warning("%s: this instance's RSE list is unavailable (%s); accepted as configured in jobs.sites",
+                        rse, exc)
+            return
         if rse not in self._known[1]:
             names = sorted(self._known[1])
             shown = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")

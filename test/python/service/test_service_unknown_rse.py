@@ -11,7 +11,7 @@ import pytest
 from pymongo.database import Database
 
 from MSUnmerged import guards, planner, sample, wiring
-from MSUnmerged.cli import EXIT_BAD_INPUT, EXIT_GUARD, EXIT_OK, apply as cli_apply, main, run as cli_run
+from MSUnmerged.cli import EXIT_BAD_INPUT, EXIT_GUARD, EXIT_OK, EXIT_UNAVAILABLE, apply as cli_apply, main, run as cli_run
 from MSUnmerged.config import Config
 from MSUnmerged.dumpreader import iter_chunks
 from MSUnmerged.sources.offline import OfflineSources
@@ -93,4 +93,16 @@ def test_the_cycle_and_run_once_accept_the_instances_rses(cli: Path, mongo_db: D
     stats = sample.stats_for(RSE, 200, time.time() - 60)
     (cli / "stats.json").write_text(json.dumps(stats))
     assert main(["run", "--rse", RSE]) == EXIT_OK
+    assert mongo_db.rses.find_one({"_id": RSE})["state"] in ("planned", "running")
+
+
+def test_without_the_rse_list_only_configured_rses_are_accepted(cli: Path, mongo_db: Database,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Rucio (here: the offline list) unreadable: an RSE configured under jobs.sites is accepted, any other
+    is refused with the source's error (exit 5), never assumed to be this instance's."""
+    (cli / "rses.json").write_text("{}")  # not a list: the list is unavailable
+    assert main(["run", "--rse", TYPO]) == EXIT_UNAVAILABLE
+    assert "rses.json" in capsys.readouterr().err
+    nothing_recorded(mongo_db)
+    assert main(["run", "--rse", RSE]) == EXIT_OK  # configured: worked on
     assert mongo_db.rses.find_one({"_id": RSE})["state"] in ("planned", "running")

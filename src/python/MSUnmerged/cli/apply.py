@@ -12,7 +12,7 @@ from MSUnmerged.cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_GUARD, EXIT_OK, Bad
 from MSUnmerged.cli.plan import load_json, protected_list
 from MSUnmerged.config import Config
 from MSUnmerged.guards import UNKNOWN_RSE
-from MSUnmerged.service import REFUSED, RunResult
+from MSUnmerged.service import REFUSED, RunResult, Service, UnknownRSE
 from MSUnmerged.wiring import build_service
 
 
@@ -34,6 +34,15 @@ def exit_code(result: RunResult) -> int:
     return EXIT_FAILED if result.action == "failed" else EXIT_OK
 
 
+def require_rse(service: Service, rse: str) -> None:
+    """Service.require_rse for a command: an unknown RSE is BadInput (one line, exit 3); a SourceError (the
+    RSE list unavailable) goes up as it is (exit 5)."""
+    try:
+        service.require_rse(rse)
+    except UnknownRSE as exc:
+        raise BadInput(str(exc)) from None
+
+
 def report(result: RunResult, command: str) -> int:
     """The result as JSON on stdout, a refusal as one line on stderr; returns the exit code."""
     print(json.dumps(result.to_dict(), indent=1))
@@ -49,5 +58,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
         raise BadInput(f"{plan_dir} is not a plan directory (no {seal.SUMMARY_NAME})")
     protected = protected_list(load_json(args.protected, "protected list"), args.protected)
     with build_service(config) as service:
+        rse = seal.claimed_rse(plan_dir)
+        if rse is not None:  # else apply_plan refuses the directory
+            require_rse(service, rse)
         result = service.apply_plan(plan_dir, protected)
     return report(result, "apply")

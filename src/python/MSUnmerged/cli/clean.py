@@ -35,10 +35,10 @@ def preview(service: Service, rse: str, progress: Optional[Callable[[int], None]
     of run_once: the ledger's baseline, the configuration in force. UnknownRSE for an RSE that is
     not this instance's.
     """
+    scan = service.sources.stats().get(rse)  # needed anyway; a ConMon failure is the clearer message
     service.require_rse(rse)
     out = service.config.state_dir / "previews" / rse
     shutil.rmtree(out, ignore_errors=True)  # a preview never mixes with an older one
-    scan = service.sources.stats().get(rse)
     protected = service.sources.protected()
     with service.sources.open_dump(rse) as dump:
         return planner.plan(rse, iter_chunks(dump), protected, service.config, out, stats=scan,
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
             # The current streams, not the ones bound at import (tests capture them).
             plan = preview(service, args.rse, Progress(f"planning {args.rse}", out=sys.stderr))
         except UnknownRSE as exc:
-            raise BadInput(str(exc)) from None
+            raise BadInput(str(exc)) from None  # as cli.apply.require_rse
         except SourceError as exc:
             print(f"msunmerged clean: cannot plan {args.rse}: {exc}", file=sys.stderr)
             return EXIT_UNAVAILABLE

@@ -5,7 +5,7 @@ import argparse
 from typing import Any
 
 from MSUnmerged.cli import BadInput
-from MSUnmerged.cli.apply import report
+from MSUnmerged.cli.apply import report, require_rse
 from MSUnmerged.config import Config
 from MSUnmerged.wiring import build_service
 
@@ -22,5 +22,6 @@ def run(args: argparse.Namespace, config: Config) -> int:
     if args.wait < 0:
         raise BadInput("--wait must be zero or more seconds")
     with build_service(config) as service:
+        require_rse(service, args.rse)
         result = service.run_once(args.rse, wait_s=args.wait)
     return report(result, "run")
