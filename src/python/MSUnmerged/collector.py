@@ -172,7 +172,7 @@ class OutcomeSink(Protocol):
 
     def record_outcomes(self, job_id: str, outcomes: Iterable[Mapping[str, Any]]) -> Any: ...
 
-    def close_job(self, job_id: str, state: str, reason: str = "") -> Any: ...
+    def close_job(self, job_id: str, state: str, reason: str = "", **facts: Any) -> Any: ...
 
 
 @dataclass
@@ -186,6 +186,14 @@ class Collected:
     dirs: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     reason: str = ""
+
+
+def batch_facts(status: JobStatus, report: Optional[Report]) -> dict[str, Any]:
+    """What the batch system and the worker said, kept on the job as they said it: the job's exit code
+    (the batch system's, else the worker's summary line), the worker's own, the batch system's reason."""
+    worker = report.exit_code if report is not None else None
+    return {"exit_code": status.exit_code if status.exit_code is not None else worker,
+            "worker_exit_code": worker, "batch_reason": status.reason}
 
 
 class Collector:
@@ -225,7 +233,7 @@ class Collector:
         out.reason = "; ".join(reasons)
         state = status.state if status.state.terminal else JobState.FAILED
         out.state = state.value
-        self.sink.close_job(job_id, state.value, out.reason)
+        self.sink.close_job(job_id, state.value, out.reason, **batch_facts(status, report))
         return out
 
 
@@ -241,5 +249,5 @@ class MemorySink:
         for o in outcomes:
             job[o["lfn"]] = dict(o)
 
-    def close_job(self, job_id: str, state: str, reason: str = "") -> None:
+    def close_job(self, job_id: str, state: str, reason: str = "", **facts: Any) -> None:
         self.closed[job_id] = (state, reason)

@@ -40,6 +40,12 @@ class ServiceConfig:
     dry_run: bool = True
     lease_ttl_s: int = 600
     log_level: str = "INFO"
+    alert_after_cycles: int = 3  # the page and data/status alert when no cycle succeeded for this many intervals
+
+    @property
+    def stale_after_s(self) -> float:
+        """Age of the last good cycle past which the operator is alerted."""
+        return float(self.alert_after_cycles * self.interval_s)
 
 
 @dataclass
@@ -196,6 +202,7 @@ class RestConfig:
     max_body_bytes: int = 65536  # larger request bodies are refused (413) before any authentication
     cache_ttl_s: float = 2.0  # status/info answers are rebuilt at most this often (0: never cached)
     db_timeout_s: float = 5.0  # a request gives up on the ledger database after this and answers 503
+    operations_url: str = ""  # where docs/operations.md is published: the page links each reason to its entry
     replay_window_s: float = 86400.0  # a trigger's request_id is refused if seen within this window
     allowed_origins: list[str] = field(default_factory=list)  # Origin values a trigger may come from
 
@@ -309,6 +316,7 @@ def _validate(cfg: Config) -> None:
     need(s.interval_s >= 1, "service.interval_s", "must be >= 1")
     need(s.parallel_rses >= 1, "service.parallel_rses", "must be >= 1")
     need(s.lease_ttl_s >= 10, "service.lease_ttl_s", "must be >= 10")
+    need(s.alert_after_cycles >= 1, "service.alert_after_cycles", "must be >= 1")
     need(s.log_level.upper() in LOG_LEVELS, "service.log_level", f"must be one of {', '.join(LOG_LEVELS)}")
     problem = _mongo_url_problem(cfg.mongo.url)
     need(problem is None, "mongo.url", f"not a MongoDB URL: {problem}")

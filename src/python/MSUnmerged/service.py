@@ -24,10 +24,10 @@ from MSUnmerged.dumpreader import iter_chunks
 from MSUnmerged.guards import (PLAN_MODIFIED, PLAN_OUTDATED, UNKNOWN_RSE, GuardTripped, check_counts,
                                check_plan_lines, check_protection, split_lines)
 from MSUnmerged.jobs.backend import BackendError, BatchBackend, JobState, JobStatus
-from MSUnmerged.jobs.router import remove_unstarted
+from MSUnmerged.jobs.router import backend_name, remove_unstarted
 from MSUnmerged.jobs.spec import CleanupJob, make_job
-from MSUnmerged.ledger import (JOB_PLANNED, LIVE_JOB_STATES, RETRIABLE, LeaseLost, Leases, Ledger, LedgerError,
-                               gen_key)
+from MSUnmerged.ledger import (JOB_PLANNED, LIVE_JOB_STATES, RETRIABLE, WOULD_DELETE, LeaseLost, Leases, Ledger,
+                               LedgerError, gen_key)
 from MSUnmerged.sources.errors import SourceError
 from MSUnmerged.sources.rucio import site_from_rse
 
@@ -71,6 +71,7 @@ class RunResult:
     state: str = ""
     reason: str = ""
     detail: str = ""
+    source: str = ""  # for action failed: rucio, conmon, wmstats, ledger, backend or internal (ledger.history.FAILURE_SOURCES)
     generation: Optional[float] = None
     submitted: int = 0
     collected: int = 0
@@ -80,6 +81,16 @@ class RunResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def source_of(exc: SourceError) -> str:
+    """The failure source of a SourceError ("wmstats-t0" is WMStats too)."""
+    return "wmstats" if exc.source.startswith("wmstats") else exc.source
+
+
+def cycle_failure(source: str, reason: str, detail: str, rse: str = "") -> dict[str, Any]:
+    """One entry of a cycle document's `failures`."""
+    return {"source": source, "reason": reason, "detail": detail[:2000], "rse": rse}
 
 
 def default_instance() -> str:
@@ -142,7 +153,8 @@ class Service:
         except UnknownRSE as exc:
             return RunResult(rse, REFUSED, reason=UNKNOWN_RSE, detail=str(exc))
         except SourceError as exc:
-            return RunResult(rse, "failed", reason=f"{exc.source}_{exc.kind}", detail=exc.message)
+            return RunResult(rse, "failed", reason=f"{exc.source}_{exc.kind}", detail=exc.message,
+                             source=source_of(exc))
         return None
 
     # -- one RSE -------------------------------------------------------------------------------
@@ -173,24 +185,25 @@ class Service:
         except LeaseLost as exc:  # someone else works on it now: leave everything to them
             return RunResult(rse, "failed", reason="lease_lost", detail=str(exc))
         except LedgerError as exc:
-            return self._fail(rse, exc.reason, exc.detail)
+            return self._fail(rse, "ledger", exc.reason, exc.detail)
         except BackendError as exc:  # preflight refusals land here: backend_auth_refused, backend_timeout, ...
-            return self._fail(rse, f"backend_{exc.kind}", exc.message)
+            return self._fail(rse, "backend", f"backend_{exc.kind}", exc.message)
         except SourceError as exc:
-            return self._fail(rse, f"{exc.source}_{exc.kind}", exc.message)
-        except GuardTripped as exc:  # re-checking protection (resubmit, revalidation), a changed dirs.txt
-            return self._fail(rse, exc.reason, exc.detail)
+            return self._fail(rse, source_of(exc), f"{exc.source}_{exc.kind}", exc.message)
+        except GuardTripped as exc:  # re-checking protection (resubmit, revalidation), a changed plan file
+            return self._fail(rse, "internal" if exc.reason == PLAN_MODIFIED else "wmstats", exc.reason, exc.detail)
         except Exception as exc:  # one RSE's bug must not stop the others
             log.exception("%s", rse)
-            return self._fail(rse, "internal_error", f"{type(exc).__name__}: {exc}")
+            return self._fail(rse, "internal", "internal_error", f"{type(exc).__name__}: {exc}")
 
-    def _fail(self, rse: str, reason: str, detail: str) -> RunResult:
+    def _fail(self, rse: str, source: str, reason: str, detail: str) -> RunResult:
         log.error("%s: %s: %s", rse, reason, detail)
         try:
             self.ledger.set_rse_state(rse, statemachine.STATE_FAILED, reason, detail)
+            self.ledger.refresh_counters(rse)  # e.g. a preflight refusal after a plan was recorded
         except LedgerError:
             log.exception("%s: could not record the failure", rse)
-        return RunResult(rse, "failed", statemachine.STATE_FAILED, reason, detail)
+        return RunResult(rse, "failed", statemachine.STATE_FAILED, reason, detail, source=source)
 
     def _run(self, rse: str, wait_s: float) -> RunResult:
         self._reconcile(rse)
@@ -214,10 +227,8 @@ class Service:
                              collected=collected, removed_jobs=removed, dropped_protected=dropped)
 
         doc = self.ledger.rse(rse)
-        current = None if doc.get("recording") is not None else doc.get("generation")
         scan = self.sources.stats().get(rse)
-        decision = statemachine.decide(scan, current, self._progress(rse, current), time.time(),
-                                       self.config.guards.max_scan_age_h)
+        decision = self._decide(rse, doc, scan)
         result = RunResult(rse, decision.action, reason=decision.reason, detail=decision.detail,
                            generation=decision.generation, collected=collected, removed_jobs=removed,
                            dropped_protected=dropped)
@@ -227,10 +238,7 @@ class Service:
             return result
         assert decision.generation is not None
         if decision.action == statemachine.FINISH:
-            self.ledger.set_rse_state(rse, decision.state, decision.reason, decision.detail, finished=time.time())
-            self.ledger.refresh_counters(rse)
-            result.state = decision.state
-            return result
+            return self._finish(rse, result, decision)
 
         protected = self.sources.protected()
         baseline = self.ledger.protected_baseline(rse)
@@ -252,7 +260,7 @@ class Service:
         else:
             result.dropped_protected += self.ledger.drop_protected(rse, decision.generation, protection)
             self.ledger.new_round(rse, decision.generation, 1 + self.config.jobs.retries,
-                                  self.config.planner.files_per_job)
+                                  self.config.planner.files_per_job, redo_dry_run=not self.config.service.dry_run)
         result.submitted = self._submit_planned(rse, decision.generation, protected)
         result.state = statemachine.STATE_RUNNING if result.submitted else statemachine.STATE_PLANNED
         self.ledger.set_rse_state(rse, result.state, detail=f"{result.submitted} jobs submitted",
@@ -261,8 +269,24 @@ class Service:
             while time.monotonic() < deadline and self.ledger.jobs_in(rse, LIVE_JOB_STATES):
                 time.sleep(0.2)
                 result.collected += self._poll(rse)
+            if not self.ledger.jobs_in(rse, LIVE_JOB_STATES):  # every job collected: say where the RSE stands
+                settled = self._decide(rse, self.ledger.rse(rse), scan)
+                if settled.action == statemachine.FINISH:
+                    self._finish(rse, result, settled)
         self.ledger.refresh_counters(rse)
         self.hook("counted", rse)
+        return result
+
+    def _decide(self, rse: str, doc: dict[str, Any], scan: Any) -> statemachine.Decision:
+        current = None if doc.get("recording") is not None else doc.get("generation")
+        return statemachine.decide(scan, current, self._progress(rse, current), time.time(),
+                                   self.config.guards.max_scan_age_h, dry_run=self.config.service.dry_run)
+
+    def _finish(self, rse: str, result: RunResult, decision: statemachine.Decision) -> RunResult:
+        """Nothing left to do on this dump: the final state (clean, done with errors, dry run done)."""
+        self.ledger.set_rse_state(rse, decision.state, decision.reason, decision.detail, finished=time.time())
+        self.ledger.refresh_counters(rse)
+        result.state, result.reason, result.detail = decision.state, decision.reason, decision.detail
         return result
 
     def _guarded(self, rse: str, result: RunResult, reason: str, detail: str) -> RunResult:
@@ -278,7 +302,8 @@ class Service:
         return statemachine.Progress(
             planned_jobs=len(self.ledger.jobs_in(rse, [JOB_PLANNED], generation)),
             retriable=self.ledger.count_files(rse, generation, RETRIABLE, attempts={"$lt": max_attempts}),
-            exhausted=self.ledger.count_files(rse, generation, RETRIABLE, attempts={"$gte": max_attempts}))
+            exhausted=self.ledger.count_files(rse, generation, RETRIABLE, attempts={"$gte": max_attempts}),
+            would_delete=self.ledger.count_files(rse, generation, [WOULD_DELETE]))
 
     def _plan(self, rse: str, scan: Any, protected: list[str], plan_dir: Path, generation: float,
               doc: dict[str, Any], baseline: Optional[int]) -> tuple[planner.Plan, seal.Seal]:
@@ -339,7 +364,7 @@ class Service:
         if not jobs:
             return 0
         self.backend.preflight(rse)  # refused or unreachable: BackendError, nothing recorded or submitted
-        self.ledger.record_job_intent(jobs, self.backend.name)
+        self.ledger.record_job_intent(jobs, backend_name(self.backend, rse))
         self.hook("intent", rse)
         return self._submit(rse, jobs)
 
@@ -518,7 +543,13 @@ class Service:
         """
         interval = self.config.service.interval_s
         slot = int(time.time() // interval) if slot is None else slot
-        names = list(rses) if rses is not None else self.my_rses()
+        try:
+            names = list(rses) if rses is not None else self.my_rses()
+        except SourceError as exc:  # e.g. Rucio down: no RSE to work on, but the cycle and its failure are recorded
+            failure = cycle_failure(source_of(exc), f"{exc.source}_{exc.kind}", exc.message)
+            self.ledger.end_cycle(self.ledger.start_cycle(self.instance, slot, []), failures=[failure],
+                                  dry_run=self.config.service.dry_run)
+            raise
         cid = self.ledger.start_cycle(self.instance, slot, names)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.config.service.parallel_rses, thread_name_prefix="rse")
@@ -542,7 +573,8 @@ class Service:
                     self.ledger.record_cycle_result(cid, rse, res.to_dict())
             if pending:
                 self._stop.wait(min(5.0, self.config.service.lease_ttl_s / 4))
-        self.ledger.end_cycle(cid, unfinished=sorted(pending))
+        failures = [cycle_failure(r.source, r.reason, r.detail, r.rse) for r in results.values() if r.source]
+        self.ledger.end_cycle(cid, failures=failures, unfinished=sorted(pending), dry_run=self.config.service.dry_run)
         return results
 
     @staticmethod
@@ -559,11 +591,21 @@ class Service:
             slot = int(time.time() // interval)
             try:
                 self.cycle(slot=slot)
-            except (LedgerError, SourceError) as exc:  # e.g. Rucio down: try again next interval
+            except (LedgerError, SourceError) as exc:  # e.g. Rucio down (recorded by cycle()): try again next interval
                 log.error("cycle %d: %s", slot, exc)
-            except Exception:  # a bug must not end the loop: the next cycle starts from the ledger
+            except Exception as exc:  # a bug must not end the loop: the next cycle starts from the ledger
                 log.exception("cycle %d failed", slot)
+                self._record_broken_cycle(slot, exc)
             self._stop.wait(max(1.0, (slot + 1) * interval - time.time()))
+
+    def _record_broken_cycle(self, slot: int, exc: Exception) -> None:
+        """A cycle that ended in a bug still leaves a cycle document saying so (when the ledger answers)."""
+        failure = cycle_failure("internal", "internal_error", f"{type(exc).__name__}: {exc}")
+        try:
+            self.ledger.end_cycle(self.ledger.start_cycle(self.instance, slot, []), failures=[failure],
+                                  dry_run=self.config.service.dry_run)
+        except LedgerError:
+            log.exception("cycle %d: could not record the failure", slot)
 
     def stop(self) -> None:
         self._stop.set()

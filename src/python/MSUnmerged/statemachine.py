@@ -11,7 +11,7 @@ from typing import Any, Mapping, Optional
 SKIP = "skip"  # nothing to do now; `reason` says why
 NEW_GENERATION = "new_generation"  # a newer dump: plan it as a fresh generation
 RESUME = "resume"  # same dump, work left: (re)submit what is planned or retriable
-FINISH = "finish"  # same dump, nothing left: clean, or done with errors
+FINISH = "finish"  # same dump, nothing left: clean, done with errors, or dry run done
 
 # RSE states recorded on the RSE document.
 STATE_SKIPPED = "skipped"
@@ -20,7 +20,11 @@ STATE_PLANNED = "planned"
 STATE_RUNNING = "running"  # jobs live in the batch system
 STATE_CLEAN = "clean"
 STATE_DONE_WITH_ERRORS = "done_with_errors"  # nothing left to try on this dump, some files failed
+STATE_DRY_RUN_DONE = "dry_run_done"  # dry run: every file found and left; real mode deletes them (same dump)
 STATE_FAILED = "failed"  # the service could not work on it (source, ledger, backend error)
+STATE_NEW = "new"  # recorded, never worked on
+RSE_STATES = (STATE_NEW, STATE_SKIPPED, STATE_GUARDED, STATE_PLANNED, STATE_RUNNING, STATE_CLEAN,
+              STATE_DONE_WITH_ERRORS, STATE_DRY_RUN_DONE, STATE_FAILED)
 
 # Skip reasons.
 SCAN_MISSING = "scan_missing"
@@ -31,6 +35,8 @@ SCAN_NO_END_TIME = "scan_end_time_missing"
 SCAN_STALE = "scan_stale"
 DUMP_OLDER = "dump_older_than_current"
 JOBS_RUNNING = "jobs_running"
+FILES_FAILED = "files_failed"
+DRY_RUN = "dry_run"  # FINISH reason: the dump was worked in dry run
 
 
 @dataclass
@@ -40,6 +46,7 @@ class Progress:
     planned_jobs: int = 0  # recorded, not yet submitted
     retriable: int = 0  # failed/unknown files with tries left
     exhausted: int = 0  # failed/unknown files out of tries
+    would_delete: int = 0  # files a dry run found and left
 
 
 @dataclass
@@ -58,8 +65,9 @@ def _number(value: Any) -> Optional[float]:
 
 
 def decide(scan: Optional[Mapping[str, Any]], current: Optional[float], progress: Progress, now: float,
-           max_scan_age_h: float) -> Decision:
-    """Decide for one RSE. `scan` is its entry of ConMon stats; `current` the generation worked on."""
+           max_scan_age_h: float, dry_run: bool = True) -> Decision:
+    """Decide for one RSE. `scan` is its entry of ConMon stats; `current` the generation worked on;
+    `dry_run` the service's mode now (files a dry run left are deleted for real once it is off)."""
     if not scan:
         return Decision(SKIP, SCAN_MISSING, "ConMon has no scan of this RSE")
     status = scan.get("status")
@@ -79,10 +87,16 @@ def decide(scan: Optional[Mapping[str, Any]], current: Optional[float], progress
         return Decision(NEW_GENERATION, generation=end)
     if end < current:
         return Decision(SKIP, DUMP_OLDER, f"the scan ({end}) is older than the generation worked on ({current})")
-    if progress.planned_jobs or progress.retriable:
+    real = 0 if dry_run else progress.would_delete
+    if progress.planned_jobs or progress.retriable or real:
         return Decision(RESUME, generation=end,
-                        detail=f"{progress.planned_jobs} jobs to submit, {progress.retriable} files to retry")
+                        detail=f"{progress.planned_jobs} jobs to submit, {progress.retriable} files to retry, "
+                               f"{real} files a dry run left to delete for real")
+    if progress.would_delete:
+        return Decision(FINISH, generation=end, state=STATE_DRY_RUN_DONE, reason=DRY_RUN,
+                        detail=f"dry run: {progress.would_delete} files would be deleted; "
+                               "set service.dry_run = false to delete them")
     if progress.exhausted:
-        return Decision(FINISH, generation=end, state=STATE_DONE_WITH_ERRORS, reason="files_failed",
+        return Decision(FINISH, generation=end, state=STATE_DONE_WITH_ERRORS, reason=FILES_FAILED,
                         detail=f"{progress.exhausted} files failed on every try; waiting for a new dump")
     return Decision(FINISH, generation=end, state=STATE_CLEAN)

@@ -211,6 +211,39 @@ def test_refusals_are_classified(slurm_cluster, tmp_path, storage, worker) -> No
     assert err.value.kind == "submit_failed"
 
 
+def test_pending_on_a_drained_node_is_held_with_slurms_reason(slurm_cluster, transport, tmp_path, storage,
+                                                              worker) -> None:
+    root, siteconf = storage
+    job = cleanup_job(0, lfns_for(0, 1))
+    make_files(root, job.step.lfns)
+    backend = backend_for(slurm_cluster, transport, tmp_path, siteconf, worker)
+    slurm_cluster.run("scontrol", "update", f"nodename={slurm_cluster.node}", "state=drain",
+                      "reason=msunmerged test: drained")
+    try:
+        batch_ids = backend.submit([job])
+        status = wait_until(backend, batch_ids, lambda s: s.state == JobState.HELD, 60)[job.job_id]
+        backend.remove(job.job_id, batch_ids[job.job_id], "test over")
+    finally:
+        slurm_cluster.resume_node()
+    # Slurm's own words stay: the node is named unavailable (ReqNodeNotAvail, ...) or drained/down.
+    assert "ReqNodeNotAvail" in status.reason or "DRAINED" in status.reason, status.reason
+    assert (root / job.step.lfns[0].lstrip("/")).exists()
+
+
+def test_unreachable_controller_over_the_cli_says_so(slurm_cluster, tmp_path, storage, worker) -> None:
+    """A controller nobody answers for (a port nothing listens on): backend_unreachable with scontrol's words."""
+    from MSUnmerged.jobs.backend import BackendError
+
+    _, siteconf = storage
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(slurm_cluster.conf.read_text() + "\nSlurmctldPort=9\n")
+    backend = backend_for(slurm_cluster, "cli", tmp_path, siteconf, worker, command_prefix=f"env SLURM_CONF={conf} sh -c",
+                          timeout_s=30.0)
+    with pytest.raises(BackendError) as err:
+        backend.preflight()
+    assert err.value.kind == "unreachable" and "DOWN" in err.value.message, err.value.message
+
+
 def test_arrays_split_by_size_and_resources(slurm_cluster, tmp_path, storage) -> None:
     root, siteconf = storage
     jobs = [cleanup_job(i, lfns_for(i, 1)) for i in range(3)]

@@ -11,6 +11,7 @@ import uuid
 from typing import Any, Optional
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from MSUnmerged.rest.auth import sign
 
@@ -237,17 +238,25 @@ def test_jobs_cycles_plan(seeded: Any) -> None:
     assert sum(len(d["files"]) for d in plan["directories"]) == 50
 
 
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The exposition parsed by prometheus_client: (name, sorted labels) -> value."""
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
 def test_metrics_prometheus_text(seeded: Any) -> None:
     status, text, headers = get(seeded, "metrics")
     assert status == 200 and "version=0.0.4" in headers["Content-Type"].replace(" ", "")
+    got = samples(text)
     deleted = count(seeded, state="deleted")
-    assert f'msunmerged_files_deleted{{rse="{RSE}"}} {deleted}' in text
-    assert f'msunmerged_files_failed{{rse="{RSE}",error_class="permission_denied"}} ' \
-           f'{count(seeded, error_class="permission_denied")}' in text
-    assert f'msunmerged_bytes_freed{{rse="{RSE}"}} {1000 * deleted}' in text
-    assert f'msunmerged_jobs{{rse="{RSE}",state="finished"}} 4' in text
-    assert f'msunmerged_jobs{{rse="{RSE}",state="running"}} 2' in text
-    assert "msunmerged_cycle_duration_seconds " in text and "msunmerged_ledger_up 1" in text
+    assert got[("msunmerged_files_deleted", (("rse", RSE),))] == deleted
+    assert got[("msunmerged_files_failed", (("error_class", "permission_denied"), ("rse", RSE)))] \
+        == count(seeded, error_class="permission_denied")
+    assert got[("msunmerged_bytes_freed", (("rse", RSE),))] == 1000 * deleted
+    assert got[("msunmerged_jobs", (("rse", RSE), ("state", "finished")))] == 4
+    assert got[("msunmerged_jobs", (("rse", RSE), ("state", "running")))] == 2
+    assert ("msunmerged_cycle_duration_seconds", ()) in got and got[("msunmerged_ledger_up", ())] == 1
+    assert got[("msunmerged_dry_run", ())] == 1  # the default configuration
 
 
 def test_health_probes_and_unknown_paths(seeded: Any) -> None:

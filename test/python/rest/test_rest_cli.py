@@ -32,12 +32,18 @@ def cli_env(mongo_db: Database, mongo_url: str, monkeypatch: pytest.MonkeyPatch,
     return mongo_db
 
 
-def test_status_files_jobs(cli_env: Database, capsys: pytest.CaptureFixture[str]) -> None:
+def test_status_files_jobs(cli_env: Database, capsys: pytest.CaptureFixture[str],
+                           monkeypatch: pytest.MonkeyPatch) -> None:
     assert main(["status", "--json"]) == EXIT_OK
     (rse,) = json.loads(capsys.readouterr().out)["result"]
     assert rse["name"] == RSE and rse["counters"]["deleted"] == 2 and rse["counters"]["unknown"] == 1
     assert main(["status"]) == EXIT_OK
-    assert "50%" in capsys.readouterr().out  # 4 of 8 files have an outcome
+    out = capsys.readouterr().out
+    assert "50%" in out  # 4 of 8 files have an outcome
+    assert out.splitlines()[0] == "DRY RUN: jobs delete nothing (service.dry_run = true)"  # the default; no cycle yet
+    monkeypatch.setenv("MSUNMERGED_SERVICE__DRY_RUN", "false")
+    assert main(["status", "--rse", RSE]) == EXIT_OK
+    assert capsys.readouterr().out.splitlines()[0] == "real mode: jobs delete files"
     assert main(["files", "--rse", RSE, "--state", "failed", "--json"]) == EXIT_OK
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(r["lfn"], r["error_class"]) for r in lines] == [("/store/unmerged/a/b/c/d/f2.root", "timeout")]

@@ -12,6 +12,7 @@ from rich import box, progress as rp
 from rich.console import Console
 from rich.table import Table
 
+from MSUnmerged.rest.charts import size
 from MSUnmerged.rest.page import when
 
 
@@ -77,14 +78,6 @@ def duration(seconds: float) -> str:
 def truncated(shown: str, hint: str, out: Optional[TextIO] = None) -> None:
     """Say on stderr that a listing stopped at its limit, e.g. `100 files`, and how to see the rest."""
     print(f"(only the first {shown} shown; there are more: {hint})", file=out or sys.stderr)
-
-
-def size(n: float) -> str:
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1000
-    return ""  # pragma: no cover
 
 
 class Progress:

@@ -20,8 +20,16 @@ def register(subparsers: Any) -> None:
     p.set_defaults(run=run)
 
 
+def header(config: Config, health: dict[str, Any]) -> str:
+    """One line above the tables: the service's mode and, when there is one, the failing-cycles alert."""
+    mode = ("DRY RUN: jobs delete nothing (service.dry_run = true)" if config.service.dry_run
+            else "real mode: jobs delete files")
+    return f"{mode}; ALERT: {health['alert']}" if health.get("alert") else mode
+
+
 def run(args: argparse.Namespace, config: Config) -> int:
     with ledger_view(config) as view:
+        health = view.health(config.service.stale_after_s)
         if args.rse:
             rses = [known_rse(view, args.rse)]
         else:
@@ -29,6 +37,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     if args.json:
         print_json(rses)
         return EXIT_OK
+    print(header(config, health))
     if args.rse:
         r = rses[0]
         counters = r.get("counters") or {}

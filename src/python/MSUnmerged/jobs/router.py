@@ -33,10 +33,15 @@ def remove_unstarted(backend: BatchBackend, batch_ids: Mapping[str, str], reason
     return queued
 
 
+def backend_name(backend: BatchBackend, rse: str) -> str:
+    """The batch system that runs the RSE's jobs (local, condor, slurm), as the job record names it."""
+    return backend.for_rse(rse).name if isinstance(backend, RoutingBackend) else backend.name
+
+
 class RoutingBackend:
     """Routes by RSE: `jobs.sites[rse]["backend"]` when set, else `jobs.backend`; one backend per (kind, site)."""
 
-    name = "router"
+    name = "router"  # never on a job record: backend_name() names the backend the RSE's jobs go to
 
     def __init__(self, config: Config, factory: BackendFactory, site_of: Callable[[str], str]) -> None:
         self.config = config

@@ -50,11 +50,18 @@ _HELD = {"SUSPENDED": "suspended", "STOPPED": "stopped", "REQUEUE_HOLD": "held f
 _FAILED = {"TIMEOUT": "time limit", "NODE_FAIL": "node failure", "BOOT_FAIL": "node boot failure",
            "OUT_OF_MEMORY": "out of memory", "DEADLINE": "deadline", "PREEMPTED": "preempted",
            "REVOKED": "revoked"}
-# Pending reasons under which the job will not start without someone acting: HELD (needs attention).
+# Pending reasons under which the job will not start without someone acting: HELD (needs attention), with
+# Slurm's reason kept. Matched on the reason's first part: "ReqNodeNotAvail, UnavailableNodes:c[1-2]".
 _HOLD_REASONS = {"JobHeldUser", "JobHeldAdmin", "PartitionTimeLimit", "PartitionNodeLimit", "PartitionDown",
                  "PartitionInactive", "BadConstraints", "InvalidAccount", "InvalidQOS", "AssociationJobLimit",
-                 "DependencyNeverSatisfied", "QOSMaxWallDurationPerJobLimit", "ReqNodeNotAvail",
-                 "launch failed requeued held"}
+                 "DependencyNeverSatisfied", "QOSMaxWallDurationPerJobLimit", "ReqNodeNotAvail", "NodeDown",
+                 "launch failed requeued held",
+                 # every node the job may use is drained or down (Slurm >= 21.08 words it so)
+                 "Nodes required for job are DOWN"}
+
+
+def _held(reason: str) -> bool:
+    return reason.split(",")[0].strip() in _HOLD_REASONS
 
 
 @dataclass
@@ -80,7 +87,7 @@ def map_state(record: Optional[SlurmRecord], markers: Mapping[str, str]) -> tupl
     state = record.state.split()[0].rstrip("+") if record.state else ""  # sacct: "CANCELLED by 0"
     reason = "" if record.reason in ("", "None") else record.reason
     if state in _QUEUED:
-        return (JobState.HELD if reason in _HOLD_REASONS else JobState.QUEUED), reason, None
+        return (JobState.HELD if _held(reason) else JobState.QUEUED), reason, None
     if state in _RUNNING:
         return JobState.RUNNING, reason, None
     if state in _HELD:
@@ -136,7 +143,8 @@ class Shell:
 
 
 def _cli_error(line: str, result: subprocess.CompletedProcess) -> BackendError:
-    err = (result.stderr or b"").decode(errors="replace").strip()
+    # Some commands (scontrol ping) say what is wrong on stdout only.
+    err = (result.stderr or result.stdout or b"").decode(errors="replace").strip() or "no message"
     low = err.lower()
     if "permission denied" in low and ("publickey" in low or "password" in low):
         kind = "auth_refused"
@@ -195,9 +203,13 @@ class CliTransport:
         self.sacct = sacct
 
     def ping(self) -> None:
-        out = self.shell.run("scontrol ping").stdout.decode()
-        if "UP" not in out:
-            raise BackendError("unreachable", f"slurmctld not up: {out.strip()}")
+        result = self.shell.run("scontrol ping", check=False)
+        out = result.stdout.decode(errors="replace").strip()
+        if "DOWN" in out or (result.returncode == 0 and "UP" not in out):
+            # "Slurmctld(primary) at <host> is DOWN": scontrol ran, the controller did not answer it.
+            raise BackendError("unreachable", f"slurmctld does not answer `scontrol ping`: {out or 'no answer'}")
+        if result.returncode != 0:
+            raise _cli_error("scontrol ping", result)
 
     def submit(self, script: str, spec: ArraySpec) -> str:
         args = ["sbatch", "--parsable", f"--job-name={spec.name}", f"--array={spec.indexes}",

@@ -25,11 +25,14 @@ from pymongo.database import Database
 
 from MSUnmerged.config import PlannerConfig
 from MSUnmerged.guards import check_plan_lines, split_lines
+from MSUnmerged.jobs.backend import JobState
 from MSUnmerged.jobs.spec import CleanupJob
+from MSUnmerged.ledger import history
 from MSUnmerged.ledger.retry import LedgerError, with_retry
 from MSUnmerged.lfn import PrefixSet
 from MSUnmerged.planner import Plan
 from MSUnmerged.seal import DIRS_NAME, JOBS_DIR, Seal
+from MSUnmerged.statemachine import STATE_NEW, STATE_PLANNED
 
 # File states.
 PLANNED = "planned"  # in a job, outcome not known yet (see the job's state)
@@ -42,6 +45,7 @@ SKIPPED_PROTECTED = "skipped_protected"  # became protected after planning: drop
 FILE_STATES = (PLANNED, DELETED, WOULD_DELETE, MISSING, FAILED, UNKNOWN, SKIPPED_PROTECTED)
 OUTCOME_STATES = frozenset(FILE_STATES) - {PLANNED}
 RETRIABLE = (FAILED, UNKNOWN)
+NOT_DELETED = (PLANNED, *RETRIABLE, WOULD_DELETE)  # may still be deleted: dropped when they become protected
 
 # Job states: "planned" before intent, then jobs.backend.JobState values.
 JOB_PLANNED = "planned"
@@ -148,7 +152,7 @@ class Ledger:
             entry.update(seal=sealed.digest, dirs_sha256=sealed.files[DIRS_NAME]["sha256"])
         with_retry(lambda: self.rses.update_one(
             {"_id": rse}, {"$set": {"recording": generation, "updated": now},
-                           "$setOnInsert": {"created": now, "state": "new"}}, upsert=True), "mark recording")
+                           "$setOnInsert": {"created": now, "state": STATE_NEW}}, upsert=True), "mark recording")
         with_retry(lambda: self.rses.update_one({"_id": rse, "generations.gen": {"$ne": generation}},
                                                 {"$push": {"generations": entry}}), "add generation")
         n = self._insert_files(rse, generation, plan_dir, plan.job_files, max_lfn_length, sealed)
@@ -157,7 +161,7 @@ class Ledger:
                 for i, (name, size) in enumerate(zip(plan.job_files, plan.job_sizes), 1)]
         self._insert_ignoring_duplicates(self.jobs, jobs)
         with_retry(lambda: self.rses.update_one(
-            {"_id": rse}, {"$set": {"generation": generation, "state": "planned",
+            {"_id": rse}, {"$set": {"generation": generation, "state": STATE_PLANNED,
                                     "reason": "", "detail": "", "updated": time.time()},
                            "$unset": {"recording": ""}}), "finish recording")
         self.prune_generations(rse)
@@ -221,7 +225,7 @@ class Ledger:
     def drop_protected(self, rse: str, generation: float, protection: PrefixSet, job: Optional[str] = None) -> int:
         """Files not yet deleted (of one job, if given) that the current protected list covers become
         skipped_protected."""
-        flt: dict[str, Any] = {"rse": rse, "gen": generation, "state": {"$in": [PLANNED, *RETRIABLE]}}
+        flt: dict[str, Any] = {"rse": rse, "gen": generation, "state": {"$in": list(NOT_DELETED)}}
         if job is not None:
             flt["job"] = job
         ids = [d["_id"] for d in with_retry(lambda: list(self.files.find(flt, {"lfn": 1})), "scan protection")
@@ -229,7 +233,7 @@ class Ledger:
         for start in range(0, len(ids), BATCH):
             chunk = ids[start:start + BATCH]
             with_retry(lambda: self.files.update_many(
-                {"_id": {"$in": chunk}, "state": {"$in": [PLANNED, *RETRIABLE]}},
+                {"_id": {"$in": chunk}, "state": {"$in": list(NOT_DELETED)}},
                 {"$set": {"state": SKIPPED_PROTECTED, "error_class": "protected_since_planning",
                           "t": time.time()}}), "drop protected")
         if ids:
@@ -331,22 +335,32 @@ class Ledger:
                                       {"$set": {"state": state, "error_class": cls, "error": err, "t": now}}))
         if ops:
             with_retry(lambda: self.files.bulk_write(ops, ordered=False), f"outcomes of {job_id_}")
-        with_retry(lambda: self.jobs.update_one({"_id": job_id_}, {"$set": {"summary": summary}}), "job summary")
+        day = job.get("day") or history.day_of(now)  # a repeated call counts on the first call's day
+        with_retry(lambda: self.jobs.update_one({"_id": job_id_}, {"$set": {"summary": summary, "day": day}}),
+                   "job summary")
+        history.record_job(self.db, job["rse"], job_id_, day, summary)
         return summary
 
-    def close_job(self, job_id_: str, state: str, reason: str = "", error_class: str = "no_report") -> int:
+    def close_job(self, job_id_: str, state: str, reason: str = "", error_class: str = "no_report",
+                  **facts: Any) -> int:
         """The job is over: files it did not report on become unknown (retried) with `error_class`;
-        returns how many."""
+        returns how many. `facts`: the batch system's own words (exit_code, batch_reason) kept on the job."""
+        now = time.time()
         res = with_retry(lambda: self.files.update_many(
             {"job": job_id_, "state": PLANNED},
-            {"$set": {"state": UNKNOWN, "error_class": error_class, "error": reason[:1000], "t": time.time()}}),
+            {"$set": {"state": UNKNOWN, "error_class": error_class, "error": reason[:1000], "t": now}}),
             f"close {job_id_}")
-        with_retry(lambda: self.jobs.update_one({"_id": job_id_}, {"$set": {
-            "state": state, "reason": reason, "finished_at": time.time()}}), f"close {job_id_}")
+        job = with_retry(lambda: self.jobs.find_one_and_update({"_id": job_id_}, {"$set": {
+            "state": state, "reason": reason, "finished_at": now, **facts}}), f"close {job_id_}") or {}
+        if job and res.modified_count and state != JobState.REMOVED.value:  # our own removal (revalidation) is no failure
+            history.record_unreported(self.db, job["rse"], job_id_, job.get("day") or history.day_of(now),
+                                      error_class, res.modified_count)
         return res.modified_count
 
-    def new_round(self, rse: str, generation: float, max_attempts: int, files_per_job: int) -> list[str]:
-        """Put retriable files (failed, unknown, fewer than `max_attempts` tries) into new planned jobs."""
+    def new_round(self, rse: str, generation: float, max_attempts: int, files_per_job: int,
+                  redo_dry_run: bool = False) -> list[str]:
+        """Put retriable files (failed, unknown, fewer than `max_attempts` tries), and with `redo_dry_run` the
+        files a dry run left (would_delete), into new planned jobs."""
         # A crash between creating a job and assigning its files leaves an empty planned job: drop it.
         for job in self.jobs_in(rse, [JOB_PLANNED], generation):
             if not with_retry(lambda: self.files.count_documents({"job": job["_id"]}, limit=1), "count"):
@@ -354,10 +368,12 @@ class Ledger:
         rounds = [j.get("round", 1) for j in with_retry(
             lambda: list(self.jobs.find({"rse": rse, "gen": generation}, {"round": 1})), "rounds")]
         round_ = max(rounds, default=0) + 1
-        docs = with_retry(lambda: list(self.files.find(
-            {"rse": rse, "gen": generation, "state": {"$in": list(RETRIABLE)}, "attempts": {"$lt": max_attempts}},
-            {"_id": 1}).sort("_id", ASCENDING)), "retriable files")
-        ids = [d["_id"] for d in docs]
+        queries = [{"rse": rse, "gen": generation, "state": {"$in": list(RETRIABLE)}, "attempts": {"$lt": max_attempts}}]
+        if redo_dry_run:
+            queries.append({"rse": rse, "gen": generation, "state": WOULD_DELETE})
+        ids = sorted(d["_id"] for q in queries
+                     for d in with_retry(lambda: list(self.files.find(q, {"_id": 1})), "files for a new round"))
+        states = [*RETRIABLE, WOULD_DELETE] if redo_dry_run else list(RETRIABLE)
         created = []
         for n, start in enumerate(range(0, len(ids), files_per_job), 1):
             chunk = ids[start:start + files_per_job]
@@ -366,7 +382,7 @@ class Ledger:
                 "_id": jid, "rse": rse, "gen": generation, "round": round_, "n": n, "state": JOB_PLANNED,
                 "files": len(chunk), "created": time.time()}])
             with_retry(lambda: self.files.update_many(
-                {"_id": {"$in": chunk}, "state": {"$in": list(RETRIABLE)}},
+                {"_id": {"$in": chunk}, "state": {"$in": states}},
                 {"$set": {"state": PLANNED, "job": jid, "attempts": round_, "t": time.time()}}), "assign retry")
             created.append(jid)
         return created
@@ -415,9 +431,20 @@ class Ledger:
         with_retry(lambda: self.cycles.update_one({"_id": cycle_id}, {"$set": {f"results.{rse}": dict(result)}}),
                    "cycle result")
 
-    def end_cycle(self, cycle_id: str, **fields: Any) -> None:
-        with_retry(lambda: self.cycles.update_one({"_id": cycle_id}, {"$set": {"finished": time.time(), **fields}}),
-                   "end cycle")
+    def end_cycle(self, cycle_id: str, failures: Sequence[Mapping[str, Any]] = (), **fields: Any) -> None:
+        """The cycle is over; `failures` ({source, reason, detail, rse}) say what went wrong. A cycle is `ok`
+        when nothing failed; its day's aggregate counts it (history)."""
+        ok = not failures
+        doc = with_retry(lambda: self.cycles.find_one_and_update(
+            {"_id": cycle_id}, {"$set": {"finished": time.time(), "failures": list(failures), "ok": ok, **fields}}),
+            "end cycle") or {}
+        history.record_cycle(self.db, cycle_id, doc.get("started") or time.time(), ok, failures)
+
+    def last_good_cycle(self) -> dict[str, Any]:
+        """The most recent cycle that finished with no failure ({} when none)."""
+        docs = with_retry(lambda: list(self.cycles.find({"ok": True}).sort("started", DESCENDING).limit(1)),
+                          "last good cycle")
+        return docs[0] if docs else {}
 
     # -- queries for the REST API and the CLI ------------------------------------------------------
 

@@ -67,6 +67,7 @@ class Root:
 
     def __init__(self, config: Config, view: LedgerView, triggers: Optional[TriggerQueue]) -> None:
         self.base = config.rest.base.rstrip("/")
+        self.ctx = page.Context.from_config(config)
         self.db_timeout_s = config.rest.db_timeout_s
         self.view = view
         self.data = DataApi(config, view, triggers)
@@ -76,26 +77,28 @@ class Root:
         _html_headers()
         try:
             with deadline(self.db_timeout_s):
-                return page.index_page(self.view, self.base).encode()
+                return page.index_page(self.view, self.ctx).encode()
         except DB_ERRORS:
-            cherrypy.response.status = 503
-            return page.document("MSUnmerged", "<h1>Ledger database unavailable</h1>").encode()
+            return self._db_down()
+
+    def _db_down(self) -> bytes:
+        cherrypy.response.status = 503
+        return page.document("MSUnmerged", "<h1>Ledger database unavailable</h1>", self.ctx).encode()
 
     @cherrypy.expose
     def rse(self, name: str = "") -> bytes:
         _html_headers()
         if not isinstance(name, str) or not name:
             cherrypy.response.status = 400
-            return page.document("MSUnmerged", "<h1>parameter 'name' (the RSE) is required</h1>").encode()
+            return page.document("MSUnmerged", "<h1>parameter 'name' (the RSE) is required</h1>", self.ctx).encode()
         try:
             with deadline(self.db_timeout_s):
-                text = page.rse_page(self.view, self.base, name)
+                text = page.rse_page(self.view, self.ctx, name)
         except DB_ERRORS:
-            cherrypy.response.status = 503
-            return page.document("MSUnmerged", "<h1>Ledger database unavailable</h1>").encode()
+            return self._db_down()
         if text is None:
             cherrypy.response.status = 404
-            return page.document("MSUnmerged", f"<h1>Unknown RSE {page.esc(name)}</h1>").encode()
+            return page.document("MSUnmerged", f"<h1>Unknown RSE {page.esc(name)}</h1>", self.ctx).encode()
         return text.encode()
 
     @cherrypy.expose
@@ -103,9 +106,9 @@ class Root:
         cherrypy.response.headers["Content-Type"] = metrics.CONTENT_TYPE
         try:
             with deadline(self.db_timeout_s):
-                return metrics.render(self.view).encode()
+                return metrics.render(self.view, self.ctx.dry_run, self.ctx.stale_after_s).encode()
         except DB_ERRORS:
-            return metrics.render_down().encode()
+            return metrics.render_down(self.ctx.dry_run).encode()
 
 
 class MetricsRoot:

@@ -1,74 +1,121 @@
-"""Prometheus text exposition (format 0.0.4) of the ledger's per-RSE counters, jobs and cycles."""
+"""Prometheus exposition of the ledger through prometheus_client: a custom collector reads the ledger at
+each scrape (per-RSE counters, jobs, cycles, sources, failures, dry run), nothing is kept in the process."""
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector, CollectorRegistry
 
 from MSUnmerged.rest.view import LedgerView
+from MSUnmerged.statemachine import RSE_STATES
 
+# generate_latest writes the text format 0.0.4.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+LEDGER_UP = ("msunmerged_ledger_up", "1 when the ledger database answered this scrape.")
+DRY_RUN = ("msunmerged_dry_run", "1 when the service runs in dry run (jobs delete nothing).")
 
 
-def _label(value: Any) -> str:
-    """Label values escape backslash, double quote and newline, as the format requires."""
-    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+def _value(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
-def _labels(**labels: Any) -> str:
-    return "{" + ",".join(f'{k}="{_label(v)}"' for k, v in labels.items()) + "}"
+def _gauge(spec: tuple[str, str], value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(*spec, value=value)
 
 
-def _number(value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return "0"
-    return repr(float(value)) if isinstance(value, float) else str(value)
+class LedgerCollector(Collector):
+    """Every family from the ledger view at scrape time."""
+
+    def __init__(self, view: LedgerView, dry_run: bool, stale_after_s: float) -> None:
+        self.view = view
+        self.dry_run = dry_run
+        self.stale_after_s = stale_after_s
+
+    def collect(self) -> Iterator[Metric]:
+        rse_label = ["rse"]
+        deleted = GaugeMetricFamily("msunmerged_files_deleted", "Files deleted in the RSE's current generation.",
+                                    labels=rse_label)
+        to_delete = GaugeMetricFamily("msunmerged_files_to_delete",
+                                      "Files planned for deletion in the current generation.", labels=rse_label)
+        would = GaugeMetricFamily("msunmerged_files_would_delete",
+                                  "Files a dry run found and left in the current generation.", labels=rse_label)
+        failed = GaugeMetricFamily("msunmerged_files_failed", "Files whose deletion failed, by error class.",
+                                   labels=["rse", "error_class"])
+        freed = GaugeMetricFamily("msunmerged_bytes_freed", "Bytes freed where file sizes are known.",
+                                  labels=rse_label)
+        state = GaugeMetricFamily("msunmerged_rse_state", "1 for the RSE's current state, 0 for the others.",
+                                  labels=["rse", "state"])
+        updated = GaugeMetricFamily("msunmerged_rse_updated_timestamp_seconds",
+                                    "Last change of the RSE's ledger state.", labels=rse_label)
+        for rse in self.view.rses():
+            name = rse["name"]
+            c = rse.get("counters") or {}
+            deleted.add_metric([name], _value(c.get("deleted")))
+            to_delete.add_metric([name], _value(c.get("to_delete")))
+            would.add_metric([name], _value(c.get("would_delete")))
+            for error_class, n in sorted((c.get("failed_by_class") or {}).items()):
+                failed.add_metric([name, error_class], _value(n))
+            freed.add_metric([name], _value(c.get("bytes_freed")))
+            current = str(rse.get("state") or "unknown")
+            for known in dict.fromkeys((*RSE_STATES, current)):  # every state, so a change shows as 1 -> 0
+                state.add_metric([name, known], float(known == current))
+            if isinstance(rse.get("updated"), (int, float)):
+                updated.add_metric([name], rse["updated"])
+        yield from (deleted, to_delete, would, failed, freed, state, updated)
+
+        jobs = GaugeMetricFamily("msunmerged_jobs", "Cleanup jobs by RSE and state.", labels=["rse", "state"])
+        for row in self.view.jobs_by_state():
+            jobs.add_metric([str(row["rse"]), str(row["state"])], row["count"])
+        yield jobs
+        yield from self._cycles()
+        yield _gauge(DRY_RUN, float(self.dry_run))
+        yield _gauge(LEDGER_UP, 1.0)
+
+    def _cycles(self) -> Iterator[Metric]:
+        health = self.view.health(self.stale_after_s)
+        last = health["last_cycle"]
+        if last is not None and last.get("duration_s") is not None:
+            yield GaugeMetricFamily("msunmerged_cycle_duration_seconds", "Duration of the last finished polling cycle.",
+                                    value=last["duration_s"])
+            yield GaugeMetricFamily("msunmerged_cycle_last_end_timestamp_seconds", "End of the last polling cycle.",
+                                    value=_value(last.get("finished")))
+        if health["last_good_age_s"] is not None:
+            yield GaugeMetricFamily("msunmerged_cycle_last_good_age_seconds",
+                                    "Seconds since the last polling cycle that finished with no failure.",
+                                    value=health["last_good_age_s"])
+        up = GaugeMetricFamily("msunmerged_source_up",
+                               "1 when the source did not fail in the last finished cycle.", labels=["source"])
+        for source, value in health["sources"].items():
+            up.add_metric([source], value)
+        yield up
+        failures = CounterMetricFamily("msunmerged_cycle_failures", "Failures recorded by polling cycles.",
+                                       labels=["source", "reason"])
+        for (source, reason), n in sorted(self.view.failure_totals().items()):
+            failures.add_metric([source, reason], n)
+        yield failures
 
 
-class _Family:
-    def __init__(self, name: str, kind: str, help_text: str) -> None:
-        self.name = name
-        self.lines = [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+class _Only(Collector):
+    def __init__(self, *families: Metric) -> None:
+        self.families = families
 
-    def add(self, value: Any, **labels: Any) -> None:
-        self.lines.append(f"{self.name}{_labels(**labels) if labels else ''} {_number(value)}")
+    def collect(self) -> Iterator[Metric]:
+        yield from self.families
 
 
-def render(view: LedgerView) -> str:
+def _text(collector: Collector) -> str:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return generate_latest(registry).decode()
+
+
+def render(view: LedgerView, dry_run: bool, stale_after_s: float) -> str:
     """All metric families in one text answer."""
-    deleted = _Family("msunmerged_files_deleted", "gauge", "Files deleted in the RSE's current generation.")
-    to_delete = _Family("msunmerged_files_to_delete", "gauge", "Files planned for deletion in the current generation.")
-    failed = _Family("msunmerged_files_failed", "gauge", "Files whose deletion failed, by error class.")
-    freed = _Family("msunmerged_bytes_freed", "gauge", "Bytes freed where file sizes are known.")
-    state = _Family("msunmerged_rse_state", "gauge", "1 for the RSE's current state.")
-    updated = _Family("msunmerged_rse_updated_timestamp_seconds", "gauge", "Last change of the RSE's ledger state.")
-    jobs = _Family("msunmerged_jobs", "gauge", "Cleanup jobs by RSE and state.")
-    cycle = _Family("msunmerged_cycle_duration_seconds", "gauge", "Duration of the last finished polling cycle.")
-    cycle_end = _Family("msunmerged_cycle_last_end_timestamp_seconds", "gauge", "End of the last polling cycle.")
-    up = _Family("msunmerged_ledger_up", "gauge", "1 when the ledger database answered this scrape.")
-
-    for rse in view.rses():
-        name = rse["name"]
-        c = rse.get("counters") or {}
-        deleted.add(c.get("deleted", 0), rse=name)
-        to_delete.add(c.get("to_delete", 0), rse=name)
-        for error_class, n in sorted((c.get("failed_by_class") or {}).items()):
-            failed.add(n, rse=name, error_class=error_class)
-        freed.add(c.get("bytes_freed", 0), rse=name)
-        state.add(1, rse=name, state=rse.get("state", "unknown"))
-        if isinstance(rse.get("updated"), (int, float)):
-            updated.add(rse["updated"], rse=name)
-    for row in view.jobs_by_state():
-        jobs.add(row["count"], rse=row["rse"], state=row["state"])
-    finished = [c for c in view.cycles(5) if c.get("duration_s") is not None]
-    if finished:
-        cycle.add(finished[0]["duration_s"])
-        cycle_end.add(finished[0].get("finished"))
-    up.add(1)
-    families: Iterable[_Family] = (deleted, to_delete, failed, freed, state, updated, jobs, cycle, cycle_end, up)
-    return "\n".join(line for f in families for line in f.lines) + "\n"
+    return _text(LedgerCollector(view, dry_run, stale_after_s))
 
 
-def render_down() -> str:
-    """What a scrape gets while the database is unreachable: only the up gauge, at 0."""
-    f = _Family("msunmerged_ledger_up", "gauge", "1 when the ledger database answered this scrape.")
-    f.add(0)
-    return "\n".join(f.lines) + "\n"
+def render_down(dry_run: bool) -> str:
+    """What a scrape gets while the database is unreachable: the up gauge at 0 and the dry-run flag."""
+    return _text(_Only(_gauge(LEDGER_UP, 0.0), _gauge(DRY_RUN, float(dry_run))))

@@ -8,11 +8,18 @@ from __future__ import annotations
 import html
 import time
 import urllib.parse
+from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence
 
+from MSUnmerged.config import Config
+from MSUnmerged.ledger.history import totals_by_day as history_totals
+from MSUnmerged.rest import charts
 from MSUnmerged.rest.view import LedgerView
+from MSUnmerged.sources.errors import KINDS as SOURCE_KINDS
 
 REFRESH_S = 60
+HISTORY_DAYS = 30
+TIMELINE_CYCLES = 50
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src 'none'; base-uri 'none'; form-action 'none'"
 
 STYLE = """
@@ -25,7 +32,45 @@ th{background:#f0f0f0}td.n{text-align:right;font-variant-numeric:tabular-nums}
 .muted{color:#777}.bar{width:8em;height:.8em;background:#eee;display:inline-block;vertical-align:middle}
 .bar span{display:block;height:100%;background:#48a}
 code{word-break:break-all}td.t{white-space:nowrap}
+.banner{padding:.5em 1em;margin:.5em 0;border-radius:4px;font-weight:bold}
+.dry-run{background:#fff4c2;border:1px solid #d9b200}.alert{background:#fde2e2;border:1px solid #b00;color:#800}
+svg.chart{display:block;margin:.5em 0}
 """
+
+
+@dataclass
+class Context:
+    """What every page needs besides the ledger."""
+
+    base: str = ""
+    dry_run: bool = True
+    stale_after_s: float = 3 * 3600.0
+    operations_url: str = ""  # docs/operations.md as published; empty: reasons are not links
+
+    @classmethod
+    def from_config(cls, config: Config) -> "Context":
+        return cls(config.rest.base.rstrip("/"), config.service.dry_run, config.service.stale_after_s,
+                   config.rest.operations_url)
+
+
+def reason_anchor(reason: str) -> str:
+    """The id of the reason's entry in docs/operations.md: `<source>_<kind>` share one entry per kind."""
+    if not reason.startswith("backend_"):
+        for kind in SOURCE_KINDS:
+            if reason.endswith("_" + kind):
+                return f"source-{kind}"
+    return reason
+
+
+def reason_link(reason: Any, ctx: Context) -> str:
+    """A reason as text linking to its entry in the operations guide."""
+    if not reason:
+        return '<span class="muted">-</span>'
+    anchor = reason_anchor(str(reason))
+    if not ctx.operations_url:
+        return f'<span class="reason" title="docs/operations.md#{esc(anchor)}">{esc(reason)}</span>'
+    return f'<a class="reason" href="{esc(ctx.operations_url)}#{url_arg(anchor)}">{esc(reason)}</a>'
+
 
 
 def esc(value: Any) -> str:
@@ -48,12 +93,16 @@ def number(n: Any) -> str:
 
 
 def progress(counters: dict[str, Any]) -> tuple[float, str]:
-    """Fraction of the planned files with an outcome (anything but still pending)."""
+    """Fraction of the planned files with a final outcome: neither pending nor left by a dry run."""
     planned = counters.get("to_delete") or 0
     if not isinstance(planned, int) or planned <= 0:
         return 0.0, "-"
-    frac = min(1.0, max(0.0, 1.0 - (counters.get("pending") or 0) / planned))
-    return frac, f"{frac:.0%}"
+    left = (counters.get("pending") or 0) + (counters.get("would_delete") or 0)
+    frac = min(1.0, max(0.0, 1.0 - left / planned))
+    label = f"{frac:.0%}"
+    if counters.get("would_delete"):
+        label += f" (dry run: {counters['would_delete']:,} would be deleted)"
+    return frac, label
 
 
 def top_errors(counters: dict[str, Any], n: int = 3) -> str:
@@ -76,11 +125,17 @@ def td(html_text: str, numeric: bool = False, cls: str = "") -> str:
     return f'<td class="{classes}">{html_text}</td>' if classes else f"<td>{html_text}</td>"
 
 
-def document(title: str, body: str) -> str:
+DRY_RUN_BANNER = ('<div class="banner dry-run" id="dry-run">DRY RUN: cleanup jobs delete nothing; they report what '
+                  "they would delete. Set <code>service.dry_run = false</code> to delete.</div>")
+
+
+def document(title: str, body: str, ctx: Context) -> str:
+    """A whole page; the dry-run banner on top when the service runs in dry run."""
+    banner = DRY_RUN_BANNER if ctx.dry_run else ""
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             f'<meta http-equiv="refresh" content="{REFRESH_S}">'
             f'<meta name="viewport" content="width=device-width">'
-            f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>{body}"
+            f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>{banner}{body}"
             f'<p class="muted">Generated {esc(when(time.time()))}; refreshes every {REFRESH_S} s.</p>'
             "</body></html>")
 
@@ -94,16 +149,38 @@ def bar(counters: dict[str, Any]) -> str:
     return f'<span class="bar"><span style="width:{frac * 100:.1f}%"></span></span> {esc(label)}'
 
 
-def index_page(view: LedgerView, base: str) -> str:
+def health_section(view: LedgerView, ctx: Context) -> str:
+    """The alert when no cycle succeeded for too long, and the last cycle with its failures."""
+    h = view.health(ctx.stale_after_s)
+    out = ""
+    if h["alert"]:
+        out += f'<div class="banner alert" id="cycle-alert">ALERT: {esc(h["alert"])}.</div>'
+    last = h["last_cycle"]
+    if last is None:
+        return out + "<p>No polling cycle has finished yet.</p>"
+    good = "never" if h["last_good_cycle_at"] is None else when(h["last_good_cycle_at"])
+    out += (f"<p>Last cycle: started {esc(when(last.get('started')))}, finished {esc(when(last.get('finished')))}"
+            f"{'' if last.get('failures') else ', no failure'}. Last cycle with no failure: {esc(good)}.</p>")
+    failures = last.get("failures") or []
+    if failures:
+        rows = [[td(esc(f.get("source"))), td(reason_link(f.get("reason"), ctx)),
+                 td(esc(f.get("rse")) or '<span class="muted">whole cycle</span>'), td(esc(f.get("detail")))]
+                for f in failures]
+        out += ('<h2 id="cycle-failures">Failures of the last cycle</h2>'
+                + table(["source", "reason", "RSE", "detail"], rows))
+    return out
+
+
+def index_page(view: LedgerView, ctx: Context) -> str:
+    base = ctx.base
     rses = view.rses()
-    cycles = view.cycles(1)
     rows = []
     for r in rses:
         c = r.get("counters") or {}
         rows.append([
             td(f'<a href="{esc(base)}/rse?name={url_arg(r["name"])}">{esc(r["name"])}</a>'),
             state_cell(r.get("state")),
-            td(esc(r.get("reason")) or '<span class="muted">-</span>'),
+            td(reason_link(r.get("reason"), ctx)),
             td(esc(when(r.get("generation"))), cls="t"),
             td(esc(when(r.get("updated"))), cls="t"),
             td(number(c.get("to_delete", 0)), numeric=True),
@@ -112,33 +189,38 @@ def index_page(view: LedgerView, base: str) -> str:
             td(top_errors(c)),
             td(bar(c)),
         ])
-    last = cycles[0] if cycles else None
-    cycle_text = (f"Last cycle: started {esc(when(last.get('started')))}, "
-                  f"finished {esc(when(last.get('finished')))}" if last else "No polling cycle recorded yet.")
-    body = (f"<h1>MSUnmerged: /store/unmerged cleanup</h1><p>{cycle_text}. {len(rses)} RSEs. "
+    body = (f"<h1>MSUnmerged: /store/unmerged cleanup</h1>{health_section(view, ctx)}<p>{len(rses)} RSEs. "
             f'<a href="{esc(base)}/data/status">status JSON</a> · <a href="{esc(base)}/metrics">metrics</a></p>'
             + table(["RSE", "state", "reason", "last dump", "last update", "to delete", "deleted", "failed",
-                     "top error classes", "progress"], rows, "no RSE in the ledger yet"))
-    return document("MSUnmerged", body)
+                     "top error classes", "progress"], rows, "no RSE in the ledger yet")
+            + "<h2>Files by state</h2>" + charts.states_chart(rses)
+            + "<h2>Deletions and freed space per day</h2>"
+            + charts.daily_chart(history_totals(view.history(None, HISTORY_DAYS)), "All RSEs, per day")
+            + "<h2>Polling cycles</h2>" + charts.timeline_chart(view.cycles(TIMELINE_CYCLES)))
+    return document("MSUnmerged", body, ctx)
 
 
-def rse_page(view: LedgerView, base: str, name: str) -> Optional[str]:
+def rse_page(view: LedgerView, ctx: Context, name: str) -> Optional[str]:
     """The page of one RSE, or None when the ledger does not know it."""
+    base = ctx.base
     r = view.rse(name)
     if r is None:
         return None
     c = r.get("counters") or {}
-    facts = [("state", esc(r.get("state"))), ("reason", esc(r.get("reason")) or "-"),
+    facts = [("state", esc(r.get("state"))), ("reason", reason_link(r.get("reason"), ctx)),
              ("generation (dump end_time)", esc(when(r.get("generation")))),
              ("planned", esc(when((r.get("plan") or {}).get("planned")))), ("last update", esc(when(r.get("updated")))),
              ("detail", esc(r.get("detail")) or "-"), ("progress", bar(c))]
-    facts += [(esc(k), number(v)) for k, v in sorted(c.items()) if not isinstance(v, dict)]
+    facts += [(esc(k), f"{number(v)} ({esc(charts.size(v))})" if k == "bytes_freed" and v else number(v))
+              for k, v in sorted(c.items()) if not isinstance(v, dict)]
     facts.append(("errors by class", top_errors(c, 20)))
     jobs = view.jobs(name, None, 50)
-    job_rows = [[td(f"<code>{esc(j.get('id'))}</code>"), state_cell(j.get("state")), td(esc(j.get("site"))),
-                 td(number(j.get("files", 0)), numeric=True), td(esc(when(j.get("submitted_at"))), cls="t"),
-                 td(esc(when(j.get("finished_at"))), cls="t"), td(esc(j.get("reason")))] for j in jobs]
-    events = [[td(esc(when(e.get("at"))), cls="t"), state_cell(e.get("state")), td(esc(e.get("reason"))),
+    job_rows = [[td(f"<code>{esc(j.get('id'))}</code>"), state_cell(j.get("state")), td(esc(j.get("backend"))),
+                 td(esc(j.get("site"))), td(number(j.get("files", 0)), numeric=True),
+                 td(esc(when(j.get("submitted_at"))), cls="t"), td(esc(when(j.get("finished_at"))), cls="t"),
+                 td(esc(j.get("exit_code")) or '<span class="muted">-</span>', numeric=True),
+                 td(esc(j.get("reason")))] for j in jobs]
+    events = [[td(esc(when(e.get("at"))), cls="t"), state_cell(e.get("state")), td(reason_link(e.get("reason"), ctx)),
                td(esc(e.get("detail")))] for e in reversed(r.get("events") or [])]
     failed = list(view.files(name, "failed", None, None, None, None, 200))
     file_rows = [[td(f"<code>{esc(f.get('lfn'))}</code>"), td(esc(f.get("error_class"))),
@@ -146,12 +228,16 @@ def rse_page(view: LedgerView, base: str, name: str) -> Optional[str]:
                   td(f"<code>{esc(f.get('job'))}</code>")] for f in failed]
     body = (f'<p><a href="{esc(base)}/">all RSEs</a></p><h1>{esc(name)}</h1>'
             + table(["", "value"], [[td(k), td(v)] for k, v in facts])
+            + "<h2>Files by state</h2>" + charts.states_chart([r])
+            + "<h2>Deletions and freed space per day</h2>"
+            + charts.daily_chart(history_totals(view.history(name, HISTORY_DAYS)), f"{name}, per day")
             + "<h2>Recent jobs</h2>"
-            + table(["job", "state", "site", "files", "submitted", "finished", "reason"], job_rows, "no jobs")
+            + table(["job", "state", "backend", "site", "files", "submitted", "finished", "exit code", "reason"],
+                    job_rows, "no jobs")
             + "<h2>Recent skips and failures</h2>"
             + table(["when", "state", "reason", "detail"], events, "none recorded")
             + f"<h2>Failed files (first {len(failed)})</h2>"
             + table(["LFN", "error class", "message", "attempts", "job"], file_rows, "no failed files")
             + f'<p><a href="{esc(base)}/data/files?rse={url_arg(name)}&amp;state=failed&amp;stream=true">'
               "all failed files as JSON</a></p>")
-    return document(f"MSUnmerged {name}", body)
+    return document(f"MSUnmerged {name}", body, ctx)

@@ -5,13 +5,14 @@ plain dicts in the shapes documented on `LedgerView`.
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Iterator, Optional, Protocol
 
 from pymongo.database import Database
 
 from MSUnmerged.jobs.backend import JobState
 from MSUnmerged.ledger import FILE_STATES as LEDGER_FILE_STATES
-from MSUnmerged.ledger import JOB_PLANNED, PLANNED, RETRIABLE, Ledger
+from MSUnmerged.ledger import JOB_PLANNED, PLANNED, RETRIABLE, Ledger, history
 
 # "submitted": planned files whose job is live in the batch system (as Ledger.query_files has it).
 FILE_STATES = (*LEDGER_FILE_STATES, "submitted")
@@ -49,6 +50,35 @@ class LedgerView(Protocol):
 
     def plan_preview(self, rse: str, limit: int) -> dict[str, Any]:
         """The recorded plan of the current generation: counts and the first files still to delete by directory."""
+
+    def health(self, stale_after_s: float) -> dict[str, Any]:
+        """How the polling goes: `last_cycle` (its `failures`, `ok`, `dry_run`), `last_good_cycle_at` and
+        `last_good_age_s` (None: never), `sources` ({source: 1 up / 0 failed in the last finished cycle}),
+        `alert` (a sentence when no cycle succeeded for `stale_after_s`, else "")."""
+
+    def history(self, rse: Optional[str], days: int) -> list[dict[str, Any]]:
+        """Daily aggregates of the last `days` days, oldest first (history.rse_days)."""
+
+    def failure_totals(self) -> dict[tuple[str, str], int]:
+        """Every recorded cycle failure by (source, reason)."""
+
+
+def health_of(cycles: list[dict[str, Any]], last_good: dict[str, Any], stale_after_s: float,
+              now: float) -> dict[str, Any]:
+    """LedgerView.health from the recent cycles (newest first) and the last good one."""
+    finished = [c for c in cycles if c.get("finished") is not None]
+    last = finished[0] if finished else None
+    failed_sources = {f.get("source") for f in (last or {}).get("failures") or []}
+    good_at = last_good.get("finished")
+    age = round(now - good_at, 1) if isinstance(good_at, (int, float)) else None
+    alert = ""
+    if last is not None and (age is None or age > stale_after_s):
+        since = "ever" if age is None else f"for {age / 60:.0f} min"
+        alert = (f"no polling cycle succeeded {since} (alert after {stale_after_s / 60:.0f} min); "
+                 f"last cycle's failures: {', '.join(sorted(str(f.get('reason')) for f in last.get('failures') or [])) or 'none'}")
+    return {"last_cycle": last, "last_good_cycle_at": good_at, "last_good_age_s": age,
+            "sources": {s: int(s not in failed_sources) for s in history.FAILURE_SOURCES} if last else {},
+            "alert": alert}
 
 
 def _clean(doc: dict[str, Any]) -> dict[str, Any]:
@@ -153,6 +183,17 @@ class MongoLedgerView:
                 isinstance(end, (int, float)) else None
             out.append(d)
         return out
+
+    def health(self, stale_after_s: float) -> dict[str, Any]:
+        last_good = self.ledger.last_good_cycle()
+        return health_of(self.cycles(5), _clean({"id": last_good.pop("_id"), **last_good}) if last_good else {},
+                         stale_after_s, time.time())
+
+    def history(self, rse: Optional[str], days: int) -> list[dict[str, Any]]:
+        return history.rse_days(self.db, rse, days)
+
+    def failure_totals(self) -> dict[tuple[str, str], int]:
+        return history.cycle_failure_totals(self.db)
 
     def plan_preview(self, rse: str, limit: int) -> dict[str, Any]:
         """The current generation's plan entry and the files still to delete (planned or to retry)."""

@@ -1,0 +1,131 @@
+"""Server-side SVG charts for the operator page (inline markup: no scripts, no fetched images, so the page's
+Content-Security-Policy stays as it is). Every text goes through `esc`; every `<title>` is a hover tooltip."""
+from __future__ import annotations
+
+import html
+import time
+from typing import Any, Mapping, Optional, Sequence
+
+WIDTH, HEIGHT, PAD = 640, 170, 36
+# Series colours, one place: files by state and the daily bars share them.
+COLOURS = {"deleted": "#3a7", "missing": "#9c9", "would_delete": "#89b", "failed": "#c33", "unknown": "#e93",
+           "pending": "#ccc", "skipped_protected": "#a7c", "bytes_freed": "#247"}
+STATE_SERIES = ("deleted", "missing", "would_delete", "failed", "unknown", "pending", "skipped_protected")
+DAILY_SERIES = ("deleted", "would_delete", "failed")
+
+
+def esc(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def size(n: float) -> str:
+    """Bytes in decimal units, as the page and the command line show them."""
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1000
+    return ""  # pragma: no cover
+
+
+def _svg(kind: str, label: str, height: int, inner: str) -> str:
+    return (f'<svg class="chart chart-{kind}" role="img" aria-label="{esc(label)}" width="{WIDTH}" '
+            f'height="{height}" viewBox="0 0 {WIDTH} {height}" xmlns="http://www.w3.org/2000/svg">'
+            f"<title>{esc(label)}</title>{inner}</svg>")
+
+
+def _text(x: float, y: float, text: str, anchor: str = "start", cls: str = "") -> str:
+    extra = f' class="{cls}"' if cls else ""
+    return (f'<text x="{x:.1f}" y="{y:.1f}" font-size="11" fill="#555" text-anchor="{anchor}"{extra}>'
+            f"{esc(text)}</text>")
+
+
+def _legend(series: Sequence[str], y: float) -> str:
+    out, x = [], PAD
+    for name in series:
+        out.append(f'<rect x="{x}" y="{y - 9}" width="10" height="10" fill="{COLOURS[name]}"/>'
+                   + _text(x + 13, y, name.replace("_", " ")))
+        x += 18 + 7 * len(name)
+    return "".join(out)
+
+
+def daily_chart(days: Sequence[Mapping[str, Any]], label: str) -> str:
+    """Stacked bars per day (deleted, would delete, failed) and a line of bytes freed (right axis)."""
+    if not days:
+        return f'<p class="muted">{esc(label)}: no outcomes recorded yet.</p>'
+    plot_h = HEIGHT - 2 * PAD
+    top = max(1, max(sum(d.get(k, 0) for k in DAILY_SERIES) for d in days))
+    top_bytes = max(1, max(d.get("bytes_freed", 0) for d in days))
+    step = (WIDTH - 2 * PAD) / len(days)
+    parts = [f'<line x1="{PAD}" y1="{PAD + plot_h}" x2="{WIDTH - PAD}" y2="{PAD + plot_h}" stroke="#999"/>']
+    points = []
+    for i, d in enumerate(days):
+        x, base = PAD + i * step, PAD + plot_h
+        for k in DAILY_SERIES:
+            h = plot_h * d.get(k, 0) / top
+            if h > 0:
+                parts.append(f'<rect class="bar-{k}" x="{x + 1:.1f}" y="{base - h:.1f}" width="{max(1.0, step - 2):.1f}" '
+                             f'height="{h:.1f}" fill="{COLOURS[k]}"><title>{esc(d["day"])}: {d.get(k, 0):,} '
+                             f'{esc(k.replace("_", " "))}</title></rect>')
+                base -= h
+        points.append(f"{x + step / 2:.1f},{PAD + plot_h - plot_h * d.get('bytes_freed', 0) / top_bytes:.1f}")
+    parts.append(f'<polyline class="line-bytes" points="{" ".join(points)}" fill="none" '
+                 f'stroke="{COLOURS["bytes_freed"]}" stroke-width="2"><title>bytes freed per day, '
+                 f'at most {esc(size(top_bytes))}</title></polyline>')
+    parts += [_text(PAD - 4, PAD + 4, f"{top:,}", "end"), _text(PAD - 4, PAD + plot_h, "0", "end"),
+              _text(WIDTH - PAD, PAD - 6, f"freed: up to {size(top_bytes)}", "end"),
+              _text(PAD, PAD + plot_h + 14, days[0]["day"]),
+              _text(WIDTH - PAD, PAD + plot_h + 14, days[-1]["day"], "end"),
+              _legend([*DAILY_SERIES, "bytes_freed"], 14)]
+    return _svg("history", label, HEIGHT, "".join(parts))
+
+
+def states_chart(rses: Sequence[Mapping[str, Any]]) -> str:
+    """One bar per RSE: its current generation's files by state, as shares of the planned files."""
+    rows = [(r["name"], r.get("counters") or {}) for r in rses if (r.get("counters") or {}).get("to_delete")]
+    if not rows:
+        return '<p class="muted">Files by state: no plan recorded yet.</p>'
+    name_w, row_h = 190, 18
+    height = 24 + row_h * len(rows) + 8
+    parts = [_legend(STATE_SERIES, 14)]
+    for i, (name, c) in enumerate(rows):
+        y = 24 + i * row_h
+        total = max(1, sum(int(c.get(k) or 0) for k in STATE_SERIES))
+        parts.append(_text(name_w - 6, y + 12, name if len(name) <= 28 else name[:27] + "…", "end"))
+        x = float(name_w)
+        for k in STATE_SERIES:
+            n = int(c.get(k) or 0)
+            w = (WIDTH - name_w - 10) * n / total
+            if w > 0:
+                parts.append(f'<rect class="seg-{k}" x="{x:.1f}" y="{y}" width="{w:.1f}" height="{row_h - 4}" '
+                             f'fill="{COLOURS[k]}"><title>{esc(name)}: {n:,} {esc(k.replace("_", " "))}</title></rect>')
+                x += w
+    return _svg("states", "Files by state per RSE (current generation)", height, "".join(parts))
+
+
+def timeline_chart(cycles: Sequence[Mapping[str, Any]], now: Optional[float] = None) -> str:
+    """The recent polling cycles on a time axis: green without failure, red with, grey while running."""
+    timed = [c for c in cycles if isinstance(c.get("started"), (int, float))]
+    if not timed:
+        return '<p class="muted">Cycle timeline: no polling cycle recorded yet.</p>'
+    now = now or time.time()
+    start = min(c["started"] for c in timed)
+    end = max(now, *(c.get("finished") or c["started"] for c in timed))
+    span = max(1.0, end - start)
+    plot_w, y, h = WIDTH - 2 * PAD, 22, 30
+    parts = [f'<line x1="{PAD}" y1="{y + h + 2}" x2="{WIDTH - PAD}" y2="{y + h + 2}" stroke="#999"/>']
+    for c in sorted(timed, key=lambda c: c["started"]):
+        finished = c.get("finished")
+        failures = c.get("failures") or []
+        kind = "running" if finished is None else ("failed" if failures else "ok")
+        colour = {"running": "#bbb", "failed": "#c33", "ok": "#3a7"}[kind]
+        x = PAD + plot_w * (c["started"] - start) / span
+        w = max(3.0, plot_w * ((finished or now) - c["started"]) / span)
+        why = "; ".join(f"{f.get('source')}: {f.get('reason')}" + (f" ({f.get('rse')})" if f.get("rse") else "")
+                        for f in failures[:10]) or kind
+        parts.append(f'<rect class="cycle-{kind}" x="{x:.1f}" y="{y}" width="{w:.1f}" height="{h}" fill="{colour}">'
+                     f"<title>{esc(time.strftime('%Y-%m-%d %H:%M', time.gmtime(c['started'])))} UTC: "
+                     f"{esc(why)}</title></rect>")
+    parts += [_text(PAD, y + h + 16, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(start))),
+              _text(WIDTH - PAD, y + h + 16, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(end)), "end"),
+              _text(PAD, 14, f"{len(timed)} cycles: green no failure, red with failures, grey running")]
+    return _svg("timeline", "Polling cycle timeline with failures", y + h + 24, "".join(parts))

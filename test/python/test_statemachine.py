@@ -1,0 +1,17 @@
+"""The per-RSE state machine: pure decisions, dry run never reported clean, real mode works the same dump."""
+from __future__ import annotations
+
+from MSUnmerged import statemachine
+
+
+def test_decide_stays_pure_about_dry_run() -> None:
+    scan = {"status": "done", "end_time": 1000.0}
+    left = statemachine.Progress(would_delete=5)
+    dry = statemachine.decide(scan, 1000.0, left, 1000.0, 48, dry_run=True)
+    assert (dry.action, dry.state, dry.reason) == ("finish", "dry_run_done", "dry_run")
+    real = statemachine.decide(scan, 1000.0, left, 1000.0, 48, dry_run=False)
+    assert real.action == "resume" and "5 files a dry run left" in real.detail
+    failed = statemachine.Progress(would_delete=2, exhausted=3)  # a dry run is never reported clean or done
+    assert statemachine.decide(scan, 1000.0, failed, 1000.0, 48).state == "dry_run_done"
+    assert statemachine.decide(scan, 1000.0, statemachine.Progress(), 1000.0, 48).state == "clean"
+    assert set(statemachine.RSE_STATES) >= {"clean", "dry_run_done", "failed", "running", "new"}
