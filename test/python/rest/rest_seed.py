@@ -67,15 +67,16 @@ def record_cycle(db: Database, rse: str, result: dict[str, Any]) -> str:
     return cid
 
 
-def offline_site(work: Path, rse_in_loop: bool = False) -> tuple[Path, Path, Path]:
+def offline_site(work: Path) -> tuple[Path, Path, Path]:
     """OfflineSources folder (stats, protected list, dump) of the sample RSE, its storage filled with the
-    dump's files, and its SITECONFIG_PATH; returns (sources, storage, siteconf)."""
+    dump's files, and its SITECONFIG_PATH; returns (sources, storage, siteconf). The RSE is the instance's
+    only RSE (rses.json): keep it out of a polling loop with planner.skip_rses."""
     sources = work / "sources"
     inputs = sample.write_sample_inputs(sources, DEMO_RSE, sample.SampleSpec(files=600, files_per_block=10,
                                                                               blocks_per_dataset=4))
     (sources / "dumps").mkdir()
     dump = inputs["dump"].rename(sources / "dumps" / f"{DEMO_RSE}.txt")
-    (sources / "rses.json").write_text(json.dumps([DEMO_RSE] if rse_in_loop else []))
+    (sources / "rses.json").write_text(json.dumps([DEMO_RSE]))
     storage = work / "storage"
     fill_storage(storage, dump)
     return sources, storage, write_site(work, storage)

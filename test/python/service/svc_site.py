@@ -18,6 +18,7 @@ from MSUnmerged.config import Config
 from MSUnmerged.jobs.local import MANIFEST_NAME, LocalBackend
 from MSUnmerged.jobs.spec import CleanupJob
 from MSUnmerged.samplesite import fill_storage, write_site
+from MSUnmerged.sources.offline import OfflineSources
 from MSUnmerged.wiring import site_of
 
 NOBODY = 65534
@@ -92,6 +93,13 @@ def dump_lines(rse: str, files: int) -> tuple[list[str], list[str]]:
     return lines, protected
 
 
+def rse_list(directory: Path, rses: Sequence[str]) -> OfflineSources:
+    """Offline sources whose rses() (this instance's RSEs) are `rses`: for apply, which reads no dump."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "rses.json").write_text(json.dumps(list(rses)))
+    return OfflineSources(directory)
+
+
 def write_sources(directory: Path, rses: Sequence[str], files: int = 1500, end_time: Optional[float] = None) -> Path:
     """An offline sources directory with a dump per RSE and one shared protected list."""
     (directory / "dumps").mkdir(parents=True, exist_ok=True)
@@ -105,4 +113,5 @@ def write_sources(directory: Path, rses: Sequence[str], files: int = 1500, end_t
         stats.update(sample.stats_for(rse, files, end))
     (directory / "stats.json").write_text(json.dumps(stats))
     (directory / "protected.json").write_text(json.dumps({"result": protected}))
+    (directory / "rses.json").write_text(json.dumps(list(rses)))  # the instance's RSEs, scanned or not
     return directory

@@ -24,12 +24,15 @@ from pymongo import ASCENDING, DESCENDING, InsertOne, UpdateMany, UpdateOne, err
 from pymongo.collection import Collection
 from pymongo.database import Database
 
+from MSUnmerged.config import PlannerConfig
+from MSUnmerged.guards import check_plan_lines, split_lines
 from MSUnmerged.jobs.backend import JobState
 from MSUnmerged.jobs.spec import CleanupJob
 from MSUnmerged.ledger import history
 from MSUnmerged.ledger.retry import LedgerError, with_retry
 from MSUnmerged.lfn import PrefixSet
 from MSUnmerged.planner import Plan
+from MSUnmerged.seal import DIRS_NAME, JOBS_DIR, Seal
 from MSUnmerged.statemachine import STATE_NEW, STATE_PLANNED
 from MSUnmerged.worker.report import DIR_OUTCOMES, EXPECTED_DIR_REASONS
 
@@ -138,10 +141,14 @@ class Ledger:
     # -- plans -------------------------------------------------------------------------------------
 
     def record_plan(self, plan_dir: os.PathLike | str, plan: Plan, generation: float,
-                    protected_count: Optional[int] = None, scan_started: Optional[float] = None) -> int:
+                    baseline_count: Optional[int] = None, sealed: Optional[Seal] = None,
+                    max_lfn_length: int = PlannerConfig.max_lfn_length, scan_started: Optional[float] = None) -> int:
         """Record a plan's files (state planned, each in its job) and jobs; returns files recorded.
         `scan_started` (the scan's start_time) is kept on the generation entry for the jobs' workers.
 
+        `baseline_count` is what this generation contributes to the shrink guard's baseline
+        (protected_baseline); `sealed` the plan's seal, kept on the generation's entry so that the
+        same plan is recognised and dirs.txt is checked before each use.
         Safe to repeat after a crash: the same ids are inserted again and duplicates are ignored,
         so existing records (which may have moved on) are kept. Repeat it with the SAME plan
         directory: `recording` on the RSE document says which generation was being recorded.
@@ -154,44 +161,63 @@ class Ledger:
                  "files_total": plan.files_total, "to_delete": plan.files_to_delete,
                  "protected": plan.files_protected, "excluded": plan.files_excluded,
                  "invalid": plan.files_invalid, "dirs_removable": plan.dirs_removable, "jobs": plan.jobs,
-                 "protected_count": plan.protected_count, "dropped_protected": 0, "scan_started": scan_started}
+                 "protected_count": plan.protected_count, "dropped_protected": 0, "scan_started": scan_started,
+                 "baseline_count": plan.protected_count if baseline_count is None else baseline_count}
+        if sealed is not None:
+            entry.update(seal=sealed.digest, dirs_sha256=sealed.files[DIRS_NAME]["sha256"])
         with_retry(lambda: self.rses.update_one(
             {"_id": rse}, {"$set": {"recording": generation, "updated": now},
                            "$setOnInsert": {"created": now, "state": STATE_NEW}}, upsert=True), "mark recording")
         with_retry(lambda: self.rses.update_one({"_id": rse, "generations.gen": {"$ne": generation}},
                                                 {"$push": {"generations": entry}}), "add generation")
-        n = self._insert_files(rse, generation, plan_dir, plan.job_files)
+        n = self._insert_files(rse, generation, plan_dir, plan.job_files, max_lfn_length, sealed)
         jobs = [{"_id": job_id(rse, generation, 1, i), "rse": rse, "gen": generation, "round": 1, "n": i,
                  "state": JOB_PLANNED, "files": size, "plan_file": name, "created": now}
                 for i, (name, size) in enumerate(zip(plan.job_files, plan.job_sizes), 1)]
         self._insert_ignoring_duplicates(self.jobs, jobs)
-        count = protected_count if protected_count is not None else plan.protected_count
         with_retry(lambda: self.rses.update_one(
-            {"_id": rse}, {"$set": {"generation": generation, "protected_count": count, "state": STATE_PLANNED,
+            {"_id": rse}, {"$set": {"generation": generation, "state": STATE_PLANNED,
                                     "reason": "", "detail": "", "updated": time.time()},
                            "$unset": {"recording": ""}}), "finish recording")
         self.prune_generations(rse)
+        baseline = self.protected_baseline(rse)
+        with_retry(lambda: self.rses.update_one({"_id": rse}, {"$set": {"protected_count": baseline}}), "baseline")
         return n
 
-    def _insert_files(self, rse: str, generation: float, plan_dir: Path, job_files: Sequence[str]) -> int:
+    def protected_baseline(self, rse: str) -> Optional[int]:
+        """The shrink guard's baseline: the largest protected-list size among the RSE's kept generations
+        (None before the first plan). Only the ledger's own records count, never a plan's summary."""
+        counts = [g.get("baseline_count", g.get("protected_count")) for g in self.rse(rse).get("generations", [])]
+        return max((c for c in counts if isinstance(c, int) and not isinstance(c, bool)), default=None)
+
+    def generation_entry(self, rse: str, generation: float) -> dict[str, Any]:
+        """The kept generation's entry of the RSE document ({} when there is none)."""
+        return next((g for g in self.rse(rse).get("generations", []) if g["gen"] == generation), {})
+
+    def _insert_files(self, rse: str, generation: float, plan_dir: Path, job_files: Sequence[str],
+                      max_lfn_length: int, sealed: Optional[Seal]) -> int:
+        """Every line of the jobs files, read as bytes and split on b"\\n" only. A file that differs from
+        its seal, or holds a line that is not exactly a canonical LFN below /store/unmerged, is refused
+        (GuardTripped) before any of it is recorded."""
         prefix = f"{rse}|{gen_key(generation)}|"
         now = time.time()
         batch: list[dict[str, Any]] = []
         n = 0
         for i, name in enumerate(job_files, 1):
             jid = job_id(rse, generation, 1, i)
-            with open(plan_dir / "jobs" / name, encoding="utf-8", errors="surrogateescape") as fh:
-                for line in fh:
-                    lfn = line.rstrip("\n")
-                    if not lfn:
-                        continue
-                    batch.append({"_id": prefix + lfn, "rse": rse, "gen": generation, "lfn": lfn,
-                                  "dir": lfn[:lfn.rfind("/")], "state": PLANNED, "job": jid, "attempts": 1,
-                                  "t": now})
-                    if len(batch) >= BATCH:
-                        n += len(batch)
-                        self._insert_ignoring_duplicates(self.files, batch)
-                        batch = []
+            data = (plan_dir / JOBS_DIR / name).read_bytes()
+            if sealed is not None:
+                sealed.check_file(f"{JOBS_DIR}/{name}", data)
+            check_plan_lines(data, max_lfn_length, f"{JOBS_DIR}/{name}")
+            for raw in split_lines(data):
+                lfn = raw.decode("utf-8", errors="surrogateescape")
+                batch.append({"_id": prefix + lfn, "rse": rse, "gen": generation, "lfn": lfn,
+                              "dir": lfn[:lfn.rfind("/")], "state": PLANNED, "job": jid, "attempts": 1,
+                              "t": now})
+                if len(batch) >= BATCH:
+                    n += len(batch)
+                    self._insert_ignoring_duplicates(self.files, batch)
+                    batch = []
         if batch:
             n += len(batch)
             self._insert_ignoring_duplicates(self.files, batch)
