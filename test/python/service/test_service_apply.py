@@ -20,13 +20,19 @@ pytestmark = pytest.mark.integration
 RSE = "T2_IT_Apply"
 
 
-def test_apply_drops_newly_protected_and_submits_the_rest(tmp_path: Path, mongo_db: Database) -> None:
-    lines, protected = dump_lines(RSE, 500)
+def write_dump(tmp_path: Path, lines: list[str]) -> tuple[Path, Config]:
+    """The RSE's dump where make_site looks for it, and a configuration with its own state folder."""
     dump = tmp_path / "src" / "dumps" / f"{RSE}.txt"
     dump.parent.mkdir(parents=True)
     dump.write_text("\n".join(lines) + "\n")
     config = Config()
     config.service.state_dir = str(tmp_path / "state")
+    return dump, config
+
+
+def test_apply_drops_newly_protected_and_submits_the_rest(tmp_path: Path, mongo_db: Database) -> None:
+    lines, protected = dump_lines(RSE, 500)
+    dump, config = write_dump(tmp_path, lines)
     config.planner.files_per_job = 100
     plan = planner.plan(RSE, iter_chunks(str(dump)), protected, config, tmp_path / "plan", require_scan=False)
     storage = make_site(tmp_path, tmp_path / "src", RSE, config)
@@ -70,11 +76,7 @@ def test_apply_carries_the_scan_start_to_the_workers(tmp_path: Path, mongo_db: D
     """A plan made with the ConMon stats keeps the scan's start_time (sealed in summary.json); the jobs
     that `apply` submits carry it, so their workers refuse files modified since the scan."""
     lines, protected = dump_lines(RSE, 100)
-    dump = tmp_path / "src" / "dumps" / f"{RSE}.txt"
-    dump.parent.mkdir(parents=True)
-    dump.write_text("\n".join(lines) + "\n")
-    config = Config()
-    config.service.state_dir = str(tmp_path / "state")
+    dump, config = write_dump(tmp_path, lines)
     config.guards.max_delete_fraction = 1.0
     end = time.time() - 3600
     stats = {"status": "done", "start_time": end - 1800, "end_time": end, "files": len(lines)}
