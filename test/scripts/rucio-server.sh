@@ -41,6 +41,7 @@ userpass_email = root@localhost
 permission = generic
 schema = generic
 lfn2pfn_algorithm_default = identity
+lfn2pfn_module = msunmerged_lfn2pfn
 support = root@localhost
 [alembic]
 cfg = $dir/alembic.ini
@@ -54,6 +55,18 @@ username = none
 password = none
 CFG
     mkdir -p "$dir/trace"
+    # CMS's policy package maps an LFN to the site's path without the scope; RSEs that set the attribute
+    # lfn2pfn_algorithm = cms_lfn get the same here (PFN = protocol prefix + LFN).
+    cat > "$dir/msunmerged_lfn2pfn.py" <<PY
+from rucio.rse.translation import RSEDeterministicTranslation
+
+
+def cms_lfn(scope, name, rse, rse_attrs, protocol_attrs):
+    return name.lstrip("/")
+
+
+RSEDeterministicTranslation.register(cms_lfn, "cms_lfn")
+PY
     cat > "$dir/alembic.ini" <<INI
 [alembic]
 sqlalchemy.url = sqlite:///$dir/rucio.db
@@ -81,7 +94,7 @@ build_database(); create_base_vo(); create_root_account()"
 
 argv() {
     local dir="$1" port="$2"
-    printf '%s\n' "$VENV/bin/gunicorn" -w 2 -b "127.0.0.1:$port" --chdir "$dir" --timeout 120 \
+    printf '%s\n' "$VENV/bin/gunicorn" -w 2 -b "127.0.0.1:$port" --chdir "$dir" --pythonpath "$dir" --timeout 120 \
         rucio.web.rest.flaskapi.v1.main:application
 }
 

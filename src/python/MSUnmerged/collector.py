@@ -1,9 +1,10 @@
-"""Job reports -> per-file ledger outcomes and counters.
+"""Job reports -> per-file and per-directory ledger outcomes and counters.
 
-`parse_report(path)` reads a worker report (JSON lines, docs/jobs.md) strictly: a malformed line is
-rejected with its line number and what is wrong, the other lines are kept. `Collector.collect`
-hands one job's outcomes to a sink (the ledger: `record_outcomes`, `close_job`); files the report
-does not mention are left to the sink's `close_job`, which marks them unknown.
+`parse_report(path)` reads a worker report (JSON lines, docs/jobs.md; version 2, and version 1 from jobs
+started before an upgrade) strictly: a malformed line is rejected with its line number and what is
+wrong, the other lines are kept. `Collector.collect` hands one job's outcomes to a sink (the ledger:
+`record_outcomes`, `record_dirs`, `close_job`); files the report does not mention are left to the
+sink's `close_job`, which marks them unknown.
 """
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Protocol
+from typing import Any, Callable, Iterable, Mapping, Optional, Protocol
 
 from MSUnmerged.jobs.backend import JobState, JobStatus
 from MSUnmerged.worker.cleanup import EXIT_CONFIG, REFUSED_PROTECTED
-from MSUnmerged.worker.report import DIR_OUTCOMES, FILE_OUTCOMES
+from MSUnmerged.worker.paths import ancestors
+from MSUnmerged.worker.report import DIR_OUTCOMES, FILE_OUTCOMES, PROTECTED, REASONS
 
-# Worker outcome -> (ledger state, error class).
+# Worker outcome -> (ledger state, error class). A v2 line's `reason` becomes the error class.
 LEDGER_STATE = {
     "deleted": ("deleted", ""),
     "missing": ("missing", ""),
@@ -32,8 +34,13 @@ LEDGER_STATE = {
 # A job whose site configuration was unusable touched nothing: its files fail as config_error (retried only
 # up to jobs.retries like any failure, not taken for lost jobs).
 CONFIG_ERROR = ("failed", "config_error")
-_FILE_KEYS = {"lfn": str, "pfn": (str, type(None)), "outcome": str, "error": (str, type(None)), "attempts": int}
-_DIR_KEYS = {"dir": str, "pfn": (str, type(None)), "outcome": str, "error": (str, type(None))}
+_OPT_STR = (str, type(None))
+_OPT_INT = (int, type(None))
+# Report version -> keys of a file line and of a directory line.
+_FILE_KEYS = {1: {"lfn": str, "pfn": _OPT_STR, "outcome": str, "error": _OPT_STR, "attempts": int}}
+_FILE_KEYS[2] = {**_FILE_KEYS[1], "reason": _OPT_STR, "size": _OPT_INT}
+_DIR_KEYS = {1: {"dir": str, "pfn": _OPT_STR, "outcome": str, "error": _OPT_STR}}
+_DIR_KEYS[2] = {**_DIR_KEYS[1], "reason": _OPT_STR}
 
 
 @dataclass
@@ -44,6 +51,8 @@ class FileOutcome:
     error: Optional[str]
     attempts: int
     line: int
+    reason: Optional[str] = None
+    size: Optional[int] = None  # bytes, from the worker's stat before deleting
 
 
 @dataclass
@@ -53,6 +62,7 @@ class DirOutcome:
     outcome: str
     error: Optional[str]
     line: int
+    reason: Optional[str] = None
 
 
 @dataclass
@@ -65,6 +75,7 @@ class Report:
     dirs: list[DirOutcome] = field(default_factory=list)
     summary: Optional[dict[str, Any]] = None
     exit_code: Optional[int] = None
+    version: Any = 1  # the start line's report_version (1 when it has none)
     problems: list[str] = field(default_factory=list)  # "line N: what is wrong"
 
     @property
@@ -79,14 +90,20 @@ class Report:
         return dict(Counter(d.outcome for d in self.dirs))
 
 
-def _check_keys(rec: dict[str, Any], spec: Mapping[str, Any]) -> Optional[str]:
+def _check_keys(rec: dict[str, Any], spec: Optional[Mapping[str, Any]], version: Any) -> Optional[str]:
+    if spec is None:
+        return f"report version {version!r} is not understood"
     for key, kind in spec.items():
         if key not in rec:
             return f"missing key {key!r}"
-        if not isinstance(rec[key], kind) or (kind is int and isinstance(rec[key], bool)):
+        if not isinstance(rec[key], kind) or isinstance(rec[key], bool):  # no key takes a boolean
             return f"key {key!r} has the wrong type ({type(rec[key]).__name__})"
     extra = set(rec) - set(spec)
-    return f"unexpected keys {sorted(extra)}" if extra else None
+    if extra:
+        return f"unexpected keys {sorted(extra)}"
+    if rec.get("reason") is not None and rec["reason"] not in REASONS:
+        return f"unknown reason {rec['reason']!r}"
+    return None
 
 
 def _parse_line(report: Report, n: int, text: str) -> Optional[str]:
@@ -100,20 +117,23 @@ def _parse_line(report: Report, n: int, text: str) -> Optional[str]:
     if report.summary is not None:
         return "line after the summary"
     if "lfn" in rec:
-        why = _check_keys(rec, _FILE_KEYS)
+        why = _check_keys(rec, _FILE_KEYS.get(report.version), report.version)
         if why is None and rec["outcome"] not in FILE_OUTCOMES:
             why = f"unknown file outcome {rec['outcome']!r}"
         if why is None and rec["attempts"] < 0:
             why = "negative attempts"
+        if why is None and (rec.get("size") or 0) < 0:
+            why = "negative size"
         if why is None:
-            report.files.append(FileOutcome(rec["lfn"], rec["pfn"], rec["outcome"], rec["error"], rec["attempts"], n))
+            report.files.append(FileOutcome(rec["lfn"], rec["pfn"], rec["outcome"], rec["error"], rec["attempts"], n,
+                                            rec.get("reason"), rec.get("size")))
         return why
     if "dir" in rec:
-        why = _check_keys(rec, _DIR_KEYS)
+        why = _check_keys(rec, _DIR_KEYS.get(report.version), report.version)
         if why is None and rec["outcome"] not in DIR_OUTCOMES:
             why = f"unknown directory outcome {rec['outcome']!r}"
         if why is None:
-            report.dirs.append(DirOutcome(rec["dir"], rec["pfn"], rec["outcome"], rec["error"], n))
+            report.dirs.append(DirOutcome(rec["dir"], rec["pfn"], rec["outcome"], rec["error"], n, rec.get("reason")))
         return why
     if "start" in rec:
         if set(rec) != {"start"} or not isinstance(rec["start"], dict):
@@ -121,7 +141,8 @@ def _parse_line(report: Report, n: int, text: str) -> Optional[str]:
         if report.start is not None or report.files or report.dirs:
             return "start line not first"
         report.start = rec["start"]
-        return None
+        report.version = rec["start"].get("report_version", 1)
+        return None if report.version in _FILE_KEYS else f"report version {report.version!r} is not understood"
     if "summary" in rec:
         if set(rec) != {"summary", "exit_code"} or not isinstance(rec["summary"], dict) \
                 or not isinstance(rec["exit_code"], int) or isinstance(rec["exit_code"], bool):
@@ -162,20 +183,33 @@ def parse_report(path: Path | str) -> Report:
 
 
 def ledger_outcome(f: FileOutcome, exit_code: Optional[int] = None) -> dict[str, Any]:
-    """One file's outcome as the ledger records it (`exit_code`: the worker's, from the report's summary)."""
+    """One file's outcome as the ledger records it: a refusal's reason is its error class (`exit_code`: the
+    worker's, from the report's summary; 3 makes not_attempted files config_error)."""
     config_error = exit_code == EXIT_CONFIG and f.outcome == "not_attempted"
     state, cls = CONFIG_ERROR if config_error else LEDGER_STATE[f.outcome]
-    if f.outcome == "refused" and f.error == REFUSED_PROTECTED:
-        state, cls = "skipped_protected", ""
+    if f.outcome == "refused" and (f.reason == PROTECTED or f.error == REFUSED_PROTECTED):  # v2, v1
+        state, cls = "skipped_protected", PROTECTED if f.reason else ""
+    elif f.reason and state not in ("deleted", "missing", "would_delete"):
+        cls = f.reason
     # Success needs no message; a per-path one would also defeat the ledger's grouping of updates.
     error = "" if state in ("deleted", "missing", "would_delete") else (f.error or "")
-    return {"lfn": f.lfn, "state": state, "error_class": cls, "error": error, "attempts": f.attempts}
+    out = {"lfn": f.lfn, "state": state, "error_class": cls, "error": error, "attempts": f.attempts}
+    if f.size is not None:
+        out["size"] = f.size
+    return out
+
+
+def ledger_dir_outcome(d: DirOutcome) -> dict[str, Any]:
+    """One directory's outcome as the ledger records it: the worker's outcome, its reason as the error class."""
+    return {"dir": d.dir, "state": d.outcome, "error_class": d.reason or "", "error": d.error or "", "pfn": d.pfn}
 
 
 class OutcomeSink(Protocol):
     """Where outcomes go: the ledger (MSUnmerged.ledger) or, in the demo, memory."""
 
     def record_outcomes(self, job_id: str, outcomes: Iterable[Mapping[str, Any]]) -> Any: ...
+
+    def record_dirs(self, job_id: str, outcomes: Iterable[Mapping[str, Any]]) -> Any: ...
 
     def close_job(self, job_id: str, state: str, reason: str = "", **facts: Any) -> Any: ...
 
@@ -191,6 +225,18 @@ class Collected:
     dirs: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     reason: str = ""
+
+
+def _accepted(lines: Iterable[Any], path: Callable[[Any], str], allowed: Optional[set[str]], what: str,
+              problems: list[str], convert: Callable[[Any], dict[str, Any]]) -> list[dict[str, Any]]:
+    """The report lines whose path is in `allowed` (all when None), converted; the others become problems."""
+    out = []
+    for line in lines:
+        if allowed is not None and path(line) not in allowed:
+            problems.append(f"line {line.line}: {path(line)} is not {what}")
+        else:
+            out.append(convert(line))
+    return out
 
 
 def batch_facts(status: JobStatus, report: Optional[Report]) -> dict[str, Any]:
@@ -213,14 +259,14 @@ class Collector:
         out = Collected(job_id, status.state.value)
         if report is not None:
             allowed = set(lfns) if lfns is not None else None
-            outcomes = []
-            for f in report.files:
-                if allowed is not None and f.lfn not in allowed:
-                    out.problems.append(f"line {f.line}: {f.lfn} is not a file of job {job_id}")
-                    continue
-                outcomes.append(ledger_outcome(f, report.exit_code))
+            outcomes = _accepted(report.files, lambda f: f.lfn, allowed, f"a file of job {job_id}", out.problems,
+                                 lambda f: ledger_outcome(f, report.exit_code))
+            dirs = None if allowed is None or not report.dirs else {d for lfn in allowed for d in ancestors(lfn)}
+            dir_outcomes = _accepted(report.dirs, lambda d: d.dir, dirs, f"a directory of job {job_id}'s files",
+                                     out.problems, ledger_dir_outcome)
             out.problems[:0] = report.problems
             self.sink.record_outcomes(job_id, outcomes)
+            self.sink.record_dirs(job_id, dir_outcomes)
             out.recorded = len(outcomes)
             out.counters = report.counters()
             out.dirs = report.dir_counters()
@@ -243,16 +289,22 @@ class Collector:
 
 
 class MemorySink:
-    """An in-memory sink (demo, tests): the last outcome per (job, LFN) and the closed jobs."""
+    """An in-memory sink (demo, tests): the last outcome per (job, LFN) and per (job, directory), the closed jobs."""
 
     def __init__(self) -> None:
         self.outcomes: dict[str, dict[str, dict[str, Any]]] = {}
+        self.dirs: dict[str, dict[str, dict[str, Any]]] = {}
         self.closed: dict[str, tuple[str, str]] = {}
 
     def record_outcomes(self, job_id: str, outcomes: Iterable[Mapping[str, Any]]) -> None:
         job = self.outcomes.setdefault(job_id, {})
         for o in outcomes:
             job[o["lfn"]] = dict(o)
+
+    def record_dirs(self, job_id: str, outcomes: Iterable[Mapping[str, Any]]) -> None:
+        job = self.dirs.setdefault(job_id, {})
+        for o in outcomes:
+            job[o["dir"]] = dict(o)
 
     def close_job(self, job_id: str, state: str, reason: str = "", **facts: Any) -> None:
         self.closed[job_id] = (state, reason)

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from MSUnmerged.worker.pfn import LAYOUTS as PFN_LAYOUTS
+
 ENV_PREFIX = "MSUNMERGED_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "etc" / "msunmerged.toml"
@@ -140,7 +142,7 @@ class JobsConfig:
     credential: str = "none"
     token_file: str = ""  # the storage token, a file the deployment refreshes
     proxy_file: str = ""  # the X.509 proxy (as CMSWEB mounts it)
-    # Per-RSE overrides: RSE -> {"site": ..., "backend": ..., "siteconfig": ..., "credential": ..., "pool": ...}
+    # Per-RSE overrides: RSE -> {"site": ..., "backend": ..., "siteconfig": ..., "credential": ..., "pool": ..., "pfn_layout": ...}
     sites: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def setting(self, rse: str, key: str) -> str:
@@ -344,6 +346,9 @@ def _validate(cfg: Config) -> None:
                                                              "(or condor.scitoken_file)")
         need(os.path.isdir(os.path.expanduser(cfg.condor.token_dir)), "condor.token_dir",
              f"{cfg.condor.token_dir} is not a directory")
+    for rse, settings in j.sites.items():
+        need(settings.get("pfn_layout", PFN_LAYOUTS[0]) in PFN_LAYOUTS, f"jobs.sites.{rse}.pfn_layout",
+             "must be " + " or ".join(PFN_LAYOUTS))
     need(j.deadline_h > 0, "jobs.deadline_h", "must be > 0")
     need(j.retries >= 0, "jobs.retries", "must be >= 0")
     need(cfg.mongo.generations_kept >= 1, "mongo.generations_kept", "must be >= 1")

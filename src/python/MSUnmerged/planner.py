@@ -19,27 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
-from MSUnmerged import lfn
+from MSUnmerged import lfn, seal
 from MSUnmerged.config import Config
 from MSUnmerged.dumpreader import DumpError, NotADump, check_lines
+from MSUnmerged.guards import (GUARD_DUMP_UNREADABLE, GUARD_LINE_COUNT, GUARD_NOT_A_DUMP, GuardTripped, check_counts,
+                               check_protection, check_scan, scan_start)
 from MSUnmerged.lfn import PrefixSet
 
 SUMMARY_VERSION = 1
 EXAMPLES_PER_REASON = 5
-
-# Guard reasons: each one means "delete nothing for this RSE".
-GUARD_PROTECTED_EMPTY = "protected_list_empty"
-GUARD_PROTECTED_INVALID = "protected_list_invalid"
-GUARD_PROTECTED_SHRANK = "protected_list_shrank"
-GUARD_SCAN_MISSING = "scan_missing"
-GUARD_SCAN_NOT_DONE = "scan_not_done"
-GUARD_SCAN_NO_END_TIME = "scan_end_time_missing"
-GUARD_SCAN_STALE = "scan_stale"
-GUARD_LINE_COUNT = "scan_line_count_mismatch"
-GUARD_DELETE_FRACTION = "delete_fraction_exceeded"
-GUARD_DELETE_COUNT = "delete_count_exceeded"
-GUARD_DUMP_UNREADABLE = "dump_unreadable"
-GUARD_NOT_A_DUMP = "dump_not_a_dump"
 
 # One match = consecutive lines in the same directory; group 1 is the directory with its slash.
 # It also validates: printable ASCII only, file names non-empty, at most 255 bytes, not '.' or
@@ -54,15 +42,6 @@ def _dir_is_canonical(directory: bytes) -> bool:
     """A run's directory (no trailing slash) is under /store/unmerged and canonical."""
     return ((directory.startswith(lfn.UNMERGED) or directory + b"/" == lfn.UNMERGED)
             and not any(bad in directory + b"/" for bad in _BAD_IN_DIR))
-
-
-class GuardTripped(Exception):
-    """A guard refused the plan; `reason` is one of the GUARD_* names."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
 
 
 @dataclass
@@ -85,6 +64,7 @@ class Plan:
     would_delete: int = 0  # what the plan held before a guard emptied it
     protected_count: int = 0
     dump_version: Optional[float] = None  # the scan's end_time
+    scan_started: Optional[float] = None  # the scan's start_time: the workers refuse files modified after it
     scan_checked: bool = False
     created: float = 0.0
     seconds: float = 0.0
@@ -99,38 +79,6 @@ class Plan:
 
 
 ProgressFn = Callable[[int], None]
-
-
-def check_protection(protected: Iterable[str], previous_count: Optional[int], max_shrink: float) -> PrefixSet:
-    """Build the protection index, or raise GuardTripped when the list cannot be trusted."""
-    bases = list(protected)
-    if not bases:
-        raise GuardTripped(GUARD_PROTECTED_EMPTY, "the protected LFN list is empty")
-    try:
-        index = PrefixSet(bases)
-    except lfn.ProtectionListError as exc:
-        raise GuardTripped(GUARD_PROTECTED_INVALID, str(exc)) from None
-    if previous_count and len(index) < previous_count * (1.0 - max_shrink):
-        raise GuardTripped(GUARD_PROTECTED_SHRANK,
-                           f"{len(index)} protected bases now, {previous_count} at the previous run "
-                           f"(more than {max_shrink:.0%} fewer)")
-    return index
-
-
-def check_scan(stats: Optional[dict[str, Any]], max_age_h: float, now: float) -> float:
-    """Return the scan's end_time, or raise GuardTripped when the scan is not complete and fresh."""
-    if not stats:
-        raise GuardTripped(GUARD_SCAN_MISSING, "ConMon has no scan for this RSE")
-    status = stats.get("status")
-    if status != "done":
-        raise GuardTripped(GUARD_SCAN_NOT_DONE, f"scan status is {status!r}, not 'done'")
-    end_time = stats.get("end_time")
-    if not isinstance(end_time, (int, float)) or isinstance(end_time, bool):
-        raise GuardTripped(GUARD_SCAN_NO_END_TIME, f"scan end_time is {end_time!r}")
-    age_h = (now - float(end_time)) / 3600.0
-    if age_h > max_age_h:
-        raise GuardTripped(GUARD_SCAN_STALE, f"scan finished {age_h:.1f} h ago (limit {max_age_h:g} h)")
-    return float(end_time)
 
 
 class _Counts:
@@ -245,7 +193,7 @@ class Planner:
         self.progress = progress
         self.counts = _Counts()
         if self.out_dir.exists():
-            for stale in ("jobs", ".spill", "dirs.txt", "summary.json"):
+            for stale in (seal.SEAL_NAME, seal.JOBS_DIR, ".spill", seal.DIRS_NAME, seal.SUMMARY_NAME):
                 target = self.out_dir / stale
                 if target.is_dir():
                     shutil.rmtree(target)
@@ -334,13 +282,13 @@ class Planner:
     # -- phase 2: group, de-duplicate, write jobs and removable directories --------------------
 
     def finish(self, scan_end_time: Optional[float] = None, expected_files: Optional[int] = None,
-               guard: Optional[GuardTripped] = None) -> Plan:
+               guard: Optional[GuardTripped] = None, scan_started: Optional[float] = None) -> Plan:
         """Write jobs/, dirs.txt and summary.json; apply the guards that need the whole dump."""
         started = time.time()
         self.spill.close()
-        jobs = _JobWriter(self.out_dir / "jobs", self.config.planner.files_per_job)
+        jobs = _JobWriter(self.out_dir / seal.JOBS_DIR, self.config.planner.files_per_job)
         n_dirs = 0
-        with open(self.out_dir / "dirs.txt", "wb") as dirs_out:
+        with open(self.out_dir / seal.DIRS_NAME, "wb") as dirs_out:
             for path in self.spill.paths:
                 for data in self._partition_groups(path):
                     n_dirs += self._write_group(data, jobs, dirs_out)
@@ -353,8 +301,8 @@ class Planner:
                     files_excluded=c.excluded, files_invalid=dict(sorted(c.invalid.items())),
                     invalid_examples=c.examples, dirs_removable=n_dirs, jobs=len(jobs.names),
                     job_files=jobs.names, job_sizes=jobs.sizes, protected_count=len(self.protection),
-                    dump_version=scan_end_time, scan_checked=scan_end_time is not None,
-                    created=time.time())
+                    dump_version=scan_end_time, scan_started=scan_started,
+                    scan_checked=scan_end_time is not None, created=time.time())
         plan.files_to_delete = sum(jobs.sizes)
         if guard is None:
             guard = self._final_guard(plan, expected_files)
@@ -372,19 +320,16 @@ class Planner:
             if plan.files_total != expected_files:
                 return GuardTripped(GUARD_LINE_COUNT,
                                     f"read {plan.files_total} files, the scan reported {expected_files}")
-        if plan.files_to_delete > g.max_delete_files:
-            return GuardTripped(GUARD_DELETE_COUNT,
-                                f"{plan.files_to_delete} files to delete, limit {g.max_delete_files}")
-        if plan.files_total and plan.files_to_delete / plan.files_total > g.max_delete_fraction:
-            return GuardTripped(GUARD_DELETE_FRACTION,
-                                f"{plan.files_to_delete / plan.files_total:.1%} of the files to delete, "
-                                f"limit {g.max_delete_fraction:.1%}")
+        try:
+            check_counts(plan.files_total, plan.files_to_delete, g)
+        except GuardTripped as tripped:
+            return tripped
         return None
 
     def _empty(self, plan: Plan, guard: GuardTripped) -> None:
-        shutil.rmtree(self.out_dir / "jobs", ignore_errors=True)
-        (self.out_dir / "jobs").mkdir()
-        (self.out_dir / "dirs.txt").write_bytes(b"")
+        shutil.rmtree(self.out_dir / seal.JOBS_DIR, ignore_errors=True)
+        (self.out_dir / seal.JOBS_DIR).mkdir()
+        (self.out_dir / seal.DIRS_NAME).write_bytes(b"")
         plan.guard, plan.guard_detail = guard.reason, guard.detail
         plan.would_delete = plan.files_to_delete
         plan.files_to_delete = plan.jobs = plan.dirs_removable = 0
@@ -461,13 +406,13 @@ class Planner:
 
 
 def write_summary(out_dir: Path, plan: Plan) -> None:
-    tmp = out_dir / "summary.json.tmp"
+    tmp = out_dir / (seal.SUMMARY_NAME + ".tmp")
     tmp.write_text(json.dumps(plan.to_dict(), indent=1, sort_keys=True))
-    os.replace(tmp, out_dir / "summary.json")
+    os.replace(tmp, out_dir / seal.SUMMARY_NAME)
 
 
 def read_summary(out_dir: os.PathLike | str) -> Plan:
-    data = json.loads((Path(out_dir) / "summary.json").read_text())
+    data = json.loads((Path(out_dir) / seal.SUMMARY_NAME).read_text())
     names = {f.name for f in dataclasses.fields(Plan)}
     return Plan(**{k: v for k, v in data.items() if k in names})
 
@@ -476,10 +421,12 @@ def plan(rse: str, chunks: Iterable[bytes], protected: Iterable[str], config: Co
          out_dir: os.PathLike | str, stats: Optional[dict[str, Any]] = None,
          previous_protected_count: Optional[int] = None, require_scan: bool = True,
          now: Optional[float] = None, progress: Optional[ProgressFn] = None) -> Plan:
-    """Plan one RSE from dump chunks. Any guard gives an empty plan with its reason, never a guess.
+    """Plan one RSE from dump chunks into a sealed plan directory (seal.py). Any guard gives an empty
+    plan with its reason, never a guess.
 
     `stats` is the RSE's entry of the ConMon `stats` answer; without it the scan guards are
     skipped only when `require_scan` is False (offline planning of a local dump).
+    `previous_protected_count` is the shrink guard's baseline (the ledger's, or the operator's offline).
     """
     g = config.guards
     now = time.time() if now is None else now
@@ -487,8 +434,9 @@ def plan(rse: str, chunks: Iterable[bytes], protected: Iterable[str], config: Co
     end_time: Optional[float] = None
     expected: Optional[int] = None
     protection = PrefixSet(["/"])  # until the list is checked, everything is protected
+    checked: Optional[PrefixSet] = None
     try:
-        protection = check_protection(protected, previous_protected_count, g.max_protected_shrink)
+        protection = checked = check_protection(protected, previous_protected_count, g.max_protected_shrink)
         if stats is not None or require_scan:
             end_time = check_scan(stats, g.max_scan_age_h, now)
             files = (stats or {}).get("files")
@@ -496,13 +444,16 @@ def plan(rse: str, chunks: Iterable[bytes], protected: Iterable[str], config: Co
     except GuardTripped as tripped:
         guard = tripped
     planner = Planner(rse, protection, config, out_dir, progress)
+    dump = seal.DumpDigest(chunks)
     if guard is None:
         try:
-            for chunk in chunks:
+            for chunk in dump:
                 planner.feed(chunk)
             check_lines(planner.counts.total, planner.counts.invalid)
         except NotADump as exc:
             guard = GuardTripped(GUARD_NOT_A_DUMP, f"not a dump: {exc}")
         except DumpError as exc:
             guard = GuardTripped(GUARD_DUMP_UNREADABLE, str(exc))
-    return planner.finish(end_time, expected, guard)
+    result = planner.finish(end_time, expected, guard, scan_start(stats))
+    seal.write_seal(out_dir, rse, end_time, dump.hexdigest() if guard is None else None, checked, g)
+    return result

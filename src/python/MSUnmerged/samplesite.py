@@ -3,13 +3,17 @@ site-local-config.xml and storage.json, as the worker reads them at a site (demo
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import time
 from pathlib import Path
 
 DEMO_RSE = "T2_XX_Sample"
 DEMO_SITE = "T2_XX_Sample"
 DEMO_VOLUME = "Sample_Disk"
 MARKER = ".msunmerged-demo"  # the storage folder is the demo's own: nothing else is ever touched
+# Files are dated this far back: written before the scan that lists them (workers refuse newer files).
+AGE_S = 86400
 
 
 def write_site(work: Path, storage: Path, site: str = DEMO_SITE, rse: str = DEMO_RSE,
@@ -33,18 +37,20 @@ def write_siteconf(siteconf: Path, site: str, rse: str, volume: str, prefix: str
 
 
 def fill_storage(storage: Path, dump: Path) -> None:
-    """Create every file of the dump (empty) under the storage folder."""
+    """Create every file of the dump (empty, dated AGE_S back) under the storage folder."""
     if (storage / MARKER).exists():
         shutil.rmtree(storage)  # our own folder, from an earlier run: start from the full site
     storage.mkdir(parents=True, exist_ok=True)
     (storage / MARKER).touch()
     made: set[Path] = set()
+    written = time.time() - AGE_S
     for line in dump.read_text().split():
         path = storage / line.lstrip("/")
         if path.parent not in made:
             path.parent.mkdir(parents=True, exist_ok=True)
             made.add(path.parent)
         path.touch()
+        os.utime(path, (written, written))
 
 
 def count_files(storage: Path) -> int:

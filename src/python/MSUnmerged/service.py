@@ -17,10 +17,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Optional, Protocol, Sequence
 
-from MSUnmerged import planner, statemachine
+from MSUnmerged import planner, seal, statemachine
 from MSUnmerged.collector import Collector, parse_report
 from MSUnmerged.config import Config
 from MSUnmerged.dumpreader import iter_chunks
+from MSUnmerged.guards import (PLAN_MODIFIED, PLAN_OUTDATED, UNKNOWN_RSE, GuardTripped, check_counts,
+                               check_plan_lines, check_protection, scan_start, split_lines)
 from MSUnmerged.jobs.backend import BackendError, BatchBackend, JobState, JobStatus
 from MSUnmerged.jobs.router import backend_name, remove_unstarted
 from MSUnmerged.jobs.spec import CleanupJob, make_job
@@ -35,6 +37,13 @@ log = logging.getLogger(__name__)
 STEPS = ("reconciled", "polled", "planned", "recorded", "intent", "submitted", "marked", "collected", "counted")
 Hook = Callable[[str, str], None]
 REVALIDATED = "removed_before_start"  # error class of the files of a job removed by revalidation
+ALREADY_APPLIED = "already_applied"  # apply of a plan the ledger holds already: nothing changes
+REFUSED = "refused"  # RunResult action: nothing was done and nothing recorded (unknown RSE)
+RSE_LIST_TTL_S = 600.0  # how long a read of this instance's RSE list is trusted for a known RSE
+
+
+class UnknownRSE(Exception):
+    """The RSE is not one of this instance's; nothing may be recorded for it."""
 
 
 class Sources(Protocol):
@@ -51,6 +60,9 @@ class Sources(Protocol):
 
     def open_dump(self, rse: str) -> BinaryIO:
         """The RSE's dump as a binary stream (closed by the caller)."""
+
+    def unmerged_pfn(self, rse: str) -> Optional[str]:
+        """Rucio's PFN of the RSE's /store/unmerged/ (None without Rucio); SourceError if it cannot answer."""
 
 
 @dataclass
@@ -104,12 +116,58 @@ class Service:
         self._pool: Optional[ThreadPoolExecutor] = None
         self._in_flight: dict[str, Future[RunResult]] = {}
         self._stop = threading.Event()
+        self._known: tuple[float, frozenset[str]] = (0.0, frozenset())
+
+    # -- this instance's RSEs ------------------------------------------------------------------
+
+    def my_rses(self) -> list[str]:
+        names = self.sources.rses()
+        self._known = (time.monotonic(), frozenset(names))
+        skip = set(self.config.planner.skip_rses)
+        return [r for r in names if r not in skip]
+
+    def require_rse(self, rse: str) -> None:
+        """Raise UnknownRSE unless `rse` is one of this instance's RSEs (sources.rses(): the Rucio
+        expression, or the offline list). Every entry point (run, apply, clean, the REST trigger) calls
+        it before anything reaches the ledger. When the list cannot be read, an RSE configured under
+        jobs.sites is accepted and any other raises the SourceError (unknown is not assumed known)."""
+        at, known = self._known
+        if rse in known and time.monotonic() - at < RSE_LIST_TTL_S:
+            return
+        try:
+            self.my_rses()
+        except SourceError as exc:
+            if rse not in self.config.jobs.sites:
+                raise
+            log.warning("%s: this instance's RSE list is unavailable (%s); accepted as configured in jobs.sites",
+                        rse, exc)
+            return
+        if rse not in self._known[1]:
+            names = sorted(self._known[1])
+            shown = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
+            raise UnknownRSE(f"RSE {rse} is not one of this instance's RSEs (expression "
+                             f"{self.config.planner.rse_expression!r}; known: {shown or 'none'})")
+
+    def _refused(self, rse: str) -> Optional[RunResult]:
+        """A RunResult when `rse` must not be worked on (unknown, or the RSE list unreadable); nothing is
+        recorded, so a typo leaves no document behind."""
+        try:
+            self.require_rse(rse)
+        except UnknownRSE as exc:
+            return RunResult(rse, REFUSED, reason=UNKNOWN_RSE, detail=str(exc))
+        except SourceError as exc:
+            return RunResult(rse, "failed", reason=f"{exc.source}_{exc.kind}", detail=exc.message,
+                             source=source_of(exc))
+        return None
 
     # -- one RSE -------------------------------------------------------------------------------
 
     def run_once(self, rse: str, slot: Optional[int] = None, wait_s: float = 0.0) -> RunResult:
         """Work one RSE start to end under its lease; waits up to `wait_s` for its jobs to finish."""
         started = time.time()
+        refused = self._refused(rse)
+        if refused is not None:
+            return refused
         self.leases.start_heartbeat()
         if not self.leases.acquire(rse, slot):
             lease = self.leases.describe(rse)
@@ -135,8 +193,8 @@ class Service:
             return self._fail(rse, "backend", f"backend_{exc.kind}", exc.message)
         except SourceError as exc:
             return self._fail(rse, source_of(exc), f"{exc.source}_{exc.kind}", exc.message)
-        except planner.GuardTripped as exc:  # raised while re-checking protection (resubmit, revalidation)
-            return self._fail(rse, "wmstats", exc.reason, exc.detail)
+        except GuardTripped as exc:  # re-checking protection (resubmit, revalidation), a changed plan file
+            return self._fail(rse, "internal" if exc.reason == PLAN_MODIFIED else "wmstats", exc.reason, exc.detail)
         except Exception as exc:  # one RSE's bug must not stop the others
             log.exception("%s", rse)
             return self._fail(rse, "internal", "internal_error", f"{type(exc).__name__}: {exc}")
@@ -186,18 +244,22 @@ class Service:
             return self._finish(rse, result, decision)
 
         protected = self.sources.protected()
+        baseline = self.ledger.protected_baseline(rse)
         try:
-            protection = planner.check_protection(protected, doc.get("protected_count"),
-                                                  self.config.guards.max_protected_shrink)
-        except planner.GuardTripped as guard:
+            protection = check_protection(protected, baseline, self.config.guards.max_protected_shrink)
+        except GuardTripped as guard:
             return self._guarded(rse, result, guard.reason, guard.detail)
         if decision.action == statemachine.NEW_GENERATION:
             plan_dir = self.config.state_dir / "plans" / rse / gen_key(decision.generation)
-            plan = self._plan(rse, scan, protected, plan_dir, decision.generation, doc)
+            plan, sealed = self._plan(rse, scan, protected, plan_dir, decision.generation, doc, baseline)
             self.hook("planned", rse)
             if plan.guard:
                 return self._guarded(rse, result, plan.guard, plan.guard_detail)
-            self.ledger.record_plan(plan_dir, plan, decision.generation, protected_count=len(protection))
+            # The list read from WMStats now is the service's own: it may lower the baseline as
+            # generations rotate out (workflows finish); an operator's list at apply never does.
+            self.ledger.record_plan(plan_dir, plan, decision.generation, baseline_count=len(protection),
+                                    sealed=sealed, max_lfn_length=self.config.planner.max_lfn_length,
+                                    scan_started=scan_start(scan))
             self.hook("recorded", rse)
         else:
             result.dropped_protected += self.ledger.drop_protected(rse, decision.generation, protection)
@@ -248,15 +310,20 @@ class Service:
             would_delete=self.ledger.count_files(rse, generation, [WOULD_DELETE]))
 
     def _plan(self, rse: str, scan: Any, protected: list[str], plan_dir: Path, generation: float,
-              doc: dict[str, Any]) -> planner.Plan:
-        """Plan the dump, or reuse the plan whose recording a crash interrupted (same files, same jobs)."""
-        if doc.get("recording") == generation and (plan_dir / "summary.json").exists():
-            plan = planner.read_summary(plan_dir)
-            if plan.dump_version == generation and not plan.guard:
-                return plan
+              doc: dict[str, Any], baseline: Optional[int]) -> tuple[planner.Plan, seal.Seal]:
+        """Plan the dump, or reuse the sealed plan whose recording a crash interrupted (same files, same jobs)."""
+        if doc.get("recording") == generation and (plan_dir / seal.SEAL_NAME).exists():
+            try:
+                sealed = seal.verify(plan_dir, self.config.planner.max_lfn_length)
+                plan = planner.read_summary(plan_dir)
+                if plan.dump_version == generation and not plan.guard:
+                    return plan, sealed
+            except GuardTripped as broken:  # planned again below, from the dump
+                log.warning("%s: not reusing %s: %s", rse, plan_dir, broken)
         with self.sources.open_dump(rse) as dump:
-            return planner.plan(rse, iter_chunks(dump), protected, self.config, plan_dir, stats=scan,
-                                previous_protected_count=doc.get("protected_count"))
+            plan = planner.plan(rse, iter_chunks(dump), protected, self.config, plan_dir, stats=scan,
+                                previous_protected_count=baseline)
+        return plan, seal.read_seal(plan_dir)
 
     # -- jobs ----------------------------------------------------------------------------------
 
@@ -266,28 +333,43 @@ class Service:
             raise LedgerError("no_site", f"no site for RSE {rse}: set jobs.sites.{rse}.site")
         return site
 
-    def _build(self, rse: str, job_doc: dict[str, Any], protected: Sequence[str],
-               removable: set[str]) -> Optional[CleanupJob]:
+    def _build(self, rse: str, job_doc: dict[str, Any], protected: Sequence[str], removable: set[str],
+               checks: dict[str, Any]) -> Optional[CleanupJob]:
         """The job's files still planned, as a CleanupJob (None when none is left)."""
         lfns = self.ledger.job_lfns(job_doc["_id"])
         if not lfns:
             return None
         return make_job(job_doc["_id"], rse, self._site(rse), lfns, removable, protected, self.config,
-                        generation=job_doc["gen"])
+                        generation=job_doc["gen"], **checks)
 
     def _removable(self, rse: str, generation: float) -> set[str]:
-        entry = next((g for g in self.ledger.rse(rse).get("generations", []) if g["gen"] == generation), {})
-        path = Path(entry.get("plan_dir", "")) / "dirs.txt"
+        """The plan's removable directories: dirs.txt read as bytes, split on b"\\n" only, checked against
+        the seal's digest recorded with the generation and line by line (GuardTripped otherwise)."""
+        entry = self.ledger.generation_entry(rse, generation)
+        path = Path(entry.get("plan_dir", "")) / seal.DIRS_NAME
         if not entry or not path.exists():
             return set()
-        return set(path.read_text(encoding="utf-8", errors="surrogateescape").split())
+        data = path.read_bytes()
+        if entry.get("dirs_sha256") not in (None, seal.sha256(data)):
+            raise GuardTripped(PLAN_MODIFIED, f"{path} changed since its plan was recorded")
+        check_plan_lines(data, self.config.planner.max_lfn_length, str(path))
+        return {raw.decode("utf-8", errors="surrogateescape") for raw in split_lines(data)}
+
+    def _checks(self, rse: str, generation: float) -> dict[str, Any]:
+        """What the jobs' workers check their site against: Rucio's PFN of /store/unmerged/ (a Rucio failure
+        raises SourceError: nothing is submitted) and the start of the scan the plan comes from."""
+        return {"unmerged_pfn": self.sources.unmerged_pfn(rse),
+                "scan_started": self.ledger.generation_entry(rse, generation).get("scan_started")}
 
     def _submit_planned(self, rse: str, generation: float, protected: Sequence[str]) -> int:
         """Intent first, then submit, then mark: a crash in between is repaired by _reconcile."""
-        removable = self._removable(rse, generation)
+        docs = self.ledger.jobs_in(rse, [JOB_PLANNED], generation)
+        if not docs:
+            return 0
+        removable, checks = self._removable(rse, generation), self._checks(rse, generation)
         jobs = []
-        for doc in self.ledger.jobs_in(rse, [JOB_PLANNED], generation):
-            job = self._build(rse, doc, protected, removable)
+        for doc in docs:
+            job = self._build(rse, doc, protected, removable, checks)
             if job is None:
                 self.ledger.close_job(doc["_id"], JobState.COLLECTED.value, "no files left")
             else:
@@ -319,12 +401,15 @@ class Service:
         missing = [j for j in pending if j["_id"] not in found]
         if missing:
             protected = self.sources.protected()
-            protection = planner.check_protection(protected, self.ledger.rse(rse).get("protected_count"),
-                                                  self.config.guards.max_protected_shrink)
+            protection = check_protection(protected, self.ledger.protected_baseline(rse),
+                                          self.config.guards.max_protected_shrink)
             jobs = []
+            gens = {doc["gen"] for doc in missing}
+            removable = {gen: self._removable(rse, gen) for gen in gens}
+            checks = {gen: self._checks(rse, gen) for gen in gens}
             for doc in missing:
                 self.ledger.drop_protected(rse, doc["gen"], protection)
-                job = self._build(rse, doc, protected, self._removable(rse, doc["gen"]))
+                job = self._build(rse, doc, protected, removable[doc["gen"]], checks[doc["gen"]])
                 if job is None:
                     self.ledger.close_job(doc["_id"], JobState.COLLECTED.value, "no files left")
                 else:
@@ -378,8 +463,8 @@ class Service:
         waiting = [j for j in self.ledger.jobs_in(rse, ["queued", "held"]) if j.get("batch_id")]
         if not waiting:
             return 0, 0
-        protection = planner.check_protection(self.sources.protected(), self.ledger.rse(rse).get("protected_count"),
-                                              self.config.guards.max_protected_shrink)
+        protection = check_protection(self.sources.protected(), self.ledger.protected_baseline(rse),
+                                      self.config.guards.max_protected_shrink)
         hit = {j["_id"]: j["batch_id"] for j in waiting
                if any(protection.covers(name.encode("utf-8", "surrogateescape"))
                       for name in self.ledger.job_lfns(j["_id"]))}
@@ -398,40 +483,73 @@ class Service:
         return len(removed), dropped
 
     def apply_plan(self, plan_dir: Path, protected: list[str]) -> RunResult:
-        """Record and submit exactly the plan in `plan_dir` (from `msunmerged plan`), under the RSE's lease,
-        after dropping the files the current protected list covers."""
+        """Record and submit exactly the sealed plan in `plan_dir` (from `msunmerged plan`), under the RSE's
+        lease, after dropping the files the current protected list covers.
+
+        Refused, with the reason on the RSE's document: a plan directory that is not exactly what was
+        sealed or holds a line that is not a canonical LFN (plan_modified), a plan older than the RSE's
+        current generation or another plan of the same generation (plan_outdated), a guard with the
+        configuration in force. An RSE that is not this instance's is refused with nothing recorded; a
+        plan the ledger holds already is a no-op.
+        """
+        rse = seal.claimed_rse(plan_dir)
+        if rse is None:
+            return RunResult("", REFUSED, reason=PLAN_MODIFIED, detail=f"{plan_dir}: no RSE in its seal or summary")
+        refused = self._refused(rse)
+        if refused is not None:
+            return refused
+        result = RunResult(rse, "apply")
+        try:
+            sealed = seal.verify(plan_dir, self.config.planner.max_lfn_length)
+        except GuardTripped as broken:
+            return self._guarded(rse, result, broken.reason, f"{plan_dir}: {broken.detail}")
         plan = planner.read_summary(plan_dir)
         if plan.guard:
-            return self._guarded(plan.rse, RunResult(plan.rse, "apply"), plan.guard, plan.guard_detail)
-        if not self.leases.acquire(plan.rse):
-            return RunResult(plan.rse, "leased_elsewhere", reason="leased_elsewhere")
+            return self._guarded(rse, result, plan.guard, plan.guard_detail)
+        if not self.leases.acquire(rse):
+            return RunResult(rse, "leased_elsewhere", reason="leased_elsewhere")
         try:
-            return self._recorded(plan.rse, lambda: self._apply(plan_dir, plan, protected))
+            return self._recorded(rse, lambda: self._apply(plan_dir, plan, sealed, protected))
         finally:
-            self.leases.release(plan.rse)
+            self.leases.release(rse)
 
-    def _apply(self, plan_dir: Path, plan: planner.Plan, protected: list[str]) -> RunResult:
-        generation = plan.dump_version if plan.dump_version is not None else plan.created
-        result = RunResult(plan.rse, "apply", generation=generation)
+    def _apply(self, plan_dir: Path, plan: planner.Plan, sealed: seal.Seal, protected: list[str]) -> RunResult:
+        rse = plan.rse
+        generation = sealed.generation if sealed.generation is not None else plan.created
+        result = RunResult(rse, "apply", generation=generation)
+        doc = self.ledger.rse(rse)
+        entry = self.ledger.generation_entry(rse, generation)
+        same = entry.get("seal") == sealed.digest  # this plan; still `recording` when a crash interrupted it
+        if same and doc.get("recording") != generation:
+            result.state, result.reason = doc.get("state", ""), ALREADY_APPLIED
+            result.detail = f"{plan_dir} is recorded already as generation {gen_key(generation)}: nothing changed"
+            return result
+        current = doc.get("generation")
         try:
-            protection = planner.check_protection(protected, plan.protected_count,
-                                                  self.config.guards.max_protected_shrink)
-        except planner.GuardTripped as guard:
-            return self._guarded(plan.rse, result, guard.reason, guard.detail)
-        self.ledger.record_plan(plan_dir, plan, generation, protected_count=len(protection))
-        result.dropped_protected = self.ledger.drop_protected(plan.rse, generation, protection)
-        result.submitted = self._submit_planned(plan.rse, generation, protected)
+            if current is not None and generation < current:
+                raise GuardTripped(PLAN_OUTDATED, f"{plan_dir} is generation {gen_key(generation)}, older than "
+                                                  f"the RSE's current {gen_key(current)}")
+            if entry and not same:
+                raise GuardTripped(PLAN_OUTDATED, f"generation {gen_key(generation)} is recorded already with "
+                                                  f"another plan ({entry.get('plan_dir')})")
+            check_counts(plan.files_total, plan.files_to_delete, self.config.guards)
+            baseline = self.ledger.protected_baseline(rse)
+            protection = check_protection(protected, baseline, self.config.guards.max_protected_shrink)
+        except GuardTripped as guard:
+            return self._guarded(rse, result, guard.reason, guard.detail)
+        # An operator's list never lowers the baseline (the plan's own count is never used).
+        self.ledger.record_plan(plan_dir, plan, generation, baseline_count=max(baseline or 0, len(protection)),
+                                sealed=sealed, max_lfn_length=self.config.planner.max_lfn_length,
+                                scan_started=plan.scan_started)
+        result.dropped_protected = self.ledger.drop_protected(rse, generation, protection)
+        result.submitted = self._submit_planned(rse, generation, protected)
         result.state = statemachine.STATE_RUNNING if result.submitted else statemachine.STATE_PLANNED
-        self.ledger.set_rse_state(plan.rse, result.state, detail=f"applied {plan_dir}: {result.submitted} jobs, "
+        self.ledger.set_rse_state(rse, result.state, detail=f"applied {plan_dir}: {result.submitted} jobs, "
                                   f"{result.dropped_protected} files dropped as protected since planning")
-        self.ledger.refresh_counters(plan.rse)
+        self.ledger.refresh_counters(rse)
         return result
 
     # -- the loop ------------------------------------------------------------------------------
-
-    def my_rses(self) -> list[str]:
-        skip = set(self.config.planner.skip_rses)
-        return [r for r in self.sources.rses() if r not in skip]
 
     def cycle(self, rses: Optional[Sequence[str]] = None, slot: Optional[int] = None) -> dict[str, RunResult]:
         """One polling cycle: every RSE of this instance once (across instances), in parallel.

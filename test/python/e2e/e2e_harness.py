@@ -39,6 +39,7 @@ from typing import Any, Callable, Iterator, Optional
 import pytest
 from pymongo import MongoClient
 
+from MSUnmerged.samplesite import AGE_S
 from servers import REPO, Process, free_port, server_dir, wait_port
 from servers.condor import JOB_UID, CondorPool
 from servers.http_fakes import FakeCMSWeb
@@ -221,12 +222,14 @@ class World:
     def create_files(self, lay: Layout, owner: int = JOB_UID, dir_mode: int = 0o755) -> None:
         """Files of every fate except ABSENT; everything owned by `owner` (root = the job cannot delete)."""
         root = self.storage(lay.rse)
+        written = time.time() - AGE_S  # before the scan that will list them (workers refuse newer files)
         for lfn, fate in lay.fates.items():
             if fate == ABSENT:
                 continue
             path = self.storage(lay.rse, lfn)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(lfn)
+            os.utime(path, (written, written))
         for dirpath, _, files in os.walk(root):
             os.chown(dirpath, owner, owner)
             os.chmod(dirpath, dir_mode)
@@ -248,7 +251,8 @@ class World:
     def add_rse(self, lay: Layout) -> None:
         """Register the RSE in Rucio (the expression selects it) and in its site's storage.json."""
         client = self.rucio.admin_client()
-        add_cms_rse(client, lay.rse, site=lay.site, country="XE")
+        # Rucio maps /store/unmerged/ where the site's storage.json does: the jobs check that they agree.
+        add_cms_rse(client, lay.rse, site=lay.site, country="XE", posix=True, prefix=f"{STORAGE_ROOT}/{lay.rse}")
         self.rses[lay.rse] = lay
         self.write_siteconf()
         self.storage(lay.rse).mkdir(parents=True, exist_ok=True)

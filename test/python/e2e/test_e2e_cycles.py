@@ -77,7 +77,7 @@ def test_service_cycles_end_to_end(e2e_world: World) -> None:
         assert any("permission_denied" in str(c) for c in classes), classes
         assert state_of(w, stale.rse) == "skipped" and w.rse_doc(stale.rse).get("generation") is None
         status, info = rest_get(w, f"data/info?rse={stale.rse}")
-        assert status == 200 and info["result"][0]["reason"] == "scan_stale", info
+        assert status == 200 and info["result"][0]["rseData"][0]["reason"] == "scan_stale", info
 
         # --- a new dump after a partial clean ------------------------------------------------------
         for dirpath, _, names in os.walk(w.storage(denied.rse)):

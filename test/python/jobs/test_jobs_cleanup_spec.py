@@ -8,6 +8,7 @@ from pathlib import Path
 from MSUnmerged import planner
 from MSUnmerged.config import Config
 from MSUnmerged.jobs.spec import CleanupJob, job_dirs, make_job, relevant_protection
+from MSUnmerged.worker.cleanup import MANIFEST_VERSION, Job
 
 B = "/store/unmerged/Run2024F/Muon0/AOD/PromptReco-v1"
 
@@ -42,7 +43,26 @@ def test_jobs_from_a_real_plan(tmp_path: Path) -> None:
     # The manifest round-trips and keeps its format.
     path = first.write_manifest(tmp_path / "m.json")
     again = CleanupJob.from_manifest(json.loads(path.read_text()))
-    assert again == first and json.loads(path.read_text())["version"] == 1
+    assert again == first and json.loads(path.read_text())["version"] == MANIFEST_VERSION
+    step = first.manifest()["task"]["steps"][0]
+    assert (step["unmerged_pfn"], step["mapping_check"], step["pfn_layout"], step["scan_started"]) == \
+        (None, "site_config_only", "standard", None)
+
+
+def test_make_job_carries_the_mapping_check_and_scan_start() -> None:
+    cfg = Config()
+    cfg.jobs.sites = {"T2_XX_A": {"pfn_layout": "site_specific"}}
+    lfns = [f"{B}/00000/a.root"]
+    job = make_job("T2_XX_A:1:1", "T2_XX_A", "T2_XX", lfns, set(), [], cfg, unmerged_pfn="root://se//store/unmerged/",
+                   scan_started=1700000000.5)
+    assert (job.step.unmerged_pfn, job.step.mapping_check, job.step.pfn_layout, job.step.scan_started) == \
+        ("root://se//store/unmerged/", "rucio", "site_specific", 1700000000.5)
+    # What the service writes is what the worker reads.
+    worker_job = Job(json.loads(json.dumps(job.manifest())))
+    assert (worker_job.unmerged_pfn, worker_job.mapping_check, worker_job.pfn_layout, worker_job.scan_started) == \
+        ("root://se//store/unmerged/", "rucio", "site_specific", 1700000000.5)
+    other = make_job("T2_YY_B:1:1", "T2_YY_B", "T2_YY", lfns, set(), [], cfg)
+    assert (other.step.mapping_check, other.step.pfn_layout) == ("site_config_only", "standard")
 
 
 def test_relevant_protection_and_dirs() -> None:

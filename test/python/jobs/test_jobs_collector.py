@@ -64,3 +64,69 @@ def test_ledger_states() -> None:
     assert o("refused", "under a protected directory")["state"] == "skipped_protected"
     assert (o("refused", "empty path component")["state"], o("refused")["error_class"]) == ("failed", "refused")
     assert o("not_attempted")["state"] == "unknown"
+
+
+def v2(**rec: object) -> str:
+    """A report v2 file or directory line."""
+    return line(**{"pfn": "/p", "error": None, "reason": None, **rec})
+
+
+def test_report_v2_reasons_sizes_and_directories(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    path.write_text("\n".join([
+        line(start={"job_id": "j", "report_version": 2}),
+        v2(lfn=L + "a", outcome="deleted", attempts=1, size=1234),
+        v2(lfn=L + "b", outcome="refused", attempts=0, size=None, reason="symlink_in_path", error="link at /store/x"),
+        v2(lfn=L + "c", outcome="refused", attempts=0, size=None, reason="protected", error="under a protected base"),
+        v2(lfn=L + "d", outcome="refused", attempts=0, size=7, reason="modified_since_scan"),
+        v2(lfn=L + "e", outcome="not_attempted", attempts=0, size=None, reason="mapping_disagrees"),
+        v2(lfn=L + "f", outcome="deleted", attempts=1, size=None, reason="no_such_reason"),  # 7: unknown reason
+        v2(lfn=L + "g", outcome="deleted", attempts=1, size=-1),  # 8: negative size
+        v2(lfn=L + "h", outcome="deleted", attempts=1, size=True),  # 9: a boolean is no size
+        line(lfn=L + "i", pfn="/i", outcome="deleted", error=None, attempts=1),  # 10: v1 line in a v2 report
+        v2(dir=L.rstrip("/"), outcome="removed"),
+        v2(dir="/store/unmerged/A/B", outcome="refused", reason="symlink_in_path", error="B is a link"),
+        v2(dir="/store/unmerged/Z/Y", outcome="removed"),  # not a directory of the job's files
+        line(summary={}, exit_code=1),
+    ]) + "\n")
+    r = parse_report(path)
+    assert [p.split(":")[0] for p in r.problems] == ["line 7", "line 8", "line 9", "line 10"]
+    assert "unknown reason 'no_such_reason'" in r.problems[0] and "negative size" in r.problems[1]
+    assert "wrong type" in r.problems[2] and "missing key 'reason'" in r.problems[3]
+    sink = MemorySink()
+    lfns = [L + x for x in "abcdefghi"]
+    got = Collector(sink).collect("j", lfns, r, JobStatus("j", JobState.FINISHED, "1"))
+    rec = sink.outcomes["j"]
+    assert rec[L + "a"] == {"lfn": L + "a", "state": "deleted", "error_class": "", "error": "", "attempts": 1,
+                            "size": 1234}
+    assert (rec[L + "b"]["state"], rec[L + "b"]["error_class"], rec[L + "b"]["error"]) == \
+        ("failed", "symlink_in_path", "link at /store/x")
+    assert (rec[L + "c"]["state"], rec[L + "c"]["error_class"]) == ("skipped_protected", "protected")
+    assert (rec[L + "d"]["state"], rec[L + "d"]["error_class"], rec[L + "d"]["size"]) == \
+        ("failed", "modified_since_scan", 7)
+    assert (rec[L + "e"]["state"], rec[L + "e"]["error_class"]) == ("unknown", "mapping_disagrees")
+    assert sink.dirs["j"] == {
+        L.rstrip("/"): {"dir": L.rstrip("/"), "state": "removed", "error_class": "", "error": "", "pfn": "/p"},
+        "/store/unmerged/A/B": {"dir": "/store/unmerged/A/B", "state": "refused", "error_class": "symlink_in_path",
+                                "error": "B is a link", "pfn": "/p"}}
+    assert any("/store/unmerged/Z/Y is not a directory of job j's files" in p for p in got.problems)
+
+
+def test_report_v1_still_read_and_unknown_versions_refused(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    path.write_text("\n".join([
+        line(start={"job_id": "j", "report_version": 1}),
+        line(lfn=L + "a", pfn="/a", outcome="refused", error="under a protected directory", attempts=0),
+        line(lfn=L + "b", pfn="/b", outcome="refused", error="empty path component", attempts=0),
+        line(dir=L.rstrip("/"), pfn=None, outcome="refused", error="above the lowest removable level"),
+        v2(lfn=L + "c", outcome="deleted", attempts=1, size=3),  # 5: v2 keys in a v1 report
+    ]) + "\n")
+    r = parse_report(path)
+    assert r.problems == ["line 5: unexpected keys ['reason', 'size']"]
+    assert [ledger_outcome(f)["state"] for f in r.files] == ["skipped_protected", "failed"]
+    assert ledger_outcome(r.files[1])["error_class"] == "refused" and r.dirs[0].reason is None
+    path.write_text(line(start={"report_version": 3}) + "\n" + v2(lfn=L + "a", outcome="deleted", attempts=1,
+                                                                     size=1) + "\n")
+    r = parse_report(path)
+    assert not r.files and [p.split(":")[0] for p in r.problems] == ["line 1", "line 2"]
+    assert all("report version 3 is not understood" in p for p in r.problems)

@@ -119,3 +119,46 @@ def test_instance_id_is_made_once_per_database(mongo_client: MongoClient, mongo_
         assert Ledger(other).instance_id() not in ("", first)
     finally:
         mongo_client.drop_database(other.name)
+
+
+def test_directory_outcomes_keep_the_highest_rank_and_are_pruned_with_their_generation(
+        tmp_path: Path, mongo_db: Database) -> None:
+    plan = make_plan(tmp_path)
+    ledger = Ledger(mongo_db, generations_kept=1)
+    ledger.ensure_indexes()
+    ledger.record_plan(tmp_path / "plan", plan, GEN)
+    j1, j2 = job_id(RSE, GEN, 1, 1), job_id(RSE, GEN, 1, 2)
+    parent, leaf, link = "/store/unmerged/Era/P0/RAW/Proc-v1", "/store/unmerged/Era/P0/RAW/Proc-v1/000/000", \
+        "/store/unmerged/Era/P1/RAW/Proc-v1/000/001"
+    # j2 removed the shared parent before j1 (collected later) found it not empty: removed stays.
+    ledger.record_dirs(j2, [{"dir": parent, "state": "removed", "pfn": "/s" + parent}])
+    for _ in range(2):  # repeating a report changes nothing
+        ledger.record_dirs(j1, [{"dir": parent, "state": "not_empty", "error": "ENOTEMPTY"},
+                                {"dir": leaf, "state": "removed"},
+                                {"dir": link, "state": "refused", "error_class": "symlink_in_path",
+                                 "error": "a component is a symbolic link"}])
+    docs = {d["dir"]: d for d in mongo_db.dirs.find()}
+    assert (docs[parent]["state"], docs[parent]["job"]) == ("removed", j2)
+    assert (docs[link]["state"], docs[link]["error_class"], docs[link]["job"]) == ("refused", "symlink_in_path", j1)
+    ledger.record_dirs(j2, [{"dir": link, "state": "not_empty"},  # a refusal outranks not_empty
+                            {"dir": leaf, "state": "missing"}])  # j2 came after j1 had removed it
+    assert mongo_db.dirs.find_one({"dir": link})["state"] == "refused"
+    assert (mongo_db.dirs.find_one({"dir": leaf})["state"], mongo_db.dirs.find_one({"dir": leaf})["job"]) == \
+        ("removed", j1)
+    with pytest.raises(LedgerError):
+        ledger.record_dirs(j1, [{"dir": leaf, "state": "vanished"}])
+
+    c = ledger.refresh_counters(RSE)
+    assert (c["dirs_removed"], c["dirs_refused"], c["dirs_failed"]) == (2, 1, 1)
+    assert c["dirs_by_state"] == {"removed": 2, "refused": 1}
+    assert c["dirs_refused_by_reason"] == {"symlink_in_path": 1}
+    refused = ledger.query_files(RSE, state="refused", dirs=True)["items"]
+    assert [d["dir"] for d in refused] == [link]
+    assert [d["dir"] for d in ledger.query_files(RSE, error_class="symlink_in_path", dirs=True)["items"]] == [link]
+    assert [d["dir"] for d in ledger.query_files(RSE, dir_prefix="/store/unmerged/Era/P0/", dirs=True)["items"]] \
+        == [parent, leaf]
+    assert [d["dir"] for d in ledger.query_files(RSE, job=j1, dirs=True)["items"]] == [leaf, link]
+
+    newer = make_plan(tmp_path)  # the next dump: the old generation's directory records go with it
+    ledger.record_plan(tmp_path / "plan", newer, GEN + 100)
+    assert mongo_db.dirs.count_documents({}) == 0

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from MSUnmerged import lfn, planner
+from MSUnmerged import guards, lfn, planner
 from plan_helpers import permissive, planned_lfns, removable_dirs, run_plan, summary
 
 BASE = "/store/unmerged/Era/Prim/TIER/proc-v1"
@@ -37,9 +37,9 @@ def test_real_stats_guard(tmp_path, conmon_dump_lfns, protected_lfns, conmon_sta
     lines = [x.encode() for x in conmon_dump_lfns]
     stats = conmon_stats["T1_DE_KIT_Disk"]  # done, but a 2021 scan: stale today
     plan = run_plan(tmp_path, lines, protected_lfns, stats=stats)
-    assert plan.guard == planner.GUARD_SCAN_STALE and plan.files_to_delete == 0
+    assert plan.guard == guards.GUARD_SCAN_STALE and plan.files_to_delete == 0
     started = conmon_stats["T1_IT_CNAF_Disk"]
-    assert run_plan(tmp_path, lines, protected_lfns, stats=started).guard == planner.GUARD_SCAN_NOT_DONE
+    assert run_plan(tmp_path, lines, protected_lfns, stats=started).guard == guards.GUARD_SCAN_NOT_DONE
 
 
 def test_deep_protected_base_protects_its_files_only(tmp_path):
@@ -163,16 +163,16 @@ LINES = [f"{BASE}/{d:04d}/{i}.root".encode() for d in range(4) for i in range(25
 
 
 @pytest.mark.parametrize("protected, stats, prev, reason", [
-    ([], fresh_stats(100), None, planner.GUARD_PROTECTED_EMPTY),
-    (["relative/base"], fresh_stats(100), None, planner.GUARD_PROTECTED_INVALID),
-    (["/store/unmerged/Other"], fresh_stats(100), 10, planner.GUARD_PROTECTED_SHRANK),
-    (["/store/unmerged/Other"], None, None, planner.GUARD_SCAN_MISSING),
-    (["/store/unmerged/Other"], fresh_stats(100, status="started"), None, planner.GUARD_SCAN_NOT_DONE),
-    (["/store/unmerged/Other"], fresh_stats(100, status="failed"), None, planner.GUARD_SCAN_NOT_DONE),
-    (["/store/unmerged/Other"], fresh_stats(100, end_time=None), None, planner.GUARD_SCAN_NO_END_TIME),
-    (["/store/unmerged/Other"], fresh_stats(100, end_time=time.time() - 400 * 3600), None, planner.GUARD_SCAN_STALE),
-    (["/store/unmerged/Other"], fresh_stats(101), None, planner.GUARD_LINE_COUNT),
-    (["/store/unmerged/Other"], fresh_stats(None), None, planner.GUARD_LINE_COUNT),
+    ([], fresh_stats(100), None, guards.GUARD_PROTECTED_EMPTY),
+    (["relative/base"], fresh_stats(100), None, guards.GUARD_PROTECTED_INVALID),
+    (["/store/unmerged/Other"], fresh_stats(100), 10, guards.GUARD_PROTECTED_SHRANK),
+    (["/store/unmerged/Other"], None, None, guards.GUARD_SCAN_MISSING),
+    (["/store/unmerged/Other"], fresh_stats(100, status="started"), None, guards.GUARD_SCAN_NOT_DONE),
+    (["/store/unmerged/Other"], fresh_stats(100, status="failed"), None, guards.GUARD_SCAN_NOT_DONE),
+    (["/store/unmerged/Other"], fresh_stats(100, end_time=None), None, guards.GUARD_SCAN_NO_END_TIME),
+    (["/store/unmerged/Other"], fresh_stats(100, end_time=time.time() - 400 * 3600), None, guards.GUARD_SCAN_STALE),
+    (["/store/unmerged/Other"], fresh_stats(101), None, guards.GUARD_LINE_COUNT),
+    (["/store/unmerged/Other"], fresh_stats(None), None, guards.GUARD_LINE_COUNT),
 ])
 def test_guards_give_an_empty_plan_with_a_reason(tmp_path, protected, stats, prev, reason):
     plan = planner.plan("T2_XX_Test", [b"\n".join(LINES) + b"\n"], protected, permissive(), tmp_path,
@@ -184,8 +184,8 @@ def test_guards_give_an_empty_plan_with_a_reason(tmp_path, protected, stats, pre
 
 
 @pytest.mark.parametrize("setting, value, reason", [
-    ("max_delete_fraction", 0.95, planner.GUARD_DELETE_FRACTION),  # the default
-    ("max_delete_files", 99, planner.GUARD_DELETE_COUNT),
+    ("max_delete_fraction", 0.95, guards.GUARD_DELETE_FRACTION),  # the default
+    ("max_delete_files", 99, guards.GUARD_DELETE_COUNT),
 ])
 def test_delete_maxima(tmp_path, setting, value, reason):
     cfg = permissive()
@@ -213,7 +213,7 @@ def test_unreadable_dump_trips_a_guard(tmp_path):
 
     plan = planner.plan("T2_XX_Test", broken(), ["/store/unmerged/Other"], permissive(), tmp_path,
                         require_scan=False)
-    assert plan.guard == planner.GUARD_DUMP_UNREADABLE and planned_lfns(tmp_path) == []
+    assert plan.guard == guards.GUARD_DUMP_UNREADABLE and planned_lfns(tmp_path) == []
 
 
 def test_replanning_into_the_same_directory_replaces_the_old_plan(tmp_path):

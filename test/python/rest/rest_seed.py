@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from pymongo.database import Database
 
@@ -17,10 +17,11 @@ from MSUnmerged.samplesite import DEMO_RSE, fill_storage, write_site
 
 def seed_rse(db: Database, rse: str, work: Path, dump: list[str], protected: list[str],
              generation: float, done_jobs: int, outcome: Any, files_per_job: int = 500,
-             state: str = "running", reason: str = "") -> dict[str, Any]:
+             state: str = "running", reason: str = "", dirs: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """Plan `dump` against the `protected` bases, record it, submit every job, report `outcome(i, lfn)`
     (a ledger outcome dict, or None to leave the file unreported) for the files of the first `done_jobs`
-    jobs and close them, leave the rest running; then state and counters. Returns what was written."""
+    jobs and close them (the first one also reporting the directory outcomes `dirs`), leave the rest
+    running; then state and counters. Returns what was written."""
     config = Config()
     config.planner.files_per_job = files_per_job
     stats = {"status": "done", "start_time": generation - 600, "end_time": generation, "files": len(dump)}
@@ -49,6 +50,7 @@ def seed_rse(db: Database, rse: str, work: Path, dump: list[str], protected: lis
                 reported.append({"lfn": lfn, **o})
                 outcomes[lfn] = o
         ledger.record_outcomes(job.job_id, reported)
+        ledger.record_dirs(job.job_id, dirs if n == 0 else ())
         ledger.close_job(job.job_id, "finished")
     ledger.set_rse_state(rse, state, reason, detail=f"{len(jobs) - done_jobs} jobs in the batch system")
     counters = ledger.refresh_counters(rse)
@@ -65,15 +67,16 @@ def record_cycle(db: Database, rse: str, result: dict[str, Any]) -> str:
     return cid
 
 
-def offline_site(work: Path, rse_in_loop: bool = False) -> tuple[Path, Path, Path]:
+def offline_site(work: Path) -> tuple[Path, Path, Path]:
     """OfflineSources folder (stats, protected list, dump) of the sample RSE, its storage filled with the
-    dump's files, and its SITECONFIG_PATH; returns (sources, storage, siteconf)."""
+    dump's files, and its SITECONFIG_PATH; returns (sources, storage, siteconf). The RSE is the instance's
+    only RSE (rses.json): keep it out of a polling loop with planner.skip_rses."""
     sources = work / "sources"
     inputs = sample.write_sample_inputs(sources, DEMO_RSE, sample.SampleSpec(files=600, files_per_block=10,
                                                                               blocks_per_dataset=4))
     (sources / "dumps").mkdir()
     dump = inputs["dump"].rename(sources / "dumps" / f"{DEMO_RSE}.txt")
-    (sources / "rses.json").write_text(json.dumps([DEMO_RSE] if rse_in_loop else []))
+    (sources / "rses.json").write_text(json.dumps([DEMO_RSE]))
     storage = work / "storage"
     fill_storage(storage, dump)
     return sources, storage, write_site(work, storage)

@@ -60,6 +60,10 @@ def operator_headers(key: bytes, login: str = "alice", role: str = "operator", s
 DUMP = [f"/store/unmerged/Run3/Prim{i % 4}/RAW/v{i % 2}/f{i:05d}.root" for i in range(2600)] + \
     [f"/store/unmerged/Run3/Kept/RAW/v1/000/123/f{i:05d}.root" for i in range(400)]
 PROTECTED = ["/store/unmerged/Run3/Kept/RAW/v1/000/123"]
+DIRS = [{"dir": "/store/unmerged/Run3/Prim0/RAW/v0", "state": "removed", "pfn": "/s/store/unmerged/Run3/Prim0/RAW/v0"},
+        {"dir": "/store/unmerged/Run3/Prim1/RAW/v1", "state": "refused", "error_class": "symlink_in_path",
+         "error": "Prim1 is a symbolic link"},
+        {"dir": "/store/unmerged/Run3/Prim2/RAW/v0", "state": "not_empty"}]
 
 
 def outcome(i: int, lfn: str) -> Optional[dict[str, Any]]:
@@ -78,7 +82,7 @@ def outcome(i: int, lfn: str) -> Optional[dict[str, Any]]:
 def seeded(rest_app: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """One RSE recorded and worked through the ledger's own write methods: 6 jobs, 4 finished, 2 running."""
     rest_app.seed = seed_rse(rest_app.db, RSE, tmp_path_factory.mktemp("plans"), DUMP, PROTECTED, GEN,
-                             done_jobs=4, outcome=outcome)
+                             done_jobs=4, outcome=outcome, dirs=DIRS)
     rest_app.cycle = record_cycle(rest_app.db, RSE, {"action": "poll", "state": "running", "collected": 4})
     return rest_app
 
@@ -117,7 +121,7 @@ def test_info_answers_wmcore_shape_and_ours_beside(seeded: Any) -> None:
     assert c["filesDeletedSuccess"] == count(seeded, state="deleted") == ledger["deleted"]
     assert c["filesDeletedFail"] == count(seeded, state="failed")
     assert c["dirsToDelete"] == ledger["dirs_removable"] and c["totalNumDirs"] is None
-    assert c["dirsDeletedSuccess"] is None and c["dirsDeletedFail"] is None
+    assert c["dirsDeletedSuccess"] == 1 and c["dirsDeletedFail"] == 1  # DIRS: one removed, one refused
     assert c["gfalErrors"] == {"permission_denied": count(seeded, error_class="permission_denied"),
                                "timeout": count(seeded, error_class="timeout")}
     assert c["missing"] == count(seeded, state="missing") and c["unknown"] == 4 * 500 - len(seeded.seed["outcomes"])
@@ -221,6 +225,27 @@ def test_files_stream_is_one_valid_envelope(seeded: Any) -> None:
     status, body, headers = get(seeded, f"data/files?rse={RSE}&stream=true")
     assert status == 200 and headers.get("Transfer-Encoding") == "chunked"
     assert len(body["result"]) == 2600 and len({f["cursor"] for f in body["result"]}) == 2600
+
+
+def test_dirs_by_state_reason_prefix_and_job(seeded: Any) -> None:
+    _, body, _ = get(seeded, f"data/dirs?rse={RSE}")
+    assert [(d["dir"], d["state"], d["job"]) for d in body["result"]] == \
+        [(d["dir"], d["state"], seeded.seed["jobs"][0]) for d in DIRS] and body["next"] is None
+    _, body, _ = get(seeded, f"data/dirs?rse={RSE}&state=refused")
+    assert [(d["dir"], d["error_class"], d["error"]) for d in body["result"]] == \
+        [(DIRS[1]["dir"], "symlink_in_path", "Prim1 is a symbolic link")]
+    _, body, _ = get(seeded, f"data/dirs?rse={RSE}&error_class=symlink_in_path")
+    assert [d["dir"] for d in body["result"]] == [DIRS[1]["dir"]]
+    _, body, _ = get(seeded, f"data/dirs?rse={RSE}&dir=/store/unmerged/Run3/Prim2/&stream=true")
+    assert [d["dir"] for d in body["result"]] == [DIRS[2]["dir"]]
+    _, body, _ = get(seeded, f"data/dirs?job={urllib.parse.quote(seeded.seed['jobs'][1])}")
+    assert body["result"] == []
+    status, body, _ = get(seeded, f"data/dirs?rse={RSE}&state=deleted")  # a file state, not a directory one
+    assert status == 400 and "parameter 'state'" in body["error"]
+    _, body, _ = get(seeded, f"data/info?rse={RSE}")
+    c = body["result"][0]["rseData"][0]["counters"]
+    assert (c["dirsDeletedSuccess"], c["dirsDeletedFail"]) == (1, 1)
+    assert (c["dirs_refused"], c["dirs_refused_by_reason"]) == (1, {"symlink_in_path": 1})
 
 
 def test_jobs_cycles_plan(seeded: Any) -> None:

@@ -28,7 +28,9 @@ def cli_env(mongo_db: Database, mongo_url: str, monkeypatch: pytest.MonkeyPatch,
     dump = [f"/store/unmerged/a/b/c/d/f{i}.root" for i in range(8)] + ["/store/unmerged/a/b/c/kept/f.root"]
     states = [{"state": "deleted"}, {"state": "deleted"}, {"state": "failed", "error_class": "timeout"}, None]
     seed_rse(mongo_db, RSE, tmp_path, dump, ["/store/unmerged/a/b/c/kept"], time.time() - 60, done_jobs=1,
-             outcome=lambda i, lfn: states[i], files_per_job=4)
+             outcome=lambda i, lfn: states[i], files_per_job=4,
+             dirs=[{"dir": "/store/unmerged/a/b/c/d", "state": "refused", "error_class": "pfn_outside_unmerged",
+                    "error": "maps to /data/store/data/a/b/c/d"}])
     return mongo_db
 
 
@@ -49,6 +51,13 @@ def test_status_files_jobs(cli_env: Database, capsys: pytest.CaptureFixture[str]
     assert [(r["lfn"], r["error_class"]) for r in lines] == [("/store/unmerged/a/b/c/d/f2.root", "timeout")]
     assert main(["files", "--rse", RSE, "--error-class", "no_report", "--state", "unknown", "--json"]) == EXIT_OK
     assert len(capsys.readouterr().out.splitlines()) == 1
+    assert main(["files", "--rse", RSE, "--dirs", "--state", "refused", "--json"]) == EXIT_OK
+    (d,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert (d["dir"], d["error_class"], d["error"]) == ("/store/unmerged/a/b/c/d", "pfn_outside_unmerged",
+                                                         "maps to /data/store/data/a/b/c/d")
+    assert main(["files", "--rse", RSE, "--dirs"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "pfn_outside_unmerged" in out and "/store/unmerged/a/b/c/d" in out and "reason" in out
     assert main(["jobs", "--json"]) == EXIT_OK
     assert [j["state"] for j in json.loads(capsys.readouterr().out)["result"]] == ["running", "finished"]
     assert main(["jobs"]) == EXIT_OK and "running" in capsys.readouterr().out
@@ -58,6 +67,8 @@ def test_bad_input_exit_codes(cli_env: Database, capsys: pytest.CaptureFixture[s
     assert main(["status", "--rse", "T2_XX_Nowhere"]) == EXIT_BAD_INPUT
     assert main(["files", "--rse", RSE, "--dir", "/etc/"]) == EXIT_BAD_INPUT
     assert "--dir" in capsys.readouterr().err
+    assert main(["files", "--rse", RSE, "--dirs", "--state", "deleted"]) == EXIT_BAD_INPUT
+    assert "not a directory state" in capsys.readouterr().err
 
 
 @pytest.fixture()

@@ -50,7 +50,9 @@ def page_app(rest_app: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     seed_rse(rest_app.db, EVIL_RSE, work, [f"/store/unmerged/x/y/z/f{i}.root" for i in range(4)]
              + ["/store/unmerged/k/f.root"], ["/store/unmerged/k"], gen, done_jobs=1,
              outcome=lambda i, lfn: {"state": "failed", "error_class": EVIL_CLASS, "error": EVIL_ERROR},
-             state="failed", reason=EVIL_ERROR)
+             state="failed", reason=EVIL_ERROR,
+             dirs=[{"dir": "/store/unmerged/x/y/z", "state": "refused", "error_class": EVIL_CLASS},
+                   {"dir": "/store/unmerged/x/y", "state": "not_empty"}])
     return rest_app
 
 
@@ -77,4 +79,7 @@ def test_rse_page_lists_failed_files_as_text(page_app: Any, chromium: str, tmp_p
     dom = render(chromium, url, tmp_path)
     assert "<img" not in dom and "<script" not in dom.lower() and "<b>" not in dom
     assert "/store/unmerged/x/y/z/f0.root" in dom and "&lt;b&gt;class&lt;/b&gt;" in dom
+    directories = dom[dom.index("<h2>Directories</h2>"):dom.index("<h2>Failed files")]
+    for outcome in ("not_empty", "refused", "refused: &lt;b&gt;class&lt;/b&gt;"):
+        assert f"<td>{outcome}</td>" in directories
     assert f"<title>MSUnmerged {html.escape(EVIL_RSE, quote=False)}</title>" in dom

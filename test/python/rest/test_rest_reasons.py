@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from MSUnmerged import planner, statemachine
+from MSUnmerged import guards, statemachine
 from MSUnmerged.config import Config
 from MSUnmerged.rest.page import Context, reason_anchor, reason_link
 from MSUnmerged.sources.errors import KINDS
@@ -25,7 +25,7 @@ def raised(error: str) -> set[str]:
 def reasons() -> set[str]:
     names = {v for k, v in vars(statemachine).items() if k.isupper() and isinstance(v, str)
              and k not in ("SKIP", "NEW_GENERATION", "RESUME", "FINISH")}
-    names |= {v for k, v in vars(planner).items() if k.startswith("GUARD_") and isinstance(v, str)}
+    names |= {v for k, v in vars(guards).items() if k.isupper() and isinstance(v, str)}  # guards, apply refusals
     names |= {f"{source}_{kind}" for source in ("rucio", "conmon", "wmstats", "wmstats-t0") for kind in KINDS}
     names |= {f"backend_{kind}" for kind in raised("BackendError")}
     names |= raised("LedgerError")

@@ -58,7 +58,7 @@ class Served:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     work = tmp_path_factory.mktemp("serve")
-    sources, storage, siteconf = offline_site(work)  # the loop's partition is empty: only triggers work the RSE
+    sources, storage, siteconf = offline_site(work)  # skipped by the loop: only triggers work the RSE
     key = work / "hmac.key"
     key.write_bytes(os.urandom(32))
     db_port, port, metrics_port = free_port(), free_port(), free_port()
@@ -67,6 +67,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 state_dir = "{work / 'state'}"
 dry_run = false
 interval_s = 5
+[planner]
+skip_rses = ["{DEMO_RSE}"]
 [mongo]
 embedded_port = {db_port}
 [jobs]
@@ -189,3 +191,23 @@ def test_files_written_are_private(served: Served) -> None:
     for path in [work / "audit.jsonl", work / "state", *(work / "state").rglob("*")]:
         mode = stat.S_IMODE(path.stat().st_mode)
         assert mode & 0o077 == 0, f"{path} is {oct(mode)}"
+
+
+def test_a_trigger_for_an_unknown_rse_is_refused_and_records_nothing(served: Served) -> None:
+    typo = "T2_XX_Sampel"
+    for mode in ("plan", "apply"):
+        status, body = post(served, "data/trigger", {"rse": typo, "mode": mode},
+                            operator_headers(served.key, login="bob"))  # a rate limit of its own
+        assert status == 202, body
+        wanted = body["result"][0]["id"]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            rec = next(t for t in get(served, "data/triggers")[1]["result"] if t["id"] == wanted)
+            if rec["state"] not in ("queued", "running"):
+                break
+            time.sleep(0.2)
+        said = rec["error"] if mode == "plan" else rec["result"]["detail"]
+        assert f"RSE {typo} is not one of this instance's RSEs" in said, rec
+        assert mode == "plan" or rec["result"]["reason"] == "unknown_rse"
+    for name in served.db.list_collection_names():
+        assert served.db[name].count_documents({"$or": [{"_id": typo}, {"rse": typo}]}) == 0, name

@@ -8,6 +8,7 @@ own policy package), so the test RSEs are named like T2_US_NEBRASKA.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
@@ -25,6 +26,18 @@ class RucioServer:
     url: str
     directory: Any
 
+    def source(self, directory: Path, **config: Any) -> Any:
+        """MSUnmerged's RucioSource as the root account (password in `directory`), RucioConfig keys overridden."""
+        from MSUnmerged.config import AuthConfig, RucioConfig
+        from MSUnmerged.sources.rucio import RucioSource
+
+        (directory / "pw").write_text(ROOT_PASS + "\n")
+        cfg = RucioConfig(host=self.url, auth_host=self.url, account="root", auth_type="userpass",
+                          username=ROOT_USER, password_file=str(directory / "pw"), timeout_s=20)
+        for key, value in config.items():
+            setattr(cfg, key, value)
+        return RucioSource(cfg, AuthConfig(), directory / "state")
+
     def admin_client(self) -> Any:
         from rucio.client import Client
 
@@ -34,16 +47,23 @@ class RucioServer:
 
 def add_cms_rse(client: Any, name: str, site: str | None = None, tier: int = 2, country: str = "US",
                 rse_type: str = "DISK", cms_type: str = "real", prefix: str = "/store/test/rucio",
-                hostname: str = "xrootd.example.org") -> None:
-    """An RSE with the attributes CMS sets, and an xrootd protocol whose PFNs end in the LFN."""
+                hostname: str = "xrootd.example.org", posix: bool = False) -> None:
+    """An RSE with the attributes CMS sets, and an xrootd protocol whose PFNs end in the LFN (posix: a
+    file:// protocol instead, PFNs <prefix>/<lfn> as CMS's lfn2pfn and the site's posix storage.json
+    map them)."""
     client.add_rse(name, rse_type=rse_type)  # the RSE's own type, which expressions see as rse_type
     attrs = {"cms_type": cms_type, "tier": str(tier), "country": country}
     if site:
         attrs["site"] = site
     for key, value in attrs.items():
         client.add_rse_attribute(name, key, value)
-    client.add_protocol(name, {"scheme": "root", "hostname": hostname, "port": 1094, "prefix": prefix,
-                               "impl": "rucio.rse.protocols.xrootd.Default", "domains": DOMAINS})
+    if posix:
+        client.add_rse_attribute(name, "lfn2pfn_algorithm", "cms_lfn")  # test/scripts/rucio-server.sh
+        client.add_protocol(name, {"scheme": "file", "hostname": "localhost", "port": 0, "prefix": prefix,
+                                   "impl": "rucio.rse.protocols.posix.Default", "domains": DOMAINS})
+    else:
+        client.add_protocol(name, {"scheme": "root", "hostname": hostname, "port": 1094, "prefix": prefix,
+                                   "impl": "rucio.rse.protocols.xrootd.Default", "domains": DOMAINS})
 
 
 @pytest.fixture(scope="session")

@@ -18,6 +18,7 @@ from MSUnmerged.config import Config
 from MSUnmerged.jobs.local import MANIFEST_NAME, LocalBackend
 from MSUnmerged.jobs.spec import CleanupJob
 from MSUnmerged.samplesite import fill_storage, write_site
+from MSUnmerged.sources.offline import OfflineSources
 from MSUnmerged.wiring import site_of
 
 NOBODY = 65534
@@ -69,10 +70,11 @@ def world_readable_dir(prefix: str) -> Path:
 
 
 def chown_tree(root: Path, uid: int) -> None:
-    for dirpath, _, files in os.walk(root):
-        os.chown(dirpath, uid, uid)
-        for name in files:
-            os.chown(os.path.join(dirpath, name), uid, uid)
+    """Everything under `root` owned by `uid`: links themselves, never what they point to."""
+    os.chown(root, uid, uid)
+    for dirpath, dirs, files in os.walk(root):
+        for name in dirs + files:
+            os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
 
 
 def files_left(storage: Path) -> set[str]:
@@ -91,6 +93,13 @@ def dump_lines(rse: str, files: int) -> tuple[list[str], list[str]]:
     return lines, protected
 
 
+def rse_list(directory: Path, rses: Sequence[str]) -> OfflineSources:
+    """Offline sources whose rses() (this instance's RSEs) are `rses`: for apply, which reads no dump."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "rses.json").write_text(json.dumps(list(rses)))
+    return OfflineSources(directory)
+
+
 def write_sources(directory: Path, rses: Sequence[str], files: int = 1500, end_time: Optional[float] = None) -> Path:
     """An offline sources directory with a dump per RSE and one shared protected list."""
     (directory / "dumps").mkdir(parents=True, exist_ok=True)
@@ -104,4 +113,5 @@ def write_sources(directory: Path, rses: Sequence[str], files: int = 1500, end_t
         stats.update(sample.stats_for(rse, files, end))
     (directory / "stats.json").write_text(json.dumps(stats))
     (directory / "protected.json").write_text(json.dumps({"result": protected}))
+    (directory / "rses.json").write_text(json.dumps(list(rses)))  # the instance's RSEs, scanned or not
     return directory

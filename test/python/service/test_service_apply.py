@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -13,19 +14,25 @@ from MSUnmerged.dumpreader import iter_chunks
 from MSUnmerged.jobs.backend import wait_for
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.service import Service
-from svc_site import LoggedLocalBackend, dump_lines, files_left, make_site
+from svc_site import LoggedLocalBackend, dump_lines, files_left, make_site, rse_list
 
 pytestmark = pytest.mark.integration
 RSE = "T2_IT_Apply"
 
 
-def test_apply_drops_newly_protected_and_submits_the_rest(tmp_path: Path, mongo_db: Database) -> None:
-    lines, protected = dump_lines(RSE, 500)
+def write_dump(tmp_path: Path, lines: list[str]) -> tuple[Path, Config]:
+    """The RSE's dump where make_site looks for it, and a configuration with its own state folder."""
     dump = tmp_path / "src" / "dumps" / f"{RSE}.txt"
     dump.parent.mkdir(parents=True)
     dump.write_text("\n".join(lines) + "\n")
     config = Config()
     config.service.state_dir = str(tmp_path / "state")
+    return dump, config
+
+
+def test_apply_drops_newly_protected_and_submits_the_rest(tmp_path: Path, mongo_db: Database) -> None:
+    lines, protected = dump_lines(RSE, 500)
+    dump, config = write_dump(tmp_path, lines)
     config.planner.files_per_job = 100
     plan = planner.plan(RSE, iter_chunks(str(dump)), protected, config, tmp_path / "plan", require_scan=False)
     storage = make_site(tmp_path, tmp_path / "src", RSE, config)
@@ -33,7 +40,7 @@ def test_apply_drops_newly_protected_and_submits_the_rest(tmp_path: Path, mongo_
     ledger = Ledger(mongo_db)
     ledger.ensure_indexes()
     backend = LoggedLocalBackend(config, tmp_path / "batch")
-    svc = Service(config, ledger, sources=None, backend=backend, instance="cli")  # type: ignore[arg-type]
+    svc = Service(config, ledger, rse_list(tmp_path / "src", [RSE]), backend=backend, instance="cli")
     result = svc.apply_plan(tmp_path / "plan", protected + [newly])
     svc.stop()
     assert result.dropped_protected == 50 and result.submitted == plan.jobs
@@ -58,8 +65,30 @@ def test_apply_refuses_an_empty_protected_list(tmp_path: Path, mongo_db: Databas
     planner.plan(RSE, iter_chunks(str(tmp_path / "dump.txt")), protected, config, tmp_path / "plan",
                  require_scan=False)
     backend = LoggedLocalBackend(config, tmp_path / "b")
-    svc = Service(config, Ledger(mongo_db), sources=None, backend=backend)  # type: ignore[arg-type]
+    svc = Service(config, Ledger(mongo_db), rse_list(tmp_path / "src", [RSE]), backend=backend)
     result = svc.apply_plan(tmp_path / "plan", [])
     svc.stop()
     assert (result.state, result.reason) == ("guarded", "protected_list_empty")
     assert backend.submissions() == [] and mongo_db.files.count_documents({}) == 0
+
+
+def test_apply_carries_the_scan_start_to_the_workers(tmp_path: Path, mongo_db: Database) -> None:
+    """A plan made with the ConMon stats keeps the scan's start_time (sealed in summary.json); the jobs
+    that `apply` submits carry it, so their workers refuse files modified since the scan."""
+    lines, protected = dump_lines(RSE, 100)
+    dump, config = write_dump(tmp_path, lines)
+    config.guards.max_delete_fraction = 1.0
+    end = time.time() - 3600
+    stats = {"status": "done", "start_time": end - 1800, "end_time": end, "files": len(lines)}
+    plan = planner.plan(RSE, iter_chunks(str(dump)), protected, config, tmp_path / "plan",
+                        stats=stats)
+    assert plan.guard is None and plan.scan_started == end - 1800
+    make_site(tmp_path, tmp_path / "src", RSE, config)
+    backend = LoggedLocalBackend(config, tmp_path / "b")
+    svc = Service(config, Ledger(mongo_db), rse_list(tmp_path / "src", [RSE]), backend=backend)
+    result = svc.apply_plan(tmp_path / "plan", protected)
+    svc.stop()
+    assert result.submitted == plan.jobs > 0
+    steps = [json.loads((d / "manifest.json").read_text())["task"]["steps"][0]
+             for d in (tmp_path / "b").iterdir() if d.is_dir()]
+    assert len(steps) == plan.jobs and {s["scan_started"] for s in steps} == {end - 1800}

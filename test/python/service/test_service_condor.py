@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import pytest
 from pymongo import MongoClient
@@ -23,7 +23,7 @@ from MSUnmerged.service import Hook, Service
 from MSUnmerged.sources.offline import OfflineSources
 from MSUnmerged.wiring import make_router
 from servers.condor import JOB_UID, SITE, CondorPool
-from MSUnmerged.samplesite import write_siteconf
+from MSUnmerged.samplesite import fill_storage, write_siteconf
 from svc_site import chown_tree, write_sources
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -48,8 +48,10 @@ svc.run_once(args["rse"])
 """
 
 
-def make_service(tmp: str, db: Database, src: str, tokens: str, hook: Optional[Hook] = None) -> Service:
-    """A service whose jobs go to the pool through the production routing (jobs.backend = condor)."""
+def make_service(tmp: str, db: Database, src: str, tokens: str, hook: Optional[Hook] = None,
+                 configure: Optional[Callable[[Config], None]] = None) -> Service:
+    """A service whose jobs go to the pool through the production routing (jobs.backend = condor);
+    `configure` may change the configuration before the service is built."""
     config = Config()
     config.service.state_dir = str(Path(tmp) / "state")
     config.service.dry_run = False
@@ -60,6 +62,8 @@ def make_service(tmp: str, db: Database, src: str, tokens: str, hook: Optional[H
     config.condor.token_dir = tokens
     config.condor.requirements = SITE_MATCH
     config.condor.ping_timeout_s = 20
+    if configure is not None:
+        configure(config)
     ledger = Ledger(db)
     ledger.ensure_indexes()
     return Service(config, ledger, OfflineSources(src), make_router(config, ledger.instance_id()), instance="condor-test",
@@ -72,10 +76,7 @@ def site(condor_pool: CondorPool, tmp_path: Path) -> Path:
     src = write_sources(tmp_path / "src", [RSE], files=60)
     write_siteconf(condor_pool.inside(SITECONF), SITE, RSE, f"{SITE}_posix", STORAGE)
     storage = condor_pool.inside(STORAGE)
-    for lfn in (src / "dumps" / f"{RSE}.txt").read_text().split():
-        path = storage / lfn.lstrip("/")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("x")
+    fill_storage(storage, src / "dumps" / f"{RSE}.txt")
     chown_tree(storage, JOB_UID)  # jobs run as the pool's submitter account
     return src
 

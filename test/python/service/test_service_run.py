@@ -51,7 +51,7 @@ def test_run_once_plans_submits_collects_and_ends_clean(tmp_path: Path, mongo_db
     doc = svc.ledger.rse(RSE)
     c = doc["counters"]
     assert c["to_delete"] > 0 and c["deleted"] == c["to_delete"] and c["pending"] == 0
-    assert c["bytes_freed"] == 0  # sizes are unknown: neither the ConMon dump nor the worker report has them
+    assert c["bytes_freed"] == 0  # the sample files are empty (sizes come from the worker's stat)
     assert c["protected"] + c["excluded"] + c["to_delete"] + sum(c["invalid"].values()) == 1200
     assert doc["protected_count"] > 0
     # Every planned file has exactly one record, in exactly one job.

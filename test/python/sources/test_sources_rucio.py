@@ -10,7 +10,7 @@ import pytest
 from MSUnmerged.config import AuthConfig, RucioConfig
 from MSUnmerged.sources.errors import SourceError
 from MSUnmerged.sources.rucio import RucioSource, rse_info, site_from_rse
-from servers.rucio import ROOT_PASS, ROOT_USER, RucioServer, add_cms_rse
+from servers.rucio import ROOT_PASS, RucioServer, add_cms_rse
 
 # RSE -> (site attribute or None, tier, rse_type, cms_type)
 RSES = {
@@ -33,12 +33,7 @@ def rucio(rucio_server: RucioServer) -> RucioServer:
 
 
 def source(server: RucioServer, tmp_path: Path, **kw: Any) -> RucioSource:
-    (tmp_path / "pw").write_text(ROOT_PASS + "\n")
-    cfg = RucioConfig(host=server.url, auth_host=server.url, account="root", auth_type="userpass",
-                      username=ROOT_USER, password_file=str(tmp_path / "pw"), timeout_s=20)
-    for key, value in kw.items():
-        setattr(cfg, key, value)
-    return RucioSource(cfg, AuthConfig(), tmp_path / "state")
+    return server.source(tmp_path, **kw)
 
 
 pytestmark = pytest.mark.integration
@@ -156,3 +151,15 @@ def test_site_from_attributes_or_name(name: str, attrs: dict, site: str, tier: i
     info = rse_info(name, attrs)
     assert (info.site, info.tier, info.rse_type) == (site, tier, rse_type)
     assert site_from_rse("not_a_cms_rse") is None
+
+
+def test_unmerged_pfn_for_deletion(rucio: RucioServer, tmp_path: Path) -> None:
+    src = source(rucio, tmp_path)
+    pfn = src.unmerged_pfn("T2_US_NEBRASKA")
+    assert pfn == src.lfns2pfns("T2_US_NEBRASKA", ["/store/unmerged/"], operation="delete")["/store/unmerged/"]
+    assert pfn.startswith("root://xrootd.example.org:1094/store/test/rucio/") and pfn.endswith("/store/unmerged/")
+    rucio.admin_client().add_rse("T2_US_NOPROTO2")
+    for rse in ("T2_XX_NOWHERE", "T2_US_NOPROTO2"):  # unknown RSE; an RSE without a protocol
+        with pytest.raises(SourceError) as err:
+            src.unmerged_pfn(rse)
+        assert err.value.source == "rucio" and err.value.kind in ("no_match", "http_status")

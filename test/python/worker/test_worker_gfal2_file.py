@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from servers import run_script
-from worker_kit import AS_NOBODY, SYSTEM_PYTHON, dirs, files, make_site, manifest, put, run_worker, world_dir
+from worker_kit import (AS_NOBODY, HOSTILE, SYSTEM_PYTHON, changes, dirs, files, hostile_site, make_site, manifest, put,
+                        run_worker, snapshot, world_dir)
 
 pytestmark = pytest.mark.integration
 
@@ -63,3 +64,56 @@ def test_gfal_rm_when_the_module_is_not_importable(tmp_path: Path) -> None:
     assert not any(p.exists() for p in paths)
     # gfal-rm removes directories only recursively, which the worker never does: left, and said so.
     assert {d["outcome"] for d in dirs(lines).values()} == {"not_attempted"}
+
+
+@pytest.mark.parametrize("python,deleter", [(SYSTEM_PYTHON, "gfal2"), (sys.executable, "gfal-rm")])
+def test_links_and_hostile_rules_over_file_urls(tmp_path: Path, python: str, deleter: str) -> None:
+    top = world_dir("msunmerged-gfal-")
+    storage, sc = gfal_site(top)
+    data = storage / "store" / "data"
+    plain = [f"{BASE}/00000/f{i}.root" for i in range(2)]
+    for lfn in plain:
+        put(storage, lfn)
+    linked = "/store/unmerged/Run2023D/Linked/MINIAOD/v1"
+    put(data, "/Run2023D/Linked/MINIAOD/v1/00000/d.root")
+    (storage / linked.lstrip("/")).parent.mkdir(parents=True)
+    (storage / linked.lstrip("/")).symlink_to(data / "Run2023D/Linked/MINIAOD/v1", target_is_directory=True)
+    secret = top / "secret.root"
+    secret.write_bytes(b"s")
+    (storage / f"{BASE}/00000/link.root".lstrip("/")).symlink_to(secret)
+    before = snapshot(top)
+    lfns = plain + [f"{linked}/00000/d.root", f"{BASE}/00000/link.root"]
+    rc, lines = run_worker(tmp_path / "job", manifest(lfns, remove_dirs=[f"{linked}/00000", f"{BASE}/00000"]), sc,
+                           python=python)
+    assert lines[0]["start"]["method"]["deleter"] == deleter and lines[0]["start"]["method"]["checks"] == "lstat"
+    out = files(lines)
+    assert rc == 1
+    assert [out[x]["outcome"] for x in plain + [f"{BASE}/00000/link.root"]] == ["deleted"] * 3
+    assert (out[f"{linked}/00000/d.root"]["outcome"], out[f"{linked}/00000/d.root"]["reason"]) == \
+        ("refused", "symlink_in_path")
+    assert dirs(lines)[f"{linked}/00000"]["reason"] == "symlink_in_path"
+    gone, changed = changes(before, snapshot(top))
+    assert not changed and secret.exists()
+    assert gone == {str(storage / x.lstrip("/")) for x in plain + [f"{BASE}/00000/link.root"]} | (
+        {str(storage / f"{BASE}/00000".lstrip("/"))} if deleter == "gfal2" else set())
+
+
+@pytest.mark.parametrize("variant", HOSTILE)
+@pytest.mark.parametrize("python", [SYSTEM_PYTHON, sys.executable], ids=["gfal2", "gfal-rm"])
+def test_hostile_mapping_over_file_urls_deletes_nothing_outside(tmp_path: Path, python: str, variant: str) -> None:
+    top = world_dir("msunmerged-gfal-")
+    storage, _ = gfal_site(top)
+    ok = [f"{BASE}/00000/f{i}.root" for i in range(2)]
+    other = [f"{BASE}/00001/g{i}.root" for i in range(2)]
+    for lfn in ok + other:
+        put(storage, lfn)
+        put(storage, lfn.replace("/store/unmerged/", "/store/data/"))
+    sc = hostile_site(top, f"file://{storage}", "file", "gfal2", variant)
+    before = snapshot(top)
+    rc, lines = run_worker(tmp_path / "job", manifest(ok + other), sc, python=python)
+    assert rc == 1
+    out = files(lines)
+    refused = other if variant == "one_dataset" else ok + other
+    assert {(out[x]["outcome"], out[x]["reason"]) for x in refused} == {("refused", "pfn_outside_unmerged")}
+    gone, changed = changes(before, snapshot(top))
+    assert not changed and gone == {str(storage / x.lstrip("/")) for x in ok + other if x not in refused}

@@ -106,6 +106,13 @@ def test_protected_and_invalid_files_are_refused_and_kept(site: tuple[Path, Path
     assert d["/store/unmerged/Run2024F"]["outcome"] == "refused"  # above the lowest removable level
     assert d["/store/unmerged/Run2024F/ZeroBias/AOD/v1"]["error"] == "not a directory of this job's files"
     assert d[f"{BASE}/000/380/001"]["outcome"] == "removed"
+    assert [d[x]["reason"] for x in (f"{BASE}/000/381/002", f"{BASE}/000/381", f"{BASE}/000", "/store/unmerged/Run2024F",
+                                     f"{BASE}/000/380/001/../../381", "/store/unmerged/Run2024F/ZeroBias/AOD/v1",
+                                     f"{BASE}/000/380/001")] == \
+        ["protected", "kept", "kept", "above_floor", "invalid_lfn", "not_job_dir", None]
+    assert {x["lfn"]: x["reason"] for x in report if x["outcome"] == "refused"} == {
+        f"{protected_base}/002/keep.root": "protected", "/store/data/x.root": "invalid_lfn",
+        f"{BASE}/000/380/../381/002/keep.root": "invalid_lfn", f"{BASE}//000/x.root": "invalid_lfn"}
     assert (storage / f"{BASE}/000/381/002".lstrip("/")).is_dir()
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from worker_kit import SYSTEM_PYTHON, dirs, files, make_site, manifest, run_worker, summary, world_dir
+from worker_kit import (HOSTILE, SYSTEM_PYTHON, changes, dirs, files, hostile_site, make_site, manifest, run_worker,
+                        snapshot, summary, world_dir)
 
 pytestmark = pytest.mark.integration
 
@@ -86,5 +88,72 @@ def test_unresponsive_server_gives_timeouts_after_bounded_retries(xrootd_server,
     assert rc == 1
     out = files(lines)
     assert {out[lfn]["outcome"] for lfn in lfns} == {"timeout"}
-    assert {out[lfn]["attempts"] for lfn in lfns} == {2}
+    # The look before deleting (xrdfs stat) already gets no answer: no deletion is tried without it.
+    assert {out[lfn]["attempts"] for lfn in lfns} == {0} and all("stat" in out[lfn]["error"] for lfn in lfns)
     assert all(p.exists() for p in paths)
+
+
+@pytest.mark.parametrize("variant", HOSTILE)
+@pytest.mark.parametrize("command,python", [("xrdcp", sys.executable), ("gfal2", SYSTEM_PYTHON), ("gfal2", sys.executable)],
+                         ids=["xrdfs", "gfal2", "gfal-rm"])
+def test_hostile_mapping_on_xrootd_deletes_nothing_outside(xrootd_server, tmp_path: Path, variant: str,
+                                                           command: str, python: str) -> None:
+    base = f"{BASE}-{variant}-{command}-{'sys' if python == SYSTEM_PYTHON else 'venv'}"
+    ok = [f"{base}/00000/f{i}.root" for i in range(2)]
+    other = [f"{base}/00001/g{i}.root" for i in range(2)]
+    kept = [xrootd_server.put(lfn.replace("/store/unmerged/", "/store/data/")) for lfn in ok + other]
+    plain = [xrootd_server.put(lfn) for lfn in ok + other]
+    before = snapshot(xrootd_server.data)
+    sc = hostile_site(world_dir("msunmerged-xrd-"), xrootd_server.url + "/", "XRootD", command, variant)
+    rc, lines = run_worker(tmp_path / "job", manifest(ok + other, remove_dirs=[f"{base}/00001"]), sc, python=python,
+                           prefix=["nsenter", "-t", str(xrootd_server.pid), "-n"])
+    assert rc == 1, summary(lines)
+    out = files(lines)
+    refused = other if variant == "one_dataset" else ok + other
+    assert {(out[x]["outcome"], out[x]["reason"]) for x in refused} == {("refused", "pfn_outside_unmerged")}
+    assert {out[x]["outcome"] for x in ok if x not in refused} <= {"deleted"}
+    gone, changed = changes(before, snapshot(xrootd_server.data))
+    assert all(p.exists() for p in kept) and not changed
+    assert gone == {str(p) for p, x in zip(plain, ok + other) if x not in refused}
+
+
+@pytest.mark.parametrize("rucio,agrees", [("root://127.0.0.1/store/unmerged", True),
+                                          ("root://127.0.0.1:1095//store/unmerged/", False),
+                                          ("davs://127.0.0.1//store/unmerged/", False)])
+def test_rucio_mapping_checked_on_xrootd(xrootd_server, tmp_path: Path, rucio: str, agrees: bool) -> None:
+    base = f"{BASE}-rucio-{agrees}-{rucio[:4]}"
+    lfns = [f"{base}/00000/f{i}.root" for i in range(3)]
+    paths = [xrootd_server.put(lfn) for lfn in lfns]
+    sc = xrootd_site(world_dir("msunmerged-xrd-"), xrootd_server.url, "xrdcp")
+    man = manifest(lfns, remove_dirs=[f"{base}/00000"], unmerged_pfn=rucio, mapping_check="rucio")
+    rc, lines = run_worker(tmp_path / "job", man, sc, prefix=["nsenter", "-t", str(xrootd_server.pid), "-n"])
+    if agrees:
+        assert rc == 0 and not any(p.exists() for p in paths)
+    else:
+        assert rc == 3 and all(p.exists() for p in paths)
+        assert {x["reason"] for x in lines if "lfn" in x or "dir" in x} == {"mapping_disagrees"}
+
+
+@pytest.mark.parametrize("command,python", [("xrdcp", sys.executable), ("gfal2", SYSTEM_PYTHON)])
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_files_modified_since_the_scan_on_xrootd(xrootd_server, tmp_path: Path, command: str, python: str,
+                                                 dry_run: bool) -> None:
+    base = f"{BASE}-mtime-{command}-{dry_run}"
+    old = [f"{base}/00000/old{i}.root" for i in range(3)]
+    new = [f"{base}/00000/new{i}.root" for i in range(2)]
+    started = time.time() - 100
+    for lfn in old:
+        os.utime(xrootd_server.put(lfn, b"12345"), (started - 1000, started - 1000))
+    for lfn in new:
+        xrootd_server.put(lfn)
+    sc = xrootd_site(world_dir("msunmerged-xrd-"), xrootd_server.url, command)
+    rc, lines = run_worker(tmp_path / "job", manifest(old + new + [f"{base}/00000/gone.root"], scan_started=started,
+                                                      dry_run=dry_run),
+                           sc, python=python, prefix=["nsenter", "-t", str(xrootd_server.pid), "-n"])
+    assert rc == 1
+    out = files(lines)
+    assert lines[0]["start"]["method"]["checks"] == "stat"
+    assert [(out[x]["outcome"], out[x]["size"]) for x in old] == [("dry_run" if dry_run else "deleted", 5)] * 3
+    assert [(out[x]["outcome"], out[x]["reason"]) for x in new] == [("refused", "modified_since_scan")] * 2
+    assert out[f"{base}/00000/gone.root"]["outcome"] == "missing"
+    assert all((xrootd_server.data / x.lstrip("/")).exists() == (x in new or dry_run) for x in old + new)

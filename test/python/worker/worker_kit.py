@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from MSUnmerged.jobs.workerpkg import build_worker
+from MSUnmerged.worker.cleanup import MANIFEST_VERSION
 
 SITE = "T2_XX_Test"
 RSE = "T2_XX_Test"
@@ -61,7 +62,7 @@ def manifest(lfns: list[str], remove_dirs: Sequence[str] = (), protected: Sequen
               "keep_dirs": list(keep_dirs), "protected": list(protected), "dry_run": dry_run,
               "file_timeout_s": 10.0, "retries": 1, "backoff_s": 0.05, "max_consecutive_denied": 20}
     params.update(step)
-    return {"version": 1, "job_id": f"{RSE}:1:1", "rse": RSE, "site": SITE, "generation": 1.0,
+    return {"version": MANIFEST_VERSION, "job_id": f"{RSE}:1:1", "rse": RSE, "site": SITE, "generation": 1.0,
             "deadline": time.time() + 3600 if deadline is None else deadline,
             "resources": {"memory_mb": 500, "disk_mb": 500, "runtime_s": 3600},
             "task": {"name": "Cleanup", "type": "Cleanup", "steps": [params]}}
@@ -109,3 +110,60 @@ def put(storage: Path, lfn: str, owner: str = "root") -> Path:
         for p in [path, *path.relative_to(storage).parents]:
             shutil.chown(storage / p, owner, "nogroup")
     return path
+
+
+def snapshot(top: Path) -> dict[str, tuple]:
+    """Every entry under `top`, never following a link: path -> (kind, size, mtime_ns, link target).
+
+    Directories record their kind only (their mtime moves when an entry inside goes)."""
+    out: dict[str, tuple] = {}
+    for folder, subdirs, names in os.walk(top, followlinks=False):
+        for name in subdirs + names:
+            path = os.path.join(folder, name)
+            st = os.lstat(path)
+            if os.path.islink(path):
+                out[path] = ("link", 0, 0, os.readlink(path))
+            elif os.path.isdir(path):
+                out[path] = ("dir", 0, 0, None)
+            else:
+                out[path] = ("file", st.st_size, st.st_mtime_ns, None)
+    return out
+
+
+def changes(before: dict[str, tuple], after: dict[str, tuple]) -> tuple[set[str], set[str]]:
+    """(paths gone, paths changed or new) between two snapshots."""
+    gone = set(before) - set(after)
+    changed = {p for p in after if before.get(p) != after[p]}
+    return gone, changed
+
+
+def site_config_xml(sc: Path, body: str, site: str = SITE) -> None:
+    """Replace the site-local-config.xml of `sc` with one holding `body` inside <site>."""
+    (sc / "JobConfig" / "site-local-config.xml").write_text(
+        f'<site-local-config><site name="{site}">{body}</site></site-local-config>')
+
+
+HOSTILE = ("direct", "chain", "dotdot", "one_dataset", "tfc")
+
+
+def hostile_site(top: Path, base: str, protocol: str, command: str, variant: str) -> Path:
+    """A site whose mapping sends /store/unmerged/ (one_dataset: only files in .../00001/) into
+    /store/data/ of the storage whose "/" has the PFN `base`: a rule, a chain, '..' in the
+    template, or a legacy trivial file catalog (variants in HOSTILE)."""
+    into_data = base + "/store/data/$1"
+    rules = {"direct": [{"lfn": "/+store/unmerged/(.*)", "pfn": into_data}],
+             "chain": [{"lfn": "/+(.*)", "pfn": base + "/$1", "chain": "lfn"}],
+             "dotdot": [{"lfn": "/+store/unmerged/(.*)", "pfn": base + "/store/unmerged/../data/$1"}],
+             "one_dataset": [{"lfn": "/+store/unmerged/(.*/00001/.*)", "pfn": into_data},
+                             {"lfn": "/+(.*)", "pfn": base + "/$1"}],
+             "tfc": [{"lfn": "/+(.*)", "pfn": base + "/$1"}]}[variant]  # a fair storage.json the TFC overrides
+    lfn_step = {"protocol": "lfn", "rules": [{"lfn": "/+store/unmerged/(.*)", "pfn": "/store/data/$1"}]}
+    sc = make_site(top, [lfn_step, {"protocol": protocol, "rules": rules}],
+                   [{"volume": VOLUME, "protocol": protocol, "command": command}])
+    if variant == "tfc":
+        (top / "tfc.xml").write_text(f'<storage-mapping><lfn-to-pfn protocol="{protocol}" path-match="/+store/unmerged/(.*)"'
+                                     f' result="{into_data}"/></storage-mapping>')
+        site_config_xml(sc, f'<local-stage-out><command value="{command}"/>'
+                        f'<catalog url="trivialcatalog_file:{top}/tfc.xml?protocol={protocol}"/>'
+                        f'<phedex-node value="{RSE}"/></local-stage-out>')
+    return sc

@@ -3,36 +3,63 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
-from MSUnmerged.cli import EXIT_GUARD, EXIT_OK, BadInput, failed_code
+from MSUnmerged import seal
+from MSUnmerged.cli import EXIT_BAD_INPUT, EXIT_GUARD, EXIT_OK, BadInput, failed_code
 from MSUnmerged.cli.plan import load_json, protected_list
 from MSUnmerged.config import Config
-from MSUnmerged.service import RunResult
+from MSUnmerged.guards import UNKNOWN_RSE
+from MSUnmerged.service import REFUSED, RunResult, Service, UnknownRSE
 from MSUnmerged.wiring import build_service
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("apply", help="record and submit a plan directory, re-checked against the protected list")
+    p = subparsers.add_parser("apply", help="record and submit a sealed plan directory, re-checked against the "
+                                            "protected list and the guards in force")
     p.add_argument("dir", help="plan directory written by `msunmerged plan`")
     p.add_argument("--protected", required=True, help="CURRENT WMStats protectedlfns answer or a JSON list")
     p.set_defaults(run=run)
 
 
 def exit_code(result: RunResult) -> int:
-    """guarded -> EXIT_GUARD, failed -> EXIT_AUTH for refused credentials, else EXIT_FAILED."""
-    if result.state == "guarded":
+    """unknown RSE -> EXIT_BAD_INPUT, guarded (a guard, plan_modified, plan_outdated) -> EXIT_GUARD,
+    failed -> EXIT_AUTH for refused credentials, else EXIT_FAILED."""
+    if result.reason == UNKNOWN_RSE:
+        return EXIT_BAD_INPUT
+    if result.state == "guarded" or result.action == REFUSED:
         return EXIT_GUARD
     return failed_code(result.reason) if result.action == "failed" else EXIT_OK
 
 
+def require_rse(service: Service, rse: str) -> None:
+    """Service.require_rse for a command: an unknown RSE is BadInput (one line, exit 3); a SourceError (the
+    RSE list unavailable) goes up as it is (exit 5)."""
+    try:
+        service.require_rse(rse)
+    except UnknownRSE as exc:
+        raise BadInput(str(exc)) from None
+
+
+def report(result: RunResult, command: str) -> int:
+    """The result as JSON on stdout, a refusal as one line on stderr; returns the exit code."""
+    print(json.dumps(result.to_dict(), indent=1))
+    code = exit_code(result)
+    if code != EXIT_OK:
+        print(f"msunmerged {command}: {result.reason}: {result.detail}", file=sys.stderr)
+    return code
+
+
 def run(args: argparse.Namespace, config: Config) -> int:
     plan_dir = Path(args.dir)
-    if not (plan_dir / "summary.json").is_file():
-        raise BadInput(f"{plan_dir} is not a plan directory (no summary.json)")
+    if not (plan_dir / seal.SUMMARY_NAME).is_file():
+        raise BadInput(f"{plan_dir} is not a plan directory (no {seal.SUMMARY_NAME})")
     protected = protected_list(load_json(args.protected, "protected list"), args.protected)
     with build_service(config) as service:
+        rse = seal.claimed_rse(plan_dir)
+        if rse is not None:  # else apply_plan refuses the directory
+            require_rse(service, rse)
         result = service.apply_plan(plan_dir, protected)
-    print(json.dumps(result.to_dict(), indent=1))
-    return exit_code(result)
+    return report(result, "apply")

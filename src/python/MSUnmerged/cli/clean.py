@@ -7,16 +7,16 @@ import sys
 from typing import Any, Callable, Optional, TextIO
 
 from MSUnmerged import planner
-from MSUnmerged.cli import EXIT_FAILED, EXIT_GUARD, EXIT_OK, failed_code, source_code
+from MSUnmerged.cli import EXIT_FAILED, EXIT_GUARD, EXIT_OK, BadInput, failed_code, source_code
 from MSUnmerged.cli.output import Progress, table
 from MSUnmerged.cli.plan import print_summary
 from MSUnmerged.config import Config
 from MSUnmerged.dumpreader import iter_chunks
-from MSUnmerged.service import Service
+from MSUnmerged.service import REFUSED, Service, UnknownRSE
 from MSUnmerged.sources.errors import SourceError
 
 # RunResult actions that mean the RSE was not worked on.
-NOT_WORKED = ("failed", "leased_elsewhere", "done_this_cycle")
+NOT_WORKED = ("failed", "leased_elsewhere", "done_this_cycle", REFUSED)
 
 
 def register(subparsers: Any) -> None:
@@ -31,15 +31,18 @@ def register(subparsers: Any) -> None:
 def preview(service: Service, rse: str, progress: Optional[Callable[[int], None]] = None) -> planner.Plan:
     """Plan the RSE now from the service's sources into <state_dir>/previews/<rse>.
 
-    Planner only: nothing is recorded in the ledger and nothing is submitted.
+    Planner only: nothing is recorded in the ledger and nothing is submitted. The guards are those
+    of run_once: the ledger's baseline, the configuration in force. UnknownRSE for an RSE that is
+    not this instance's.
     """
+    scan = service.sources.stats().get(rse)  # needed anyway; a ConMon failure is the clearer message
+    service.require_rse(rse)
     out = service.config.state_dir / "previews" / rse
     shutil.rmtree(out, ignore_errors=True)  # a preview never mixes with an older one
-    scan = service.sources.stats().get(rse)
     protected = service.sources.protected()
     with service.sources.open_dump(rse) as dump:
         return planner.plan(rse, iter_chunks(dump), protected, service.config, out, stats=scan,
-                            previous_protected_count=service.ledger.rse(rse).get("protected_count"),
+                            previous_protected_count=service.ledger.protected_baseline(rse),
                             progress=progress)
 
 
@@ -71,6 +74,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
         try:
             # The current streams, not the ones bound at import (tests capture them).
             plan = preview(service, args.rse, Progress(f"planning {args.rse}", out=sys.stderr))
+        except UnknownRSE as exc:
+            raise BadInput(str(exc)) from None  # as cli.apply.require_rse
         except SourceError as exc:
             print(f"msunmerged clean: cannot plan {args.rse}: {exc}", file=sys.stderr)
             return source_code(exc)

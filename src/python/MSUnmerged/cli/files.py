@@ -1,4 +1,5 @@
-"""`msunmerged files --rse RSE [--state failed] ...`: file records of an RSE's current generation."""
+"""`msunmerged files --rse RSE [--state failed] [--dirs] ...`: file (or directory) records of an RSE's current
+generation."""
 from __future__ import annotations
 
 import argparse
@@ -11,16 +12,19 @@ from MSUnmerged.cli import EXIT_OK, BadInput
 from MSUnmerged.cli.ledgercli import known_rse, ledger_view
 from MSUnmerged.cli.output import table, truncated
 from MSUnmerged.config import Config
-from MSUnmerged.rest.view import FILE_STATES
+from MSUnmerged.rest.view import DIR_STATES, FILE_STATES
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("files", help="per-file records from the ledger")
+    p = subparsers.add_parser("files", help="per-file (or, with --dirs, per-directory) records from the ledger")
     p.add_argument("--rse", required=True, help="RSE name")
-    p.add_argument("--state", choices=FILE_STATES, help="only files in this state, e.g. failed")
-    p.add_argument("--error-class", help="only failures of this class")
-    p.add_argument("--dir", help="only LFNs under this prefix (/store/unmerged/...)")
-    p.add_argument("--job", help="only files of this job")
+    p.add_argument("--dirs", action="store_true",
+                   help="directory outcomes instead of files (removed, not_empty, refused with its reason, ...)")
+    p.add_argument("--state", choices=sorted({*FILE_STATES, *DIR_STATES}),
+                   help="only records in this state, e.g. failed (files) or refused (--dirs)")
+    p.add_argument("--error-class", help="only failures of this class (with --dirs: refusals for this reason)")
+    p.add_argument("--dir", help="only paths under this prefix (/store/unmerged/...)")
+    p.add_argument("--job", help="only records of this job")
     p.add_argument("--limit", type=int, default=100, help="at most this many; 0 for all (default 100)")
     p.add_argument("--json", action="store_true", help="one JSON object per line (streams any size)")
     p.set_defaults(run=run)
@@ -31,18 +35,27 @@ def run(args: argparse.Namespace, config: Config) -> int:
         raise BadInput("--dir must start with /store/unmerged/")
     if args.limit < 0:
         raise BadInput("--limit must be >= 0")
+    states = DIR_STATES if args.dirs else FILE_STATES
+    if args.state is not None and args.state not in states:
+        raise BadInput(f"--state {args.state} is not a {'directory' if args.dirs else 'file'} state: "
+                       + ", ".join(states))
     with ledger_view(config) as view:
         known_rse(view, args.rse)
+        fetch = view.dirs if args.dirs else view.files
         # One record more than asked tells whether the listing is cut.
-        records = iter(view.files(args.rse, args.state, args.error_class, args.dir, args.job, None,
-                                  args.limit and args.limit + 1))
+        records = iter(fetch(args.rse, args.state, args.error_class, args.dir, args.job, None,
+                             args.limit and args.limit + 1))
         shown = itertools.islice(records, args.limit or None)
         if args.json:
             for rec in shown:
                 sys.stdout.write(json.dumps(rec, sort_keys=True, default=str) + "\n")
+        elif args.dirs:
+            table([(r.get("dir"), r.get("state"), r.get("error_class"), (r.get("error") or "")[:80], r.get("job"))
+                   for r in shown], ("directory", "state", "reason", "error", "job"))
         else:
             table([(r.get("lfn"), r.get("state"), r.get("error_class"), (r.get("error") or "")[:80],
                     r.get("attempts")) for r in shown], ("LFN", "state", "error class", "error", "attempts"))
         if next(records, None) is not None:
-            truncated(f"{args.limit:,} files", "--limit N for more, --limit 0 for all (--json streams any number)")
+            what = "directories" if args.dirs else "files"
+            truncated(f"{args.limit:,} {what}", "--limit N for more, --limit 0 for all (--json streams any number)")
     return EXIT_OK

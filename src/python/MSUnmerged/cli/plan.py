@@ -21,7 +21,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--protected", required=True, help="WMStats protectedlfns answer or a JSON list")
     p.add_argument("--stats", help="ConMon stats answer (dict keyed by RSE); without it the scan is not checked")
     p.add_argument("--previous-protected-count", type=int, default=None,
-                   help="protected-list size at the previous run (shrink guard)")
+                   help="protected-list size at the previous run (shrink guard, offline planning only: "
+                        "apply checks against the ledger's baseline)")
     p.add_argument("--out", required=True, help="plan directory to write")
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")
     p.set_defaults(run=run)

@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from MSUnmerged.cli import BadInput
-from MSUnmerged.cli.apply import exit_code
+from MSUnmerged.cli.apply import report, require_rse
 from MSUnmerged.config import Config
 from MSUnmerged.wiring import build_service
 
@@ -23,6 +22,6 @@ def run(args: argparse.Namespace, config: Config) -> int:
     if args.wait < 0:
         raise BadInput("--wait must be zero or more seconds")
     with build_service(config) as service:
+        require_rse(service, args.rse)
         result = service.run_once(args.rse, wait_s=args.wait)
-    print(json.dumps(result.to_dict(), indent=1))
-    return exit_code(result)
+    return report(result, "run")

@@ -490,8 +490,7 @@ class SlurmBackend:
             path=JOB_PATH, array_dir=shlex.quote(array_dir), python=shlex.quote(self.settings.python),
             manifest=MANIFEST_NAME, setup=self.settings.setup,
             exports="".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items()))
-        files = {f"jobs/{job_folder(j.job_id)}/{MANIFEST_NAME}": json.dumps(j.manifest(), indent=1).encode()
-                 for j in jobs}
+        files = {f"jobs/{job_folder(j.job_id)}/{MANIFEST_NAME}": j.manifest_bytes() for j in jobs}
         if credential.file_name:  # a copy in each job's folder: a job never reads another's
             secret = credential.read()
             files.update({f"jobs/{job_folder(j.job_id)}/{credential.file_name}": secret for j in jobs})

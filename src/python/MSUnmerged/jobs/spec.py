@@ -9,9 +9,8 @@ from typing import Any, Iterable, Optional, Sequence
 
 from MSUnmerged.config import Config
 from MSUnmerged.lfn import normalise_base
+from MSUnmerged.worker.cleanup import MANIFEST_VERSION
 from MSUnmerged.worker.paths import ancestors
-
-MANIFEST_VERSION = 1
 
 
 @dataclass
@@ -27,6 +26,10 @@ class DeleteFilesStep:
     retries: int = 2
     backoff_s: float = 1.0
     max_consecutive_denied: int = 20
+    unmerged_pfn: Optional[str] = None  # Rucio's PFN of /store/unmerged/ for the RSE; None: not asked (offline)
+    mapping_check: str = "site_config_only"  # "rucio" when unmerged_pfn is set: the worker compares the two
+    pfn_layout: str = "standard"  # "site_specific": PFNs need not end with the LFN's path (jobs.sites.<RSE>)
+    scan_started: Optional[float] = None  # the ConMon scan's start_time: files modified later are refused
     name: str = "DeleteFiles"
     type: str = "DeleteFiles"
 
@@ -61,8 +64,12 @@ class CleanupJob:
             "task": {"name": self.task_name, "type": self.task_type, "steps": [asdict(self.step)]},
         }
 
+    def manifest_bytes(self) -> bytes:
+        """The manifest as the worker reads it: ASCII JSON, no NaN/Infinity (refused at the site)."""
+        return json.dumps(self.manifest(), indent=1, allow_nan=False).encode("ascii")
+
     def write_manifest(self, path: Path) -> Path:
-        path.write_text(json.dumps(self.manifest(), indent=1))
+        path.write_bytes(self.manifest_bytes())
         return path
 
     @property
@@ -110,13 +117,21 @@ def relevant_protection(lfns: Sequence[str], protected: Iterable[str]) -> tuple[
 
 
 def make_job(job_id: str, rse: str, site: str, lfns: list[str], removable: set[str], protected: Iterable[str],
-             config: Config, generation: float = 0.0, now: Optional[float] = None) -> CleanupJob:
-    """One CleanupJob from a chunk of planned files, with the job settings of `config`."""
+             config: Config, generation: float = 0.0, now: Optional[float] = None,
+             unmerged_pfn: Optional[str] = None, scan_started: Optional[float] = None) -> CleanupJob:
+    """One CleanupJob from a chunk of planned files, with the job settings of `config`.
+
+    `unmerged_pfn`: Rucio's PFN of /store/unmerged/ for `rse` (None offline: only the site config's
+    own mapping is checked); `scan_started`: the start time of the scan the plan comes from.
+    """
     j = config.jobs
     bases, keep = relevant_protection(lfns, protected)
     step = DeleteFilesStep(lfns=lfns, remove_dirs=job_dirs(lfns, removable), keep_dirs=keep, protected=bases,
                            dry_run=config.service.dry_run, file_timeout_s=j.file_timeout_s, retries=j.retries,
-                           max_consecutive_denied=j.max_consecutive_denied)
+                           max_consecutive_denied=j.max_consecutive_denied, unmerged_pfn=unmerged_pfn,
+                           mapping_check="rucio" if unmerged_pfn is not None else "site_config_only",
+                           pfn_layout=j.sites.get(rse, {}).get("pfn_layout", "standard"),
+                           scan_started=scan_started)
     return CleanupJob(job_id=job_id, rse=rse, site=site, step=step, generation=generation,
                       deadline=(time.time() if now is None else now) + j.deadline_h * 3600,
                       request_memory_mb=j.request_memory_mb, request_disk_mb=j.request_disk_mb,

@@ -4,6 +4,7 @@ Collections (see docs/ledger.md):
   rses    one document per RSE: state, reason, current generation, counters, last events
   files   one per (RSE, generation, LFN); _id "<rse>|<generation>|<lfn>" makes re-recording idempotent
           and serves generation and directory-prefix queries as _id ranges without extra indexes
+  dirs    one per (RSE, generation, directory) a job reported on; _id "<rse>|<generation>|<dir>"
   jobs    one per cleanup job; _id "<rse>:<generation>:<round>-<n>"
   cycles  one per polling cycle of an instance
   leases  see leases.py
@@ -20,17 +21,21 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
-from pymongo import ASCENDING, DESCENDING, ReturnDocument, UpdateMany, UpdateOne, errors
+from pymongo import ASCENDING, DESCENDING, InsertOne, ReturnDocument, UpdateMany, UpdateOne, errors
 from pymongo.collection import Collection
 from pymongo.database import Database
 
+from MSUnmerged.config import PlannerConfig
+from MSUnmerged.guards import check_plan_lines, split_lines
 from MSUnmerged.jobs.backend import JobState
 from MSUnmerged.jobs.spec import CleanupJob
 from MSUnmerged.ledger import history
 from MSUnmerged.ledger.retry import LedgerError, with_retry
 from MSUnmerged.lfn import PrefixSet
 from MSUnmerged.planner import Plan
+from MSUnmerged.seal import DIRS_NAME, JOBS_DIR, Seal
 from MSUnmerged.statemachine import STATE_NEW, STATE_PLANNED
+from MSUnmerged.worker.report import DIR_OUTCOMES, EXPECTED_DIR_REASONS
 
 # File states.
 PLANNED = "planned"  # in a job, outcome not known yet (see the job's state)
@@ -44,6 +49,16 @@ FILE_STATES = (PLANNED, DELETED, WOULD_DELETE, MISSING, FAILED, UNKNOWN, SKIPPED
 OUTCOME_STATES = frozenset(FILE_STATES) - {PLANNED}
 RETRIABLE = (FAILED, UNKNOWN)
 NOT_DELETED = (PLANNED, *RETRIABLE, WOULD_DELETE)  # may still be deleted: dropped when they become protected
+
+# Directory states are the worker's directory outcomes. Several jobs may report on one directory (a
+# shared parent): its record keeps the outcome of highest rank, so collection order does not matter
+# (removed outranks missing: a job running beside the one that removed it finds it gone).
+DIR_REMOVED = "removed"
+DIR_REFUSED = "refused"
+DIR_RANK = {"dry_run": 0, "not_attempted": 1, "not_empty": 2, "timeout": 3, "storage_error": 3,
+            "permission_denied": 3, "auth_failed": 3, DIR_REFUSED: 4, "missing": 5, DIR_REMOVED: 6}
+assert set(DIR_RANK) == set(DIR_OUTCOMES)
+DIR_ERRORS = ("permission_denied", "timeout", "storage_error", "auth_failed")
 
 # Job states: "planned" before intent, then jobs.backend.JobState values.
 JOB_PLANNED = "planned"
@@ -81,6 +96,7 @@ class Ledger:
         self.generations_kept = generations_kept
         self.rses: Collection = db["rses"]
         self.files: Collection = db["files"]
+        self.dirs: Collection = db["dirs"]
         self.jobs: Collection = db["jobs"]
         self.cycles: Collection = db["cycles"]
 
@@ -103,11 +119,12 @@ class Ledger:
             for old in ("rse_1_gen_1_state_1", "job_1"):  # prefixes of the indexes below
                 if old in self.files.index_information():
                     self.files.drop_index(old)
-            self.files.create_index([("rse", ASCENDING), ("gen", ASCENDING), ("state", ASCENDING), ("_id", ASCENDING)])
-            self.files.create_index([("rse", ASCENDING), ("gen", ASCENDING), ("state", ASCENDING),
-                                     ("error_class", ASCENDING), ("_id", ASCENDING)])
-            self.files.create_index([("rse", ASCENDING), ("gen", ASCENDING), ("_id", ASCENDING)])
-            self.files.create_index([("job", ASCENDING), ("_id", ASCENDING)])
+            for coll in (self.files, self.dirs):  # both are queried by query_records
+                coll.create_index([("rse", ASCENDING), ("gen", ASCENDING), ("state", ASCENDING), ("_id", ASCENDING)])
+                coll.create_index([("rse", ASCENDING), ("gen", ASCENDING), ("state", ASCENDING),
+                                   ("error_class", ASCENDING), ("_id", ASCENDING)])
+                coll.create_index([("rse", ASCENDING), ("gen", ASCENDING), ("_id", ASCENDING)])
+                coll.create_index([("job", ASCENDING), ("_id", ASCENDING)])
             self.jobs.create_index([("rse", ASCENDING), ("gen", ASCENDING), ("state", ASCENDING)])
             self.jobs.create_index([("state", ASCENDING)])
             self.cycles.create_index([("started", DESCENDING)])
@@ -133,9 +150,14 @@ class Ledger:
     # -- plans -------------------------------------------------------------------------------------
 
     def record_plan(self, plan_dir: os.PathLike | str, plan: Plan, generation: float,
-                    protected_count: Optional[int] = None) -> int:
+                    baseline_count: Optional[int] = None, sealed: Optional[Seal] = None,
+                    max_lfn_length: int = PlannerConfig.max_lfn_length, scan_started: Optional[float] = None) -> int:
         """Record a plan's files (state planned, each in its job) and jobs; returns files recorded.
+        `scan_started` (the scan's start_time) is kept on the generation entry for the jobs' workers.
 
+        `baseline_count` is what this generation contributes to the shrink guard's baseline
+        (protected_baseline); `sealed` the plan's seal, kept on the generation's entry so that the
+        same plan is recognised and dirs.txt is checked before each use.
         Safe to repeat after a crash: the same ids are inserted again and duplicates are ignored,
         so existing records (which may have moved on) are kept. Repeat it with the SAME plan
         directory: `recording` on the RSE document says which generation was being recorded.
@@ -148,62 +170,83 @@ class Ledger:
                  "files_total": plan.files_total, "to_delete": plan.files_to_delete,
                  "protected": plan.files_protected, "excluded": plan.files_excluded,
                  "invalid": plan.files_invalid, "dirs_removable": plan.dirs_removable, "jobs": plan.jobs,
-                 "protected_count": plan.protected_count, "dropped_protected": 0}
+                 "protected_count": plan.protected_count, "dropped_protected": 0, "scan_started": scan_started,
+                 "baseline_count": plan.protected_count if baseline_count is None else baseline_count}
+        if sealed is not None:
+            entry.update(seal=sealed.digest, dirs_sha256=sealed.files[DIRS_NAME]["sha256"])
         with_retry(lambda: self.rses.update_one(
             {"_id": rse}, {"$set": {"recording": generation, "updated": now},
                            "$setOnInsert": {"created": now, "state": STATE_NEW}}, upsert=True), "mark recording")
         with_retry(lambda: self.rses.update_one({"_id": rse, "generations.gen": {"$ne": generation}},
                                                 {"$push": {"generations": entry}}), "add generation")
-        n = self._insert_files(rse, generation, plan_dir, plan.job_files)
+        n = self._insert_files(rse, generation, plan_dir, plan.job_files, max_lfn_length, sealed)
         jobs = [{"_id": job_id(rse, generation, 1, i), "rse": rse, "gen": generation, "round": 1, "n": i,
                  "state": JOB_PLANNED, "files": size, "plan_file": name, "created": now}
                 for i, (name, size) in enumerate(zip(plan.job_files, plan.job_sizes), 1)]
         self._insert_ignoring_duplicates(self.jobs, jobs)
-        count = protected_count if protected_count is not None else plan.protected_count
         with_retry(lambda: self.rses.update_one(
-            {"_id": rse}, {"$set": {"generation": generation, "protected_count": count, "state": STATE_PLANNED,
+            {"_id": rse}, {"$set": {"generation": generation, "state": STATE_PLANNED,
                                     "reason": "", "detail": "", "updated": time.time()},
                            "$unset": {"recording": ""}}), "finish recording")
         self.prune_generations(rse)
+        baseline = self.protected_baseline(rse)
+        with_retry(lambda: self.rses.update_one({"_id": rse}, {"$set": {"protected_count": baseline}}), "baseline")
         return n
 
-    def _insert_files(self, rse: str, generation: float, plan_dir: Path, job_files: Sequence[str]) -> int:
+    def protected_baseline(self, rse: str) -> Optional[int]:
+        """The shrink guard's baseline: the largest protected-list size among the RSE's kept generations
+        (None before the first plan). Only the ledger's own records count, never a plan's summary."""
+        counts = [g.get("baseline_count", g.get("protected_count")) for g in self.rse(rse).get("generations", [])]
+        return max((c for c in counts if isinstance(c, int) and not isinstance(c, bool)), default=None)
+
+    def generation_entry(self, rse: str, generation: float) -> dict[str, Any]:
+        """The kept generation's entry of the RSE document ({} when there is none)."""
+        return next((g for g in self.rse(rse).get("generations", []) if g["gen"] == generation), {})
+
+    def _insert_files(self, rse: str, generation: float, plan_dir: Path, job_files: Sequence[str],
+                      max_lfn_length: int, sealed: Optional[Seal]) -> int:
+        """Every line of the jobs files, read as bytes and split on b"\\n" only. A file that differs from
+        its seal, or holds a line that is not exactly a canonical LFN below /store/unmerged, is refused
+        (GuardTripped) before any of it is recorded."""
         prefix = f"{rse}|{gen_key(generation)}|"
         now = time.time()
         batch: list[dict[str, Any]] = []
         n = 0
         for i, name in enumerate(job_files, 1):
             jid = job_id(rse, generation, 1, i)
-            with open(plan_dir / "jobs" / name, encoding="utf-8", errors="surrogateescape") as fh:
-                for line in fh:
-                    lfn = line.rstrip("\n")
-                    if not lfn:
-                        continue
-                    batch.append({"_id": prefix + lfn, "rse": rse, "gen": generation, "lfn": lfn,
-                                  "dir": lfn[:lfn.rfind("/")], "state": PLANNED, "job": jid, "attempts": 1,
-                                  "t": now})
-                    if len(batch) >= BATCH:
-                        n += len(batch)
-                        self._insert_ignoring_duplicates(self.files, batch)
-                        batch = []
+            data = (plan_dir / JOBS_DIR / name).read_bytes()
+            if sealed is not None:
+                sealed.check_file(f"{JOBS_DIR}/{name}", data)
+            check_plan_lines(data, max_lfn_length, f"{JOBS_DIR}/{name}")
+            for raw in split_lines(data):
+                lfn = raw.decode("utf-8", errors="surrogateescape")
+                batch.append({"_id": prefix + lfn, "rse": rse, "gen": generation, "lfn": lfn,
+                              "dir": lfn[:lfn.rfind("/")], "state": PLANNED, "job": jid, "attempts": 1,
+                              "t": now})
+                if len(batch) >= BATCH:
+                    n += len(batch)
+                    self._insert_ignoring_duplicates(self.files, batch)
+                    batch = []
         if batch:
             n += len(batch)
             self._insert_ignoring_duplicates(self.files, batch)
         return n
 
-    @staticmethod
-    def _insert_ignoring_duplicates(coll: Collection, docs: list[dict[str, Any]]) -> None:
-        if not docs:
-            return
+    @classmethod
+    def _insert_ignoring_duplicates(cls, coll: Collection, docs: list[dict[str, Any]]) -> None:
+        if docs:
+            cls._write_ignoring_duplicates(coll, [InsertOne(d) for d in docs])
 
-        def insert() -> None:
+    @staticmethod
+    def _write_ignoring_duplicates(coll: Collection, ops: list[Any]) -> None:
+        def write() -> None:
             try:
-                coll.insert_many(docs, ordered=False)
+                coll.bulk_write(ops, ordered=False)
             except errors.BulkWriteError as exc:
                 other = [e for e in exc.details.get("writeErrors", []) if e.get("code") != 11000]
                 if other or exc.details.get("writeConcernErrors"):
                     raise
-        with_retry(insert, f"insert into {coll.name}")
+        with_retry(write, f"write to {coll.name}")
 
     def drop_protected(self, rse: str, generation: float, protection: PrefixSet, job: Optional[str] = None) -> int:
         """Files not yet deleted (of one job, if given) that the current protected list covers become
@@ -233,6 +276,7 @@ class Ledger:
         if not old:
             return []
         with_retry(lambda: self.files.delete_many({"rse": rse, "gen": {"$in": old}}), "prune files")
+        with_retry(lambda: self.dirs.delete_many({"rse": rse, "gen": {"$in": old}}), "prune dirs")
         with_retry(lambda: self.jobs.delete_many({"rse": rse, "gen": {"$in": old},
                                                   "state": {"$nin": list(LIVE_JOB_STATES)}}), "prune jobs")
         with_retry(lambda: self.rses.update_one({"_id": rse}, {"$pull": {"generations": {"gen": {"$in": old}}}}),
@@ -324,6 +368,29 @@ class Ledger:
         history.record_job(self.db, job["rse"], job_id_, day, summary)
         return summary
 
+    def record_dirs(self, job_id_: str, outcomes: Iterable[Mapping[str, Any]]) -> int:
+        """Sink for the collector: directory outcomes of one job, as {"dir", "state" (a DIR_RANK key),
+        "error_class"?, "error"?, "pfn"?}. A directory keeps the outcome of highest rank any job reported
+        (equal rank: the latest); repeating the call gives the same records. Returns how many were given."""
+        job = self.job(job_id_)
+        if not job:
+            raise LedgerError("unknown_job", f"no job {job_id_} in the ledger")
+        prefix = f"{job['rse']}|{gen_key(job['gen'])}|"
+        now = time.time()
+        ops = []
+        for o in outcomes:
+            state = o.get("state")
+            if state not in DIR_RANK:
+                raise LedgerError("bad_outcome", f"job {job_id_}: unknown directory state {state!r} for {o.get('dir')}")
+            doc = {"rse": job["rse"], "gen": job["gen"], "dir": o["dir"], "state": state, "rank": DIR_RANK[state],
+                   "error_class": str(o.get("error_class") or ""), "error": str(o.get("error") or "")[:1000],
+                   "pfn": o.get("pfn"), "job": job_id_, "t": now}
+            # A higher-ranked record makes the upsert's insert collide: a duplicate key, ignored below.
+            ops.append(UpdateOne({"_id": prefix + o["dir"], "rank": {"$lte": doc["rank"]}}, {"$set": doc}, upsert=True))
+        if ops:
+            self._write_ignoring_duplicates(self.dirs, ops)
+        return len(ops)
+
     def close_job(self, job_id_: str, state: str, reason: str = "", error_class: str = "no_report",
                   **facts: Any) -> int:
         """The job is over: files it did not report on become unknown (retried) with `error_class`;
@@ -387,6 +454,19 @@ class Ledger:
         failed_by_class = {r["_id"] or "unclassified": r["n"] for r in with_retry(lambda: list(self.files.aggregate([
             {"$match": {"rse": rse, "gen": gen, "state": FAILED}},
             {"$group": {"_id": "$error_class", "n": {"$sum": 1}}}])), "failed by class")}
+        dirs = with_retry(lambda: list(self.dirs.aggregate([
+            {"$match": {"rse": rse, "gen": gen}},
+            {"$group": {"_id": {"state": "$state", "cls": "$error_class"}, "n": {"$sum": 1}}}])), "dirs by state")
+        dirs_by_state: dict[str, int] = {}
+        refused_by_reason: dict[str, int] = {}
+        dirs_failed = 0  # not removed for a storage error or an unexpected refusal (not the plan's keep rules)
+        for r in dirs:
+            state, reason = r["_id"]["state"], r["_id"].get("cls") or ""
+            dirs_by_state[state] = dirs_by_state.get(state, 0) + r["n"]
+            if state == DIR_REFUSED:
+                refused_by_reason[reason or "unclassified"] = refused_by_reason.get(reason or "unclassified", 0) + r["n"]
+            if state in DIR_ERRORS or state == DIR_REFUSED and reason not in EXPECTED_DIR_REASONS:
+                dirs_failed += r["n"]
         bytes_freed = sum(j.get("summary", {}).get("bytes_freed", 0) for j in with_retry(
             lambda: list(self.jobs.find({"rse": rse, "gen": gen}, {"summary.bytes_freed": 1})), "bytes"))
         counters = {"to_delete": entry.get("to_delete", 0), "pending": by_state[PLANNED],
@@ -395,7 +475,10 @@ class Ledger:
                     "failed_by_class": failed_by_class, "skipped_protected": by_state[SKIPPED_PROTECTED],
                     "protected": entry.get("protected", 0), "excluded": entry.get("excluded", 0),
                     "invalid": entry.get("invalid", {}), "dirs_removable": entry.get("dirs_removable", 0),
-                    "bytes_freed": bytes_freed, "protected_count": entry.get("protected_count", 0)}
+                    "bytes_freed": bytes_freed, "protected_count": entry.get("protected_count", 0),
+                    "dirs_removed": dirs_by_state.get(DIR_REMOVED, 0), "dirs_refused": dirs_by_state.get(DIR_REFUSED, 0),
+                    "dirs_failed": dirs_failed,
+                    "dirs_by_state": dirs_by_state, "dirs_refused_by_reason": refused_by_reason}
         with_retry(lambda: self.rses.update_one({"_id": rse}, {"$set": {"counters": counters,
                                                                         "counted_at": time.time()}}), "counters")
         return counters
@@ -438,8 +521,9 @@ class Ledger:
     def query_files(self, rse: str, state: Optional[str] = None, job: Optional[str] = None,
                     dir_prefix: Optional[str] = None, generation: Optional[float] = None,
                     after: Optional[str] = None, limit: int = 100,
-                    error_class: Optional[str] = None) -> dict[str, Any]:
-        """Files of one RSE generation (default: current), by state, error class, job or directory prefix.
+                    error_class: Optional[str] = None, dirs: bool = False) -> dict[str, Any]:
+        """Files (dirs=True: directory records) of one RSE generation (default: current), by state, error
+        class, job or path prefix.
 
         Paginated by _id: pass the answer's `next` as `after`. State "submitted" means planned
         files whose job is live in the batch system; an error class alone means failed files.
@@ -449,7 +533,7 @@ class Ledger:
             generation = self.rse(rse).get("generation")
             if generation is None:
                 return {"items": [], "next": None, "generation": None}
-        if error_class is not None and state is None:
+        if error_class is not None and state is None and not dirs:
             state = FAILED
         # Each filter is an index's leading fields (ensure_indexes) plus a range on its trailing _id,
         # with the indexed field first: SecantusDB picks indexes by the filter's exact field set,
@@ -471,7 +555,8 @@ class Ledger:
             id_range["$gt"] = after
         if id_range:
             flt["_id"] = id_range
-        docs = with_retry(lambda: list(self.files.find(flt).sort("_id", ASCENDING).limit(limit)), "query files")
+        coll = self.dirs if dirs else self.files
+        docs = with_retry(lambda: list(coll.find(flt).sort("_id", ASCENDING).limit(limit)), "query records")
         return {"items": docs, "next": docs[-1]["_id"] if len(docs) == limit else None, "generation": generation}
 
     def file_history(self, rse: str, lfn: str) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ from MSUnmerged.ledger.retry import LedgerError, deadline
 from MSUnmerged.rest.auth import AuthError, Audit, KeyFile, RateLimiter, ReplayGuard, User, claimed, has_role, \
     user_from_headers
 from MSUnmerged.rest.triggers import TriggerQueue
-from MSUnmerged.rest.view import FILE_STATES, JOB_STATES, LedgerView
+from MSUnmerged.rest.view import DIR_STATES, FILE_STATES, JOB_STATES, LedgerView
 from MSUnmerged.statemachine import STATE_CLEAN
 
 log = logging.getLogger("MSUnmerged.rest")
@@ -48,8 +48,8 @@ WMCORE_COUNTERS = {
     "filesToDelete": "to_delete",
     "filesDeletedSuccess": "deleted",
     "filesDeletedFail": "failed",
-    "dirsDeletedSuccess": None,
-    "dirsDeletedFail": None,
+    "dirsDeletedSuccess": "dirs_removed",
+    "dirsDeletedFail": "dirs_failed",
     "gfalErrors": "failed_by_class",  # WMCore: a tally by gfal error; here by error class
 }
 
@@ -350,8 +350,17 @@ class DataApi:
     @json_call()
     def files(self, **params: Any) -> Any:
         """Files by rse, state, error_class, dir prefix, job; `limit` + `after` pages, stream=true all."""
+        return self._records(params, FILE_STATES, self.view.files)
+
+    @json_call()
+    def dirs(self, **params: Any) -> Any:
+        """Directory outcomes, selected and paged like files (error_class: the refusal reason)."""
+        return self._records(params, DIR_STATES, self.view.dirs)
+
+    def _records(self, params: dict[str, Any], states: tuple[str, ...],
+                 fetch: Callable[..., Iterator[dict[str, Any]]]) -> Any:
         rse = one(params, "rse", pattern=RSE_RE)
-        state = one(params, "state", choices=FILE_STATES)
+        state = one(params, "state", choices=states)
         error_class = one(params, "error_class", pattern=ERROR_CLASS_RE)
         dir_prefix = one(params, "dir")
         job = one(params, "job", pattern=JOB_RE)
@@ -367,11 +376,11 @@ class DataApi:
             raise BadParam("after", "too long")
         query = (rse, state, error_class, dir_prefix, job)
         if stream:
-            records = self.view.files(*query, after, 0)
+            records = fetch(*query, after, 0)
             first = next(records, None)  # here an outage still answers 503, before the 200 is sent
             cherrypy.response.stream = True
             return self._stream(first, records, self.config.rest.db_timeout_s)
-        page = list(self.view.files(*query, after, limit))
+        page = list(fetch(*query, after, limit))
         nxt = page[-1]["cursor"] if len(page) == limit else None
         return envelope(page, next=nxt)
 

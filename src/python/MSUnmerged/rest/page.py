@@ -222,6 +222,8 @@ def rse_page(view: LedgerView, ctx: Context, name: str) -> Optional[str]:
                  td(esc(j.get("reason")))] for j in jobs]
     events = [[td(esc(when(e.get("at"))), cls="t"), state_cell(e.get("state")), td(reason_link(e.get("reason"), ctx)),
                td(esc(e.get("detail")))] for e in reversed(r.get("events") or [])]
+    dirs = [(esc(k), number(v)) for k, v in sorted((c.get("dirs_by_state") or {}).items())]
+    dirs += [(f"refused: {esc(k)}", number(v)) for k, v in sorted((c.get("dirs_refused_by_reason") or {}).items())]
     failed = list(view.files(name, "failed", None, None, None, None, 200))
     file_rows = [[td(f"<code>{esc(f.get('lfn'))}</code>"), td(esc(f.get("error_class"))),
                   td(esc(f.get("error"))), td(number(f.get("attempts", 0)), numeric=True),
@@ -236,6 +238,10 @@ def rse_page(view: LedgerView, ctx: Context, name: str) -> Optional[str]:
                     job_rows, "no jobs")
             + "<h2>Recent skips and failures</h2>"
             + table(["when", "state", "reason", "detail"], events, "none recorded")
+            + "<h2>Directories</h2>"
+            + table(["outcome", "directories"], [[td(k), td(v, numeric=True)] for k, v in dirs], "no outcome yet")
+            + f'<p><a href="{esc(base)}/data/dirs?rse={url_arg(name)}&amp;state=refused">refused directories as JSON</a>'
+              "</p>"
             + f"<h2>Failed files (first {len(failed)})</h2>"
             + table(["LFN", "error class", "message", "attempts", "job"], file_rows, "no failed files")
             + f'<p><a href="{esc(base)}/data/files?rse={url_arg(name)}&amp;state=failed&amp;stream=true">'

@@ -13,9 +13,11 @@ from pymongo.database import Database
 from MSUnmerged.jobs.backend import JobState
 from MSUnmerged.ledger import FILE_STATES as LEDGER_FILE_STATES
 from MSUnmerged.ledger import JOB_PLANNED, PLANNED, RETRIABLE, Ledger, history
+from MSUnmerged.worker.report import DIR_OUTCOMES
 
 # "submitted": planned files whose job is live in the batch system (as Ledger.query_files has it).
 FILE_STATES = (*LEDGER_FILE_STATES, "submitted")
+DIR_STATES = DIR_OUTCOMES  # a directory record's state is the worker's outcome
 PAGE = 10_000  # records per ledger query when streaming
 JOB_STATES = (JOB_PLANNED, *(s.value for s in JobState))
 
@@ -38,6 +40,11 @@ class LedgerView(Protocol):
               limit: int) -> Iterator[dict[str, Any]]:
         """`files` records (with `cursor` for their _id) of the RSE's current generation, or of the job's
         generation when only `job` is given, in `cursor` order after `after`; limit 0: all."""
+
+    def dirs(self, rse: Optional[str], state: Optional[str], error_class: Optional[str],
+             dir_prefix: Optional[str], job: Optional[str], after: Optional[str],
+             limit: int) -> Iterator[dict[str, Any]]:
+        """`dirs` records (directory outcomes; `error_class` is the refusal reason), selected like `files`."""
 
     def jobs(self, rse: Optional[str], state: Optional[str], limit: int) -> list[dict[str, Any]]:
         """`jobs` records (`id` for their _id), most recent first."""
@@ -133,7 +140,7 @@ class MongoLedgerView:
 
     def files(self, rse: Optional[str], state: Optional[str], error_class: Optional[str],
               dir_prefix: Optional[str], job: Optional[str], after: Optional[str],
-              limit: int) -> Iterator[dict[str, Any]]:
+              limit: int, dirs: bool = False) -> Iterator[dict[str, Any]]:
         """Pages of Ledger.query_files (one index range each) until `limit` records or the end."""
         generation = None
         if job and not rse:
@@ -146,7 +153,8 @@ class MongoLedgerView:
         left = limit or None
         while True:
             page = self.ledger.query_files(rse, state=state, job=job, dir_prefix=dir_prefix, generation=generation,
-                                           after=after, limit=min(left or PAGE, PAGE), error_class=error_class)
+                                           after=after, limit=min(left or PAGE, PAGE), error_class=error_class,
+                                           dirs=dirs)
             for doc in page["items"]:
                 out = _clean(doc)
                 out["cursor"] = out.pop("_id")
@@ -156,6 +164,11 @@ class MongoLedgerView:
             after, generation = page["next"], page["generation"]
             if not after or left == 0:
                 return
+
+    def dirs(self, rse: Optional[str], state: Optional[str], error_class: Optional[str],
+             dir_prefix: Optional[str], job: Optional[str], after: Optional[str],
+             limit: int) -> Iterator[dict[str, Any]]:
+        return self.files(rse, state, error_class, dir_prefix, job, after, limit, dirs=True)
 
     # -- jobs and cycles ---------------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 from MSUnmerged.config import Config
 from MSUnmerged.sources.conmon import ConMonClient, DumpStream
@@ -11,7 +11,8 @@ from MSUnmerged.sources.wmstats import WMStatsClient
 
 
 class LiveSources:
-    """stats(), protected(), rses() and open_dump(rse) from the real services named in the config."""
+    """stats(), protected(), rses(), unmerged_pfn(rse) and open_dump(rse) from the real services named in the
+    config."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -27,6 +28,9 @@ class LiveSources:
 
     def protected(self) -> list[str]:
         return self.wmstats.protected_lfns()
+
+    def unmerged_pfn(self, rse: str) -> Optional[str]:
+        return self.rucio.unmerged_pfn(rse)
 
     @contextlib.contextmanager
     def open_dump(self, rse: str) -> Iterator[DumpStream]:

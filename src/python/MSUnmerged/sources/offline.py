@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Optional
 
 from MSUnmerged.sources.errors import BAD_CONTENT, HTTP_STATUS, NO_MATCH, SourceError
 
 
 class OfflineSources:
-    """Answers stats(), protected(), rses() and open_dump(rse) from files in one directory."""
+    """Answers stats(), protected(), rses(), unmerged_pfn(rse) and open_dump(rse) from files in one directory."""
 
     def __init__(self, directory: Path | str) -> None:
         self.directory = Path(directory)
@@ -52,6 +52,10 @@ class OfflineSources:
                 raise SourceError(BAD_CONTENT, "rses.json is not a list of RSE names", "rucio")
             return sorted(names)
         return sorted(self.stats())
+
+    def unmerged_pfn(self, rse: str) -> Optional[str]:
+        """No Rucio offline: the jobs check the site configuration's own mapping only (site_config_only)."""
+        return None
 
     def open_dump(self, rse: str) -> BinaryIO:
         matches = sorted((self.directory / "dumps").glob(f"{rse}*"))

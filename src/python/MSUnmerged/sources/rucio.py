@@ -18,6 +18,7 @@ from MSUnmerged.sources.errors import (AUTHENTICATION, BAD_CONTENT, HTTP_STATUS,
 log = logging.getLogger(__name__)
 SOURCE = "rucio"
 SCOPE = "cms"
+UNMERGED = "/store/unmerged/"
 # CMS site names are T<tier>_<country>_<name> (the name may hold '_': T2_UK_London_Brunel);
 # RSE names are the site name, or it plus a storage suffix (T1_US_FNAL_Disk).
 _SITE_RE = re.compile(r"^(T([0-3])_[A-Z]{2}_\w+?)(?:_(?:Disk|Tape|Test|Temp))?$", re.IGNORECASE)
@@ -98,6 +99,14 @@ class RucioSource:
                             lambda c: c.lfns2pfns(rse, dids, scheme=scheme, operation=operation))
         prefix = len(SCOPE) + 1
         return {did[prefix:]: pfn for did, pfn in answer.items()}
+
+    def unmerged_pfn(self, rse: str) -> str:
+        """The RSE's PFN of /store/unmerged/ for deletion, as Rucio maps it (the prefix WMCore MSUnmerged
+        deletes under); the jobs' workers check that the site configuration maps it the same way."""
+        pfn = self.lfns2pfns(rse, [UNMERGED], operation="delete").get(UNMERGED)
+        if not isinstance(pfn, str) or not pfn.strip():
+            raise SourceError(BAD_CONTENT, f"lfns2pfns at {rse} gave no PFN for {UNMERGED} (got {pfn!r})", SOURCE)
+        return pfn
 
     # -- client and error classification --------------------------------------------------------
 

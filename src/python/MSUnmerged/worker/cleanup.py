@@ -10,25 +10,31 @@ import sys
 import time
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from . import credentials, deleters, paths, siteconf, storage
-from .deleters import AUTH_FAILED, DELETED, DENIED, MISSING, Deleter, Result
-from .report import ReportWriter
+from . import credentials, deleters, paths, pfn, siteconf, storage
+from .deleters import AUTH_FAILED, DELETED, DENIED, MISSING, REFUSED, Deleter, Result, Seen
+from .report import (ABOVE_FLOOR, INVALID_LFN, KEPT, MAPPING_DISAGREES, MODIFIED_SINCE_SCAN, NO_PFN,
+                     NOT_JOB_DIR, PFN_OUTSIDE_UNMERGED, PROTECTED, ReportWriter)
 
 # Exit codes (docs/jobs.md).
 EXIT_DONE = 0  # every file deleted, already missing, or (dry run) would be deleted
 EXIT_PARTIAL = 1  # the job ran; some files or directories did not reach that state
 EXIT_REFUSED = 2  # the job refused to start: deadline passed or manifest unusable; nothing touched
-EXIT_CONFIG = 3  # the site configuration gives no usable way to delete; nothing touched
+EXIT_CONFIG = 3  # the site configuration gives no usable way to delete, or disagrees with Rucio; nothing touched
 EXIT_INTERNAL = 4  # the worker itself failed; the report holds what was done until then
 EXIT_AUTH = 5  # the storage credential is missing, expired or was refused: files are auth_failed
 
-MANIFEST_VERSION = 1
-REFUSED_PROTECTED = "under a protected directory"  # the collector maps this refusal to skipped_protected
+MANIFEST_VERSION = 2
+REFUSED_PROTECTED = "under a protected directory"  # the error text of a PROTECTED refusal
 GOOD_FILE = ("deleted", "missing", "dry_run")
 BAD_DIR = ("permission_denied", "timeout", "storage_error", AUTH_FAILED)
+# mapping_check: which mappings the worker compares (docs/jobs.md).
+MAPPING_CHECKS = ("rucio", "site_config_only")
+_NONE = type(None)
 _STEP_TYPES = {"lfns": list, "remove_dirs": list, "keep_dirs": list, "protected": list, "dry_run": bool,
                "file_timeout_s": (int, float), "retries": int, "backoff_s": (int, float),
-               "max_consecutive_denied": int}
+               "max_consecutive_denied": int, "unmerged_pfn": (str, _NONE), "mapping_check": str,
+               "pfn_layout": str, "scan_started": (int, float, _NONE)}
+Refusal = Tuple[str, str]  # (report.REASONS code, error text)
 
 
 def worker_version() -> str:
@@ -61,7 +67,7 @@ class Job:
             self.site = str(data["site"])
             self.deadline = float(data["deadline"])
             steps = [s for s in data["task"]["steps"] if s.get("type") == "DeleteFiles"]
-        except (KeyError, TypeError, ValueError) as exc:
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise JobRefused("manifest lacks or mistypes %s" % exc) from None
         if len(steps) != 1:
             raise JobRefused("manifest must hold exactly one DeleteFiles step, has %d" % len(steps))
@@ -80,14 +86,48 @@ class Job:
         self.retries = max(0, int(step.get("retries", 2)))
         self.backoff = max(0.0, float(step.get("backoff_s", 1.0)))
         self.max_denied = max(1, int(step.get("max_consecutive_denied", 20)))
+        self.unmerged_pfn: Optional[str] = step.get("unmerged_pfn")
+        self.mapping_check = step.get("mapping_check", "site_config_only")
+        self.pfn_layout = step.get("pfn_layout", "standard")
+        started = step.get("scan_started")
+        self.scan_started: Optional[float] = None if started is None else float(started)
+        if self.pfn_layout not in pfn.LAYOUTS:
+            raise JobRefused("DeleteFiles.pfn_layout %r is not one of %s" % (self.pfn_layout, ", ".join(pfn.LAYOUTS)))
+        if self.mapping_check != ("rucio" if self.unmerged_pfn is not None else "site_config_only"):
+            raise JobRefused("DeleteFiles.mapping_check %r does not fit unmerged_pfn %r"
+                             % (self.mapping_check, self.unmerged_pfn))
+
+
+def _unique_keys(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError("key %r appears twice" % key)
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError("%s is not JSON" % name)
 
 
 def read_manifest(path: str) -> Job:
+    """The manifest, read as bytes and parsed strictly (UTF-8, no repeated keys, no NaN/Infinity)."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            return Job(json.load(fh))
+        with open(path, "rb") as fh:
+            text = fh.read().decode("utf-8")
+        return Job(json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant))
     except (OSError, ValueError) as exc:
         raise JobRefused("cannot read manifest %s: %s" % (path, exc)) from None
+
+
+def map_path(mapper: storage.Mapper, path: str) -> Tuple[Optional[str], Optional[str]]:
+    """(PFN, None), or (None, why) when the site's rules give none or fail (bad group, chain loop)."""
+    try:
+        got = mapper(path)
+    except siteconf.SiteConfigError as exc:
+        return None, str(exc)
+    return got, None if got is not None else "no rule of the site config maps it"
 
 
 def choose_method(job: Job, env: Mapping[str, str], probe_lfn: Optional[str]) -> Tuple[
@@ -114,9 +154,10 @@ def choose_method(job: Job, env: Mapping[str, str], probe_lfn: Optional[str]) ->
             reasons.append("%s: %s" % (label, why))
             continue
         if probe_lfn is not None:
-            pfn = mapper(probe_lfn)
-            if pfn is None or not deleter.accepts(pfn):
-                reasons.append("%s: %s gives PFN %r, not usable by %s" % (label, probe_lfn, pfn, deleter.name))
+            got, why = map_path(mapper, probe_lfn)
+            if got is None or not deleter.accepts(got):
+                reasons.append("%s: %s gives PFN %r, not usable by %s%s" % (label, probe_lfn, got, deleter.name,
+                                                                         ": " + why if why else ""))
                 continue
         return method, mapper, deleter
     raise ConfigProblem("no usable stage-out method in %s: %s" % (cfg.path, " | ".join(reasons) or "none listed"))
@@ -172,66 +213,88 @@ class Cleanup:
         except ConfigProblem as exc:
             self.report.start(self.info())
             return self._refuse_all(EXIT_CONFIG, str(exc))
-        self.method = dict(method.describe(), deleter=deleter.name)
+        root = pfn.unmerged_root(lambda path: map_path(mapper, path)[0])
+        deleter.root = root or ""
+        self.method = dict(method.describe(), deleter=deleter.name, unmerged_pfn=root, checks=deleter.checks(),
+                           pfn_layout=job.pfn_layout, mapping_check=job.mapping_check)
         self.report.start(dict(self.info(), method=self.method))
+        if job.unmerged_pfn is not None and (root is None or not pfn.same_place(root, job.unmerged_pfn)):
+            return self._refuse_all(EXIT_CONFIG, "the site config's PFN of %s is %s, Rucio's is %s" % (
+                paths.UNMERGED, root, job.unmerged_pfn), REFUSED, MAPPING_DISAGREES)
+        bad_root = pfn.root_problem(root, job.pfn_layout)
         todo: List[Tuple[str, str]] = []
-        for lfn, why in checked:
-            pfn = mapper(lfn) if why is None else None
-            if why is None and (pfn is None or not deleter.accepts(pfn)):
-                why = "no usable PFN for this LFN (got %r)" % pfn
-            if why is not None:
-                self.report.file(str(lfn), pfn, "refused", why, 0)
+        for lfn, refusal in checked:
+            got = None
+            if refusal is None:
+                got, refusal = self._place(mapper, deleter, lfn, bad_root)
+            if refusal is not None:
+                self.report.file(str(lfn), got, REFUSED, refusal[1], 0, refusal[0])
             else:
-                todo.append((lfn, pfn))  # type: ignore[arg-type]
+                todo.append((lfn, got))  # type: ignore[arg-type]
         old = signal.signal(signal.SIGTERM, self.stop)
         try:
-            if self.dry_run:
-                for lfn, pfn in todo:
-                    self.report.file(lfn, pfn, "dry_run", None, 0)
-            else:
-                self._delete(todo, deleter)
-            self._rmdirs(mapper, deleter, [lfn for lfn, _ in todo])
+            self._delete(todo, deleter)
+            self._rmdirs(mapper, deleter, [lfn for lfn, why in checked if why is None], bad_root)
         finally:
             signal.signal(signal.SIGTERM, old)
         return self._finish()
 
     # -- checks -----------------------------------------------------------------------------------
 
-    def _check_files(self) -> List[Tuple[Any, Optional[str]]]:
-        """Each LFN with the reason it is refused (None: may be deleted)."""
+    def _check_files(self) -> List[Tuple[Any, Optional[Refusal]]]:
+        """Each LFN with why it is refused (None: may be deleted)."""
         protected = paths.PathSet(self.job.protected)
         seen = set()
-        out: List[Tuple[Any, Optional[str]]] = []
+        out: List[Tuple[Any, Optional[Refusal]]] = []
         for lfn in self.job.lfns:
             why = paths.problem(lfn)
-            if why is None and protected.covers(lfn):
-                why = REFUSED_PROTECTED
-            if why is None and lfn in seen:
+            refusal = None if why is None else (INVALID_LFN, why)
+            if refusal is None and protected.covers(lfn):
+                refusal = (PROTECTED, REFUSED_PROTECTED)
+            if refusal is None and lfn in seen:
                 self.duplicates += 1  # one outcome per file: a repeated LFN gets no second line
                 continue
-            if why is None:
+            if refusal is None:
                 seen.add(lfn)
-            out.append((lfn, why))
+            out.append((lfn, refusal))
         return out
 
+    def _place(self, mapper: storage.Mapper, deleter: Deleter, path: str,
+               bad_root: Optional[str]) -> Tuple[Optional[str], Optional[Refusal]]:
+        """(PFN, None) when `path` maps to a PFN safe to act on, else (PFN or None, refusal)."""
+        got, why = map_path(mapper, path)
+        if got is None or not deleter.accepts(got):
+            return got, (NO_PFN, "no PFN usable by %s (got %r)%s" % (deleter.name, got, ": " + why if why else ""))
+        why = bad_root or pfn.pfn_problem(got, path, deleter.root, self.job.pfn_layout)
+        return got, None if why is None else (PFN_OUTSIDE_UNMERGED, why)
+
     def _dir_problem(self, directory: Any, file_dirs: set, protected: paths.PathSet,
-                     keep: paths.PathSet) -> Optional[str]:
+                     keep: paths.PathSet) -> Optional[Refusal]:
         why = paths.problem(directory)
         if why is not None:
-            return why
+            return INVALID_LFN, why
         if paths.depth(directory) < paths.MIN_DIR_DEPTH:
-            return "above the lowest removable level"
+            return ABOVE_FLOOR, "above the lowest removable level"
         if protected.at_or_above(directory) or keep.at_or_above(directory):
-            return "a directory that must be kept (a protected or kept path at or below it)"
+            return KEPT, "a directory that must be kept (a protected or kept path at or below it)"
         if protected.covers(directory):
-            return "under a protected directory"
+            return PROTECTED, REFUSED_PROTECTED
         if directory not in file_dirs:
-            return "not a directory of this job's files"
+            return NOT_JOB_DIR, "not a directory of this job's files"
         return None
+
+    def _modified(self, seen: Seen, deleter: Deleter) -> Optional[Result]:
+        """A refusal when the entry may have changed after the scan the plan comes from."""
+        started = self.job.scan_started
+        if started is None or seen.mtime is None or seen.mtime + deleter.mtime_step <= started:
+            return None
+        return Result(REFUSED, "modified at %.3f, after the scan started at %.3f" % (seen.mtime, started),
+                      reason=MODIFIED_SINCE_SCAN)
 
     # -- deletion ---------------------------------------------------------------------------------
 
     def _delete(self, todo: List[Tuple[str, str]], deleter: Deleter) -> None:
+        """Each batch is inspected first (links, size, mtime); a dry run stops there."""
         job = self.job
         denied_run = 0
         start = 0
@@ -239,16 +302,31 @@ class Cleanup:
             if self.stop.reason is None and time.time() > job.deadline:
                 self.stop.reason = "deadline passed during the job"
             if self.stop.reason is not None:
-                for lfn, pfn in todo[start:]:
-                    self.report.file(lfn, pfn, "not_attempted", self.stop.reason, 0)
+                for lfn, pfn_ in todo[start:]:
+                    self.report.file(lfn, pfn_, "not_attempted", self.stop.reason, 0)
                 return
             # The first batch probes the storage; once it refuses, batches shrink so that the job stops
             # after exactly max_denied refusals in a row.
             size = job.max_denied - denied_run if start == 0 or denied_run else deleter.batch_size
             batch = todo[start:start + max(1, min(size, deleter.batch_size))]
             start += len(batch)
-            for (lfn, pfn), (result, attempts) in zip(batch, self._with_retries(deleter, batch)):
-                self.report.file(lfn, pfn, result.outcome, result.error, attempts)
+            seen = deleter.inspect([p for _, p in batch])
+            final: List[Optional[Tuple[Result, int]]] = []
+            go = []
+            for i, look in enumerate(seen):
+                verdict = look.result or self._modified(look, deleter)
+                final.append(None if verdict is None else (verdict, 0))
+                if verdict is None:
+                    go.append(i)
+            if self.dry_run:
+                done = [(Result("dry_run"), 0)] * len(go)
+            else:
+                done = self._with_retries(deleter, [batch[i] for i in go])
+            for i, answer in zip(go, done):
+                final[i] = answer
+            for (lfn, pfn_), look, answer in zip(batch, seen, final):
+                result, attempts = answer  # type: ignore[misc]
+                self.report.file(lfn, pfn_, result.outcome, result.error, attempts, result.reason, look.size)
                 if result.outcome == AUTH_FAILED and not self.auth_refused:
                     # Every further request would be refused the same way.
                     self.auth_refused = True
@@ -280,7 +358,7 @@ class Cleanup:
                 time.sleep(self.job.backoff * (2 ** (attempt - 1)))
         return [f for f in final if f is not None]
 
-    def _rmdirs(self, mapper: storage.Mapper, deleter: Deleter, lfns: List[str]) -> None:
+    def _rmdirs(self, mapper: storage.Mapper, deleter: Deleter, lfns: List[str], bad_root: Optional[str]) -> None:
         job = self.job
         protected = paths.PathSet(job.protected)
         keep = paths.PathSet(job.keep_dirs)
@@ -289,48 +367,52 @@ class Cleanup:
             file_dirs.update(paths.ancestors(lfn))
         valid = []
         for directory in job.remove_dirs:
-            why = self._dir_problem(directory, file_dirs, protected, keep)
-            if why is not None:
-                self.report.directory(str(directory), None, "refused", why)
+            refusal = self._dir_problem(directory, file_dirs, protected, keep)
+            if refusal is not None:
+                self.report.directory(str(directory), None, REFUSED, refusal[1], refusal[0])
             else:
                 valid.append(directory)
         # Leaf first, whatever order the manifest used.
         for directory in sorted(set(valid), key=lambda d: (-paths.depth(d), d)):
-            pfn = mapper(directory)
-            if pfn is None or not deleter.accepts(pfn):
-                self.report.directory(directory, pfn, "refused", "no usable PFN for this directory")
+            got, refusal = self._place(mapper, deleter, directory, bad_root)
+            stopped = self.stop.reason is not None and not self.dry_run
+            seen = deleter.inspect([got], directory=True)[0].result if refusal is None and not stopped else None
+            if refusal is not None:
+                self.report.directory(directory, got, REFUSED, refusal[1], refusal[0])
+            elif stopped:
+                self.report.directory(directory, got, "not_attempted", self.stop.reason)
+            elif seen is not None:
+                self.report.directory(directory, got, seen.outcome, seen.error, seen.reason)
             elif self.dry_run:
-                self.report.directory(directory, pfn, "dry_run", None)
-            elif self.stop.reason is not None:
-                self.report.directory(directory, pfn, "not_attempted", self.stop.reason)
+                self.report.directory(directory, got, "dry_run", None)
             elif not deleter.can_rmdir:
-                self.report.directory(directory, pfn, "not_attempted",
-                                      "%s has no non-recursive rmdir" % deleter.name)
+                self.report.directory(directory, got, "not_attempted", "%s has no non-recursive rmdir" % deleter.name)
             else:
-                result = deleter.rmdir(pfn)
+                result = deleter.rmdir(got)  # type: ignore[arg-type]
                 for attempt in range(job.retries):
                     if not result.transient:
                         break
                     time.sleep(job.backoff * (2 ** attempt))
-                    result = deleter.rmdir(pfn)
-                self.report.directory(directory, pfn, result.outcome, result.error)
+                    result = deleter.rmdir(got)  # type: ignore[arg-type]
+                self.report.directory(directory, got, result.outcome, result.error, result.reason)
 
     # -- endings ----------------------------------------------------------------------------------
 
-    def _refuse_all(self, code: int, reason: str, outcome: str = "not_attempted") -> int:
-        """Nothing is touched: every file and directory gets `outcome` (not attempted), with the reason."""
-        self.errors.append(reason)
+    def _refuse_all(self, code: int, why: str, outcome: str = "not_attempted", reason: Optional[str] = None) -> int:
+        """Nothing is touched: every file and directory gets `outcome` with the reason."""
+        self.errors.append(why)
         for lfn in self.job.lfns:
-            self.report.file(str(lfn), None, outcome, reason, 0)
+            self.report.file(str(lfn), None, outcome, why, 0, reason)
         for directory in self.job.remove_dirs:
-            self.report.directory(str(directory), None, outcome, reason)
+            self.report.directory(str(directory), None, outcome, why, reason)
         return self._finish(code)
 
     def _finish(self, code: Optional[int] = None) -> int:
         files, dirs = self.report.files, self.report.dirs
         if code is None:
+            # Directories refused because they must stay (protected, kept) are the plan working.
             bad = sum(n for k, n in files.items() if k not in GOOD_FILE) + sum(dirs[k] for k in BAD_DIR) \
-                + dirs["refused"]
+                + self.report.unexpected_dir_refusals
             code = EXIT_AUTH if self.auth_refused else EXIT_PARTIAL if bad or self.stop.reason else EXIT_DONE
         if self.stop.reason:
             self.errors.append(self.stop.reason)

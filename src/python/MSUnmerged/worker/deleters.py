@@ -1,19 +1,27 @@
 """Deletion with the site's own tool: POSIX unlink, `xrdfs rm`, the gfal2 module or `gfal-rm`.
 
 Every deleter takes many PFNs per call and gives one Result per PFN, in order. Directories are
-removed with a plain rmdir only: nothing here ever removes recursively.
+removed with a plain rmdir only: nothing here ever removes recursively. `inspect` looks at the
+PFNs before anything is deleted (links in the path, size, modification time), as far as the
+protocol lets it see; dry runs make the same look.
 """
 from __future__ import annotations
 
+import calendar
 import errno
 import os
 import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
-from typing import Callable, Dict, List, Mapping, NamedTuple, Optional
+from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, TypeVar
+
+from . import localfs
+from .pfn import below_root
+from .report import SYMLINK_IN_PATH
 
 from . import credentials
 
@@ -23,6 +31,7 @@ DENIED = "permission_denied"
 AUTH_FAILED = "auth_failed"  # the storage refused the job's credential (or it has none it accepts)
 TIMEOUT = "timeout"
 STORAGE_ERROR = "storage_error"
+REFUSED = "refused"
 # Directory outcomes besides the ones above.
 REMOVED = "removed"
 NOT_EMPTY = "not_empty"
@@ -35,6 +44,7 @@ class Result(NamedTuple):
     outcome: str
     error: Optional[str] = None
     transient: bool = False  # worth another attempt
+    reason: Optional[str] = None  # a report.REASONS code for a refusal
 
 
 OK = Result(DELETED)
@@ -48,6 +58,18 @@ _AUTH_FAILURES = ("auth failed", "authentication failed", "unable to authenticat
 def _auth_failed(message: str) -> bool:
     low = message.lower()
     return any(s in low for s in _AUTH_FAILURES)
+
+
+class Seen(NamedTuple):
+    """What `inspect` found: a final answer (the entry is not touched), or its size and mtime."""
+
+    result: Optional[Result] = None
+    size: Optional[int] = None
+    mtime: Optional[float] = None  # epoch seconds; None: the protocol does not tell
+
+
+def symlink_refusal(exc: localfs.SymlinkInPath) -> Result:
+    return Result(REFUSED, str(exc), reason=SYMLINK_IN_PATH)
 
 
 def from_errno(code: int, message: str, directory: bool = False) -> Result:
@@ -84,15 +106,31 @@ def from_message(message: str, directory: bool = False) -> Result:
 
 
 class Deleter:
-    """Base: `unlink` many PFNs, `rmdir` one; `problem` says why the tool cannot be used here."""
+    """Base: `unlink` many PFNs, `rmdir` one; `problem` says why the tool cannot be used here.
+
+    `root` is the unmerged root's PFN; the job sets it once checked, before any other call.
+    """
 
     name = "base"
     batch_size = 100
     can_rmdir = True
+    mtime_step = 0.0  # the resolution of the mtimes `inspect` gives (xrootd and gfal2: whole seconds)
+    remote_checks = "none"  # what `inspect` learns of a PFN that is not local
 
     def __init__(self, timeout: float, env: Optional[Mapping[str, str]] = None) -> None:
         self.timeout = timeout
         self.env = dict(os.environ if env is None else env)
+        self.root = ""
+
+    def inspect(self, pfns: List[str], directory: bool = False) -> List[Seen]:
+        """One Seen per PFN: local ones walked from the root without following a link, others unseen."""
+        if _local_path(self.root):
+            return watched_map(lambda p: look_local(self.root, p, directory), pfns, self.timeout, Seen)
+        return [Seen()] * len(pfns)
+
+    def checks(self) -> str:
+        """What `inspect` checks, for the report's start line."""
+        return "lstat" if _local_path(self.root) else self.remote_checks
 
     def problem(self) -> Optional[str]:
         return None
@@ -114,14 +152,29 @@ def _local_path(pfn: str) -> Optional[str]:
     return pfn if pfn.startswith("/") and "://" not in pfn else None
 
 
+def look_local(root: str, pfn: str, directory: bool = False) -> Seen:
+    """`inspect` of a local PFN under the local unmerged root, never following a link."""
+    below = below_root(pfn, root)
+    try:
+        entry = localfs.look(_local_path(root) or "", below, directory)
+    except localfs.SymlinkInPath as exc:
+        return Seen(symlink_refusal(exc))
+    except OSError as exc:
+        return Seen(from_errno(exc.errno or 0, localfs.error_text(exc, root, below), directory))
+    return Seen(None, entry.size, entry.mtime)
+
+
+T = TypeVar("T")
+
+
 class _Watched(threading.Thread):
     """Runs `fn` over items in a daemon thread, recording when each item started (for the watchdog)."""
 
-    def __init__(self, fn: Callable[[str], Result], items: List[str]) -> None:
+    def __init__(self, fn: Callable[[str], T], items: List[str]) -> None:
         super().__init__(daemon=True)
         self.fn = fn
         self.items = items
-        self.results: List[Result] = []
+        self.results: List[T] = []
         self.started_at = time.monotonic()
         self.cancelled = False
         self.lock = threading.Lock()
@@ -136,12 +189,14 @@ class _Watched(threading.Thread):
                 self.results.append(result)
 
 
-def watched_map(fn: Callable[[str], Result], items: List[str], timeout: float) -> List[Result]:
+def watched_map(fn: Callable[[str], T], items: List[str], timeout: float,
+                wrap: Callable[[Result], T] = lambda r: r) -> List[T]:  # type: ignore[assignment,return-value]
     """fn over items with a per-item timeout: a stuck call (hung mount) is abandoned, the rest go on.
 
     The stuck thread may still finish its call later; it is cancelled so it touches nothing else.
+    `wrap` turns the timeout Result into fn's answer type.
     """
-    results: List[Result] = []
+    results: List[T] = []
     while len(results) < len(items):
         worker = _Watched(fn, items[len(results):])
         worker.start()
@@ -154,13 +209,14 @@ def watched_map(fn: Callable[[str], Result], items: List[str], timeout: float) -
                 with worker.lock:
                     worker.cancelled = True
                     results.extend(worker.results)
-                results.append(Result(TIMEOUT, "no answer after %gs" % timeout, True))
+                results.append(wrap(Result(TIMEOUT, "no answer after %gs" % timeout, True)))
                 break
     return results
 
 
 class PosixDeleter(Deleter):
-    """os.unlink and os.rmdir on a locally mounted file system."""
+    """unlink and rmdir on a locally mounted file system, walking from the unmerged root without
+    following any link (MSUnmerged.worker.localfs)."""
 
     name = "posix"
     batch_size = 500
@@ -168,35 +224,31 @@ class PosixDeleter(Deleter):
     def accepts(self, pfn: str) -> bool:
         return _local_path(pfn) is not None
 
-    @staticmethod
-    def _unlink_one(pfn: str) -> Result:
+    def _act(self, action: Callable[[str, str], None], pfn: str, done: Result, directory: bool) -> Result:
+        below = below_root(pfn, self.root)
         try:
-            os.unlink(_local_path(pfn) or "")
-            return OK
+            action(_local_path(self.root) or "", below)
+            return done
+        except localfs.SymlinkInPath as exc:
+            return symlink_refusal(exc)
         except OSError as exc:
-            return from_errno(exc.errno or 0, "%s: %s" % (exc.strerror, exc.filename))
-
-    @staticmethod
-    def _rmdir_one(pfn: str) -> Result:
-        try:
-            os.rmdir(_local_path(pfn) or "")
-            return Result(REMOVED)
-        except OSError as exc:
-            return from_errno(exc.errno or 0, "%s: %s" % (exc.strerror, exc.filename), directory=True)
+            return from_errno(exc.errno or 0, localfs.error_text(exc, self.root, below), directory)
 
     def unlink(self, pfns: List[str]) -> List[Result]:
-        return watched_map(self._unlink_one, pfns, self.timeout)
+        return watched_map(lambda p: self._act(localfs.unlink, p, OK, False), pfns, self.timeout)
 
     def rmdir(self, pfn: str) -> Result:
-        return watched_map(self._rmdir_one, [pfn], self.timeout)[0]
+        return watched_map(lambda p: self._act(localfs.rmdir, p, Result(REMOVED), True), [pfn], self.timeout)[0]
 
 
-def _run(argv: List[str], env: Mapping[str, str], timeout: float) -> "tuple[Optional[int], str, str]":
+def _run(argv: List[str], env: Mapping[str, str], timeout: float,
+         stdin: Optional[str] = None) -> "tuple[Optional[int], str, str]":
     """Run a tool in its own process group; on timeout the group is killed and rc is None."""
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(env),
+                            stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
                             universal_newlines=True, start_new_session=True)
     try:
-        out, err = proc.communicate(timeout=timeout)
+        out, err = proc.communicate(stdin, timeout=timeout)
         return proc.returncode, out, err
     except subprocess.TimeoutExpired:
         try:
@@ -213,6 +265,8 @@ def _tail(text: str) -> str:
 
 _XRD_URL = re.compile(r"^(root|xroot)s?://[^/]+")
 _XRD_LINE = re.compile(r"^(?:rm|rmdir) (\S+) : \[(SUCCESS|ERROR|FATAL)\] ?(.*)$")
+# `xrdfs host` reading "stat <path>" lines: a block per found path; errors on stderr name the path.
+_XRD_STAT = re.compile(r"^(Path|Size|MTime):\s*(.*)$")
 
 
 class XrootdDeleter(Deleter):
@@ -220,6 +274,8 @@ class XrootdDeleter(Deleter):
 
     name = "xrootd"
     batch_size = 200
+    mtime_step = 1.0  # xrdfs prints MTime in whole seconds (UTC)
+    remote_checks = "stat"
 
     def problem(self) -> Optional[str]:
         return None if shutil.which("xrdfs", path=self.env.get("PATH")) else "xrdfs not found on PATH"
@@ -236,13 +292,55 @@ class XrootdDeleter(Deleter):
         return m.group(0), path
 
     def accepts(self, pfn: str) -> bool:
-        return bool(self.split(pfn)[0])
+        # xrdfs reads its stat commands as words: a path with whitespace would be split.
+        return bool(self.split(pfn)[0]) and not re.search(r"\s", pfn)
 
     def _tool_env(self) -> Dict[str, str]:
         env = dict(self.env)
         # Per request: xrdfs gives up on a path after this many seconds and says so.
         env.setdefault("XRD_REQUESTTIMEOUT", str(max(1, int(self.timeout))))
         return env
+
+    def inspect(self, pfns: List[str], directory: bool = False) -> List[Seen]:
+        """Size and mtime of files: one `xrdfs <host>` process reading a "stat <path>" line per file.
+
+        The server resolves links itself and answers for their targets: xrootd shows clients no
+        links, so none can be refused here (docs/jobs.md). Directories are not looked at.
+        """
+        if directory or not pfns:
+            return [Seen()] * len(pfns)
+        host = self.split(pfns[0])[0]  # every PFN of a job is on the unmerged root's endpoint
+        paths = [self.split(p)[1] for p in pfns]
+        limit = 2 * self.timeout + 10
+        # Interactive xrdfs aborts without HOME and keeps a history file there: give it a scratch one.
+        with tempfile.TemporaryDirectory(prefix="msunmerged-xrdfs-") as home:
+            rc, out, err = _run(["xrdfs", host], dict(self._tool_env(), HOME=home), limit,
+                                stdin="".join("stat %s\n" % p for p in paths) + "exit\n")
+        found: Dict[str, Dict[str, str]] = {}
+        block: Dict[str, str] = {}
+        for line in out.splitlines():
+            m = _XRD_STAT.match(line.strip())
+            if m and m.group(1) == "Path":
+                block = found.setdefault(m.group(2), {})
+            elif m:
+                block[m.group(1)] = m.group(2)
+        seen = []
+        for path in paths:
+            info = found.get(path)
+            if info is not None and "Size" in info and "MTime" in info:
+                try:
+                    when = calendar.timegm(time.strptime(info["MTime"], "%Y-%m-%d %H:%M:%S"))
+                    seen.append(Seen(None, int(info["Size"]), float(when)))
+                except ValueError:
+                    seen.append(Seen(Result(STORAGE_ERROR, "unreadable xrdfs stat answer: %r" % info, True)))
+                continue
+            said = [x for x in err.splitlines() if " %s;" % path in x or x.rstrip("\x00").endswith(" " + path)]
+            if said:
+                seen.append(Seen(from_message(said[0].rstrip("\x00"))))
+            else:
+                why = "xrdfs stat killed after %gs" % limit if rc is None else "no stat answer from xrdfs: %s" % _tail(err)
+                seen.append(Seen(Result(TIMEOUT if rc is None else STORAGE_ERROR, why, True)))
+        return seen
 
     def unlink(self, pfns: List[str]) -> List[Result]:
         by_host: Dict[str, List[int]] = {}
@@ -284,15 +382,28 @@ def _gfal_url(pfn: str) -> str:
     return "file://" + pfn if pfn.startswith("/") else pfn
 
 
-def _gfal_accepts(pfn: str) -> bool:
-    return pfn.startswith("/") or bool(re.match(r"^[a-z][a-z0-9+.-]*://", pfn))
+class _GfalDeleter(Deleter):
+    """What both gfal2 deleters share: file:// PFNs are looked at locally, never following a link
+    (gfal2 has no call relative to a directory, so the delete itself goes by path: docs/jobs.md)."""
+
+    def accepts(self, pfn: str) -> bool:
+        return pfn.startswith("/") or bool(re.match(r"^[a-z][a-z0-9+.-]*://", pfn))
+
+    _stat_remote: Optional[Callable[[str], Seen]] = None  # a stat of one URL, when the tool has one
+
+    def inspect(self, pfns: List[str], directory: bool = False) -> List[Seen]:
+        if _local_path(self.root) or directory or self._stat_remote is None:
+            return super().inspect(pfns, directory)
+        return watched_map(self._stat_remote, [_gfal_url(p) for p in pfns], self.timeout + 10, Seen)
 
 
-class Gfal2Deleter(Deleter):
+class Gfal2Deleter(_GfalDeleter):
     """The gfal2 Python module: one bulk `unlink` call per batch, a GError or None per file."""
 
     name = "gfal2"
     batch_size = 200
+    mtime_step = 1.0  # gfal2 stat gives whole seconds
+    remote_checks = "stat"
 
     def __init__(self, timeout: float, env: Optional[Mapping[str, str]] = None) -> None:
         super().__init__(timeout, env)
@@ -305,8 +416,13 @@ class Gfal2Deleter(Deleter):
             return "python gfal2 module not importable: %s" % exc
         return None
 
-    def accepts(self, pfn: str) -> bool:
-        return _gfal_accepts(pfn)
+    def _stat_remote(self, url: str) -> Seen:  # type: ignore[override]
+        import gfal2
+        try:
+            st = self._context().stat(url)
+        except gfal2.GError as exc:
+            return Seen(from_errno(exc.code, exc.message))
+        return Seen(None, st.st_size, float(st.st_mtime))
 
     def _context(self):  # type: ignore[no-untyped-def]
         if self._ctx is None:
@@ -370,7 +486,7 @@ class Gfal2Deleter(Deleter):
 _GFAL_LINE = re.compile(r"^(\S+)\t(DELETED|MISSING|FAILED)(?::\s*(.*))?$")
 
 
-class GfalRmDeleter(Deleter):
+class GfalRmDeleter(_GfalDeleter):
     """`gfal-rm --bulk URL...` when the gfal2 module is not importable by this python."""
 
     name = "gfal-rm"
@@ -379,9 +495,6 @@ class GfalRmDeleter(Deleter):
 
     def problem(self) -> Optional[str]:
         return None if shutil.which("gfal-rm", path=self.env.get("PATH")) else "gfal-rm not found on PATH"
-
-    def accepts(self, pfn: str) -> bool:
-        return _gfal_accepts(pfn)
 
     def _tool_env(self) -> Dict[str, str]:
         env = dict(self.env)

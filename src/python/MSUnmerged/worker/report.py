@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, IO, Optional
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2
 
 # File outcomes. dry_run: would have been deleted; nothing was touched. auth_failed: the job's storage
 # credential is missing, expired or was refused (worker/credentials.py).
@@ -16,6 +16,23 @@ FILE_OUTCOMES = ("deleted", "missing", "permission_denied", "timeout", "storage_
                  "not_attempted", "dry_run", "auth_failed")
 DIR_OUTCOMES = ("removed", "not_empty", "missing", "permission_denied", "timeout", "storage_error", "refused",
                 "not_attempted", "dry_run", "auth_failed")
+
+# Why a file or directory was refused (the `reason` of a report line; docs/jobs.md, docs/operations.md).
+SYMLINK_IN_PATH = "symlink_in_path"  # a symbolic link at or below the unmerged root on the way to it
+PFN_OUTSIDE_UNMERGED = "pfn_outside_unmerged"  # the mapped PFN is not canonical / not the LFN's place
+MAPPING_DISAGREES = "mapping_disagrees"  # the site config's PFN of /store/unmerged/ is not Rucio's
+MODIFIED_SINCE_SCAN = "modified_since_scan"  # changed after the scan the plan was made from
+PROTECTED = "protected"  # at or under a protected base
+INVALID_LFN = "invalid_lfn"  # not a canonical path under /store/unmerged/
+NOT_JOB_DIR = "not_job_dir"  # a directory holding none of this job's files
+KEPT = "kept"  # a directory that must stay (a protected or kept path at or below it)
+ABOVE_FLOOR = "above_floor"  # a directory above the lowest removable level
+NO_PFN = "no_pfn"  # the site config maps it to nothing this deleter can use
+REASONS = (SYMLINK_IN_PATH, PFN_OUTSIDE_UNMERGED, MAPPING_DISAGREES, MODIFIED_SINCE_SCAN, PROTECTED, INVALID_LFN,
+           NOT_JOB_DIR, KEPT, ABOVE_FLOOR, NO_PFN)
+# Directory refusals that are the plan working as meant: they alone do not make a job partial.
+EXPECTED_DIR_REASONS = (PROTECTED, KEPT)
+
 _dumps = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
 
 
@@ -26,6 +43,7 @@ class ReportWriter:
         self.fh = fh
         self.files: Dict[str, int] = {k: 0 for k in FILE_OUTCOMES}
         self.dirs: Dict[str, int] = {k: 0 for k in DIR_OUTCOMES}
+        self.unexpected_dir_refusals = 0
 
     @classmethod
     def open(cls, path: str) -> "ReportWriter":
@@ -38,13 +56,20 @@ class ReportWriter:
     def start(self, info: Dict[str, Any]) -> None:
         self._write(_dumps({"start": dict(info, report_version=REPORT_VERSION)}))
 
-    def file(self, lfn: str, pfn: Optional[str], outcome: str, error: Optional[str], attempts: int) -> None:
+    def file(self, lfn: str, pfn: Optional[str], outcome: str, error: Optional[str], attempts: int,
+             reason: Optional[str] = None, size: Optional[int] = None) -> None:
+        assert reason is None or reason in REASONS, reason
         self.files[outcome] += 1
-        self._write(_dumps({"lfn": lfn, "pfn": pfn, "outcome": outcome, "error": error, "attempts": attempts}))
+        self._write(_dumps({"lfn": lfn, "pfn": pfn, "outcome": outcome, "error": error, "attempts": attempts,
+                            "reason": reason, "size": size}))
 
-    def directory(self, path: str, pfn: Optional[str], outcome: str, error: Optional[str]) -> None:
+    def directory(self, path: str, pfn: Optional[str], outcome: str, error: Optional[str],
+                  reason: Optional[str] = None) -> None:
+        assert reason is None or reason in REASONS, reason
         self.dirs[outcome] += 1
-        self._write(_dumps({"dir": path, "pfn": pfn, "outcome": outcome, "error": error}))
+        if outcome == "refused" and reason not in EXPECTED_DIR_REASONS:
+            self.unexpected_dir_refusals += 1
+        self._write(_dumps({"dir": path, "pfn": pfn, "outcome": outcome, "error": error, "reason": reason}))
 
     def summary(self, exit_code: int, info: Dict[str, Any]) -> None:
         summary = dict(info, files={k: v for k, v in self.files.items() if v},

@@ -1,0 +1,134 @@
+"""The guards: each one means "delete nothing for this RSE". Every path (run_once, apply, clean, the
+REST trigger) calls these same functions with the configuration in force, and names the same reasons.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional
+
+from MSUnmerged import lfn
+from MSUnmerged.config import GuardConfig
+from MSUnmerged.lfn import PrefixSet
+
+# Guard reasons (values are stable: they appear in plans, the ledger and the docs).
+GUARD_PROTECTED_EMPTY = "protected_list_empty"
+GUARD_PROTECTED_INVALID = "protected_list_invalid"
+GUARD_PROTECTED_SHRANK = "protected_list_shrank"
+GUARD_SCAN_MISSING = "scan_missing"
+GUARD_SCAN_NOT_DONE = "scan_not_done"
+GUARD_SCAN_NO_END_TIME = "scan_end_time_missing"
+GUARD_SCAN_STALE = "scan_stale"
+GUARD_LINE_COUNT = "scan_line_count_mismatch"
+GUARD_DELETE_FRACTION = "delete_fraction_exceeded"
+GUARD_DELETE_COUNT = "delete_count_exceeded"
+GUARD_DUMP_UNREADABLE = "dump_unreadable"
+GUARD_NOT_A_DUMP = "dump_not_a_dump"
+# Refusals of `apply` (a plan directory is not what was planned, or not the current plan).
+PLAN_MODIFIED = "plan_modified"
+PLAN_OUTDATED = "plan_outdated"
+# Not a guard: the RSE is not this instance's; nothing is recorded for it at all.
+UNKNOWN_RSE = "unknown_rse"
+
+
+class GuardTripped(Exception):
+    """A guard refused the plan; `reason` is one of the names above."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+def check_protection(protected: Iterable[str], baseline: Optional[int], max_shrink: float) -> PrefixSet:
+    """Build the protection index, or raise GuardTripped when the list cannot be trusted.
+
+    `baseline` is the ledger's (Ledger.protected_baseline), or the operator's for offline planning.
+    """
+    bases = list(protected)
+    if not bases:
+        raise GuardTripped(GUARD_PROTECTED_EMPTY, "the protected LFN list is empty")
+    try:
+        index = PrefixSet(bases)
+    except lfn.ProtectionListError as exc:
+        raise GuardTripped(GUARD_PROTECTED_INVALID, str(exc)) from None
+    if baseline and len(index) < baseline * (1.0 - max_shrink):
+        raise GuardTripped(GUARD_PROTECTED_SHRANK,
+                           f"{len(index)} protected bases now, {baseline} at the baseline "
+                           f"(more than {max_shrink:.0%} fewer)")
+    return index
+
+
+def check_scan(stats: Optional[dict[str, Any]], max_age_h: float, now: float) -> float:
+    """Return the scan's end_time, or raise GuardTripped when the scan is not complete and fresh."""
+    if not stats:
+        raise GuardTripped(GUARD_SCAN_MISSING, "ConMon has no scan for this RSE")
+    status = stats.get("status")
+    if status != "done":
+        raise GuardTripped(GUARD_SCAN_NOT_DONE, f"scan status is {status!r}, not 'done'")
+    end_time = stats.get("end_time")
+    if not isinstance(end_time, (int, float)) or isinstance(end_time, bool):
+        raise GuardTripped(GUARD_SCAN_NO_END_TIME, f"scan end_time is {end_time!r}")
+    age_h = (now - float(end_time)) / 3600.0
+    if age_h > max_age_h:
+        raise GuardTripped(GUARD_SCAN_STALE, f"scan finished {age_h:.1f} h ago (limit {max_age_h:g} h)")
+    return float(end_time)
+
+
+def scan_start(stats: Optional[dict[str, Any]]) -> Optional[float]:
+    """The ConMon scan's start_time (None when it gives none): the workers refuse files modified after it."""
+    start = stats.get("start_time") if isinstance(stats, dict) else None
+    return float(start) if isinstance(start, (int, float)) and not isinstance(start, bool) else None
+
+
+def check_counts(files_total: int, files_to_delete: int, g: GuardConfig) -> None:
+    """The deletion count and fraction limits; raise GuardTripped when a plan exceeds one."""
+    if files_to_delete > g.max_delete_files:
+        raise GuardTripped(GUARD_DELETE_COUNT, f"{files_to_delete} files to delete, limit {g.max_delete_files}")
+    if files_total and files_to_delete / files_total > g.max_delete_fraction:
+        raise GuardTripped(GUARD_DELETE_FRACTION,
+                           f"{files_to_delete / files_total:.1%} of the files to delete, "
+                           f"limit {g.max_delete_fraction:.1%}")
+
+
+def line_problem(raw: bytes, max_length: int) -> Optional[str]:
+    """Why one line of a jobs file or dirs.txt is not exactly a canonical path below /store/unmerged
+    (an lfn.INVALID_REASONS name), or None. Nothing is stripped: a CR or a blank line is refused."""
+    line, reason = lfn.classify_line(raw, max_length)
+    if reason is not None:
+        return reason
+    return None if line == raw else lfn.CONTROL_OR_SPACE
+
+
+def split_lines(data: bytes) -> list[bytes]:
+    """The lines of a plan file: split on b"\\n" only (never universal newlines)."""
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    return lines
+
+
+# Sequences no canonical line holds (empty, '.' or '..' components, a trailing slash).
+_NOT_CANONICAL = (b"//", b"/./", b"/../", b"/.\n", b"/..\n", b"/\n")
+
+
+def _all_canonical_ascii(data: bytes, max_length: int) -> bool:
+    """The common case with C-level byte operations only: every line printable ASCII, canonical, below
+    /store/unmerged and not too long. False means "check line by line", not "invalid"."""
+    n = data.count(b"\n")
+    return (data.endswith(b"\n") and data.startswith(lfn.UNMERGED)
+            and data.count(b"\n" + lfn.UNMERGED) == n - 1
+            and not data.translate(None, lfn.PRINTABLE + b"\n")
+            and not any(bad in data for bad in _NOT_CANONICAL)
+            and max(map(len, data.split(b"\n"))) <= max_length)
+
+
+def check_plan_lines(data: bytes, max_length: int, where: str) -> int:
+    """Every line of a plan file is exactly a canonical LFN; returns how many, else raises plan_modified."""
+    if not data or _all_canonical_ascii(data, max_length):
+        return data.count(b"\n")
+    lines = split_lines(data)
+    for n, raw in enumerate(lines, 1):
+        reason = line_problem(raw, max_length)
+        if reason is not None:
+            shown = raw.decode("utf-8", errors="backslashreplace")[:200]
+            raise GuardTripped(PLAN_MODIFIED, f"{where} line {n} is not a valid LFN ({reason}): {shown!r}")
+    return len(lines)

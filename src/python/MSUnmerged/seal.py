@@ -1,0 +1,173 @@
+"""The seal of a plan directory: what `plan` wrote, so that `apply` records exactly that plan.
+
+`seal.json` holds the sha256 and line count of every file of the plan (each jobs file, dirs.txt,
+summary.json), the RSE, the generation (the dump's end_time), the sha256 of the dump as the planner
+read it (its decompressed chunks, in order), the sha256 of the protected list (its normalised bases,
+sorted, one per line), the guards in force, and `digest`: the sha256 of all of that. The seal is a
+check against edits and mistakes, not a signature: whoever can write the plan directory could reseal it;
+the guards and the LFN checks at apply do not depend on it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Optional
+
+from MSUnmerged.config import GuardConfig
+from MSUnmerged.guards import PLAN_MODIFIED, GuardTripped, check_plan_lines
+from MSUnmerged.lfn import PrefixSet
+
+SEAL_NAME = "seal.json"
+SEAL_VERSION = 1
+JOBS_DIR = "jobs"
+DIRS_NAME = "dirs.txt"
+SUMMARY_NAME = "summary.json"
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class DumpDigest:
+    """Passes dump chunks through while hashing them as read (decompressed bytes, in order)."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = chunks
+        self._hash = hashlib.sha256()
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self._chunks:
+            self._hash.update(chunk)
+            yield chunk
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
+
+
+def protected_digest(protection: PrefixSet) -> str:
+    """sha256 of the normalised bases, sorted, one per line."""
+    return sha256(b"".join(p + b"\n" for p in sorted(protection.prefixes)))
+
+
+@dataclass
+class Seal:
+    """The content of seal.json (see the module docstring)."""
+
+    rse: str
+    generation: Optional[float]
+    files: dict[str, dict[str, Any]]  # relative path -> {"sha256", "lines"}
+    dump_sha256: Optional[str]
+    protected_sha256: Optional[str]
+    protected_count: int
+    guards: dict[str, Any]
+    version: int = SEAL_VERSION
+    digest: str = ""
+
+    def body(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "digest"}
+
+    def compute_digest(self) -> str:
+        return sha256(json.dumps(self.body(), sort_keys=True, separators=(",", ":")).encode())
+
+    def check_file(self, rel: str, data: bytes) -> None:
+        """Raise GuardTripped(plan_modified) unless `data` is the sealed content of `rel`."""
+        if self.files.get(rel) != _describe(data):
+            raise GuardTripped(PLAN_MODIFIED, f"{rel} changed since the plan was sealed")
+
+
+def _plan_files(plan_dir: Path) -> list[str]:
+    """The plan's files as relative paths: summary.json, dirs.txt and everything in jobs/."""
+    jobs = plan_dir / JOBS_DIR
+    names = sorted(p.name for p in jobs.iterdir()) if jobs.is_dir() else []
+    return [SUMMARY_NAME, DIRS_NAME] + [f"{JOBS_DIR}/{n}" for n in names]
+
+
+def _describe(data: bytes) -> dict[str, Any]:
+    return {"sha256": sha256(data), "lines": data.count(b"\n")}
+
+
+def write_seal(plan_dir: os.PathLike | str, rse: str, generation: Optional[float], dump_sha256: Optional[str],
+               protection: Optional[PrefixSet], guards: GuardConfig) -> Seal:
+    """Seal the plan directory as it is now (call after summary.json is written)."""
+    plan_dir = Path(plan_dir)
+    seal = Seal(rse=rse, generation=generation,
+                files={rel: _describe((plan_dir / rel).read_bytes()) for rel in _plan_files(plan_dir)},
+                dump_sha256=dump_sha256,
+                protected_sha256=protected_digest(protection) if protection is not None else None,
+                protected_count=len(protection) if protection is not None else 0,
+                guards=dataclasses.asdict(guards))
+    seal.digest = seal.compute_digest()
+    tmp = plan_dir / (SEAL_NAME + ".tmp")
+    tmp.write_text(json.dumps(dataclasses.asdict(seal), indent=1, sort_keys=True))
+    os.replace(tmp, plan_dir / SEAL_NAME)
+    return seal
+
+
+def read_seal(plan_dir: os.PathLike | str) -> Seal:
+    """The seal as written, or GuardTripped(plan_modified) when it is missing or not a seal."""
+    path = Path(plan_dir) / SEAL_NAME
+    try:
+        data = json.loads(path.read_bytes())
+        seal = Seal(**data)
+    except FileNotFoundError:
+        raise GuardTripped(PLAN_MODIFIED, f"{path} is missing: the plan is not sealed (plan it again)") from None
+    except (OSError, ValueError, TypeError) as exc:
+        raise GuardTripped(PLAN_MODIFIED, f"{path} is not a readable seal: {exc}") from None
+    if not isinstance(seal.files, dict) or seal.digest != seal.compute_digest():
+        raise GuardTripped(PLAN_MODIFIED, f"{path} was edited (its digest does not match its content)")
+    return seal
+
+
+def claimed_rse(plan_dir: os.PathLike | str) -> Optional[str]:
+    """The RSE the plan directory names (its seal's, else its summary's), checked or not: where a
+    refusal of it is recorded. None when neither names one."""
+    for name in (SEAL_NAME, SUMMARY_NAME):
+        try:
+            rse = json.loads((Path(plan_dir) / name).read_bytes()).get("rse")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(rse, str) and rse:
+            return rse
+    return None
+
+
+def verify(plan_dir: os.PathLike | str, max_length: int) -> Seal:
+    """The plan directory is exactly what was sealed, and every line of its jobs files and dirs.txt is a
+    canonical LFN below /store/unmerged; returns the seal, else raises GuardTripped(plan_modified)."""
+    plan_dir = Path(plan_dir)
+    seal = read_seal(plan_dir)
+    present = _plan_files(plan_dir)
+    if sorted(present) != sorted(seal.files):
+        extra, missing = sorted(set(present) - set(seal.files)), sorted(set(seal.files) - set(present))
+        raise GuardTripped(PLAN_MODIFIED, f"files added {extra}, removed {missing} since the plan was sealed")
+    for rel in present:
+        try:
+            data = (plan_dir / rel).read_bytes()
+        except OSError as exc:
+            raise GuardTripped(PLAN_MODIFIED, f"{rel} is not readable: {exc}") from None
+        seal.check_file(rel, data)
+        if rel != SUMMARY_NAME:
+            check_plan_lines(data, max_length, rel)
+    _check_summary(plan_dir, seal)
+    return seal
+
+
+def _check_summary(plan_dir: Path, seal: Seal) -> None:
+    """summary.json agrees with the seal: same RSE and generation, the same jobs files and counts."""
+    try:
+        summary = json.loads((plan_dir / SUMMARY_NAME).read_bytes())
+        names = [f"{JOBS_DIR}/{n}" for n in summary["job_files"]]
+        facts = (summary["rse"], summary["dump_version"], names, summary["job_sizes"], summary["files_to_delete"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise GuardTripped(PLAN_MODIFIED, f"{SUMMARY_NAME} is not a plan summary: {exc}") from None
+    jobs = sorted(rel for rel in seal.files if rel.startswith(JOBS_DIR + "/"))
+    sealed = (seal.rse, seal.generation, jobs, [seal.files[rel]["lines"] for rel in jobs],
+              sum(seal.files[rel]["lines"] for rel in jobs))
+    if facts != sealed:
+        raise GuardTripped(PLAN_MODIFIED, f"{SUMMARY_NAME} does not agree with the seal (RSE, generation, "
+                                          f"jobs files or their counts)")
+

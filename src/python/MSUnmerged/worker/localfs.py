@@ -1,0 +1,112 @@
+"""Local file system access that never follows a symbolic link at or below the unmerged root.
+
+Every operation starts from the unmerged root's directory and opens one component at a time with
+O_NOFOLLOW relative to its parent (openat), then acts on the last one with a *at call
+(fstatat without following, unlinkat, rmdir with dir_fd). A component that is a link stops the
+walk: nothing behind it is looked at. Links in the components above the root (e.g. /mnt/storage ->
+/data) are the site's layout and followed; the root's last component itself must be a directory.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from typing import NamedTuple, Optional, Tuple
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
+
+
+class SymlinkInPath(Exception):
+    """A symbolic link where a real directory (or the named directory itself) must be."""
+
+
+class Entry(NamedTuple):
+    size: int
+    mtime: float
+    is_dir: bool
+
+
+def _is_link(dir_fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode)
+    except OSError:
+        return False
+
+
+def _open_dir(dir_fd: int, name: str, shown: str) -> int:
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except OSError as exc:
+        # Linux says ELOOP for a link under O_NOFOLLOW, BSDs EMLINK; a link to a file gives ENOTDIR.
+        if exc.errno in (errno.ELOOP, errno.EMLINK, errno.ENOTDIR) and _is_link(dir_fd, name):
+            raise SymlinkInPath("%s is a symbolic link" % shown) from None
+        raise
+
+
+def open_root(root: str) -> int:
+    """A descriptor of the unmerged root directory (its last component must not be a link)."""
+    parent, name = os.path.split(root.rstrip("/"))
+    top = os.open(parent or "/", os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+    try:
+        return _open_dir(top, name, root.rstrip("/"))
+    finally:
+        os.close(top)
+
+
+def walk(root: str, below: str) -> Tuple[int, str]:
+    """(descriptor of the parent directory, last name) of `below` ("a/b/f") under `root`.
+
+    The caller closes the descriptor. Raises SymlinkInPath or OSError (ENOENT, EACCES, ...).
+    """
+    parts = below.split("/")
+    fd = open_root(root)
+    shown = root.rstrip("/")
+    try:
+        for part in parts[:-1]:
+            shown += "/" + part
+            nxt = _open_dir(fd, part, shown)
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, parts[-1]
+
+
+def look(root: str, below: str, directory: bool = False) -> Entry:
+    """lstat of `below`: a file may be a link (only the link would go), a directory may not."""
+    fd, name = walk(root, below)
+    try:
+        st = os.lstat(name, dir_fd=fd)
+    finally:
+        os.close(fd)
+    if directory and stat.S_ISLNK(st.st_mode):
+        raise SymlinkInPath("%s/%s is a symbolic link" % (root.rstrip("/"), below))
+    return Entry(st.st_size, st.st_mtime, stat.S_ISDIR(st.st_mode))
+
+
+def unlink(root: str, below: str) -> None:
+    """Remove one file, or a link itself (never its target)."""
+    fd, name = walk(root, below)
+    try:
+        os.unlink(name, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def rmdir(root: str, below: str) -> None:
+    """Remove one empty directory; a link in its place is refused, not removed."""
+    fd, name = walk(root, below)
+    try:
+        if _is_link(fd, name):
+            raise SymlinkInPath("%s/%s is a symbolic link" % (root.rstrip("/"), below))
+        os.rmdir(name, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def error_text(exc: OSError, root: str, below: Optional[str]) -> str:
+    """An OSError of a walk as '<strerror>: <path>' (the *at calls leave filename relative)."""
+    where = root.rstrip("/") + ("/" + below if below else "")
+    return "%s: %s" % (exc.strerror, where)
