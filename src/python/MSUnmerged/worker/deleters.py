@@ -72,6 +72,15 @@ def symlink_refusal(exc: localfs.SymlinkInPath) -> Result:
     return Result(REFUSED, str(exc), reason=SYMLINK_IN_PATH)
 
 
+def _no_answer(rc: Optional[int], why: str) -> Result:
+    """A tool that gave no per-path answer: killed (timeout), refused our credential, or failed otherwise."""
+    if rc is None:
+        return Result(TIMEOUT, why, True)
+    if _auth_failed(why):
+        return Result(AUTH_FAILED, why)
+    return Result(STORAGE_ERROR, why, True)
+
+
 def from_errno(code: int, message: str, directory: bool = False) -> Result:
     """Classify an errno; ENOENT means already gone, ENOTEMPTY is a normal directory answer."""
     if code == errno.ENOENT:
@@ -339,7 +348,7 @@ class XrootdDeleter(Deleter):
                 seen.append(Seen(from_message(said[0].rstrip("\x00"))))
             else:
                 why = "xrdfs stat killed after %gs" % limit if rc is None else "no stat answer from xrdfs: %s" % _tail(err)
-                seen.append(Seen(Result(TIMEOUT if rc is None else STORAGE_ERROR, why, True)))
+                seen.append(Seen(_no_answer(rc, why)))
         return seen
 
     def unlink(self, pfns: List[str]) -> List[Result]:
@@ -364,7 +373,7 @@ class XrootdDeleter(Deleter):
                 if got is None:
                     why = "xrdfs killed after %gs" % (2 * self.timeout + 10) if rc is None else \
                         "no answer from xrdfs (exit %s): %s" % (rc, _tail(err or out))
-                    got = Result(TIMEOUT if rc is None else STORAGE_ERROR, why, True)
+                    got = _no_answer(rc, why)
                 results[i] = got
         return [r for r in results if r is not None]
 
@@ -522,7 +531,7 @@ class GfalRmDeleter(_GfalDeleter):
             if got is None:
                 why = "gfal-rm killed after %ds" % (limit + 30) if rc is None else \
                     "no answer from gfal-rm (exit %s): %s" % (rc, _tail(err or out))
-                got = Result(TIMEOUT if rc is None else STORAGE_ERROR, why, True)
+                got = _no_answer(rc, why)
             out_results.append(got)
         return out_results
 
