@@ -25,15 +25,29 @@ from MSUnmerged.samplesite import DEMO_SITE
 from rest.rest_seed import offline_site
 from servers import free_port
 from servers.http_fakes import FakeCMSWeb
+from servers.rucio import ROOT_PASS, ROOT_USER, RucioServer, add_cms_rse
 
 pytestmark = pytest.mark.integration
 
-RSES = ("T2_XX_SampleA", "T2_XX_SampleB")
+# Upper case: the generic schema of the test Rucio server takes no other RSE names.
+RSES = ("T2_XX_CLISHAREDA", "T2_XX_CLISHAREDB")
+COUNTRY = "XD"  # only these RSEs on the session's shared Rucio server
+
+
+@pytest.fixture(scope="module")
+def rucio_rses(rucio_server: RucioServer) -> RucioServer:
+    """The two RSEs in the real Rucio server: the service asks it for the RSE list and, for every job,
+    the PFN of /store/unmerged/ (a run without an answer submits nothing)."""
+    admin = rucio_server.admin_client()
+    for rse in RSES:
+        add_cms_rse(admin, rse, site=DEMO_SITE, country=COUNTRY, posix=True)
+    return rucio_server
 
 
 @pytest.fixture()
-def site(tmp_path: Path) -> Iterator[tuple[FakeCMSWeb, dict[str, str]]]:
-    """ConMon and WMStats serving two RSEs on the sample site (dry run), and the commands' environment."""
+def site(tmp_path: Path, rucio_rses: RucioServer) -> Iterator[tuple[FakeCMSWeb, dict[str, str]]]:
+    """ConMon and WMStats serving two RSEs on the sample site (dry run), the real Rucio server, and the
+    commands' environment."""
     sources, _, siteconf = offline_site(tmp_path)
     web = FakeCMSWeb()
     web.protected = json.loads((sources / "protected.json").read_text())["result"]
@@ -42,8 +56,11 @@ def site(tmp_path: Path) -> Iterator[tuple[FakeCMSWeb, dict[str, str]]]:
         web.add_rse(rse, lfns)
     sites = "".join(f'[jobs.sites.{rse}]\nsite = "{DEMO_SITE}"\nsiteconfig = "{siteconf}"\n' for rse in RSES)
     with web:
-        env = cli_env(tmp_path, REST__PORT=str(free_port()), RUCIO__HOST="http://127.0.0.1:1",
-                      GUARDS__CHECK_LINE_COUNT="false")
+        (tmp_path / "rucio.pw").write_text(ROOT_PASS + "\n")
+        env = cli_env(tmp_path, REST__PORT=str(free_port()), RUCIO__HOST=rucio_rses.url,
+                      RUCIO__AUTH_HOST=rucio_rses.url, RUCIO__ACCOUNT="root", RUCIO__AUTH_TYPE="userpass",
+                      RUCIO__USERNAME=ROOT_USER, RUCIO__PASSWORD_FILE=str(tmp_path / "rucio.pw"),
+                      PLANNER__RSE_EXPRESSION=f"country={COUNTRY}", GUARDS__CHECK_LINE_COUNT="false")
         Path(env["MSUNMERGED_CONFIG"]).write_text(f"""
 [conmon]
 url = "{web.conmon_url}"
@@ -80,7 +97,8 @@ def test_cli_next_to_serve_uses_its_database(site: tuple[FakeCMSWeb, dict[str, s
     _, env = site
     state = tmp_path / "state"
     status_url = f"http://127.0.0.1:{env['MSUNMERGED_REST__PORT']}/ms-unmerged/data/status"
-    serve = start("serve", env=env, log=tmp_path / "serve.log")
+    # serve's own polling loop leaves the two RSEs to the commands run next to it.
+    serve = start("serve", env={**env, "MSUNMERGED_PLANNER__SKIP_RSES": ",".join(RSES)}, log=tmp_path / "serve.log")
     try:
         wait_for(lambda: serve.poll() is None and recorded_server(state) is not None
                  and http_status(status_url) == 200, 90, "serve did not come up")
