@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs the storage servers and clients the cleanup-job tests use (idempotent):
-# xrootd server + client, gfal2 with its Python module and the file/xrootd plugins, gfal-rm.
+# xrootd server + client (with the SciTokens authorization plugin), gfal2 with its Python module and the
+# file/xrootd/http plugins, gfal-rm.
 set -euo pipefail
 PKGS=(xrootd-server xrootd-client gfal2 python3-gfal2 gfal2-plugin-file gfal2-plugin-xrootd gfal2-util-scripts
-      iproute2 util-linux)
+      xrootd-scitokens-plugins gfal2-plugin-http iproute2 util-linux)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Protocol
 
 from MSUnmerged.jobs.backend import JobState, JobStatus
-from MSUnmerged.worker.cleanup import REFUSED_PROTECTED
+from MSUnmerged.worker.cleanup import EXIT_CONFIG, REFUSED_PROTECTED
 from MSUnmerged.worker.paths import ancestors
 from MSUnmerged.worker.report import DIR_OUTCOMES, FILE_OUTCOMES, PROTECTED, REASONS
 
@@ -29,7 +29,11 @@ LEDGER_STATE = {
     "storage_error": ("failed", "storage_error"),
     "refused": ("failed", "refused"),
     "not_attempted": ("unknown", "not_attempted"),
+    "auth_failed": ("failed", "auth_failed"),
 }
+# A job whose site configuration was unusable touched nothing: its files fail as config_error (retried only
+# up to jobs.retries like any failure, not taken for lost jobs).
+CONFIG_ERROR = ("failed", "config_error")
 _OPT_STR = (str, type(None))
 _OPT_INT = (int, type(None))
 # Report version -> keys of a file line and of a directory line.
@@ -178,9 +182,11 @@ def parse_report(path: Path | str) -> Report:
     return report
 
 
-def ledger_outcome(f: FileOutcome) -> dict[str, Any]:
-    """One file's outcome as the ledger records it: a refusal's reason is its error class."""
-    state, cls = LEDGER_STATE[f.outcome]
+def ledger_outcome(f: FileOutcome, exit_code: Optional[int] = None) -> dict[str, Any]:
+    """One file's outcome as the ledger records it: a refusal's reason is its error class (`exit_code`: the
+    worker's, from the report's summary; 3 makes not_attempted files config_error)."""
+    config_error = exit_code == EXIT_CONFIG and f.outcome == "not_attempted"
+    state, cls = CONFIG_ERROR if config_error else LEDGER_STATE[f.outcome]
     if f.outcome == "refused" and (f.reason == PROTECTED or f.error == REFUSED_PROTECTED):  # v2, v1
         state, cls = "skipped_protected", PROTECTED if f.reason else ""
     elif f.reason and state not in ("deleted", "missing", "would_delete"):
@@ -254,7 +260,7 @@ class Collector:
         if report is not None:
             allowed = set(lfns) if lfns is not None else None
             outcomes = _accepted(report.files, lambda f: f.lfn, allowed, f"a file of job {job_id}", out.problems,
-                                 ledger_outcome)
+                                 lambda f: ledger_outcome(f, report.exit_code))
             dirs = None if allowed is None or not report.dirs else {d for lfn in allowed for d in ancestors(lfn)}
             dir_outcomes = _accepted(report.dirs, lambda d: d.dir, dirs, f"a directory of job {job_id}'s files",
                                      out.problems, ledger_dir_outcome)

@@ -137,8 +137,17 @@ class JobsConfig:
     request_disk_mb: int = 500
     max_runtime_s: int = 4 * 3600
     local_parallel: int = 2
-    # Per-RSE overrides: RSE -> {"site": ..., "backend": ..., "siteconfig": ..., "pfn_layout": ...}
+    # The storage credential every job carries (docs/jobs.md): token (recommended: a WLCG token scoped
+    # storage.modify:/store/unmerged), proxy (an X.509 proxy) or none; jobs.sites.<RSE>.credential overrides it.
+    credential: str = "none"
+    token_file: str = ""  # the storage token, a file the deployment refreshes
+    proxy_file: str = ""  # the X.509 proxy (as CMSWEB mounts it)
+    # Per-RSE overrides: RSE -> {"site": ..., "backend": ..., "siteconfig": ..., "credential": ..., "pool": ..., "pfn_layout": ...}
     sites: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def setting(self, rse: str, key: str) -> str:
+        """jobs.sites.<rse>.<key>, else the service-wide jobs.<key> (or "" when there is none)."""
+        return self.sites.get(rse, {}).get(key) or str(getattr(self, key, "") or "")
 
 
 @dataclass
@@ -330,6 +339,13 @@ def _validate(cfg: Config) -> None:
              "must be cli or rest")
         need(1 <= sl.array_max_size, f"slurm.sites.{site}.array_max_size" if site else "slurm.array_max_size",
              "must be >= 1")
+    _validate_credentials(cfg)
+    uses_condor = j.backend == "condor" or any(site.get("backend") == "condor" for site in j.sites.values())
+    if uses_condor and not cfg.condor.scitoken_file:
+        need(bool(cfg.condor.token_dir), "condor.token_dir", "must be set when the condor backend is used "
+                                                             "(or condor.scitoken_file)")
+        need(os.path.isdir(os.path.expanduser(cfg.condor.token_dir)), "condor.token_dir",
+             f"{cfg.condor.token_dir} is not a directory")
     for rse, settings in j.sites.items():
         need(settings.get("pfn_layout", PFN_LAYOUTS[0]) in PFN_LAYOUTS, f"jobs.sites.{rse}.pfn_layout",
              "must be " + " or ".join(PFN_LAYOUTS))
@@ -348,6 +364,23 @@ def _validate(cfg: Config) -> None:
          "must be between 1024 and 16 MiB")
     need(cfg.rest.replay_window_s >= 60, "rest.replay_window_s", "must be >= 60")
     need(cfg.rest.cache_ttl_s >= 0, "rest.cache_ttl_s", "must be >= 0")
+
+
+CREDENTIALS = ("token", "proxy", "none")  # jobs.credential: what a job carries to its storage
+CREDENTIAL_FILE_KEY = {"token": "token_file", "proxy": "proxy_file"}
+
+
+def _validate_credentials(cfg: Config) -> None:
+    """Each RSE's credential kind is known and its service-side file is configured (its content is checked
+    at submission: the deployment may still be writing it)."""
+    j = cfg.jobs
+    for rse in ("", *j.sites):
+        kind = j.setting(rse, "credential")
+        key = f"jobs.sites.{rse}.credential" if rse and j.sites[rse].get("credential") else "jobs.credential"
+        if kind not in CREDENTIALS:
+            raise ConfigError(key, f"must be one of {', '.join(CREDENTIALS)}, got {kind!r}")
+        if kind in CREDENTIAL_FILE_KEY and not getattr(j, CREDENTIAL_FILE_KEY[kind]):
+            raise ConfigError(f"jobs.{CREDENTIAL_FILE_KEY[kind]}", f"must be set: {key} is {kind}")
 
 
 def _mongo_url_problem(url: str) -> Optional[str]:

@@ -20,12 +20,13 @@ import pytest
 
 from MSUnmerged.config import CondorConfig, JobsConfig
 from MSUnmerged.jobs.backend import BackendError, JobState, JobStatus, wait_for
-from MSUnmerged.jobs.condor import CondorBackend
+from MSUnmerged.jobs.condor import CondorBackend, htcondor2
 from MSUnmerged.jobs.spec import CleanupJob, DeleteFilesStep
 from MSUnmerged.jobs.workerpkg import build_worker
 from MSUnmerged.samplesite import write_siteconf
 from servers import free_port
 from servers.condor import JOB_UID, SITE, CondorPool
+from servers.testca import TestCA
 
 pytestmark = pytest.mark.integration
 
@@ -177,7 +178,7 @@ import json, sys, time
 from pathlib import Path
 from MSUnmerged.config import CondorConfig, JobsConfig
 from MSUnmerged.jobs.backend import BackendError
-from MSUnmerged.jobs.condor import CondorBackend
+from MSUnmerged.jobs.condor import CondorBackend, htcondor2
 from MSUnmerged.jobs.spec import CleanupJob, DeleteFilesStep
 from MSUnmerged.jobs.workerpkg import build_worker
 args = json.loads(sys.argv[1])
@@ -306,3 +307,87 @@ def test_crash_between_submit_and_record_is_reconciled(condor_pool: CondorPool, 
     assert sorted(queue(condor_pool, f'stringListMember(MSUnmergedJobId, "{",".join(job_ids)}")')) == sorted(job_ids)
     assert backend.pending(found) == found
     assert sorted(backend.remove_pending(found, "test cleanup")) == sorted(job_ids)
+
+
+# ----- what a job carries to its site; schedds that are gone; two ledgers on one schedd -----------------------
+
+SERVICE_SITECONF = "/srv/siteconf-service"  # the service's per-site setting, not the slot's SITECONFIG_PATH
+SERVICE_STORAGE = "/srv/storage-service"
+
+
+@pytest.mark.parametrize("kind", ["token", "proxy"])
+def test_site_config_and_credential_reach_the_job(condor_pool: CondorPool, worker: Path, tmp_path: Path,
+                                                  kind: str, request: pytest.FixtureRequest) -> None:
+    """The service's site config becomes the job's SITECONFIG_PATH (its storage is the one emptied); the token
+    arrives as an input file, the proxy delegated by HTCondor (x509userproxy), each 0600 in the sandbox."""
+    write_siteconf(condor_pool.inside(SERVICE_SITECONF), SITE, RSE, f"{SITE}_posix", SERVICE_STORAGE)
+    t = tag()
+    lfns = [f"/store/unmerged/E/P/T/p-v1/{t}/f{i}.root" for i in range(3)]
+    for lfn in lfns:
+        path = condor_pool.inside(SERVICE_STORAGE + lfn)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+    for dirpath, _, names in os.walk(condor_pool.inside(SERVICE_STORAGE)):
+        os.chown(dirpath, JOB_UID, JOB_UID)
+        for name in names:
+            os.chown(os.path.join(dirpath, name), JOB_UID, JOB_UID)
+    if kind == "token":
+        source = tmp_path / "service-token"
+        source.write_text("eyJhbGciOiJFUzI1NiJ9.eyJzY29wZSI6InN0b3JhZ2UubW9kaWZ5Oi9zdG9yZS91bm1lcmdlZCJ9.c2ln")
+    else:
+        ca = TestCA(tmp_path / "pki", rsa_keys=True)
+        source = ca.proxy(ca.issue("msunmerged robot"))
+        # The test pool's schedd (minicondor 23.9 in a chroot) fails to accept a delegated proxy
+        # ("X509Credential::Request() failed"): here the proxy is copied over the authenticated channel.
+        htcondor2.param["DELEGATE_JOB_GSI_CREDENTIALS"] = "False"
+        request.addfinalizer(lambda: htcondor2.param.__setitem__("DELEGATE_JOB_GSI_CREDENTIALS", "True"))
+    secret = max(source.read_text().splitlines(), key=len)  # the token, or a line of the proxy
+    jobs = JobsConfig(credential=kind, token_file=str(source), proxy_file=str(source),
+                      sites={RSE: {"siteconfig": SERVICE_SITECONF}})
+    backend = CondorBackend(config(condor_pool, condor_pool.token_dir("submitter")), jobs, tmp_path / "work",
+                            worker=worker)
+    (job,) = make_jobs(t, [lfns])
+    ids = backend.submit([job])
+    jdir = backend.job_dir(job.job_id)
+    assert jdir.stat().st_mode & 0o777 == 0o700 and not list(jdir.glob("storage.*"))  # spooled, then gone
+    (status,) = wait_until(backend, ids, lambda s: s.state.terminal).values()
+    assert status.state is JobState.FINISHED and status.exit_code == 0
+    report = backend.fetch_report(job.job_id, ids[job.job_id], tmp_path / "report.jsonl")
+    lines = [json.loads(line) for line in report.read_text().splitlines()]  # type: ignore[union-attr]
+    cred = lines[0]["start"]["credential"]
+    # On the execute side: BEARER_TOKEN_FILE / X509_USER_PROXY name the sandbox's copy, the job's user's only.
+    assert cred["kind"] == kind and cred["mode"] == "0600", cred
+    assert cred["file"].endswith("/storage.token") if kind == "token" else "/" in cred["file"]
+    assert not cred["file"].startswith(str(tmp_path))
+    assert {r["outcome"] for r in lines if "lfn" in r} == {"deleted"}
+    assert not any(condor_pool.inside(SERVICE_STORAGE + lfn).exists() for lfn in lfns)
+    assert secret not in report.read_text() and secret not in (jdir / "manifest.json").read_text()  # type: ignore
+    backend.remove(job.job_id, ids[job.job_id], "collected")
+
+
+def test_a_schedd_the_collector_does_not_know_is_unreachable(condor_pool: CondorPool, worker: Path,
+                                                             tmp_path: Path) -> None:
+    cfg = config(condor_pool, condor_pool.token_dir("submitter"))
+    cfg.schedd = "stopped-schedd@nowhere"
+    backend = CondorBackend(cfg, JobsConfig(), tmp_path / "work", worker=worker)
+    with pytest.raises(BackendError) as err:
+        backend.submit(make_jobs(tag(), [["/store/unmerged/E/P/T/p-v1/x.root"]]))
+    assert err.value.kind == "unreachable" and "stopped-schedd@nowhere" in err.value.message
+    with pytest.raises(BackendError) as err:
+        backend.find([f"{RSE}:x:0"])
+    assert err.value.kind == "unreachable"
+
+
+def test_two_ledgers_on_one_schedd_never_see_each_others_jobs(condor_pool: CondorPool, worker: Path,
+                                                              tmp_path: Path) -> None:
+    cfg = config(condor_pool, condor_pool.token_dir("submitter"), requirements="False")  # stays idle
+    one = CondorBackend(cfg, JobsConfig(), tmp_path / "one", worker=worker, ledger_id="ledgerone")
+    two = CondorBackend(cfg, JobsConfig(), tmp_path / "two", worker=worker, ledger_id="ledgertwo")
+    jobs = make_jobs(tag(), [["/store/unmerged/E/P/T/p-v1/a.root"]])  # the same job id in both ledgers
+    ids = one.submit(jobs)
+    assert one.find([jobs[0].job_id]) == ids
+    assert two.find([jobs[0].job_id]) == {}  # ledger two would submit its own job: right
+    assert [s.state for s in two.poll(ids).values()] == [JobState.VANISHED]
+    assert two.remove_pending(ids, "not mine") == []
+    assert [s.state for s in one.poll(ids).values()] == [JobState.QUEUED]
+    assert one.remove_pending(ids, "test cleanup") == [jobs[0].job_id]

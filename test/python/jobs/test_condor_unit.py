@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from MSUnmerged.config import CondorConfig, JobsConfig
-from MSUnmerged.jobs.backend import JobState
+from MSUnmerged.config import CondorConfig, ConfigError, JobsConfig, load_config
+from MSUnmerged.jobs.backend import JobState, credential_for, job_environment
 from MSUnmerged.jobs.condor import CondorBackend, Target, classify, parse_batch_id
 
 
@@ -84,3 +84,39 @@ def test_state_mapping(ad: dict, state: JobState, reason: str) -> None:
 def test_exit_by_signal() -> None:
     status = CondorBackend.status_of("j", "1.0@s", {"JobStatus": 4, "ExitBySignal": True, "ExitSignal": 9})
     assert status.exit_code == 137
+
+
+def test_description_carries_site_config_and_credential(backend: CondorBackend, tmp_path: Path) -> None:
+    jobs = backend.jobs
+    jobs.sites["T2_YY"].update(siteconfig="/cvmfs/cms.cern.ch/SITECONF/T2_YY", credential="token")
+    jobs.token_file, jobs.proxy_file = str(tmp_path / "token"), str(tmp_path / "x509up")
+    token = credential_for(jobs, "T2_YY")
+    d = backend.description("T2_YY", 500, 500, 3600, job_environment(jobs, "T2_YY", token), token)
+    assert d["transfer_input_files"] == "manifest.json,storage.token"
+    assert d["environment"] == ("\"SITECONFIG_PATH='/cvmfs/cms.cern.ch/SITECONF/T2_YY' "
+                                "MSUNMERGED_CREDENTIAL='token' BEARER_TOKEN_FILE='storage.token'\"")
+    assert "x509userproxy" not in d and str(tmp_path) not in d["environment"]
+    jobs.sites["T2_YY"]["credential"] = "proxy"
+    proxy = credential_for(jobs, "T2_YY")
+    d = backend.description("T2_YY", 500, 500, 3600, job_environment(jobs, "T2_YY", proxy), proxy)
+    assert d["x509userproxy"] == str(tmp_path / "x509up")  # HTCondor delegates it and sets X509_USER_PROXY
+    assert d["transfer_input_files"] == "manifest.json" and "X509_USER_PROXY" not in d["environment"]
+    assert "MSUNMERGED_CREDENTIAL='proxy'" in d["environment"]
+    assert d["+MSUnmergedLedger"] == '""'
+
+
+def test_token_dir_and_credentials_validated_at_start(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[jobs]\nbackend = "condor"\n')
+    with pytest.raises(ConfigError, match="condor.token_dir"):
+        load_config(cfg, env={})
+    cfg.write_text(f'[jobs]\nbackend = "condor"\n[condor]\ntoken_dir = "{tmp_path}/nowhere"\n')
+    with pytest.raises(ConfigError, match="condor.token_dir.*not a directory"):
+        load_config(cfg, env={})
+    cfg.write_text(f'[condor]\ntoken_dir = "{tmp_path}"\n[jobs]\nbackend = "condor"\n'
+                   '[jobs.sites.T2_XX_Disk]\ncredential = "token"\n')
+    with pytest.raises(ConfigError, match="jobs.token_file.*jobs.sites.T2_XX_Disk.credential is token"):
+        load_config(cfg, env={})
+    cfg.write_text('[jobs]\ncredential = "password"\n')
+    with pytest.raises(ConfigError, match="jobs.credential"):
+        load_config(cfg, env={})

@@ -8,6 +8,7 @@ from typing import Callable, Mapping, Optional
 
 import pytest
 
+from MSUnmerged.config import JobsConfig
 from MSUnmerged.jobs.backend import JobState, JobStatus, wait_for
 from MSUnmerged.jobs.slurm import SlurmBackend
 from MSUnmerged.jobs.spec import CleanupJob, DeleteFilesStep
@@ -71,9 +72,9 @@ def transport(request: pytest.FixtureRequest) -> str:
 
 
 def backend_for(cluster, transport: str, tmp_path: Path, siteconf: Path, worker: Optional[Path],
-                **overrides) -> SlurmBackend:
+                jobs: Optional[JobsConfig] = None, **overrides) -> SlurmBackend:
     settings = cluster.settings(transport, tmp_path / "slurm-work", **overrides)
-    return SlurmBackend(settings, {RSE: str(siteconf)}, worker)
+    return SlurmBackend(settings, {RSE: str(siteconf)}, worker, jobs)
 
 
 def test_array_deletes_files_and_reports(slurm_cluster, transport, tmp_path, storage, worker) -> None:
@@ -261,3 +262,25 @@ def test_arrays_split_by_size_and_resources(slurm_cluster, tmp_path, storage) ->
     statuses = wait_until(backend, batch_ids, terminal)
     assert {s.state for s in statuses.values()} == {JobState.FINISHED}
     assert not any((root / job.step.lfns[0].lstrip("/")).exists() for job in jobs)
+
+
+def test_proxy_travels_as_a_private_copy(slurm_cluster, tmp_path, storage, worker) -> None:
+    """The storage credential goes into each job's folder readable by the job's user only, named by the
+    environment (X509_USER_PROXY here); the worker finds it there."""
+    root, siteconf = storage
+    proxy = tmp_path / "x509up"
+    proxy.write_text("-----BEGIN CERTIFICATE-----\nnot a real proxy\n-----END CERTIFICATE-----\n")
+    jobs_cfg = JobsConfig(credential="proxy", proxy_file=str(proxy))
+    job = cleanup_job(7, lfns_for(7, 2))
+    make_files(root, job.step.lfns)
+    backend = backend_for(slurm_cluster, "cli", tmp_path, siteconf, worker, jobs_cfg)
+    ids = backend.submit([job])
+    (status,) = wait_until(backend, ids, terminal).values()
+    assert status.state is JobState.FINISHED and status.exit_code == 0
+    jdir = Path(backend._job_dir(job.job_id))
+    copy = jdir / "storage.proxy"
+    assert copy.read_bytes() == proxy.read_bytes()
+    assert copy.stat().st_mode & 0o777 == 0o600 and jdir.stat().st_mode & 0o077 == 0
+    lines = [json.loads(x) for x in (jdir / "report.jsonl").read_text().splitlines()]
+    assert lines[0]["start"]["credential"] == {"kind": "proxy", "file": str(copy), "mode": "0600"}
+    assert "not a real proxy" not in (jdir / "manifest.json").read_text()

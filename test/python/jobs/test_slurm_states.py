@@ -1,6 +1,8 @@
 """Slurm state and reason mapping, array index expressions, per-site settings: no cluster needed."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from MSUnmerged.config import Config, ConfigError, _validate
@@ -63,8 +65,9 @@ def test_job_folder_is_safe_and_unique() -> None:
     assert a != b and "/" not in a and ":" not in a
 
 
-def test_site_overrides_and_validation() -> None:
+def test_site_overrides_and_validation(tmp_path: Path) -> None:
     cfg = Config()
+    cfg.condor.token_dir = str(tmp_path)  # T2_YY_Disk's jobs go to HTCondor
     cfg.slurm.work_dir = "/hpc/scratch/msunmerged"
     cfg.slurm.sites = {"T2_XX_HPC": {"transport": "rest", "rest_url": "https://rest.hpc:6820", "user": "cms",
                                      "token_file": "/etc/tok", "array_parallel": "50"}}

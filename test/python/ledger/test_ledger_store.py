@@ -111,6 +111,16 @@ def test_embedded_server_starts_and_stops(tmp_path: Path) -> None:
     assert (tmp_path / "state" / "db").is_dir() and not (tmp_path / "state" / "db.pid").exists()
 
 
+def test_instance_id_is_made_once_per_database(mongo_client: MongoClient, mongo_db: Database) -> None:
+    first = Ledger(mongo_db).instance_id()
+    assert Ledger(mongo_db).instance_id() == first  # a restarted service keeps its id
+    other = mongo_client[mongo_db.name + "_other"]
+    try:
+        assert Ledger(other).instance_id() not in ("", first)
+    finally:
+        mongo_client.drop_database(other.name)
+
+
 def test_directory_outcomes_keep_the_highest_rank_and_are_pruned_with_their_generation(
         tmp_path: Path, mongo_db: Database) -> None:
     plan = make_plan(tmp_path)

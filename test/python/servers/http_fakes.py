@@ -11,6 +11,7 @@ Dumps are produced on the fly from an LFN factory, so a dump of any size costs n
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 import urllib.parse
@@ -43,7 +44,10 @@ class Fault:
 class FakeCMSWeb:
     """ConMon under /rucioconmon/unmerged, WMStats under /wmstatsserver, Tier-0 under /t0wmstatsserver."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: Optional[ssl.SSLContext] = None) -> None:
+        """`tls`: serve HTTPS with this server context (as CMSWEB's front end: client certificates required)."""
+        self.tls = tls
+        self.peers: list[str] = []  # HTTPS: the subject of each request's client certificate
         self.stats: dict[str, dict[str, Any]] = {}
         self.dumps: dict[str, Callable[[], Iterable[str]]] = {}
         self.sized: set[str] = set()  # RSEs whose dump is a list: sent with Content-Length
@@ -58,10 +62,11 @@ class FakeCMSWeb:
     # -- content ------------------------------------------------------------------------------
 
     @classmethod
-    def from_fixtures(cls, wmcore: Path, now: Optional[float] = None) -> "FakeCMSWeb":
+    def from_fixtures(cls, wmcore: Path, now: Optional[float] = None,
+                      tls: Optional[ssl.SSLContext] = None) -> "FakeCMSWeb":
         """The real samples as they are: stats of 47 RSEs, the protected list (also as Tier-0's
         list, reduced to its first 10 bases), and the JSON dump as FIXTURE_RSE with a fresh scan."""
-        web = cls()
+        web = cls(tls)
         web.stats = json.loads((wmcore / "conmon-stats.json").read_text())
         web.protected = json.loads((wmcore / "protectedLFNs.json").read_text())
         web.t0_protected = web.protected[:10]
@@ -113,7 +118,8 @@ class FakeCMSWeb:
     @property
     def base(self) -> str:
         assert self._server is not None, "not started"
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://127.0.0.1:{self._server.server_address[1]}"
 
     @property
     def conmon_url(self) -> str:
@@ -130,6 +136,10 @@ class FakeCMSWeb:
     def start(self) -> "FakeCMSWeb":
         handler = type("Handler", (_Handler,), {"web": self})
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        if self.tls is not None:
+            # The handshake runs in the request's thread: a refused client does not stall the others.
+            self._server.socket = self.tls.wrap_socket(self._server.socket, server_side=True,
+                                                       do_handshake_on_connect=False)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="FakeCMSWeb", daemon=True)
         self._thread.start()
@@ -160,7 +170,15 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet test output
         pass
 
+    def setup(self) -> None:
+        if isinstance(self.request, ssl.SSLSocket):
+            self.request.do_handshake()  # a refused client certificate ends the connection here
+        super().setup()
+
     def do_GET(self) -> None:  # noqa: N802 - http.server naming
+        if isinstance(self.connection, ssl.SSLSocket):
+            subject = dict(x[0] for x in (self.connection.getpeercert() or {}).get("subject", ()))
+            self.web.peers.append(subject.get("commonName", ""))
         url = urllib.parse.urlsplit(self.path)
         query = dict(urllib.parse.parse_qsl(url.query))
         endpoint = _ROUTES.get(url.path.rstrip("/"))

@@ -15,6 +15,8 @@ import pytest
 from pymongo import MongoClient
 from pymongo.database import Database
 
+from MSUnmerged.cli import EXIT_AUTH
+from MSUnmerged.cli.apply import exit_code
 from MSUnmerged.config import Config
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.service import Hook, Service
@@ -64,7 +66,8 @@ def make_service(tmp: str, db: Database, src: str, tokens: str, hook: Optional[H
         configure(config)
     ledger = Ledger(db)
     ledger.ensure_indexes()
-    return Service(config, ledger, OfflineSources(src), make_router(config), instance="condor-test", hook=hook)
+    return Service(config, ledger, OfflineSources(src), make_router(config, ledger.instance_id()), instance="condor-test",
+                   hook=hook)
 
 
 @pytest.fixture
@@ -158,5 +161,6 @@ def test_refused_token_is_recorded_and_nothing_submitted(condor_pool: CondorPool
     result = svc.run_once(RSE)
     svc.stop()
     assert (result.action, result.reason) == ("failed", "backend_auth_refused"), result
+    assert exit_code(result) == EXIT_AUTH  # `msunmerged apply`/`clean`: renew the token, not "internal error"
     assert mongo_db.rses.find_one({"_id": RSE})["reason"] == "backend_auth_refused"
     assert mongo_db.jobs.count_documents({"state": {"$ne": "planned"}}) == 0

@@ -16,7 +16,7 @@ from MSUnmerged import __version__
 from MSUnmerged.config import LOG_LEVELS, ConfigError, load_config
 from MSUnmerged.embedded_mongo import EmbeddedMongoError
 from MSUnmerged.ledger.connect import DatabaseUnreachable, first_error
-from MSUnmerged.sources.errors import SourceError
+from MSUnmerged.sources.errors import AUTHENTICATION, SourceError
 
 log = logging.getLogger("MSUnmerged.cli")
 
@@ -25,9 +25,25 @@ EXIT_OK = 0
 EXIT_FAILED = 1  # internal error
 EXIT_GUARD = 2  # a guard refused: nothing will be deleted
 EXIT_BAD_INPUT = 3  # unusable input or configuration
+EXIT_AUTH = 4  # a batch system or source refused our credentials (token, certificate, proxy)
 EXIT_UNAVAILABLE = 5  # an outside service (ledger database, ConMon, WMStats, Rucio) failed or did not answer
 EXIT_USAGE = 64  # the command line itself is wrong (EX_USAGE; argparse's own 2 means "a guard refused" here)
 EXIT_INTERRUPTED = 130
+# RunResult reasons of a refused credential: the operator renews it, nothing else helps.
+AUTH_REASONS = ("backend_auth_refused", "backend_auth_denied", "backend_credential_missing")
+
+
+def failed_code(reason: str) -> int:
+    """The exit code of a command whose RSE run failed with this RunResult reason."""
+    if reason in AUTH_REASONS or reason.endswith("_authentication"):
+        return EXIT_AUTH
+    return EXIT_FAILED
+
+
+def source_code(exc: SourceError) -> int:
+    """A source that refused our certificate, proxy or token: EXIT_AUTH; any other failure: EXIT_UNAVAILABLE."""
+    return EXIT_AUTH if exc.kind == AUTHENTICATION else EXIT_UNAVAILABLE
+
 
 # Each module defines `register(subparsers)` and sets a `run(args, config) -> int` default.
 COMMANDS = ["plan", "demo", "serve", "status", "jobs", "files", "apply", "run", "clean"]
@@ -71,7 +87,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return int(args.run(args, config))
     except (BadInput, ConfigError) as exc:
         return fail(name, str(exc), EXIT_BAD_INPUT)
-    except (DatabaseUnreachable, EmbeddedMongoError, SourceError) as exc:
+    except SourceError as exc:
+        return fail(name, str(exc), source_code(exc))
+    except (DatabaseUnreachable, EmbeddedMongoError) as exc:
         return fail(name, str(exc), EXIT_UNAVAILABLE)
     except PyMongoError as exc:
         return fail(name, f"ledger database: {first_error(exc)}", EXIT_UNAVAILABLE)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from MSUnmerged import seal
-from MSUnmerged.cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_GUARD, EXIT_OK, BadInput
+from MSUnmerged.cli import EXIT_BAD_INPUT, EXIT_GUARD, EXIT_OK, BadInput, failed_code
 from MSUnmerged.cli.plan import load_json, protected_list
 from MSUnmerged.config import Config
 from MSUnmerged.guards import UNKNOWN_RSE
@@ -26,12 +26,12 @@ def register(subparsers: Any) -> None:
 
 def exit_code(result: RunResult) -> int:
     """unknown RSE -> EXIT_BAD_INPUT, guarded (a guard, plan_modified, plan_outdated) -> EXIT_GUARD,
-    failed (refused backend, ledger error, ...) -> EXIT_FAILED."""
+    failed -> EXIT_AUTH for refused credentials, else EXIT_FAILED."""
     if result.reason == UNKNOWN_RSE:
         return EXIT_BAD_INPUT
     if result.state == "guarded" or result.action == REFUSED:
         return EXIT_GUARD
-    return EXIT_FAILED if result.action == "failed" else EXIT_OK
+    return failed_code(result.reason) if result.action == "failed" else EXIT_OK
 
 
 def require_rse(service: Service, rse: str) -> None:

@@ -7,7 +7,7 @@ import sys
 from typing import Any, Callable, Optional, TextIO
 
 from MSUnmerged import planner
-from MSUnmerged.cli import EXIT_FAILED, EXIT_GUARD, EXIT_OK, EXIT_UNAVAILABLE, BadInput
+from MSUnmerged.cli import EXIT_FAILED, EXIT_GUARD, EXIT_OK, BadInput, failed_code, source_code
 from MSUnmerged.cli.output import Progress, table
 from MSUnmerged.cli.plan import print_summary
 from MSUnmerged.config import Config
@@ -63,6 +63,8 @@ def apply(service: Service, rse: str) -> int:
           file=sys.stderr, flush=True)
     result = service.run_once(rse)
     table([(k, v if v not in (None, "") else "-") for k, v in result.to_dict().items()], ("", "value"), sys.stdout)
+    if result.action == "failed":
+        return failed_code(result.reason)
     return EXIT_FAILED if result.action in NOT_WORKED else EXIT_OK
 
 
@@ -76,7 +78,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
             raise BadInput(str(exc)) from None  # as cli.apply.require_rse
         except SourceError as exc:
             print(f"msunmerged clean: cannot plan {args.rse}: {exc}", file=sys.stderr)
-            return EXIT_UNAVAILABLE
+            return source_code(exc)
         print_summary(plan, str(service.config.state_dir / "previews" / args.rse))
         if plan.guard:
             print(f"msunmerged clean: guard {plan.guard}: {plan.guard_detail}; nothing will be deleted",

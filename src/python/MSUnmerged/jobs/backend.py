@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 import enum
+import os
 import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Protocol, Sequence
 
+from MSUnmerged.config import CREDENTIAL_FILE_KEY, JobsConfig
 from MSUnmerged.jobs.spec import CleanupJob
+from MSUnmerged.worker import credentials
 
 
 class JobState(str, enum.Enum):
@@ -32,7 +35,7 @@ class JobState(str, enum.Enum):
 
 class BackendError(Exception):
     """A batch system refused or could not be reached. `kind` classifies it for the ledger:
-    auth_refused, auth_denied, unreachable, timeout, submit_failed, bad_answer."""
+    auth_refused, auth_denied, unreachable, timeout, submit_failed, bad_answer, credential_missing."""
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(f"{kind}: {message}")
@@ -92,3 +95,57 @@ def deliver_report(report: Path, dest: Path) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(report, dest)
     return dest
+
+
+@dataclass(frozen=True)
+class JobCredential:
+    """The storage credential an RSE's jobs carry: its kind and the service-side file (never logged)."""
+
+    kind: str  # config.CREDENTIALS
+    source: str = ""
+
+    @property
+    def file_name(self) -> str:
+        """Its name in the job's folder (sandbox); "" for none."""
+        return credentials.FILE_NAMES.get(self.kind, "")
+
+    def read(self) -> bytes:
+        """The credential's bytes; BackendError credential_missing when the deployment has not provided it."""
+        try:
+            data = Path(self.source).read_bytes()
+        except OSError as exc:
+            raise BackendError("credential_missing", f"storage {self.kind} file {self.source}: "
+                                                     f"{exc.strerror}") from None
+        if not data.strip():
+            raise BackendError("credential_missing", f"storage {self.kind} file {self.source} is empty")
+        return data
+
+
+def credential_for(jobs: JobsConfig, rse: str) -> JobCredential:
+    """jobs.sites.<rse>.credential, else jobs.credential, with its configured file."""
+    kind = jobs.setting(rse, "credential") or "none"
+    key = CREDENTIAL_FILE_KEY.get(kind)
+    return JobCredential(kind, os.path.expanduser(getattr(jobs, key)) if key else "")
+
+
+def job_environment(jobs: JobsConfig, rse: str, credential: Optional[JobCredential] = None) -> dict[str, str]:
+    """What a job's environment must hold besides the batch system's: its SITECONFIG_PATH when the service
+    sets one (else the node's own is used), and where its credential file is, relative to the job's folder."""
+    env = {}
+    siteconfig = jobs.setting(rse, "siteconfig")
+    if siteconfig:
+        env["SITECONFIG_PATH"] = siteconfig
+    cred = credential or credential_for(jobs, rse)
+    env.update(credentials.job_env(cred.kind, cred.file_name))
+    return env
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write a file only its owner may read (0600), in a folder only its owner may enter (0700)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.chmod(0o700)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)

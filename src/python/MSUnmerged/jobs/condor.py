@@ -1,9 +1,15 @@
 """HTCondor backend: cleanup jobs go to a (remote) schedd with tokens, inputs spooled, reports retrieved.
 
 One submit call per (schedd, site, resources) makes one cluster with one proc per cleanup job (itemdata).
-Each job carries its ledger id in the job attribute `MSUnmergedJobId`, so `find()` can tell after a crash
-which jobs the schedd already has. Batch ids read "<cluster>.<proc>@<schedd name>"; schedd names may
-themselves contain "@", so the first "@" separates them.
+Each job carries its ledger id in the job attribute `MSUnmergedJobId`, and the id of the ledger that made it
+in `MSUnmergedLedger`, so `find()` can tell after a crash which jobs the schedd already has, and two services
+(two ledgers) sharing a schedd never take each other's jobs for their own.
+
+Batch ids read "<cluster>.<proc>@<schedd name>"; schedd names may themselves contain "@", so the first "@"
+separates them.
+
+The storage credential (docs/jobs.md): a proxy is delegated by HTCondor (`x509userproxy`); a token goes as
+an input file, copied into the job's folder (0600) only until it is spooled, and named by BEARER_TOKEN_FILE.
 
 Security settings (token directory or SciToken file) are process-wide in the bindings: one process talks
 with one identity. Token contents and paths are never logged.
@@ -28,19 +34,21 @@ os.environ.setdefault("CONDOR_CONFIG", "/dev/null")
 import htcondor2  # noqa: E402
 
 from MSUnmerged.config import CondorConfig, JobsConfig  # noqa: E402
-from MSUnmerged.jobs.backend import BackendError, JobState, JobStatus, deliver_report  # noqa: E402
+from MSUnmerged.jobs.backend import (BackendError, JobCredential, JobState, JobStatus, credential_for,  # noqa: E402
+                                     deliver_report, job_environment, write_private)
 from MSUnmerged.jobs.spec import CleanupJob  # noqa: E402
 
 log = logging.getLogger(__name__)
 
 JOB_ID_ATTR = "MSUnmergedJobId"
+LEDGER_ATTR = "MSUnmergedLedger"
 MANIFEST_NAME = "manifest.json"
 REPORT_NAME = "report.jsonl"
 REMOVE_PREFIX = "MSUnmerged: "  # RemoveReason of our own removals, to tell them from the schedd's
 SPOOLING_HOLD = 16  # HoldReasonCode while a spool=True submit waits for its input files
 SPOOL_GRACE_S = 3600  # a job still waiting for its inputs this long lost its submitter: remove it
 KEEP_COMPLETED_S = 10 * 24 * 3600  # completed jobs whose outputs were never retrieved leave after this
-PROJECTION = [JOB_ID_ATTR, "ClusterId", "ProcId", "JobStatus", "HoldReason", "HoldReasonCode", "ExitCode",
+PROJECTION = [JOB_ID_ATTR, LEDGER_ATTR, "ClusterId", "ProcId", "JobStatus", "HoldReason", "HoldReasonCode", "ExitCode",
               "ExitBySignal", "ExitSignal", "RemoveReason", "StageOutFinish", "EnteredCurrentStatus"]
 _JOB_ID_RE = re.compile(r"[A-Za-z0-9_.:+-]+")
 _BATCH_ID_RE = re.compile(r"(\d+)\.(\d+)@(.+)")
@@ -111,7 +119,12 @@ class CondorBackend:
 
     name = "condor"
 
-    def __init__(self, condor: CondorConfig, jobs: JobsConfig, workdir: Path, worker: Optional[Path] = None) -> None:
+    def __init__(self, condor: CondorConfig, jobs: JobsConfig, workdir: Path, worker: Optional[Path] = None,
+                 ledger_id: str = "") -> None:
+        """`ledger_id`: the ledger's instance id (Ledger.instance_id); "" only where one ledger uses the schedd."""
+        if ledger_id and not _JOB_ID_RE.fullmatch(ledger_id):
+            raise ValueError(f"ledger id {ledger_id!r} has characters a ClassAd attribute should not carry")
+        self.ledger_id = ledger_id
         self.condor = condor
         self.jobs = jobs
         self.workdir = Path(workdir).resolve()  # manifests go out from here, outputs come back here
@@ -145,6 +158,9 @@ class CondorBackend:
             raise BackendError(classify(str(exc), "unreachable"),
                                f"cannot locate schedd {target.schedd or '(default)'} in pool "
                                f"{target.pool or '(default)'}: {exc}") from None
+        if ad is None:  # htcondor2 25.x: the collector answered but knows no such schedd (stopped, renamed)
+            raise BackendError("unreachable", f"no schedd {target.schedd or '(default)'} in pool "
+                                              f"{target.pool or '(default)'}")
         name = str(ad.get("Name", target.schedd))
         with self._lock:
             self._names[target] = name
@@ -208,9 +224,19 @@ class CondorBackend:
     def job_dir(self, job_id: str) -> Path:
         return self.workdir / "jobs" / _safe_name(job_id)
 
-    def description(self, site: str, memory_mb: int, disk_mb: int, runtime_s: int) -> dict[str, str]:
-        """The submit description shared by one cluster; per-job values come from itemdata."""
+    def description(self, site: str, memory_mb: int, disk_mb: int, runtime_s: int,
+                    env: Optional[Mapping[str, str]] = None, credential: Optional[JobCredential] = None
+                    ) -> dict[str, str]:
+        """The submit description shared by one cluster; per-job values come from itemdata. `env`: the job
+        environment (job_environment), `credential`: the storage credential the jobs carry."""
         c = self.condor
+        env = dict(env or {})
+        inputs, delegated = [MANIFEST_NAME], {}
+        if credential is not None and credential.kind == "proxy":
+            delegated["x509userproxy"] = credential.source  # HTCondor delegates it and sets X509_USER_PROXY
+            env.pop("X509_USER_PROXY", None)
+        elif credential is not None and credential.file_name:
+            inputs.append(credential.file_name)
         remove_when = " || ".join([
             f"(JobStatus == 5 && HoldReasonCode =!= {SPOOLING_HOLD} && time() - EnteredCurrentStatus > {c.hold_max_s})",
             f"(JobStatus == 5 && HoldReasonCode =?= {SPOOLING_HOLD} && time() - EnteredCurrentStatus > {SPOOL_GRACE_S})",
@@ -223,7 +249,7 @@ class CondorBackend:
             "transfer_executable": "true",
             "arguments": MANIFEST_NAME,
             "initialdir": "$(msu_dir)",
-            "transfer_input_files": MANIFEST_NAME,
+            "transfer_input_files": ",".join(inputs),
             "should_transfer_files": "YES",
             "when_to_transfer_output": "ON_EXIT",
             "output": "job.out",
@@ -236,12 +262,16 @@ class CondorBackend:
             "accounting_group": c.accounting_group,
             "accounting_group_user": c.accounting_group_user,
             f"+{JOB_ID_ATTR}": '"$(msu_job_id)"',
+            f"+{LEDGER_ATTR}": _quote(self.ledger_id),
             "+MSUnmergedDeadline": "$(msu_deadline)",
             "periodic_remove": remove_when,
             # Outputs stay until we retrieved them (StageOutFinish set), then the job may leave.
             "leave_in_queue": f"JobStatus == 4 && (StageOutFinish =?= undefined || StageOutFinish == 0) "
                               f"&& time() - EnteredCurrentStatus < {KEEP_COMPLETED_S}",
         }
+        desc.update(delegated)
+        if env:
+            desc["environment"] = _environment(env)
         if c.requirements:
             desc["requirements"] = c.requirements
         for name, expr in c.extra_attributes.items():
@@ -253,33 +283,50 @@ class CondorBackend:
 
         A BackendError may leave earlier clusters submitted: reconcile with find() before resubmitting.
         """
-        groups: dict[tuple[Target, str, int, int, int], list[CleanupJob]] = {}
+        groups: dict[tuple[Target, str, str, int, int, int], list[CleanupJob]] = {}
         for job in jobs:
             if not _JOB_ID_RE.fullmatch(job.job_id):
                 raise ValueError(f"job id {job.job_id!r} has characters a ClassAd attribute should not carry")
-            key = (self.target(job.rse), job.site, job.request_memory_mb, job.request_disk_mb, job.max_runtime_s)
+            # Per RSE: its site config and credential go into the cluster's shared description.
+            key = (self.target(job.rse), job.site, job.rse, job.request_memory_mb, job.request_disk_mb,
+                   job.max_runtime_s)
             groups.setdefault(key, []).append(job)
         out: dict[str, str] = {}
-        for (target, site, mem, disk, runtime), group in groups.items():
+        for (target, site, rse, mem, disk, runtime), group in groups.items():
             name, schedd = self._locate(target)
+            credential = credential_for(self.jobs, rse)
+            # Read first: a missing or empty credential fails the submission (credential_missing) before any
+            # job folder is written. A proxy is delegated by HTCondor; a token travels as an input file.
+            secret = credential.read() if credential.file_name else None
+            if credential.kind == "proxy":
+                secret = None
             items = []
             for job in group:
                 jdir = self.job_dir(job.job_id)
                 jdir.mkdir(parents=True, exist_ok=True)
+                jdir.chmod(0o700)
                 job.write_manifest(jdir / MANIFEST_NAME)
+                if secret is not None:
+                    write_private(jdir / credential.file_name, secret)
                 items.append({"msu_job_id": job.job_id, "msu_dir": str(jdir), "msu_deadline": f"{job.deadline:.0f}"})
-            sub = htcondor2.Submit(self.description(site, mem, disk, runtime))
+            env = job_environment(self.jobs, rse, credential)
+            sub = htcondor2.Submit(self.description(site, mem, disk, runtime, env, credential))
             try:
-                result = schedd.submit(sub, itemdata=iter(items), spool=True)
-            except Exception as exc:
-                raise BackendError(classify(str(exc), "submit_failed"), f"submit to {name}: {exc}") from None
-            cluster, first = result.cluster(), result.first_proc()
-            try:
-                schedd.spool(result)
-            except Exception as exc:
-                # Without their inputs these jobs can never run: take them back out at once.
-                self._act(schedd, htcondor2.JobAction.Remove, f"ClusterId == {cluster}", "spool failed")
-                raise BackendError(classify(str(exc), "submit_failed"), f"spool to {name}: {exc}") from None
+                try:
+                    result = schedd.submit(sub, itemdata=iter(items), spool=True)
+                except Exception as exc:
+                    raise BackendError(classify(str(exc), "submit_failed"), f"submit to {name}: {exc}") from None
+                cluster, first = result.cluster(), result.first_proc()
+                try:
+                    schedd.spool(result)
+                except Exception as exc:
+                    # Without their inputs these jobs can never run: take them back out at once.
+                    self._act(schedd, htcondor2.JobAction.Remove, f"ClusterId == {cluster}", "spool failed")
+                    raise BackendError(classify(str(exc), "submit_failed"), f"spool to {name}: {exc}") from None
+            finally:
+                if secret is not None:  # the schedd holds it now; no copy stays on the service host
+                    for job in group:
+                        (self.job_dir(job.job_id) / credential.file_name).unlink(missing_ok=True)
             for i, job in enumerate(group):
                 out[job.job_id] = f"{cluster}.{first + i}@{name}"
             log.info("submitted %d jobs for site %s to %s as cluster %d", len(group), site, name, cluster)
@@ -294,12 +341,13 @@ class CondorBackend:
             out.setdefault(name, {})[(cluster, proc)] = job_id
         return out
 
-    @staticmethod
-    def _constraint(keys: Iterable[tuple[int, int]]) -> str:
+    def _constraint(self, keys: Iterable[tuple[int, int]]) -> str:
+        """These jobs (cluster, proc), if they are this ledger's."""
         per_cluster: dict[int, list[int]] = {}
         for cluster, proc in keys:
             per_cluster.setdefault(cluster, []).append(proc)
-        return " || ".join(f"(ClusterId == {c} && {_member('ProcId', sorted(p))})" for c, p in per_cluster.items())
+        jobs = " || ".join(f"(ClusterId == {c} && {_member('ProcId', sorted(p))})" for c, p in per_cluster.items())
+        return f"({jobs}){self._ledger_clause()}"
 
     def _ads(self, schedd: htcondor2.Schedd, name: str, wanted: Mapping[tuple[int, int], str],
              history: bool = True) -> dict[tuple[int, int], Any]:
@@ -317,8 +365,17 @@ class CondorBackend:
                         found.setdefault((ad["ClusterId"], ad["ProcId"]), ad)
         except Exception as exc:
             raise BackendError(classify(str(exc), "bad_answer"), f"query of {name}: {exc}") from None
-        # A rebuilt schedd reuses cluster ids: an ad that is not our job is as good as none.
-        return {k: ad for k, ad in found.items() if ad.get(JOB_ID_ATTR) == wanted[k]}
+        # A rebuilt schedd reuses cluster ids, another ledger reuses job ids: an ad that is not our job is as
+        # good as none.
+        return {k: ad for k, ad in found.items() if ad.get(JOB_ID_ATTR) == wanted[k] and self._ours(ad)}
+
+    def _ledger_clause(self) -> str:
+        """A constraint term selecting this ledger's jobs ("" without a ledger id)."""
+        return f" && {LEDGER_ATTR} =?= {_quote(self.ledger_id)}" if self.ledger_id else ""
+
+    def _ours(self, ad: Any) -> bool:
+        """The job was submitted by this ledger (jobs without the attribute predate it: ours when we have no id)."""
+        return str(ad.get(LEDGER_ATTR) or "") == self.ledger_id
 
     @staticmethod
     def status_of(job_id: str, batch_id: str, ad: Any) -> JobStatus:
@@ -406,7 +463,8 @@ class CondorBackend:
         schedd = self._schedd_by_name(name)
         try:
             self._act(schedd, htcondor2.JobAction.Remove,
-                      f"ClusterId == {cluster} && ProcId == {proc} && {JOB_ID_ATTR} == {_quote(job_id)}", reason)
+                      f"ClusterId == {cluster} && ProcId == {proc} && {JOB_ID_ATTR} == {_quote(job_id)}"
+                      + self._ledger_clause(), reason)
         except Exception as exc:
             raise BackendError(classify(str(exc), "bad_answer"), f"remove {batch_id} from {name}: {exc}") from None
         shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
@@ -458,13 +516,22 @@ class CondorBackend:
             name, schedd = self._locate(target)
             try:
                 for chunk in _chunks(ids):
-                    constraint = _member(JOB_ID_ATTR, chunk)
+                    constraint = _member(JOB_ID_ATTR, chunk) + self._ledger_clause()
                     ads = list(schedd.history(constraint, PROJECTION)) + list(schedd.query(constraint, PROJECTION))
                     for ad in ads:  # queue last: a job still queued wins over an older record in the history
-                        out[ad[JOB_ID_ATTR]] = f"{ad['ClusterId']}.{ad['ProcId']}@{name}"
+                        if self._ours(ad):
+                            out[ad[JOB_ID_ATTR]] = f"{ad['ClusterId']}.{ad['ProcId']}@{name}"
             except Exception as exc:
                 raise BackendError(classify(str(exc), "bad_answer"), f"find in {name}: {exc}") from None
         return out
+
+
+def _environment(env: Mapping[str, str]) -> str:
+    """The submit `environment` value (new syntax): space-separated NAME='value' pairs."""
+    for name, value in env.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or '"' in value or "\n" in value:
+            raise ValueError(f"environment variable {name} cannot be passed to an HTCondor job")
+    return '"' + " ".join(f"{n}='{v.replace(chr(39), chr(39) * 2)}'" for n, v in env.items()) + '"'
 
 
 def _ping_main() -> None:

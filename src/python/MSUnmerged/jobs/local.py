@@ -1,7 +1,8 @@
 """The embedded default batch backend: cleanup jobs run as local processes, same contract as at a site.
 
-Each job gets a folder <work_dir>/<job>/ with manifest.json; the worker zipapp runs there as
-`python3 worker.pyz manifest.json` with SITECONFIG_PATH set, writes report.jsonl and worker.log.
+Each job gets a folder <work_dir>/<job>/ (0700) with manifest.json and, when the RSE's jobs carry one, a copy
+of the storage credential (0600); the worker zipapp runs there as `python3 worker.pyz manifest.json` with the
+job environment (SITECONFIG_PATH, the credential's file), writes report.jsonl and worker.log.
 At most `jobs.local_parallel` run at once; the rest wait in submission order and are started by
 `poll`. Everything needed to answer `poll` and `find` after a restart is on disk: the pid file of a
 running worker and the report's final summary line, which holds the worker's exit code.
@@ -21,7 +22,8 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from MSUnmerged.config import Config
-from MSUnmerged.jobs.backend import BackendError, JobState, JobStatus, deliver_report
+from MSUnmerged.jobs.backend import (BackendError, JobState, JobStatus, credential_for, deliver_report,
+                                     job_environment, write_private)
 from MSUnmerged.jobs.spec import CleanupJob
 from MSUnmerged.jobs.workerpkg import build_worker
 
@@ -70,13 +72,17 @@ class LocalBackend:
             self._worker = build_worker(self.work_dir / "msunmerged-worker.pyz")
         return self._worker.resolve()
 
-    def _siteconfig_for(self, rse: str) -> str:
-        path = self.config.jobs.sites.get(rse, {}).get("siteconfig") or self.siteconfig \
-            or self.env.get("SITECONFIG_PATH")
-        if not path:
-            raise BackendError("submit_failed", f"no site configuration for {rse}: set jobs.sites.{rse}.siteconfig "
-                                                "or SITECONFIG_PATH")
-        return str(Path(path).resolve())
+    def _environment(self, rse: str, jdir: Path) -> dict[str, str]:
+        """The job's environment; its credential copied into its folder. Without a site configuration of the
+        service's, the worker uses this host's SITECONFIG_PATH or CMS's default."""
+        credential = credential_for(self.config.jobs, rse)
+        env = job_environment(self.config.jobs, rse, credential)
+        path = env.get("SITECONFIG_PATH") or self.siteconfig
+        if path:
+            env["SITECONFIG_PATH"] = str(Path(path).resolve())
+        if credential.file_name:
+            write_private(jdir / credential.file_name, credential.read())
+        return env
 
     @staticmethod
     def _dir_of(batch_id: str) -> str:
@@ -105,9 +111,9 @@ class LocalBackend:
             if (jdir / PID_NAME).exists() or (jdir / REPORT_NAME).exists():
                 out[job.job_id] = BATCH_PREFIX + name  # already submitted: never run a job twice
                 continue
-            jdir.mkdir(parents=True, exist_ok=True)
+            jdir.mkdir(mode=0o700, parents=True, exist_ok=True)
             job.write_manifest(jdir / MANIFEST_NAME)
-            env = {"SITECONFIG_PATH": self._siteconfig_for(job.rse), "MSUNMERGED_WORKER": str(worker)}
+            env = {**self._environment(job.rse, jdir), "MSUNMERGED_WORKER": str(worker)}
             (jdir / ENV_NAME).write_text(json.dumps(env))
             if name not in self._queue:
                 self._queue.append(name)

@@ -9,7 +9,8 @@ Jobs and service share a folder (`slurm.work_dir`) on the cluster's file system:
 The service reaches that folder, and in `cli` mode the Slurm commands, through `slurm.command_prefix`: every
 command is handed to it as ONE shell-quoted string (as ssh expects); empty means `sh -c` on this machine.
 The marker files let a job be judged after Slurm forgot it (MinJobAge), and tell our own cancellations
-(REMOVED) from anyone else's (FAILED).
+(REMOVED) from anyone else's (FAILED). Everything is written with umask 077: the storage credential each job
+folder holds (docs/jobs.md) is readable by the job's user only.
 """
 from __future__ import annotations
 
@@ -30,8 +31,8 @@ from typing import Any, Iterable, Mapping, Optional, Protocol, Sequence
 
 import requests
 
-from MSUnmerged.config import Config, ConfigError, SlurmConfig
-from MSUnmerged.jobs.backend import BackendError, JobState, JobStatus
+from MSUnmerged.config import Config, ConfigError, JobsConfig, SlurmConfig
+from MSUnmerged.jobs.backend import BackendError, JobState, JobStatus, credential_for, job_environment
 from MSUnmerged.jobs.spec import CleanupJob
 from MSUnmerged.jobs.workerpkg import build_worker
 
@@ -391,12 +392,12 @@ def _expand(indexes: str) -> list[int]:
 
 
 def _tar(files: Mapping[str, bytes]) -> bytes:
-    """An uncompressed tar archive of these (relative path -> content) files."""
+    """An uncompressed tar archive of these (relative path -> content) files, readable by their owner only."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name, data in files.items():
             info = tarfile.TarInfo(name)
-            info.size, info.mtime, info.mode = len(data), int(time.time()), 0o644
+            info.size, info.mtime, info.mode = len(data), int(time.time()), 0o600
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
 
@@ -428,8 +429,10 @@ class SlurmBackend:
     name = "slurm"
 
     def __init__(self, settings: SlurmConfig, siteconfigs: Optional[Mapping[str, str]] = None,
-                 worker: Optional[Path] = None) -> None:
-        """`siteconfigs`: RSE -> SITECONFIG_PATH for its jobs (else the node's own); `worker`: a built zipapp."""
+                 worker: Optional[Path] = None, jobs: Optional[JobsConfig] = None) -> None:
+        """`siteconfigs`: RSE -> SITECONFIG_PATH for its jobs (else the node's own); `worker`: a built zipapp;
+        `jobs`: where the storage credential of each RSE's jobs comes from."""
+        self.jobs = jobs or JobsConfig()
         if not settings.work_dir.startswith("/"):
             raise ConfigError("slurm.work_dir", "must be an absolute path on the cluster")
         self.settings = settings
@@ -445,7 +448,7 @@ class SlurmBackend:
         """The backend for `site`: slurm settings with the site's overrides, SITECONFIG_PATH per RSE."""
         siteconfigs = {rse: s["siteconfig"] for rse, s in cfg.jobs.sites.items()
                        if s.get("siteconfig") and s.get("site", site) == site}
-        return cls(cfg.slurm.for_site(site), siteconfigs, worker)
+        return cls(cfg.slurm.for_site(site), siteconfigs, worker, cfg.jobs)
 
     def _job_dir(self, job_id: str) -> str:
         return f"{self.work_dir}/jobs/{job_folder(job_id)}"
@@ -479,19 +482,25 @@ class SlurmBackend:
         ids = [j.job_id for j in jobs]
         tag = hashlib.sha1(json.dumps([ids, time.time()]).encode()).hexdigest()[:12]
         array_dir = f"{self.work_dir}/arrays/{tag}"
-        siteconfig = self.siteconfigs.get(rse)
+        credential = credential_for(self.jobs, rse)
+        env = job_environment(self.jobs, rse, credential)
+        if self.siteconfigs.get(rse):
+            env["SITECONFIG_PATH"] = self.siteconfigs[rse]
         script = JOB_SCRIPT.format(
             path=JOB_PATH, array_dir=shlex.quote(array_dir), python=shlex.quote(self.settings.python),
             manifest=MANIFEST_NAME, setup=self.settings.setup,
-            exports=f"export SITECONFIG_PATH={shlex.quote(siteconfig)}\n" if siteconfig else "")
+            exports="".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items()))
         files = {f"jobs/{job_folder(j.job_id)}/{MANIFEST_NAME}": j.manifest_bytes() for j in jobs}
+        if credential.file_name:  # a copy in each job's folder: a job never reads another's
+            secret = credential.read()
+            files.update({f"jobs/{job_folder(j.job_id)}/{credential.file_name}": secret for j in jobs})
         files.update({f"arrays/{tag}/worker.pyz": worker, f"arrays/{tag}/job.sh": script.encode(),
                       f"arrays/{tag}/jobs.json": json.dumps(ids).encode(),
                       f"arrays/{tag}/jobs.txt": "".join(f"{self._job_dir(i)}\n" for i in ids).encode()})
         # One command for the whole array (one ssh round trip, not one per job). A resubmitted job id must
         # not inherit the markers or report of an earlier attempt.
         w = shlex.quote(self.work_dir)
-        self.shell.run(f"mkdir -p {w} && tar -x -f - -C {w} && while IFS= read -r d; do "
+        self.shell.run(f"umask 077 && mkdir -p {w} && tar -x -f - -C {w} && while IFS= read -r d; do "
                        f"for f in {' '.join(MARKERS)} {REPORT_NAME} job.log; do rm -f \"$d/$f\"; done; "
                        f"done < {shlex.quote(array_dir)}/jobs.txt", stdin=_tar(files))
         s = self.settings

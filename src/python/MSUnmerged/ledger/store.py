@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
-from pymongo import ASCENDING, DESCENDING, InsertOne, UpdateMany, UpdateOne, errors
+from pymongo import ASCENDING, DESCENDING, InsertOne, ReturnDocument, UpdateMany, UpdateOne, errors
 from pymongo.collection import Collection
 from pymongo.database import Database
 
@@ -55,9 +56,9 @@ NOT_DELETED = (PLANNED, *RETRIABLE, WOULD_DELETE)  # may still be deleted: dropp
 DIR_REMOVED = "removed"
 DIR_REFUSED = "refused"
 DIR_RANK = {"dry_run": 0, "not_attempted": 1, "not_empty": 2, "timeout": 3, "storage_error": 3,
-            "permission_denied": 3, DIR_REFUSED: 4, "missing": 5, DIR_REMOVED: 6}
+            "permission_denied": 3, "auth_failed": 3, DIR_REFUSED: 4, "missing": 5, DIR_REMOVED: 6}
 assert set(DIR_RANK) == set(DIR_OUTCOMES)
-DIR_ERRORS = ("permission_denied", "timeout", "storage_error")
+DIR_ERRORS = ("permission_denied", "timeout", "storage_error", "auth_failed")
 
 # Job states: "planned" before intent, then jobs.backend.JobState values.
 JOB_PLANNED = "planned"
@@ -98,6 +99,14 @@ class Ledger:
         self.dirs: Collection = db["dirs"]
         self.jobs: Collection = db["jobs"]
         self.cycles: Collection = db["cycles"]
+
+    def instance_id(self) -> str:
+        """This ledger's id, made once and kept in the database: batch jobs carry it, so that services with
+        different ledgers sharing a batch system never take each other's jobs (job ids repeat across ledgers)."""
+        doc = with_retry(lambda: self.db["meta"].find_one_and_update(
+            {"_id": "ledger"}, {"$setOnInsert": {"instance_id": uuid.uuid4().hex, "created": time.time()}},
+            upsert=True, return_document=ReturnDocument.AFTER), "ledger id")
+        return str(doc["instance_id"])
 
     def ensure_indexes(self) -> None:
         """Indexes for the operators' questions; each costs ingest time, so only these.

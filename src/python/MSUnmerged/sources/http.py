@@ -7,9 +7,11 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 import requests
+import requests.adapters
 
 from MSUnmerged.config import AuthConfig
-from MSUnmerged.sources.errors import SourceError, from_exception, from_status
+from MSUnmerged.sources.errors import AUTHENTICATION, SourceError, from_exception, from_status
+from MSUnmerged.worker.credentials import proxy_expiry
 
 log = logging.getLogger(__name__)
 USER_AGENT = "MSUnmerged/0.1"
@@ -37,6 +39,28 @@ class BearerTokenAuth(requests.auth.AuthBase):
         return f"BearerTokenAuth({str(self.path)!r})"
 
 
+class ClientCertAdapter(requests.adapters.HTTPAdapter):
+    """HTTPS with a client certificate (or proxy) that is checked before each request: a missing, unreadable
+    or expired one is an authentication error naming the file, not a connection failure. Files are read
+    anew each time: proxies are renewed on disk."""
+
+    def __init__(self, files: tuple[str, ...]) -> None:
+        super().__init__()
+        self.files = files
+
+    def send(self, request: requests.PreparedRequest, *args: Any, **kwargs: Any) -> requests.Response:
+        for path in self.files:
+            try:
+                Path(path).open("rb").close()
+            except OSError as exc:
+                raise SourceError(AUTHENTICATION, f"client certificate {path}: {exc.strerror}", "auth") from None
+        expires = proxy_expiry(self.files[0])
+        if expires is not None and expires < time.time():
+            raise SourceError(AUTHENTICATION, f"client certificate {self.files[0]} expired at "
+                                              f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(expires))}", "auth")
+        return super().send(request, *args, **kwargs)
+
+
 def make_session(auth: AuthConfig) -> requests.Session:
     """A session that presents the configured credential: a token file, a proxy, or a cert + key."""
     session = requests.Session()
@@ -50,6 +74,9 @@ def make_session(auth: AuthConfig) -> requests.Session:
         session.cert = auth.proxy  # a proxy file holds the certificate chain and its key
     elif auth.cert:
         session.cert = (auth.cert, auth.key or auth.cert)
+    if session.cert:
+        files = (session.cert,) if isinstance(session.cert, str) else tuple(session.cert)
+        session.mount("https://", ClientCertAdapter(files))
     return session
 
 

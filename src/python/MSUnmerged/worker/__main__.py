@@ -1,7 +1,8 @@
 """Entry point of the site-side worker: `python3 msunmerged-worker.pyz MANIFEST [--report FILE]`.
 
 Exit codes: 0 all done, 1 partial, 2 refused (nothing touched), 3 configuration error (nothing
-touched), 4 internal error. The report (JSON lines) says what happened to every file.
+touched), 4 internal error, 5 storage credential missing, expired or refused. The report (JSON lines)
+says what happened to every file.
 """
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ import sys
 import time
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from . import deleters, paths, pfn, siteconf, storage
-from .deleters import DELETED, DENIED, MISSING, REFUSED, Deleter, Result, Seen
+from . import credentials, deleters, paths, pfn, siteconf, storage
+from .deleters import AUTH_FAILED, DELETED, DENIED, MISSING, REFUSED, Deleter, Result, Seen
 from .report import (ABOVE_FLOOR, INVALID_LFN, KEPT, MAPPING_DISAGREES, MODIFIED_SINCE_SCAN, NO_PFN,
                      NOT_JOB_DIR, PFN_OUTSIDE_UNMERGED, PROTECTED, ReportWriter)
 
@@ -21,11 +21,12 @@ EXIT_PARTIAL = 1  # the job ran; some files or directories did not reach that st
 EXIT_REFUSED = 2  # the job refused to start: deadline passed or manifest unusable; nothing touched
 EXIT_CONFIG = 3  # the site configuration gives no usable way to delete, or disagrees with Rucio; nothing touched
 EXIT_INTERNAL = 4  # the worker itself failed; the report holds what was done until then
+EXIT_AUTH = 5  # the storage credential is missing, expired or was refused: files are auth_failed
 
 MANIFEST_VERSION = 2
 REFUSED_PROTECTED = "under a protected directory"  # the error text of a PROTECTED refusal
 GOOD_FILE = ("deleted", "missing", "dry_run")
-BAD_DIR = ("permission_denied", "timeout", "storage_error")
+BAD_DIR = ("permission_denied", "timeout", "storage_error", AUTH_FAILED)
 # mapping_check: which mappings the worker compares (docs/jobs.md).
 MAPPING_CHECKS = ("rucio", "site_config_only")
 _NONE = type(None)
@@ -186,10 +187,13 @@ class Cleanup:
         self.method: Dict[str, Any] = {}
         self.errors: List[str] = []
         self.duplicates = 0
+        self.credential = credentials.NONE
+        self.auth_refused = False  # the storage refused the credential: the job stopped
 
     def info(self) -> Dict[str, Any]:
         return {"job_id": self.job.job_id, "rse": self.job.rse, "site": self.job.site, "dry_run": self.dry_run,
-                "host": platform.node(), "python": platform.python_version(), "worker": worker_version(), "pid": os.getpid(),
+                "credential": credentials.describe(self.credential), "host": platform.node(),
+                "python": platform.python_version(), "worker": worker_version(), "pid": os.getpid(),
                 "time": round(self.started, 3)}
 
     def run(self) -> int:
@@ -199,6 +203,11 @@ class Cleanup:
             return self._refuse_all(EXIT_REFUSED, "deadline passed %.0fs ago" % (self.started - job.deadline))
         checked = self._check_files()
         probe = next((lfn for lfn, why in checked if why is None), None)
+        self.credential, problem = credentials.discover(self.env, os.getcwd())
+        if problem is not None:
+            self.report.start(self.info())
+            return self._refuse_all(EXIT_AUTH, problem, AUTH_FAILED)
+        self.env = credentials.tool_env(self.env, self.credential)
         try:
             method, mapper, deleter = choose_method(job, self.env, probe)
         except ConfigProblem as exc:
@@ -318,6 +327,10 @@ class Cleanup:
             for (lfn, pfn_), look, answer in zip(batch, seen, final):
                 result, attempts = answer  # type: ignore[misc]
                 self.report.file(lfn, pfn_, result.outcome, result.error, attempts, result.reason, look.size)
+                if result.outcome == AUTH_FAILED and not self.auth_refused:
+                    # Every further request would be refused the same way.
+                    self.auth_refused = True
+                    self.stop.reason = "storage refused the job's %s credential" % (self.credential.kind or "missing")
                 denied_run = denied_run + 1 if result.outcome == DENIED else 0
                 if denied_run >= job.max_denied and self.stop.reason is None:
                     self.stop.reason = "storage refused %d deletions in a row" % denied_run
@@ -400,7 +413,7 @@ class Cleanup:
             # Directories refused because they must stay (protected, kept) are the plan working.
             bad = sum(n for k, n in files.items() if k not in GOOD_FILE) + sum(dirs[k] for k in BAD_DIR) \
                 + self.report.unexpected_dir_refusals
-            code = EXIT_PARTIAL if bad or self.stop.reason else EXIT_DONE
+            code = EXIT_AUTH if self.auth_refused else EXIT_PARTIAL if bad or self.stop.reason else EXIT_DONE
         if self.stop.reason:
             self.errors.append(self.stop.reason)
         self.report.summary(code, {"job_id": self.job.job_id, "dry_run": self.dry_run, "method": self.method,

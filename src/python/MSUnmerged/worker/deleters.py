@@ -23,9 +23,12 @@ from . import localfs
 from .pfn import below_root
 from .report import SYMLINK_IN_PATH
 
+from . import credentials
+
 DELETED = "deleted"
 MISSING = "missing"
 DENIED = "permission_denied"
+AUTH_FAILED = "auth_failed"  # the storage refused the job's credential (or it has none it accepts)
 TIMEOUT = "timeout"
 STORAGE_ERROR = "storage_error"
 REFUSED = "refused"
@@ -47,6 +50,16 @@ class Result(NamedTuple):
 OK = Result(DELETED)
 
 
+# Tool messages of a refused or missing credential (xrdfs "[FATAL] Auth failed", HTTP 401 through gfal2).
+_AUTH_FAILURES = ("auth failed", "authentication failed", "unable to authenticate", "401 unauthorized",
+                  "http 401", "no valid credential", "token expired", "could not find a valid token")
+
+
+def _auth_failed(message: str) -> bool:
+    low = message.lower()
+    return any(s in low for s in _AUTH_FAILURES)
+
+
 class Seen(NamedTuple):
     """What `inspect` found: a final answer (the entry is not touched), or its size and mtime."""
 
@@ -59,10 +72,21 @@ def symlink_refusal(exc: localfs.SymlinkInPath) -> Result:
     return Result(REFUSED, str(exc), reason=SYMLINK_IN_PATH)
 
 
+def _no_answer(rc: Optional[int], why: str) -> Result:
+    """A tool that gave no per-path answer: killed (timeout), refused our credential, or failed otherwise."""
+    if rc is None:
+        return Result(TIMEOUT, why, True)
+    if _auth_failed(why):
+        return Result(AUTH_FAILED, why)
+    return Result(STORAGE_ERROR, why, True)
+
+
 def from_errno(code: int, message: str, directory: bool = False) -> Result:
     """Classify an errno; ENOENT means already gone, ENOTEMPTY is a normal directory answer."""
     if code == errno.ENOENT:
         return Result(MISSING, message)
+    if _auth_failed(message):
+        return Result(AUTH_FAILED, message)
     if directory and code in (errno.ENOTEMPTY, errno.EEXIST):
         return Result(NOT_EMPTY, message)
     if code in _DENIED_ERRNOS:
@@ -79,6 +103,8 @@ def from_message(message: str, directory: bool = False) -> Result:
         return Result(MISSING, message)
     if directory and ("not empty" in low or "[3005]" in low):
         return Result(NOT_EMPTY, message)
+    if _auth_failed(message):
+        return Result(AUTH_FAILED, message)
     if "permission denied" in low or "not authorized" in low or "operation not permitted" in low \
             or "[3010]" in low or "read-only file system" in low:
         return Result(DENIED, message)
@@ -322,7 +348,7 @@ class XrootdDeleter(Deleter):
                 seen.append(Seen(from_message(said[0].rstrip("\x00"))))
             else:
                 why = "xrdfs stat killed after %gs" % limit if rc is None else "no stat answer from xrdfs: %s" % _tail(err)
-                seen.append(Seen(Result(TIMEOUT if rc is None else STORAGE_ERROR, why, True)))
+                seen.append(Seen(_no_answer(rc, why)))
         return seen
 
     def unlink(self, pfns: List[str]) -> List[Result]:
@@ -347,7 +373,7 @@ class XrootdDeleter(Deleter):
                 if got is None:
                     why = "xrdfs killed after %gs" % (2 * self.timeout + 10) if rc is None else \
                         "no answer from xrdfs (exit %s): %s" % (rc, _tail(err or out))
-                    got = Result(TIMEOUT if rc is None else STORAGE_ERROR, why, True)
+                    got = _no_answer(rc, why)
                 results[i] = got
         return [r for r in results if r is not None]
 
@@ -410,7 +436,11 @@ class Gfal2Deleter(_GfalDeleter):
     def _context(self):  # type: ignore[no-untyped-def]
         if self._ctx is None:
             import gfal2
+            # XrdCl and davix inside this process read the credential from the process environment.
+            os.environ.update({k: v for k, v in self.env.items() if k in credentials.TOOL_VARS})
             ctx = gfal2.creat_context()
+            for group, key, value in credentials.gfal2_options(self.env):
+                ctx.set_opt_string(group, key, value)
             for plugin, key in (("CORE", "NAMESPACE_TIMEOUT"), ("XROOTD PLUGIN", "OPERATION_TIMEOUT"),
                                 ("HTTP PLUGIN", "OPERATION_TIMEOUT"), ("SRM PLUGIN", "OPERATION_TIMEOUT")):
                 try:
@@ -501,7 +531,7 @@ class GfalRmDeleter(_GfalDeleter):
             if got is None:
                 why = "gfal-rm killed after %ds" % (limit + 30) if rc is None else \
                     "no answer from gfal-rm (exit %s): %s" % (rc, _tail(err or out))
-                got = Result(TIMEOUT if rc is None else STORAGE_ERROR, why, True)
+                got = _no_answer(rc, why)
             out_results.append(got)
         return out_results
 

@@ -10,11 +10,12 @@ from typing import Any, Dict, IO, Optional
 
 REPORT_VERSION = 2
 
-# File outcomes. dry_run: would have been deleted; nothing was touched.
+# File outcomes. dry_run: would have been deleted; nothing was touched. auth_failed: the job's storage
+# credential is missing, expired or was refused (worker/credentials.py).
 FILE_OUTCOMES = ("deleted", "missing", "permission_denied", "timeout", "storage_error", "refused",
-                 "not_attempted", "dry_run")
+                 "not_attempted", "dry_run", "auth_failed")
 DIR_OUTCOMES = ("removed", "not_empty", "missing", "permission_denied", "timeout", "storage_error", "refused",
-                "not_attempted", "dry_run")
+                "not_attempted", "dry_run", "auth_failed")
 
 # Why a file or directory was refused (the `reason` of a report line; docs/jobs.md, docs/operations.md).
 SYMLINK_IN_PATH = "symlink_in_path"  # a symbolic link at or below the unmerged root on the way to it

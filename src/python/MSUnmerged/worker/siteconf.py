@@ -7,6 +7,8 @@ from typing import List, Mapping, Optional
 
 # Test and operator overrides of the site-local-config.xml location, checked in this order.
 OVERRIDE_VARS = ("MSUNMERGED_SITE_LOCAL_CONFIG", "WMAGENT_SITE_CONFIG_OVERRIDE")
+# Where CMS software is on a worker node (CVMFS); $CMS_PATH/SITECONF/local links to the node's site.
+CMS_PATH = "/cvmfs/cms.cern.ch"
 # WMCore's default when a <stage-out><method> names no command.
 DEFAULT_COMMAND = "gfal2"
 
@@ -89,16 +91,26 @@ def parse(path: str) -> SiteLocalConfig:
 
 
 def locate(env: Mapping[str, str]) -> str:
-    """Path of site-local-config.xml: an override variable, else $SITECONFIG_PATH/JobConfig/."""
+    """Path of site-local-config.xml: an override variable, else <site config>/JobConfig/ (site_dir)."""
     for var in OVERRIDE_VARS:
         if env.get(var):
             if not os.path.isfile(env[var]):
                 raise SiteConfigError(f"{var}={env[var]} does not name an existing file")
             return env[var]
-    base = env.get("SITECONFIG_PATH")
-    if not base:
-        raise SiteConfigError("SITECONFIG_PATH is not set (nor " + ", ".join(OVERRIDE_VARS) + ")")
+    base = site_dir(env)
     path = os.path.join(base, "JobConfig", "site-local-config.xml")
     if not os.path.isfile(path):
+        if not env.get("SITECONFIG_PATH"):
+            raise SiteConfigError(f"SITECONFIG_PATH is not set (nor {', '.join(OVERRIDE_VARS)}) and CMS's "
+                                  f"default {path} does not exist")
         raise SiteConfigError(f"site-local-config not found: {path}")
     return path
+
+
+def site_dir(env: Mapping[str, str]) -> str:
+    """The node's site configuration folder: $SITECONFIG_PATH (the service's per-site setting or the pilot's),
+    else CMS's default $CMS_PATH/SITECONF/local, resolved (it is a link to the site's folder, whose parent
+    holds the other sites' folders)."""
+    if env.get("SITECONFIG_PATH"):
+        return env["SITECONFIG_PATH"]
+    return os.path.realpath(os.path.join(env.get("CMS_PATH") or CMS_PATH, "SITECONF", "local"))

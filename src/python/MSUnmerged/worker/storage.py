@@ -15,7 +15,7 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
-from .siteconf import SiteConfigError, SiteLocalConfig, StageOutMethod
+from .siteconf import SiteConfigError, SiteLocalConfig, StageOutMethod, site_dir
 
 STORAGE_OVERRIDE_VAR = "MSUNMERGED_STORAGE_JSON"
 MAX_CHAIN = 8
@@ -114,9 +114,7 @@ def storage_json_path(env: Mapping[str, str], site: str, subsite: Optional[str],
     and ../<site> for the storage of another site."""
     if env.get(STORAGE_OVERRIDE_VAR):
         return env[STORAGE_OVERRIDE_VAR]
-    base = env.get("SITECONFIG_PATH")
-    if not base:
-        raise SiteConfigError("SITECONFIG_PATH is not set: cannot find storage.json")
+    base = site_dir(env)
     up = [".."] if subsite else []
     if storage_site != site:
         up = up + ["..", storage_site]
