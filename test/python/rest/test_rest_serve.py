@@ -194,20 +194,18 @@ def test_files_written_are_private(served: Served) -> None:
 
 
 def test_a_trigger_for_an_unknown_rse_is_refused_and_records_nothing(served: Served) -> None:
+    """Refused before it is queued (404, one line naming the RSE), audited, and no document anywhere."""
     typo = "T2_XX_Sampel"
+    before = {t["id"] for t in get(served, "data/triggers")[1]["result"]}
     for mode in ("plan", "apply"):
         status, body = post(served, "data/trigger", {"rse": typo, "mode": mode},
                             operator_headers(served.key, login="bob"))  # a rate limit of its own
-        assert status == 202, body
-        wanted = body["result"][0]["id"]
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            rec = next(t for t in get(served, "data/triggers")[1]["result"] if t["id"] == wanted)
-            if rec["state"] not in ("queued", "running"):
-                break
-            time.sleep(0.2)
-        said = rec["error"] if mode == "plan" else rec["result"]["detail"]
-        assert f"RSE {typo} is not one of this instance's RSEs" in said, rec
-        assert mode == "plan" or rec["result"]["reason"] == "unknown_rse"
+        assert status == 404, body
+        assert f"RSE {typo} is not one of this instance's RSEs" in body["error"] and body["result"] == [], body
+    assert {t["id"] for t in get(served, "data/triggers")[1]["result"]} == before  # nothing queued
+    audit = [json.loads(line) for line in (served.storage.parent / "audit.jsonl").read_text().splitlines()]
+    refused = [a for a in audit if a.get("rse") == typo]
+    assert [(a["outcome"], a["reason"], a["mode"]) for a in refused] == [
+        ("refused", "unknown_rse", "plan"), ("refused", "unknown_rse", "apply")]
     for name in served.db.list_collection_names():
         assert served.db[name].count_documents({"$or": [{"_id": typo}, {"rse": typo}]}) == 0, name

@@ -11,10 +11,12 @@ from typing import Any, Optional
 from MSUnmerged.cli import EXIT_OK, BadInput
 from MSUnmerged.cli.clean import preview
 from MSUnmerged.config import Config
+from MSUnmerged.guards import UNKNOWN_RSE
 from MSUnmerged.rest import app
-from MSUnmerged.rest.triggers import TriggerQueue
+from MSUnmerged.rest.triggers import TriggerQueue, TriggerRefused
 from MSUnmerged.rest.view import MongoLedgerView
-from MSUnmerged.service import Service, Sources
+from MSUnmerged.service import Service, Sources, UnknownRSE
+from MSUnmerged.sources.errors import SourceError
 
 log = logging.getLogger("MSUnmerged.serve")
 
@@ -35,6 +37,16 @@ def port_in_use(host: str, port: int) -> bool:
             return True
 
 
+def admit(service: Service, rse: str) -> None:
+    """A trigger for an RSE that is not this instance's is refused before it is queued (nothing recorded)."""
+    try:
+        service.require_rse(rse)
+    except UnknownRSE as exc:
+        raise TriggerRefused(404, UNKNOWN_RSE, str(exc)) from None
+    except SourceError as exc:  # the RSE list cannot be read and the RSE is not configured
+        raise TriggerRefused(503, f"{exc.source}_{exc.kind}", str(exc)) from None
+
+
 def serve(config: Config, service: Service, port: Optional[int] = None) -> None:
     """Serve until SIGTERM: the service's loop in a thread, triggers in another, REST in CherryPy's.
 
@@ -50,7 +62,8 @@ def serve(config: Config, service: Service, port: Optional[int] = None) -> None:
                        "choose another with --port or rest.port")
     worker = Service(config, service.ledger, service.sources, service.backend,
                      instance=f"{service.instance}-trigger")
-    triggers = TriggerQueue(lambda rse, mode: worker.run_once(rse) if mode == "apply" else preview(service, rse))
+    triggers = TriggerQueue(lambda rse, mode: worker.run_once(rse) if mode == "apply" else preview(service, rse),
+                            check=lambda rse: admit(worker, rse))
     loop = threading.Thread(target=service.serve, name="msunmerged-loop", daemon=True)
     loop.start()
     try:

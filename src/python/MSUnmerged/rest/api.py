@@ -18,7 +18,7 @@ from MSUnmerged.config import Config
 from MSUnmerged.ledger.retry import LedgerError, deadline
 from MSUnmerged.rest.auth import AuthError, Audit, KeyFile, RateLimiter, ReplayGuard, User, claimed, has_role, \
     user_from_headers
-from MSUnmerged.rest.triggers import TriggerQueue
+from MSUnmerged.rest.triggers import TriggerQueue, TriggerRefused
 from MSUnmerged.rest.view import DIR_STATES, FILE_STATES, JOB_STATES, LedgerView
 from MSUnmerged.statemachine import STATE_CLEAN
 
@@ -475,7 +475,11 @@ class DataApi:
             cherrypy.response.headers["Retry-After"] = str(int(wait) + 1)
             return _error(429, f"rate limit of {self.config.rest.trigger_rate_per_min} triggers per minute "
                                f"reached; retry in {wait:.0f} s")
-        record = self.queue.submit(rse, mode, user.login or user.dn)
+        try:
+            record = self.queue.submit(rse, mode, user.login or user.dn)
+        except TriggerRefused as refused:
+            self.audit.write(action="trigger", outcome="refused", reason=refused.reason, **what)
+            return _error(refused.status, str(refused))
         self.audit.write(action="trigger", outcome="accepted", id=record["id"], **what)
         cherrypy.response.status = 202
         return envelope([record])

@@ -13,13 +13,25 @@ log = logging.getLogger("MSUnmerged.rest.triggers")
 
 # run(rse, mode) does one RSE now; mode "plan" records a plan only, "apply" also submits jobs.
 RunFn = Callable[[str, str], Any]
+# check(rse) raises TriggerRefused when the RSE may not be triggered at all (e.g. not this instance's).
+CheckFn = Callable[[str], None]
+
+
+class TriggerRefused(Exception):
+    """The trigger is refused before it is queued; `status` is the HTTP answer."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
 
 
 class TriggerQueue:
     """Triggers run one at a time, in order; an RSE already queued or running is not queued twice."""
 
-    def __init__(self, run: RunFn, keep: int = 200) -> None:
+    def __init__(self, run: RunFn, keep: int = 200, check: Optional[CheckFn] = None) -> None:
         self.run = run
+        self.check = check or (lambda rse: None)
         self._queue: queue.Queue[Optional[dict[str, Any]]] = queue.Queue()
         self._recent: collections.deque[dict[str, Any]] = collections.deque(maxlen=keep)
         self._ids = itertools.count(1)
@@ -28,7 +40,9 @@ class TriggerQueue:
         self._thread.start()
 
     def submit(self, rse: str, mode: str, user: str) -> dict[str, Any]:
-        """Queue a trigger; returns its record (an existing one when the same RSE/mode is pending)."""
+        """Queue a trigger; returns its record (an existing one when the same RSE/mode is pending).
+        TriggerRefused, with nothing queued, when `check` refuses the RSE."""
+        self.check(rse)
         with self._lock:
             for rec in self._recent:
                 if rec["rse"] == rse and rec["mode"] == mode and rec["state"] in ("queued", "running"):
