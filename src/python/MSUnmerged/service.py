@@ -22,7 +22,7 @@ from MSUnmerged.collector import Collector, parse_report
 from MSUnmerged.config import Config
 from MSUnmerged.dumpreader import iter_chunks
 from MSUnmerged.guards import (PLAN_MODIFIED, PLAN_OUTDATED, UNKNOWN_RSE, GuardTripped, check_counts,
-                               check_plan_lines, check_protection, scan_start, split_lines)
+                               check_plan_lines, check_protection, split_lines)
 from MSUnmerged.jobs.backend import BackendError, BatchBackend, JobState, JobStatus
 from MSUnmerged.jobs.router import backend_name, remove_unstarted
 from MSUnmerged.jobs.spec import CleanupJob, make_job
@@ -259,7 +259,7 @@ class Service:
             # generations rotate out (workflows finish); an operator's list at apply never does.
             self.ledger.record_plan(plan_dir, plan, decision.generation, baseline_count=len(protection),
                                     sealed=sealed, max_lfn_length=self.config.planner.max_lfn_length,
-                                    scan_started=scan_start(scan))
+                                    scan_started=plan.scan_started)
             self.hook("recorded", rse)
         else:
             result.dropped_protected += self.ledger.drop_protected(rse, decision.generation, protection)
