@@ -14,4 +14,4 @@ def test_decide_stays_pure_about_dry_run() -> None:
     failed = statemachine.Progress(would_delete=2, exhausted=3)  # a dry run is never reported clean or done
     assert statemachine.decide(scan, 1000.0, failed, 1000.0, 48).state == "dry_run_done"
     assert statemachine.decide(scan, 1000.0, statemachine.Progress(), 1000.0, 48).state == "clean"
-    assert set(statemachine.RSE_STATES) >= {"clean", "dry_run_done", "failed", "running", "new"}
+    assert set(statemachine.RSEState) >= {"clean", "dry_run_done", "failed", "running", "new"}
