@@ -29,6 +29,7 @@ def test_file_and_environment(tmp_path):
     ("[service]\ndry_run = 'maybe'\n", {}, "service.dry_run"),
     ("", {"MSUNMERGED_SERVICE__DRY_RUN": "perhaps"}, "service.dry_run"),
     ("", {"MSUNMERGED_JOBS__BACKEND": "pbs"}, "jobs.backend"),
+    ("[jobs]\nsubmit_batch = 0\n", {}, "jobs.submit_batch"),
     ("[jobs.sites.T2_XX_A]\npfn_layout = 'anything'\n", {}, "jobs.sites.T2_XX_A.pfn_layout"),
     ("", {"MSUNMERGED_SERVICE__NOPE": "1"}, "service.nope"),
     ("[service]\nlog_level = 'LOUD'\n", {}, "service.log_level"),

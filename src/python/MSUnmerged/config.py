@@ -137,6 +137,9 @@ class JobsConfig:
     request_disk_mb: int = 500
     max_runtime_s: int = 4 * 3600
     local_parallel: int = 2
+    # Jobs built, recorded as intent, submitted and marked together: the first go out after one batch is
+    # built, and only one batch of file lists is in memory (or left `submitting` by a crash) at a time.
+    submit_batch: int = 500
     # The storage credential every job carries (docs/jobs.md): token (recommended: a WLCG token scoped
     # storage.modify:/store/unmerged), proxy (an X.509 proxy) or none; jobs.sites.<RSE>.credential overrides it.
     credential: str = "none"
@@ -351,6 +354,7 @@ def _validate(cfg: Config) -> None:
              "must be " + " or ".join(PFN_LAYOUTS))
     need(j.deadline_h > 0, "jobs.deadline_h", "must be > 0")
     need(j.retries >= 0, "jobs.retries", "must be >= 0")
+    need(j.submit_batch >= 1, "jobs.submit_batch", "must be >= 1")
     need(cfg.mongo.generations_kept >= 1, "mongo.generations_kept", "must be >= 1")
     need(1 <= cfg.rest.port <= 65535, "rest.port", "must be a TCP port")
     need(0 <= cfg.rest.metrics_port <= 65535 and cfg.rest.metrics_port != cfg.rest.port, "rest.metrics_port",

@@ -2,13 +2,20 @@
 from __future__ import annotations
 
 import json
+import random
 import time
 from pathlib import Path
+from typing import Iterable, Sequence
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from MSUnmerged import planner
 from MSUnmerged.config import Config
-from MSUnmerged.jobs.spec import CleanupJob, job_dirs, make_job, relevant_protection
+from MSUnmerged.jobs.spec import CleanupJob, ProtectedBases, file_dirs, job_dirs, make_job
+from MSUnmerged.lfn import normalise_base
 from MSUnmerged.worker.cleanup import MANIFEST_VERSION, Job
+from MSUnmerged.worker.paths import ancestors
 
 B = "/store/unmerged/Run2024F/Muon0/AOD/PromptReco-v1"
 
@@ -67,9 +74,60 @@ def test_make_job_carries_the_mapping_check_and_scan_start() -> None:
 
 def test_relevant_protection_and_dirs() -> None:
     lfns = [f"{B}/00000/a.root"]
-    bases, keep = relevant_protection(lfns, [f"{B}/000/380//", f"{B}0/x", "/store/unmerged/Z/Y/X/W"])
+    bases, keep = ProtectedBases([f"{B}/000/380//", f"{B}0/x", "/store/unmerged/Z/Y/X/W"]).for_job(lfns,
+                                                                                                   file_dirs(lfns))
     # Bases sharing a directory of depth >= 5 with the job are relevant (a sibling dataset too: safe
     # over-inclusion); one in another tree is not. Their ancestors among the job's dirs are kept.
     assert bases == [f"{B}/000/380", f"{B}0/x"]
     assert keep == ["/store/unmerged/Run2024F/Muon0", "/store/unmerged/Run2024F/Muon0/AOD", B]
-    assert job_dirs(lfns, {f"{B}/00000", B, "/store/unmerged/Run2024F"}) == [f"{B}/00000", B, "/store/unmerged/Run2024F"]
+    assert job_dirs(file_dirs(lfns), {f"{B}/00000", B, "/store/unmerged/Run2024F", f"{B}/000"}) == \
+        [f"{B}/00000", B, "/store/unmerged/Run2024F"]
+
+
+def reference_protection(lfns: Sequence[str], protected: Iterable[str]) -> tuple[list[str], list[str]]:
+    """The former per-job scan of the whole protected list: the model ProtectedBases must agree with."""
+    files = set(lfns)
+    dirs: set[str] = set()
+    for name in files:
+        dirs.update(ancestors(name))
+    bases, keep = set(), set()
+    for raw in protected:
+        base = normalise_base(raw).decode("utf-8", errors="surrogateescape")
+        chain = [base] + [a for a in ancestors(base) if a.count("/") >= 4]
+        if base in files or base in dirs or any(a in dirs for a in chain):
+            bases.add(base)
+            keep.update(a for a in chain if a in dirs and a.count("/") >= 4)
+    return sorted(bases), sorted(keep)
+
+
+# Few names, so that files and bases share directories at every depth; a base may be a file, sit above
+# /store/unmerged/<x>, carry repeated or trailing slashes.
+_part = st.sampled_from(["a", "b", "c"])
+_lfn = st.lists(_part, min_size=1, max_size=6).map(lambda p: "/store/unmerged/" + "/".join(p) + ".root")
+_base = st.one_of(st.lists(_part, min_size=0, max_size=6).map(lambda p: "/store/unmerged/" + "/".join(p)),
+                  _lfn, st.sampled_from(["/store", "/", "/store/unmerged//a/", "/store//unmerged/b/c//"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(_lfn, min_size=1, max_size=8), min_size=1, max_size=4), st.lists(_base, max_size=12))
+def test_prepared_protection_answers_like_the_per_job_scan(jobs: list[list[str]], protected: list[str]) -> None:
+    prepared = ProtectedBases(protected)  # once, then asked for every job
+    for lfns in jobs:
+        assert prepared.for_job(lfns, file_dirs(lfns)) == reference_protection(lfns, protected)
+
+
+def test_prepared_protection_on_the_real_samples(protected_lfns: list[str], conmon_dump_lfns: list[str]) -> None:
+    """WMStats' protected list against jobs of ConMon's unmerged files, and against the protected bases'
+    own neighbourhoods (files under, beside and above them)."""
+    rng = random.Random(18)
+    near = [f"{b}/000/{i}.root" for b in rng.sample(protected_lfns, 50) for i in range(2)]
+    near += [b.rsplit("/", 1)[0] + "/other-v9/1.root" for b in rng.sample(protected_lfns, 50)]
+    pool = conmon_dump_lfns + near
+    prepared = ProtectedBases(protected_lfns)
+    relevant = 0
+    for _ in range(200):
+        lfns = rng.sample(pool, rng.choice([1, 10, 100]))
+        got = prepared.for_job(lfns, file_dirs(lfns))
+        assert got == reference_protection(lfns, protected_lfns)
+        relevant += bool(got[0])
+    assert relevant > 50  # the real list does meet these jobs

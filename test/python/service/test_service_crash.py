@@ -26,11 +26,12 @@ class Crash(BaseException):
     """Stands for the process dying: nothing in run_once may catch it."""
 
 
-def service(tmp: Path, db: Database, src: Path, hook: Any = None) -> Service:
+def service(tmp: Path, db: Database, src: Path, hook: Any = None, submit_batch: int = 500) -> Service:
     config = Config()
     config.service.state_dir = str(tmp / "state")
     config.service.dry_run = False
     config.planner.files_per_job = 250
+    config.jobs.submit_batch = submit_batch
     if (tmp / "storage" / RSE).exists():  # the restarted instance works on the same site
         config.jobs.sites[RSE] = {"siteconfig": str(next((tmp / "siteconf" / "SITECONF").iterdir()))}
     else:
@@ -76,27 +77,44 @@ def baseline(sources: Path, tmp_path_factory: pytest.TempPathFactory, mongo_clie
     return snap
 
 
-@pytest.mark.parametrize("step", STEPS)
-def test_restart_after_crash_matches_uncrashed_run(step: str, sources: Path, baseline: dict[str, Any],
-                                                   tmp_path: Path, mongo_db: Database) -> None:
-    fired = []
+def crash_then_restart(step: str, occurrence: int, submit_batch: int, sources: Path, baseline: dict[str, Any],
+                       tmp: Path, db: Database) -> None:
+    """Crash at the `occurrence`-th time run_once reaches `step`, restart, run to the end: as without the crash."""
+    seen = []
 
     def crash_once(at: str, rse: str) -> None:
-        if at == step and not fired:
-            fired.append(at)
-            raise Crash(at)
+        if at == step:
+            seen.append(at)
+            if len(seen) == occurrence:
+                raise Crash(at)
 
-    crashing = service(tmp_path, mongo_db, sources, crash_once)
+    crashing = service(tmp, db, sources, crash_once, submit_batch)
     with pytest.raises(Crash):
         run_to_end(crashing)
     crashing.leases.stop_heartbeat()
-    restarted = service(tmp_path, mongo_db, sources)  # same instance name: takes its own lease back
+    restarted = service(tmp, db, sources, submit_batch=submit_batch)  # same instance name: takes its own lease back
     run_to_end(restarted)
     restarted.leases.stop_heartbeat()
-    snap = snapshot(mongo_db)
+    snap = snapshot(db)
     submissions = restarted.backend.submissions()
     assert len(submissions) == len(set(submissions)), "a job was submitted twice"
     assert sorted(submissions) == baseline["submissions"]
     for key in ("files", "jobs", "state", "generation", "counters", "generations"):
         assert snap[key] == baseline[key], key
-    assert files_left(tmp_path / "storage" / RSE) == baseline["left"]  # the same files really deleted
+    assert files_left(tmp / "storage" / RSE) == baseline["left"]  # the same files really deleted
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_restart_after_crash_matches_uncrashed_run(step: str, sources: Path, baseline: dict[str, Any],
+                                                   tmp_path: Path, mongo_db: Database) -> None:
+    crash_then_restart(step, 1, 500, sources, baseline, tmp_path, mongo_db)
+
+
+@pytest.mark.parametrize("step", ["intent", "submitted", "marked"])
+def test_restart_after_crash_in_a_later_batch_matches_uncrashed_run(step: str, sources: Path,
+                                                                    baseline: dict[str, Any], tmp_path: Path,
+                                                                    mongo_db: Database) -> None:
+    """One job per batch, crash in the second batch: the first batch is queued, the second `submitting` (or
+    submitted, not marked), the others still planned; the baseline was submitted in one batch."""
+    assert len(baseline["submissions"]) >= 3  # a batch before and after the crashed one
+    crash_then_restart(step, 2, 1, sources, baseline, tmp_path, mongo_db)

@@ -87,46 +87,63 @@ class CleanupJob:
                    task_type=data["task"]["type"])
 
 
-def job_dirs(lfns: Sequence[str], removable: set[str]) -> list[str]:
-    """The plan's removable directories that hold these files at any depth, leaf first."""
+def file_dirs(lfns: Iterable[str]) -> set[str]:
+    """Every directory holding one of these files at any depth, down to /store."""
     dirs: set[str] = set()
     for name in lfns:
         for d in ancestors(name):
             if d in dirs:
-                break  # its ancestors were looked at already
-            if d in removable:
-                dirs.add(d)
-    return sorted(dirs, key=lambda d: (-d.count("/"), d))
+                break  # its ancestors were added with it
+            dirs.add(d)
+    return dirs
 
 
-def relevant_protection(lfns: Sequence[str], protected: Iterable[str]) -> tuple[list[str], list[str]]:
-    """(protected, keep_dirs) for a job: the protected bases that cover one of its files or lie under
-    one of its files' directories (depth >= 5), and those bases' ancestors among its directories."""
-    files = set(lfns)
-    dirs: set[str] = set()
-    for name in files:
-        dirs.update(ancestors(name))
-    bases, keep = set(), set()
-    for raw in protected:
-        base = normalise_base(raw).decode("utf-8", errors="surrogateescape")
-        chain = [base] + [a for a in ancestors(base) if a.count("/") >= 4]
-        if base in files or base in dirs or any(a in dirs for a in chain):
-            bases.add(base)
-            keep.update(a for a in chain if a in dirs and a.count("/") >= 4)
-    return sorted(bases), sorted(keep)
+def job_dirs(dirs: set[str], removable: set[str]) -> list[str]:
+    """The plan's removable directories among a job's directories (`file_dirs`), leaf first."""
+    return sorted(dirs & removable, key=lambda d: (-d.count("/"), d))
 
 
-def make_job(job_id: str, rse: str, site: str, lfns: list[str], removable: set[str], protected: Iterable[str],
-             config: Config, generation: float = 0.0, now: Optional[float] = None,
-             unmerged_pfn: Optional[str] = None, scan_started: Optional[float] = None) -> CleanupJob:
+class ProtectedBases:
+    """A protected list prepared once for all the jobs of a submission: each job's relevant bases and
+    kept directories come from dictionary look-ups of the job's own directories."""
+
+    def __init__(self, protected: Iterable[str]) -> None:
+        self._bases: set[str] = set()
+        # A base's chain: itself and its ancestors of depth >= 5. Chain member -> the bases it belongs to.
+        self._by_dir: dict[str, set[str]] = {}
+        for raw in protected:
+            base = normalise_base(raw).decode("utf-8", errors="surrogateescape")
+            self._bases.add(base)
+            for d in (base, *(a for a in ancestors(base) if a.count("/") >= 4)):
+                self._by_dir.setdefault(d, set()).add(base)
+
+    def for_job(self, lfns: Sequence[str], dirs: set[str]) -> tuple[list[str], list[str]]:
+        """(protected, keep_dirs) for a job whose files are `lfns` and directories `dirs` (`file_dirs`): the
+        bases that are one of its files or whose chain holds one of its directories (a base covering a file,
+        or lying under one of its files' directories of depth >= 5), and those chain members among its
+        directories at depth >= 5."""
+        hits = [d for d in dirs if d in self._by_dir]
+        bases = self._bases.intersection(lfns) if self._bases else set()
+        for d in hits:
+            bases |= self._by_dir[d]
+        return sorted(bases), sorted(d for d in hits if d.count("/") >= 4)
+
+
+def make_job(job_id: str, rse: str, site: str, lfns: list[str], removable: set[str],
+             protected: ProtectedBases | Iterable[str], config: Config, generation: float = 0.0,
+             now: Optional[float] = None, unmerged_pfn: Optional[str] = None,
+             scan_started: Optional[float] = None) -> CleanupJob:
     """One CleanupJob from a chunk of planned files, with the job settings of `config`.
 
+    `protected`: the protected list, prepared once (`ProtectedBases`) when many jobs are made from it;
     `unmerged_pfn`: Rucio's PFN of /store/unmerged/ for `rse` (None offline: only the site config's
     own mapping is checked); `scan_started`: the start time of the scan the plan comes from.
     """
     j = config.jobs
-    bases, keep = relevant_protection(lfns, protected)
-    step = DeleteFilesStep(lfns=lfns, remove_dirs=job_dirs(lfns, removable), keep_dirs=keep, protected=bases,
+    dirs = file_dirs(lfns)
+    prepared = protected if isinstance(protected, ProtectedBases) else ProtectedBases(protected)
+    bases, keep = prepared.for_job(lfns, dirs)
+    step = DeleteFilesStep(lfns=lfns, remove_dirs=job_dirs(dirs, removable), keep_dirs=keep, protected=bases,
                            dry_run=config.service.dry_run, file_timeout_s=j.file_timeout_s, retries=j.retries,
                            max_consecutive_denied=j.max_consecutive_denied, unmerged_pfn=unmerged_pfn,
                            mapping_check="rucio" if unmerged_pfn is not None else "site_config_only",

@@ -1,13 +1,15 @@
 """An RSE's cleanup jobs: submit (intent first), reconcile after a crash, poll and collect, revalidate.
 
-Intent is recorded before a submission and the submission marked after it, so a crash in between is
-repaired by `reconcile` on the next run; every other step is idempotent against the ledger too.
+Jobs are submitted in batches (`jobs.submit_batch`); for each, intent is recorded before the submission
+and the submission marked after it, so a crash in between leaves at most one batch `submitting`, repaired
+by `reconcile` on the next run (later batches stay planned for the next submission); every other step is
+idempotent against the ledger too.
 """
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 from MSUnmerged import seal
 from MSUnmerged.collector import Collector, parse_report
@@ -15,7 +17,7 @@ from MSUnmerged.config import Config
 from MSUnmerged.guards import PLAN_MODIFIED, GuardTripped, check_plan_lines, check_protection, split_lines
 from MSUnmerged.jobs.backend import BackendError, BatchBackend, JobState, JobStatus
 from MSUnmerged.jobs.router import backend_name, remove_unstarted
-from MSUnmerged.jobs.spec import CleanupJob, make_job
+from MSUnmerged.jobs.spec import CleanupJob, ProtectedBases, make_job
 from MSUnmerged.ledger import JOB_PLANNED, LIVE_JOB_STATES, Leases, Ledger, LedgerError
 from MSUnmerged.ledger.store import BACKEND_JOB_STATES, JOB_SUBMITTING
 from MSUnmerged.lfn import PrefixSet
@@ -54,14 +56,10 @@ class JobKeeper:
     # -- submission ----------------------------------------------------------------------------
 
     def submit_planned(self, rse: str, generation: float, protected: Sequence[str]) -> int:
-        """Submit the generation's planned jobs: intent first, then submit, then mark (see `reconcile`)."""
-        jobs = self._jobs(rse, self.ledger.jobs_in(rse, [JOB_PLANNED], generation), protected)
-        if not jobs:
-            return 0
-        self.backend.preflight(rse)  # refused or unreachable: BackendError, nothing recorded or submitted
-        self.ledger.record_job_intent(jobs, backend_name(self.backend, rse))
-        self.hook("intent", rse)
-        return self._submit(rse, jobs)
+        """Submit the generation's planned jobs, `jobs.submit_batch` at a time: for each batch intent first,
+        then submit, then mark (see `reconcile`). Returns how many were submitted."""
+        return self._submit_batches(rse, self.ledger.jobs_in(rse, [JOB_PLANNED], generation), protected,
+                                    intent=True)
 
     def reconcile(self, rse: str) -> None:
         """Jobs left in `submitting` by a crash: adopt the ones the batch system has, submit the rest."""
@@ -78,26 +76,45 @@ class JobKeeper:
         protection, _ = self.protection(rse, protected)
         for gen in {doc["gen"] for doc in missing}:
             self.ledger.drop_protected(rse, gen, protection)
-        jobs = self._jobs(rse, missing, protected)
-        if jobs:
-            log.info("%s: resubmitting %d jobs whose submission was not confirmed", rse, len(jobs))
-            self.backend.preflight(rse)
-            self._submit(rse, jobs)
+        log.info("%s: resubmitting %d jobs whose submission was not confirmed", rse, len(missing))
+        self._submit_batches(rse, missing, protected, intent=False)
 
-    def _jobs(self, rse: str, docs: Sequence[dict[str, Any]], protected: Sequence[str]) -> list[CleanupJob]:
-        """The jobs of these job documents with the files they still hold planned; one with none left is closed."""
+    def _submit_batches(self, rse: str, docs: Sequence[dict[str, Any]], protected: Sequence[str],
+                        intent: bool) -> int:
+        """Build and submit the jobs of these documents one batch at a time; `intent`: record it first (jobs
+        still planned), else they are `submitting` already. The backend is checked before the first batch."""
+        n, checked = 0, False
+        for jobs in self._batches(rse, docs, protected):
+            if not checked:  # refused or unreachable: BackendError, nothing recorded or submitted
+                self.backend.preflight(rse)
+                checked = True
+            if intent:
+                self.ledger.record_job_intent(jobs, backend_name(self.backend, rse))
+                self.hook("intent", rse)
+            n += self._submit(rse, jobs)
+        return n
+
+    def _batches(self, rse: str, docs: Sequence[dict[str, Any]],
+                 protected: Sequence[str]) -> Iterator[list[CleanupJob]]:
+        """The jobs of these job documents with the files they still hold planned, `jobs.submit_batch` at a time,
+        each batch built when asked for; a job with no file left is closed. The protected list, removable
+        directories and site checks are prepared once for all batches."""
         gens = {doc["gen"] for doc in docs}
         removable = {gen: self.removable(rse, gen) for gen in gens}
         checks = {gen: self._checks(rse, gen) for gen in gens}
-        jobs = []
-        for doc in docs:
-            lfns = self.ledger.job_lfns(doc["_id"])
-            if not lfns:
-                self.ledger.close_job(doc["_id"], JobState.COLLECTED, "no files left")
-                continue
-            jobs.append(make_job(doc["_id"], rse, self._site(rse), lfns, removable[doc["gen"]], protected, self.config,
-                                 generation=doc["gen"], **checks[doc["gen"]]))
-        return jobs
+        bases = ProtectedBases(protected)
+        size = self.config.jobs.submit_batch
+        for start in range(0, len(docs), size):
+            jobs = []
+            for doc in docs[start:start + size]:
+                lfns = self.ledger.job_lfns(doc["_id"])
+                if not lfns:
+                    self.ledger.close_job(doc["_id"], JobState.COLLECTED, "no files left")
+                    continue
+                jobs.append(make_job(doc["_id"], rse, self._site(rse), lfns, removable[doc["gen"]], bases, self.config,
+                                     generation=doc["gen"], **checks[doc["gen"]]))
+            if jobs:
+                yield jobs
 
     def _submit(self, rse: str, jobs: list[CleanupJob]) -> int:
         self.leases.check(rse)  # fencing: never submit for an RSE another instance took over
