@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from MSUnmerged import lfn, seal
 from MSUnmerged.config import Config
-from MSUnmerged.dumpreader import DumpError, NotADump, check_lines
+from MSUnmerged.dumpreader import DumpError, NotADump, check_lines, read_ahead_thread
 from MSUnmerged.guards import (GUARD_DUMP_UNREADABLE, GUARD_LINE_COUNT, GUARD_NOT_A_DUMP, GuardTripped, check_counts,
                                check_protection, check_scan, scan_start)
 from MSUnmerged.lfn import PrefixSet
@@ -33,8 +33,16 @@ EXAMPLES_PER_REASON = 5
 # It also validates: printable ASCII only, file names non-empty, at most 255 bytes, not '.' or
 # '..'. A chunk that these runs tile exactly holds only such lines (directories are checked
 # once per run); anything else sends the chunk to the line-by-line path.
-_RUN = re.compile(rb"(/[!-~]*/)(?!\.\.?\n)[!-.0-~]{1,255}\n(?:\1(?!\.\.?\n)[!-.0-~]{1,255}\n)*")
+# Possessive quantifiers: a name holds no '/', so the directory ends at the line's last '/' and
+# nothing needs to be tried again (the same matches as greedy ones, without backtracking).
+_RUN = re.compile(rb"(/(?:[!-.0-~]*+/)++)(?!\.\.?\n)[!-.0-~]{1,255}+\n(?:\1(?!\.\.?\n)[!-.0-~]{1,255}+\n)*+")
 _MAX_NAME = 255
+# Sizing the spill from the scan's file count: bytes per dump line assumed (CMS LFNs are ~100-200),
+# the head-room left for uneven partitions, the most partitions, and their write buffers' total.
+_LINE_BYTES_GUESS = 160
+_PARTITION_HEADROOM = 1.5
+_MAX_PARTITIONS = 512
+_SPILL_BUFFERS_BYTES = 16 * 1024 * 1024
 _BAD_IN_DIR = (b"//", b"/./", b"/../")
 
 
@@ -98,6 +106,15 @@ class _Counts:
             examples.append(raw.decode("utf-8", errors="backslashreplace")[:300])
 
 
+def spill_partitions(configured: int, max_bytes: int, expected_files: Optional[int]) -> int:
+    """Partitions to spill to: the configured number, more when the scan announces a dump whose
+    partitions would exceed `max_bytes` (each would then take one more pass to be split)."""
+    if not expected_files:
+        return configured
+    needed = -(-int(expected_files * _LINE_BYTES_GUESS * _PARTITION_HEADROOM) // max_bytes)
+    return max(configured, min(_MAX_PARTITIONS, needed))
+
+
 class _Spill:
     """Partition files of deletable runs, keyed by dataset base so a base never spans two."""
 
@@ -106,7 +123,8 @@ class _Spill:
         self.floor = floor
         directory.mkdir(parents=True, exist_ok=True)
         self.paths = [directory / f"part-{i:03d}" for i in range(partitions)]
-        self.files = [open(p, "wb", buffering=256 * 1024) for p in self.paths]
+        buffering = min(256 * 1024, max(64 * 1024, _SPILL_BUFFERS_BYTES // partitions))
+        self.files = [open(p, "wb", buffering=buffering) for p in self.paths]
 
     def key(self, directory: bytes) -> bytes:
         cut = -1
@@ -119,8 +137,9 @@ class _Spill:
     def write(self, directory: bytes, block: bytes, salt: int = 0) -> None:
         """Append one run as a record: b"<dir>\\0<bytes>\\n" then the run's lines."""
         key = self.key(directory)
-        index = (zlib.adler32(key) if salt else zlib.crc32(key)) % len(self.files)
-        self.files[index].write(b"%b\0%d\n%b" % (directory, len(block), block))
+        out = self.files[(zlib.adler32(key) if salt else zlib.crc32(key)) % len(self.files)]
+        out.write(b"%b\0%d\n" % (directory, len(block)))
+        out.write(block)
 
 
     def close(self) -> None:
@@ -180,7 +199,7 @@ class Planner:
     """Plans one RSE: feed dump chunks, then `finish` writes the plan directory."""
 
     def __init__(self, rse: str, protection: PrefixSet, config: Config, out_dir: os.PathLike | str,
-                 progress: Optional[ProgressFn] = None) -> None:
+                 progress: Optional[ProgressFn] = None, expected_files: Optional[int] = None) -> None:
         pcfg = config.planner
         self.rse = rse
         self.protection = protection
@@ -200,7 +219,8 @@ class Planner:
                 elif target.exists():
                     target.unlink()
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.spill = _Spill(self.out_dir / ".spill", pcfg.spill_partitions, self.floor)
+        self.spill = _Spill(self.out_dir / ".spill", spill_partitions(pcfg.spill_partitions, pcfg.partition_max_bytes,
+                                                                      expected_files), self.floor)
 
     # -- phase 1: classify every line, spill the deletable runs ---------------------------------
 
@@ -443,11 +463,11 @@ def plan(rse: str, chunks: Iterable[bytes], protected: Iterable[str], config: Co
             expected = files if isinstance(files, int) and not isinstance(files, bool) else None
     except GuardTripped as tripped:
         guard = tripped
-    planner = Planner(rse, protection, config, out_dir, progress)
+    planner = Planner(rse, protection, config, out_dir, progress, expected)
     dump = seal.DumpDigest(chunks)
     if guard is None:
         try:
-            for chunk in dump:
+            for chunk in read_ahead_thread(dump):  # hashed in a thread: hashlib releases the GIL
                 planner.feed(chunk)
             check_lines(planner.counts.total, planner.counts.invalid)
         except NotADump as exc:

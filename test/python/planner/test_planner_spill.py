@@ -1,0 +1,40 @@
+"""The spill is sized from the scan's file count, so that no partition needs a second pass."""
+import time
+
+from MSUnmerged import planner
+from plan_helpers import permissive, planned_lfns, removable_dirs, run_plan
+
+
+def test_partitions_grow_with_the_announced_dump_and_stay_bounded():
+    assert planner.spill_partitions(64, 8 << 20, None) == 64
+    assert planner.spill_partitions(64, 8 << 20, 1_000_000) == 64  # ~160 MB: 64 partitions of ~2.5 MB
+    many = planner.spill_partitions(64, 8 << 20, 10_000_000)
+    assert 64 < many <= 512 and 10_000_000 * 160 / many < 8 << 20
+    assert planner.spill_partitions(64, 8 << 20, 10**9) == 512
+
+
+def test_a_sized_spill_plans_the_same_files(tmp_path, monkeypatch):
+    lines = [f"/store/unmerged/E/P{p}/T/v-v1/{d:04d}/{i}.root".encode()
+             for p in range(40) for d in range(3) for i in range(20)]
+    lines.append(lines[5])
+    stats = {"status": "done", "end_time": time.time() - 3600, "start_time": time.time() - 7200,
+             "files": len(lines)}
+    cfg = permissive()
+    cfg.planner.spill_partitions = 1
+    cfg.planner.partition_max_bytes = 20_000  # below the validated minimum: 1 partition would need a split
+    sized = []
+    make = planner._Spill.__init__
+
+    def record(self, directory, partitions, floor):
+        sized.append(partitions)
+        make(self, directory, partitions, floor)
+
+    monkeypatch.setattr(planner._Spill, "__init__", record)
+    plan = run_plan(tmp_path / "sized", lines, ["/store/unmerged/E/P7"], cfg, stats=stats, per_chunk=50)
+    assert plan.guard is None and sized == [planner.spill_partitions(1, 20_000, len(lines))] and sized[0] > 1
+    sized.clear()
+    run_plan(tmp_path / "unsized", lines, ["/store/unmerged/E/P7"], cfg, per_chunk=50)
+    assert sized[0] == 1 and len(sized) == 2  # the one partition was split in a second pass
+    assert sorted(planned_lfns(tmp_path / "sized")) == sorted(planned_lfns(tmp_path / "unsized"))
+    assert sorted(removable_dirs(tmp_path / "sized")) == sorted(removable_dirs(tmp_path / "unsized"))
+    assert plan.files_to_delete == len(set(lines)) - 60
