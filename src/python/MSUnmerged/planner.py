@@ -15,6 +15,7 @@ import re
 import shutil
 import time
 import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
@@ -43,6 +44,7 @@ _LINE_BYTES_GUESS = 160
 _PARTITION_HEADROOM = 1.5
 _MAX_PARTITIONS = 512
 _SPILL_BUFFERS_BYTES = 16 * 1024 * 1024
+_SPILL_BATCH_BYTES = 4 * 1024 * 1024
 _BAD_IN_DIR = (b"//", b"/./", b"/../")
 
 
@@ -116,7 +118,11 @@ def spill_partitions(configured: int, max_bytes: int, expected_files: Optional[i
 
 
 class _Spill:
-    """Partition files of deletable runs, keyed by dataset base so a base never spans two."""
+    """Partition files of deletable runs, keyed by dataset base so a base never spans two.
+
+    Records are written by a thread in batches of about `_SPILL_BATCH_BYTES` (one batch in
+    flight): a write that waits for the page cache or the disk does not hold up the planning.
+    """
 
     def __init__(self, directory: Path, partitions: int, floor: int) -> None:
         self.directory = directory
@@ -125,6 +131,10 @@ class _Spill:
         self.paths = [directory / f"part-{i:03d}" for i in range(partitions)]
         buffering = min(256 * 1024, max(64 * 1024, _SPILL_BUFFERS_BYTES // partitions))
         self.files = [open(p, "wb", buffering=buffering) for p in self.paths]
+        self._batch: list[tuple[int, bytes, bytes]] = []
+        self._batch_bytes = 0
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="spill")
+        self._in_flight: Optional[Future[None]] = None
 
     def key(self, directory: bytes) -> bytes:
         cut = -1
@@ -137,12 +147,31 @@ class _Spill:
     def write(self, directory: bytes, block: bytes, salt: int = 0) -> None:
         """Append one run as a record: b"<dir>\\0<bytes>\\n" then the run's lines."""
         key = self.key(directory)
-        out = self.files[(zlib.adler32(key) if salt else zlib.crc32(key)) % len(self.files)]
-        out.write(b"%b\0%d\n" % (directory, len(block)))
-        out.write(block)
+        index = (zlib.adler32(key) if salt else zlib.crc32(key)) % len(self.files)
+        self._batch.append((index, b"%b\0%d\n" % (directory, len(block)), block))
+        self._batch_bytes += len(block)
+        if self._batch_bytes >= _SPILL_BATCH_BYTES:
+            self._hand_over()
 
+    def _hand_over(self) -> None:
+        """Wait for the batch in flight (raising its error), then send the current one."""
+        if self._in_flight is not None:
+            self._in_flight.result()
+            self._in_flight = None
+        if self._batch:
+            self._in_flight = self._writer.submit(self._write_batch, self._batch)
+            self._batch, self._batch_bytes = [], 0
+
+    def _write_batch(self, batch: list[tuple[int, bytes, bytes]]) -> None:
+        for index, header, block in batch:
+            out = self.files[index]
+            out.write(header)
+            out.write(block)
 
     def close(self) -> None:
+        self._hand_over()
+        self._hand_over()  # the last batch
+        self._writer.shutdown()
         for fh in self.files:
             fh.close()
 
@@ -308,11 +337,16 @@ class Planner:
         self.spill.close()
         jobs = _JobWriter(self.out_dir / seal.JOBS_DIR, self.config.planner.files_per_job)
         n_dirs = 0
-        with open(self.out_dir / seal.DIRS_NAME, "wb") as dirs_out:
+        # An unlink can wait milliseconds on the file system's journal: a thread does them while
+        # the next partitions are planned (it releases the GIL).
+        with open(self.out_dir / seal.DIRS_NAME, "wb") as dirs_out, ThreadPoolExecutor(1) as unlinker:
+            unlinked = []
             for path in self.spill.paths:
                 for data in self._partition_groups(path):
                     n_dirs += self._write_group(data, jobs, dirs_out)
-                path.unlink()
+                unlinked.append(unlinker.submit(path.unlink))
+            for done in unlinked:
+                done.result()
         jobs.close()
         shutil.rmtree(self.spill.directory, ignore_errors=True)
 

@@ -1,6 +1,8 @@
 """The spill is sized from the scan's file count, so that no partition needs a second pass."""
 import time
 
+import pytest
+
 from MSUnmerged import planner
 from plan_helpers import permissive, planned_lfns, removable_dirs, run_plan
 
@@ -38,3 +40,27 @@ def test_a_sized_spill_plans_the_same_files(tmp_path, monkeypatch):
     assert sorted(planned_lfns(tmp_path / "sized")) == sorted(planned_lfns(tmp_path / "unsized"))
     assert sorted(removable_dirs(tmp_path / "sized")) == sorted(removable_dirs(tmp_path / "unsized"))
     assert plan.files_to_delete == len(set(lines)) - 60
+
+
+def test_a_failed_spill_write_is_raised_not_lost(tmp_path):
+    spill = planner._Spill(tmp_path / "spill", 1, 7)
+    spill.write(b"/store/unmerged/a/b", b"/store/unmerged/a/b/f.root\n")
+    spill.files[0].close()  # the writer thread's next write fails
+    spill.write(b"/store/unmerged/a/c", b"/store/unmerged/a/c/f.root\n")
+    with pytest.raises(ValueError, match="closed file"):
+        spill.close()
+
+
+def test_spilled_records_read_back_in_order(tmp_path, monkeypatch):
+    monkeypatch.setattr(planner, "_SPILL_BATCH_BYTES", 4096)  # many batches through the writer thread
+    spill = planner._Spill(tmp_path / "spill", 3, 7)
+    written = [(b"/store/unmerged/E/P%d/T/v-v1/%04d" % (i % 7, i), b"/x/%d.root\n" % i * (i % 5 + 1))
+               for i in range(3000)]
+    for directory, block in written:
+        spill.write(directory, block)
+    spill.close()
+    got = [record for path in spill.paths for record in planner._records(path.read_bytes())]
+    assert sorted(got) == sorted(written)
+    for path in spill.paths:  # each partition keeps the order the records were written in
+        records = list(planner._records(path.read_bytes()))
+        assert records == [r for r in written if r in set(records)]
