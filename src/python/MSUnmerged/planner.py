@@ -44,7 +44,7 @@ _LINE_BYTES_GUESS = 160
 _PARTITION_HEADROOM = 1.5
 _MAX_PARTITIONS = 512
 _SPILL_BUFFERS_BYTES = 16 * 1024 * 1024
-_SPILL_BATCH_BYTES = 4 * 1024 * 1024
+_SPILL_BATCH_BYTES = 1024 * 1024
 _BAD_IN_DIR = (b"//", b"/./", b"/../")
 
 
@@ -501,7 +501,7 @@ def plan(rse: str, chunks: Iterable[bytes], protected: Iterable[str], config: Co
     dump = seal.DumpDigest(chunks)
     if guard is None:
         try:
-            for chunk in read_ahead_thread(dump):  # hashed in a thread: hashlib releases the GIL
+            for chunk in read_ahead_thread(dump, 1):  # hashed in a thread: hashlib releases the GIL
                 planner.feed(chunk)
             check_lines(planner.counts.total, planner.counts.invalid)
         except NotADump as exc:
