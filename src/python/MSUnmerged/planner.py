@@ -188,7 +188,8 @@ def _records(data: bytes) -> Iterable[tuple[bytes, bytes]]:
 
 
 class _JobWriter:
-    """Writes planned LFNs into job files of at most `per_job` lines."""
+    """Writes planned LFNs into job files of at most `per_job` lines; a thread reads each file
+    back for the seal once it is closed, while the next ones are planned."""
 
     def __init__(self, directory: Path, per_job: int) -> None:
         self.directory = directory
@@ -198,6 +199,8 @@ class _JobWriter:
         self.sizes: list[int] = []
         self._fh: Any = None
         self._room = 0
+        self._describer = ThreadPoolExecutor(1, thread_name_prefix="seal-describe")
+        self._described: dict[str, Future[dict[str, Any]]] = {}
 
     def add(self, lfns: list[bytes]) -> None:
         start = 0
@@ -222,6 +225,14 @@ class _JobWriter:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+            name = self.names[-1]
+            self._described[f"{seal.JOBS_DIR}/{name}"] = self._describer.submit(seal.describe_file,
+                                                                                self.directory / name)
+
+    def described(self) -> dict[str, dict[str, Any]]:
+        """The seal entries of the job files written (after `close`)."""
+        self._describer.shutdown()
+        return {rel: future.result() for rel, future in self._described.items()}
 
 
 class Planner:
@@ -240,6 +251,7 @@ class Planner:
         self.floor = pcfg.dir_floor_depth
         self.progress = progress
         self.counts = _Counts()
+        self.described: dict[str, dict[str, Any]] = {}  # seal entries of the job files, by finish
         if self.out_dir.exists():
             for stale in (seal.SEAL_NAME, seal.JOBS_DIR, ".spill", seal.DIRS_NAME, seal.SUMMARY_NAME):
                 target = self.out_dir / stale
@@ -348,6 +360,7 @@ class Planner:
             for done in unlinked:
                 done.result()
         jobs.close()
+        self.described = jobs.described()
         shutil.rmtree(self.spill.directory, ignore_errors=True)
 
         c = self.counts
@@ -384,6 +397,7 @@ class Planner:
         shutil.rmtree(self.out_dir / seal.JOBS_DIR, ignore_errors=True)
         (self.out_dir / seal.JOBS_DIR).mkdir()
         (self.out_dir / seal.DIRS_NAME).write_bytes(b"")
+        self.described = {}  # the job files are gone
         plan.guard, plan.guard_detail = guard.reason, guard.detail
         plan.would_delete = plan.files_to_delete
         plan.files_to_delete = plan.jobs = plan.dirs_removable = 0
@@ -509,5 +523,6 @@ def plan(rse: str, chunks: Iterable[bytes], protected: Iterable[str], config: Co
         except DumpError as exc:
             guard = GuardTripped(GUARD_DUMP_UNREADABLE, str(exc))
     result = planner.finish(end_time, expected, guard, scan_start(stats))
-    seal.write_seal(out_dir, rse, end_time, dump.hexdigest() if guard is None else None, checked, g)
+    seal.write_seal(out_dir, rse, end_time, dump.hexdigest() if guard is None else None, checked, g,
+                    planner.described)
     return result
