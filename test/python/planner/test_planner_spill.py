@@ -64,3 +64,18 @@ def test_spilled_records_read_back_in_order(tmp_path, monkeypatch):
     for path in spill.paths:  # each partition keeps the order the records were written in
         records = list(planner._records(path.read_bytes()))
         assert records == [r for r in written if r in set(records)]
+
+
+def test_job_files_described_while_planning_match_the_files_on_disk(tmp_path):
+    from MSUnmerged import seal
+
+    cfg = permissive()
+    cfg.planner.files_per_job = 7
+    lines = [f"/store/unmerged/E/P{p}/T/v-v1/{d:04d}/{i}.root".encode() for p in range(5) for d in range(3)
+             for i in range(11)]
+    plan = run_plan(tmp_path, lines, ["/store/unmerged/E/P3"], cfg)
+    sealed = seal.read_seal(tmp_path).files
+    jobs = sorted(p.name for p in (tmp_path / "jobs").iterdir())
+    assert plan.jobs == len(jobs) > 10
+    assert sealed == {rel: seal.describe_file(tmp_path / rel)
+                      for rel in ["summary.json", "dirs.txt"] + [f"jobs/{n}" for n in jobs]}
