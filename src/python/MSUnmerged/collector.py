@@ -32,7 +32,7 @@ LEDGER_STATE = {
     "not_attempted": (FileState.UNKNOWN, "not_attempted"),
     "auth_failed": (FileState.FAILED, "auth_failed"),
 }
-SUCCESS = (FileState.DELETED, FileState.MISSING, FileState.WOULD_DELETE)  # no error class, no message
+DONE_STATES = (FileState.DELETED, FileState.MISSING, FileState.WOULD_DELETE)  # the file is gone or was found: no error to keep
 # A job whose site configuration was unusable touched nothing: its files fail as config_error (retried only
 # up to jobs.retries like any failure, not taken for lost jobs).
 CONFIG_ERROR = (FileState.FAILED, "config_error")
@@ -191,10 +191,10 @@ def ledger_outcome(f: FileOutcome, exit_code: Optional[int] = None) -> dict[str,
     state, cls = CONFIG_ERROR if config_error else LEDGER_STATE[f.outcome]
     if f.outcome == "refused" and (f.reason == PROTECTED or f.error == REFUSED_PROTECTED):  # v2, v1
         state, cls = FileState.SKIPPED_PROTECTED, PROTECTED if f.reason else ""
-    elif f.reason and state not in SUCCESS:
+    elif f.reason and state not in DONE_STATES:
         cls = f.reason
     # Success needs no message; a per-path one would also defeat the ledger's grouping of updates.
-    error = "" if state in SUCCESS else (f.error or "")
+    error = "" if state in DONE_STATES else (f.error or "")
     out = {"lfn": f.lfn, "state": state.value, "error_class": cls, "error": error, "attempts": f.attempts}
     if f.size is not None:
         out["size"] = f.size
@@ -221,7 +221,7 @@ class Collected:
     """What `collect` did for one job."""
 
     job_id: str
-    state: str
+    state: JobState
     recorded: int = 0
     counters: dict[str, int] = field(default_factory=dict)
     dirs: dict[str, int] = field(default_factory=dict)
@@ -258,7 +258,7 @@ class Collector:
     def collect(self, job_id: str, lfns: Optional[Iterable[str]], report: Optional[Report],
                 status: JobStatus) -> Collected:
         """Record the report's outcomes (only for files of this job when `lfns` is given), then close."""
-        out = Collected(job_id, status.state.value)
+        out = Collected(job_id, status.state if status.state.terminal else JobState.FAILED)
         if report is not None:
             allowed = set(lfns) if lfns is not None else None
             outcomes = _accepted(report.files, lambda f: f.lfn, allowed, f"a file of job {job_id}", out.problems,
@@ -284,9 +284,7 @@ class Collector:
         if out.problems:
             reasons.append(f"{len(out.problems)} report lines rejected, first: {out.problems[0]}")
         out.reason = "; ".join(reasons)
-        state = status.state if status.state.terminal else JobState.FAILED
-        out.state = state.value
-        self.sink.close_job(job_id, state.value, out.reason, **batch_facts(status, report))
+        self.sink.close_job(job_id, out.state, out.reason, **batch_facts(status, report))
         return out
 
 
