@@ -59,6 +59,26 @@ def test_outcomes_are_idempotent_and_scoped_to_their_job(tmp_path: Path, mongo_d
         ledger.record_outcomes(jid, [{"lfn": lfns[0], "state": "exploded"}])
 
 
+def test_a_row_written_before_a_crash_wins_over_its_bucket_entry(tmp_path: Path, mongo_db: Database) -> None:
+    """A step cut short after writing a file's row and before setting its bucket code: the job's files
+    follow the row (of the bucket's own job for a planned entry, of a retry job for a would-delete one) and
+    the code is repaired."""
+    ledger = Ledger(mongo_db)
+    ledger.record_plan(tmp_path / "plan", make_plan(tmp_path), GEN)
+    first, second, retry = job_id(RSE, GEN, 1, 1), job_id(RSE, GEN, 1, 2), job_id(RSE, GEN, 2, 1)
+    gone = ledger.job_lfns(first)[0]
+    row = next(r for r in ledger.file_records(job=first) if r["lfn"] == gone)
+    mongo_db.files.insert_one({**row, "state": "unknown", "error_class": "no_report", "error": ""})  # close_job's row
+    assert gone not in ledger.job_lfns(first) and len(ledger.job_lfns(first)) == 199
+    assert gone in ledger.job_lfns(first, states=None)
+    assert "r" in "".join(b["codes"] for b in mongo_db.buckets.find({"job": first}))
+    names = ledger.job_lfns(second)
+    ledger.record_outcomes(second, [{"lfn": x, "state": "would_delete"} for x in names])
+    moved = next(r for r in ledger.file_records(job=second) if r["lfn"] == names[0])
+    mongo_db.files.insert_one({**moved, "state": "planned", "job": retry, "attempts": 2})  # new_round's row
+    assert ledger.job_lfns(second, states=None) == names[1:] and ledger.job_lfns(retry) == [names[0]]
+
+
 def test_queries_by_state_job_prefix_with_pagination(tmp_path: Path, mongo_db: Database) -> None:
     plan = make_plan(tmp_path)
     ledger = Ledger(mongo_db)

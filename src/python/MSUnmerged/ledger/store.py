@@ -280,12 +280,25 @@ class Ledger:
             return sum(int(res.get(k) or 0) for k in ("nInserted", "nUpserted", "nModified"))
         return with_retry(write, f"write to {coll.name}") if ops else 0
 
-    def _live_entries(self, flt: Mapping[str, Any], codes: str) -> list[tuple[dict[str, Any], int, str]]:
+    def _live_entries(self, flt: Mapping[str, Any], codes: str,
+                      job_rows: Optional[set[str]] = None) -> list[tuple[dict[str, Any], int, str]]:
         """(bucket, index, name) of the entries of matching buckets whose code is in `codes` and that have no
-        row. An entry found with a row (a step cut short after writing the row) gets its code set to ROW."""
+        row. An entry found with a row (a step cut short after writing the row) gets its code set to ROW.
+
+        Only a row of its bucket's own job can stand for a planned, deleted or missing entry (rows are written
+        with the bucket's job, and a row moves to a retry job only after its job was closed, which sets the
+        codes of its rows): these are checked against the rows of their buckets' jobs (`job_rows`: the ids of
+        those rows when the caller read them already), a look-up by job instead of one per file. A would-delete
+        entry may have a retry job's row (new_round) and is checked by its id."""
         found = [(doc, i, name, fid) for doc in with_retry(lambda: list(self.buckets.find(flt)), "read buckets")
                  for fid, i, name in bk.entries(doc, codes)]
-        have_rows = records.with_rows(self.files, (f[3] for f in found))
+        by_id = bk.CODES[FileState.WOULD_DELETE]
+        have_rows = records.with_rows(self.files, (fid for d, i, _, fid in found if d["codes"][i] == by_id))
+        if any(d["codes"][i] != by_id for d, i, _, _ in found):
+            if job_rows is None:
+                job_rows = {r["_id"] for job in {d["job"] for d, *_ in found} for r in with_retry(
+                    lambda: list(self.files.find({"job": job}, {"_id": 1})), f"rows of {job}")}
+            have_rows |= {fid for d, i, _, fid in found if d["codes"][i] != by_id and fid in job_rows}
         if have_rows:
             self._set_row_codes([(d, i, n) for d, i, n, fid in found if fid in have_rows])
         return [(d, i, n) for d, i, n, fid in found if fid not in have_rows]
@@ -383,13 +396,12 @@ class Ledger:
 
     def job_lfns(self, job_id_: str, states: Optional[Sequence[str]] = (FileState.PLANNED,)) -> list[str]:
         """The files of a job in these states (default: still to work on; None: all), sorted."""
-        flt: dict[str, Any] = {"job": job_id_}
-        if states is not None:
-            flt["state"] = {"$in": list(states)}
-        docs = with_retry(lambda: list(self.files.find(flt, {"lfn": 1})), f"files of {job_id_}")
+        rows = with_retry(lambda: list(self.files.find({"job": job_id_}, {"lfn": 1, "state": 1})),
+                          f"files of {job_id_}")
         codes = "".join(c for s, c in bk.CODES.items() if states is None or s in states)
-        entries = self._live_entries({"job": job_id_}, codes) if codes else []
-        return sorted([d["lfn"] for d in docs] + [f"{doc['dir']}/{name}" for doc, _, name in entries])
+        entries = self._live_entries({"job": job_id_}, codes, {d["_id"] for d in rows}) if codes else []
+        return sorted([d["lfn"] for d in rows if states is None or d["state"] in states]
+                      + [f"{doc['dir']}/{name}" for doc, _, name in entries])
 
     def record_job_intent(self, jobs: Sequence[JobIntent], backend: str = "") -> None:
         """Before submitting: the jobs go from planned to submitting (with site and backend)."""
