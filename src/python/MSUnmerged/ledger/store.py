@@ -39,6 +39,7 @@ from MSUnmerged.statemachine import RSEState
 EVENTS_KEPT = 50
 BATCH = 10_000
 BUCKET_BATCH = 500  # buckets per insert (each up to a job's files)
+COUNT_JOBS = 50  # round-1 jobs whose buckets are read per query when counting
 PROTECTED_SINCE_PLANNING = "protected_since_planning"
 
 
@@ -322,20 +323,21 @@ class Ledger:
             changes.setdefault(doc["_id"], (doc, {}))[1][i] = (bk.ROW, None)
         self._rewrite_buckets(changes)
 
-    def _move_to_rows(self, entries: Sequence[tuple[dict[str, Any], int, str]], flt: Mapping[str, Any],
-                      fields: Mapping[str, Any]) -> int:
-        """Bucket entries become rows: per entry an upsert of its record filtered by {_id, **flt} and setting
-        `fields` (a row already there that `flt` does not match makes the insert collide: skipped), then their
-        codes become ROW. Row first: a crash between the two leaves a row, which wins. Returns rows written."""
+    def _move_to_rows(self, moves: Sequence[tuple[tuple[dict[str, Any], int, str], Mapping[str, Any]]],
+                      flt: Mapping[str, Any]) -> int:
+        """Bucket entries become rows: (entry, fields) -> an upsert of the entry's record filtered by {_id, **flt}
+        and setting `fields` (a row already there that `flt` does not match makes the insert collide: skipped),
+        all in one bulk write per BATCH entries, then their codes become ROW. Row first: a crash between the
+        two leaves a row, which wins. Returns rows written."""
         now = time.time()
         ops = []
-        for doc, i, name in entries:
+        for (doc, i, name), fields in moves:
             rec = bk.record(doc, i, name)
             on_insert = {k: v for k, v in rec.items() if k not in fields and k not in flt and k not in ("_id", "t")}
             ops.append(UpdateOne({"_id": rec["_id"], **flt}, {"$set": {**fields, "t": now}, "$setOnInsert": on_insert},
                                  upsert=True))
         n = sum(self._write_ignoring_duplicates(self.files, ops[s:s + BATCH]) for s in range(0, len(ops), BATCH))
-        self._set_row_codes(entries)
+        self._set_row_codes([entry for entry, _ in moves])
         return n
 
     def drop_protected(self, rse: str, generation: float, protection: Protection, job: Optional[str] = None) -> int:
@@ -359,7 +361,7 @@ class Ledger:
         codes = bk.CODES[FileState.PLANNED] + bk.CODES[FileState.WOULD_DELETE]
         covered = [e for e in self._live_entries(bflt, codes)
                    if protection.covers(f"{e[0]['dir']}/{e[2]}".encode("utf-8", "surrogateescape"))]
-        self._move_to_rows(covered, {"state": {"$in": list(NOT_DELETED)}}, dropped)
+        self._move_to_rows([(e, dropped) for e in covered], {"state": {"$in": list(NOT_DELETED)}})
         n = len(ids) + len(covered)
         if n:
             with_retry(lambda: self.rses.update_one({"_id": rse, "generations.gen": generation},
@@ -474,7 +476,7 @@ class Ledger:
                 lambda: list(self.buckets.find({"job": job_id_})), f"buckets of {job_id_}")
                 for fid, i, name in bk.entries(doc, "".join(bk.CODES.values()))}
         row_ops: list[Any] = []
-        to_rows: dict[tuple[str, str, str, Optional[int]], list[tuple[dict[str, Any], int, str]]] = {}
+        to_rows: list[tuple[tuple[dict[str, Any], int, str], dict[str, Any]]] = []  # (entry, its row's fields)
         coded: dict[str, tuple[dict[str, Any], dict[int, tuple[str, Optional[int]]]]] = {}
         grouped: dict[tuple[str, str, str], list[str]] = {}
         for fid, (state, cls, err, size) in given.items():
@@ -489,7 +491,8 @@ class Ledger:
             elif fid in entries:
                 doc, i, name = entries[fid]
                 if _needs_row(state, cls, err):
-                    to_rows.setdefault((state, cls, err, size), []).append(entries[fid])
+                    to_rows.append((entries[fid], {"state": state, "error_class": cls, "error": err,
+                                                   **({} if size is None else {"size": size})}))
                 else:
                     coded.setdefault(doc["_id"], (doc, {}))[1][i] = (bk.CODES[FileState(state)], size)
         for (state, cls, err), ids in grouped.items():
@@ -498,9 +501,7 @@ class Ledger:
                                           {"$set": {"state": state, "error_class": cls, "error": err, "t": now}}))
         if row_ops:
             with_retry(lambda: self.files.bulk_write(row_ops, ordered=False), f"outcomes of {job_id_}")
-        for (state, cls, err, size), group in to_rows.items():
-            fields = {"state": state, "error_class": cls, "error": err, **({} if size is None else {"size": size})}
-            self._move_to_rows(group, {"job": job_id_}, fields)
+        self._move_to_rows(to_rows, {"job": job_id_})
         self._rewrite_buckets(coded)
 
     def record_dirs(self, job_id_: str, outcomes: Iterable[Mapping[str, Any]]) -> int:
@@ -535,8 +536,9 @@ class Ledger:
         res = with_retry(lambda: self.files.update_many(
             {"job": job_id_, "state": FileState.PLANNED}, {"$set": {**unknown, "t": now}}), f"close {job_id_}")
         n = res.modified_count + self._move_to_rows(
-            self._live_entries({"job": job_id_, "states": FileState.PLANNED.value}, bk.CODES[FileState.PLANNED]),
-            {"job": job_id_, "state": FileState.PLANNED}, unknown)
+            [(e, unknown) for e in self._live_entries({"job": job_id_, "states": FileState.PLANNED.value},
+                                                      bk.CODES[FileState.PLANNED])],
+            {"job": job_id_, "state": FileState.PLANNED})
         job = with_retry(lambda: self.jobs.find_one_and_update({"_id": job_id_}, {"$set": {
             "state": state, "reason": reason, "finished_at": now, **facts}}), f"close {job_id_}") or {}
         if job and n and state != JobState.REMOVED:  # our own removal (revalidation) is no failure
@@ -577,7 +579,7 @@ class Ledger:
             with_retry(lambda: self.files.update_many(
                 {"_id": {"$in": [i for i in chunk if i not in entries]}, "state": {"$in": states}},
                 {"$set": {**assign, "t": time.time()}}), "assign retry")
-            self._move_to_rows([entries[i] for i in chunk if i in entries], {"state": {"$in": states}}, assign)
+            self._move_to_rows([(entries[i], assign) for i in chunk if i in entries], {"state": {"$in": states}})
             created.append(jid)
         return created
 
@@ -600,13 +602,20 @@ class Ledger:
                        states: Optional[Sequence[FileState]] = None) -> dict[str, int]:
         """Bucket entries (not rows) per state, summed from the `counts` of the buckets holding these states
         (default: all)."""
-        match: dict[str, Any] = {"rse": rse, "gen": generation}
+        match: dict[str, Any] = {}
         if states is not None:
             match["states"] = {"$in": [s.value for s in states]}
-        group: dict[str, Any] = {"_id": None, **{s.value: {"$sum": f"$counts.{s.value}"} for s in bk.CODES}}
-        out = with_retry(lambda: list(self.buckets.aggregate([{"$match": match}, {"$group": group}])),
-                         "count buckets")
-        return {s.value: int(out[0].get(s.value) or 0) if out else 0 for s in bk.CODES}
+        # Read by round-1 job, a chunk of jobs at a time: the embedded server fetches every bucket a query
+        # matches, whole, before projecting or grouping; over a whole generation that was its peak memory.
+        jobs = [job_id(rse, generation, 1, n)
+                for n in range(1, self.generation_entry(rse, generation).get("jobs", 0) + 1)]
+        totals = {s.value: 0 for s in bk.CODES}
+        for start in range(0, len(jobs), COUNT_JOBS):
+            flt = {**match, "job": {"$in": jobs[start:start + COUNT_JOBS]}}
+            for doc in with_retry(lambda: list(self.buckets.find(flt, {"_id": 0, "counts": 1})), "count buckets"):
+                for state, n in doc.get("counts", {}).items():
+                    totals[state] += int(n)
+        return totals
 
     def _state_counts(self, rse: str, generation: float) -> dict[str, int]:
         """Files per state (rows and bucket entries)."""
