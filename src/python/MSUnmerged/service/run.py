@@ -180,8 +180,12 @@ class Runner:
             self.hook("recorded", rse)
         else:
             result.dropped_protected += self.ledger.drop_protected(rse, decision.generation, protection)
-            self.ledger.new_round(rse, decision.generation, 1 + self.config.jobs.retries,
-                                  self.config.planner.files_per_job, redo_dry_run=not self.config.service.dry_run)
+            # Jobs a crash left planned between two submission batches go out before a new round starts, so
+            # that a file's round (its attempts) counts its tries.
+            if not self.ledger.jobs_in(rse, [JobState.PLANNED], decision.generation):
+                self.ledger.new_round(rse, decision.generation, 1 + self.config.jobs.retries,
+                                      self.config.planner.files_per_job,
+                                      redo_dry_run=not self.config.service.dry_run)
         result.submitted = self.jobs.submit_planned(rse, decision.generation, protected)
         result.state = RSEState.RUNNING if result.submitted else RSEState.PLANNED
         self.ledger.set_rse_state(rse, result.state, detail=f"{result.submitted} jobs submitted",
