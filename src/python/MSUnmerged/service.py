@@ -24,12 +24,12 @@ from MSUnmerged.dumpreader import iter_chunks
 from MSUnmerged.guards import (PLAN_MODIFIED, PLAN_OUTDATED, UNKNOWN_RSE, GuardTripped, check_counts,
                                check_plan_lines, check_protection, split_lines)
 from MSUnmerged.jobs.backend import BackendError, BatchBackend, JobState, JobStatus
-from MSUnmerged.jobs.router import backend_name, remove_unstarted
+from MSUnmerged.jobs.router import backend_name
 from MSUnmerged.jobs.spec import CleanupJob, make_job
 from MSUnmerged.ledger import (JOB_PLANNED, LIVE_JOB_STATES, RETRIABLE, WOULD_DELETE, LeaseLost, Leases, Ledger,
                                LedgerError, gen_key)
 from MSUnmerged.sources.errors import SourceError
-from MSUnmerged.sources.rucio import site_from_rse
+from MSUnmerged.sites import resolve_site
 
 log = logging.getLogger(__name__)
 
@@ -328,10 +328,7 @@ class Service:
     # -- jobs ----------------------------------------------------------------------------------
 
     def _site(self, rse: str) -> str:
-        site = self.config.jobs.sites.get(rse, {}).get("site") or site_from_rse(rse)
-        if not site:
-            raise LedgerError("no_site", f"no site for RSE {rse}: set jobs.sites.{rse}.site")
-        return site
+        return resolve_site(self.config.jobs, rse, self.sources)
 
     def _build(self, rse: str, job_doc: dict[str, Any], protected: Sequence[str], removable: set[str],
                checks: dict[str, Any]) -> Optional[CleanupJob]:
@@ -471,7 +468,7 @@ class Service:
         if not hit:
             return 0, 0
         gens = {j["_id"]: j["gen"] for j in waiting}
-        removed = remove_unstarted(self.backend, hit, "revalidation: files became protected")
+        removed = self.backend.remove_pending(hit, "revalidation: files became protected")
         dropped = 0
         for jid in removed:
             n = self.ledger.drop_protected(rse, gens[jid], protection, job=jid)

@@ -29,7 +29,7 @@ def test_build_service_routes_two_rses_to_two_sites(tmp_path: Path, mongo_url: s
     config.jobs.backend = "local"
     storages = {rse: make_site(tmp_path, src, rse, config) for rse in RSES}
     for rse in RSES:  # make_backend finds a site's configuration through any RSE of that site
-        config.jobs.sites[rse]["site"] = rse.split("_Disk")[0]
+        config.jobs.sites[rse].site = rse.split("_Disk")[0]
     try:
         with build_service(config, sources=OfflineSources(src)) as svc:
             results = {rse: svc.run_once(rse, wait_s=60) for rse in RSES}
@@ -41,9 +41,9 @@ def test_build_service_routes_two_rses_to_two_sites(tmp_path: Path, mongo_url: s
                 assert deleted and deleted == {d["lfn"] for d in db.files.find({"rse": rse})}
                 everything = set((src / "dumps" / f"{rse}.txt").read_text().split())
                 assert files_left(storages[rse]) == everything - deleted
-                assert {j["site"] for j in db.jobs.find({"rse": rse})} == {config.jobs.sites[rse]["site"]}
-        assert sorted(routed) == sorted(("local", config.jobs.sites[rse]["site"]) for rse in RSES)
+                assert {j["site"] for j in db.jobs.find({"rse": rse})} == {config.jobs.sites[rse].site}
+        assert sorted(routed) == sorted(("local", config.jobs.sites[rse].site) for rse in RSES)
         assert all(isinstance(b, LocalBackend) for b in routed.values())
-        assert {b.siteconfig for b in routed.values()} == {config.jobs.sites[rse]["siteconfig"] for rse in RSES}
+        assert {b.siteconfig for b in routed.values()} == {config.jobs.sites[rse].siteconfig for rse in RSES}
     finally:
         mongo_client.drop_database(config.mongo.database)

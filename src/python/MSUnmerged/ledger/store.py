@@ -35,6 +35,7 @@ from MSUnmerged.lfn import PrefixSet
 from MSUnmerged.planner import Plan
 from MSUnmerged.seal import DIRS_NAME, JOBS_DIR, Seal
 from MSUnmerged.statemachine import STATE_NEW, STATE_PLANNED
+from MSUnmerged.worker.ids import file_id, gen_key, job_id
 from MSUnmerged.worker.report import DIR_OUTCOMES, EXPECTED_DIR_REASONS
 
 # File states.
@@ -68,19 +69,6 @@ BACKEND_JOB_STATES = ("queued", "running", "held")
 
 EVENTS_KEPT = 50
 BATCH = 10_000
-
-
-def gen_key(generation: float) -> str:
-    """The generation (ConMon end_time) as it appears in ids."""
-    return f"{float(generation):.3f}"
-
-
-def file_id(rse: str, generation: float, lfn: str) -> str:
-    return f"{rse}|{gen_key(generation)}|{lfn}"
-
-
-def job_id(rse: str, generation: float, round_: int, n: int) -> str:
-    return f"{rse}:{gen_key(generation)}:{round_}-{n:06d}"
 
 
 def _prefix_range(prefix: str) -> dict[str, str]:
