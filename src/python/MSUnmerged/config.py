@@ -7,6 +7,7 @@ import re
 import tomllib
 import typing
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -14,7 +15,8 @@ from MSUnmerged.worker.pfn import LAYOUTS as PFN_LAYOUTS
 
 ENV_PREFIX = "MSUNMERGED_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "etc" / "msunmerged.toml"
+# Package data: in the tree a link to etc/msunmerged.toml (the documented defaults), in a wheel its copy.
+DEFAULT_CONFIG = resources.files("MSUnmerged") / "msunmerged.toml"
 
 # Production WMCore MSUnmerged excludes the log areas of production workflows.
 DEFAULT_EXCLUDES = [
@@ -432,18 +434,21 @@ def _mongo_url_problem(url: str) -> Optional[str]:
 
 
 def load_config(path: Optional[os.PathLike | str] = None, env: Optional[Mapping[str, str]] = None) -> Config:
-    """Load the configuration: defaults, then the TOML file, then MSUNMERGED_* environment overrides."""
+    """Load the configuration: defaults, then the TOML file (`path`, else $MSUNMERGED_CONFIG, else the packaged
+    etc/msunmerged.toml), then MSUNMERGED_* environment overrides."""
     env = os.environ if env is None else env
     if path is None:
         path = env.get("MSUNMERGED_CONFIG") or DEFAULT_CONFIG
-    cfg = Config()
-    path = Path(path)
+    source = Path(path) if isinstance(path, (str, os.PathLike)) else path
     try:
-        data = tomllib.loads(path.read_text()) if path.exists() else {}
+        data = tomllib.loads(source.read_text())
+    except FileNotFoundError:
+        raise ConfigError(str(source), "configuration file does not exist") from None
+    except OSError as exc:
+        raise ConfigError(str(source), f"cannot read it: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(str(path), f"not valid TOML: {exc}") from None
-    if not path.exists() and str(path) != str(DEFAULT_CONFIG):
-        raise ConfigError(str(path), "configuration file does not exist")
+        raise ConfigError(str(source), f"not valid TOML: {exc}") from None
+    cfg = Config()
     _apply(cfg, data, "")
     _apply(cfg, _env_overrides(env), "")
     _validate(cfg)
