@@ -50,7 +50,7 @@ def make_site(base: Path, sources: Path, rse: str, config: Config) -> Path:
     in config.jobs.sites; returns the storage folder."""
     storage = base / "storage" / rse
     fill_storage(storage, sources / "dumps" / f"{rse}.txt")
-    siteconf = write_site(base / "siteconf", storage, site=resolve_site(config.jobs, rse), rse=rse,
+    siteconf = write_site(base / "siteconf", storage, site=resolve_site(config.jobs, rse, OfflineSources(sources)), rse=rse,
                           volume=f"{rse}_posix")
     config.jobs.sites.setdefault(rse, SiteConfig()).siteconfig = str(siteconf)
     return storage
