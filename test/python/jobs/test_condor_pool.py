@@ -18,7 +18,7 @@ from typing import Callable, Iterator, Mapping
 
 import pytest
 
-from MSUnmerged.config import CondorConfig, JobsConfig
+from MSUnmerged.config import CondorConfig, JobsConfig, SiteConfig
 from MSUnmerged.jobs.backend import BackendError, JobState, JobStatus, wait_for
 from MSUnmerged.jobs.condor import CondorBackend, htcondor2
 from MSUnmerged.jobs.spec import CleanupJob, DeleteFilesStep
@@ -263,7 +263,7 @@ def silent_port() -> Iterator[int]:
 
 def test_silent_schedd_times_out_without_stalling_others(condor_pool: CondorPool, backend: CondorBackend,
                                                          worker: Path, silent_port: int, tmp_path: Path) -> None:
-    jobs = JobsConfig(sites={"T2_XX_Hung": {"site": "T2_XX_Hung", "pool": f"127.0.0.1:{silent_port}"}})
+    jobs = JobsConfig(sites={"T2_XX_Hung": SiteConfig(site="T2_XX_Hung", pool=f"127.0.0.1:{silent_port}")})
     cfg = config(condor_pool, condor_pool.token_dir("submitter"), ping_timeout_s=4)
     two = CondorBackend(cfg, jobs, tmp_path / "work2", worker=worker)
     results: dict[str, object] = {}
@@ -342,7 +342,7 @@ def test_site_config_and_credential_reach_the_job(condor_pool: CondorPool, worke
         request.addfinalizer(lambda: htcondor2.param.__setitem__("DELEGATE_JOB_GSI_CREDENTIALS", "True"))
     secret = max(source.read_text().splitlines(), key=len)  # the token, or a line of the proxy
     jobs = JobsConfig(credential=kind, token_file=str(source), proxy_file=str(source),
-                      sites={RSE: {"siteconfig": SERVICE_SITECONF}})
+                      sites={RSE: SiteConfig(siteconfig=SERVICE_SITECONF)})
     backend = CondorBackend(config(condor_pool, condor_pool.token_dir("submitter")), jobs, tmp_path / "work",
                             worker=worker)
     (job,) = make_jobs(t, [lfns])
