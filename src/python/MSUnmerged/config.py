@@ -165,13 +165,15 @@ class JobsConfig:
     site_attribute: str = ""
     sites: dict[str, SiteConfig] = field(default_factory=dict)  # per-RSE overrides
 
-    def site(self, rse: str) -> SiteConfig:
+    def for_rse(self, rse: str) -> SiteConfig:
         """jobs.sites.<rse>, or the defaults when the RSE has none."""
         return self.sites.get(rse) or SiteConfig()
 
     def setting(self, rse: str, key: str) -> str:
-        """jobs.sites.<rse>.<key>, else the service-wide jobs.<key> (or "" when there is none)."""
-        return str(getattr(self.site(rse), key) or getattr(self, key, "") or "")
+        """jobs.sites.<rse>.<key>, else the service-wide jobs.<key> where there is one (backend, credential), else ""."""
+        own = getattr(self.for_rse(rse), key)
+        service_wide = key in {f.name for f in dataclasses.fields(self)}
+        return str(own or (getattr(self, key) if service_wide else ""))
 
 
 @dataclass

@@ -30,7 +30,7 @@ def resolve_site(jobs: JobsConfig, rse: str, attributes: Optional[RSEAttributes]
     """The RSE's site: `jobs.sites.<rse>.site`; else, where `jobs.site_attribute` is set, that attribute of the
     RSE (an attribute source that cannot answer raises its SourceError: no job goes to a guessed site); else
     the site its name holds. None of these: LedgerError no_site, and nothing is submitted for the RSE."""
-    site = jobs.site(rse).site
+    site = jobs.for_rse(rse).site
     if not site and jobs.site_attribute and attributes is not None:
         site = str(attributes.rse_attributes(rse).get(jobs.site_attribute) or "")
     site = site or site_from_rse(rse) or ""

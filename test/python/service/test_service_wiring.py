@@ -29,7 +29,7 @@ def test_build_service_routes_two_rses_to_two_sites(tmp_path: Path, mongo_url: s
     config.mongo.database = f"wiring_{uuid.uuid4().hex[:8]}"
     config.jobs.backend = "local"
     storages = {rse: make_site(tmp_path, src, rse, config) for rse in RSES}
-    for rse in RSES:  # make_backend finds a site's configuration through any RSE of that site
+    for rse in RSES:  # LocalBackend.from_config finds a site's configuration through any RSE of that site
         config.jobs.sites[rse].site = rse.split("_Disk")[0]
     try:
         with build_service(config, sources=OfflineSources(src)) as svc:

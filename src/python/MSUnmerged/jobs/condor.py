@@ -140,7 +140,7 @@ class CondorBackend:
 
     def target(self, rse: Optional[str] = None) -> Target:
         """The RSE's schedd: jobs.sites.<rse> may set `pool` and `schedd`, else the [condor] ones."""
-        site = self.jobs.site(rse or "")
+        site = self.jobs.for_rse(rse or "")
         return Target(site.pool or self.condor.pool, site.schedd or self.condor.schedd)
 
     def _targets(self) -> list[Target]:

@@ -130,7 +130,7 @@ def make_job(job_id: str, rse: str, site: str, lfns: list[str], removable: set[s
                            dry_run=config.service.dry_run, file_timeout_s=j.file_timeout_s, retries=j.retries,
                            max_consecutive_denied=j.max_consecutive_denied, unmerged_pfn=unmerged_pfn,
                            mapping_check="rucio" if unmerged_pfn is not None else "site_config_only",
-                           pfn_layout=j.site(rse).pfn_layout,
+                           pfn_layout=j.for_rse(rse).pfn_layout,
                            scan_started=scan_started)
     return CleanupJob(job_id=job_id, rse=rse, site=site, step=step, generation=generation,
                       deadline=(time.time() if now is None else now) + j.deadline_h * 3600,
