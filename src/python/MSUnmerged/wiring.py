@@ -8,8 +8,9 @@ from MSUnmerged.config import Config
 from MSUnmerged.jobs.router import RoutingBackend
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.ledger.connect import open_client
-from MSUnmerged.service import Service, Sources
+from MSUnmerged.service import Service
 from MSUnmerged.sites import RSEAttributes, resolve_site
+from MSUnmerged.sources import Sources
 
 
 def make_router(config: Config, ledger_id: str = "", attributes: Optional[RSEAttributes] = None) -> RoutingBackend:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from pymongo.database import Database
 
-from MSUnmerged.jobs.local import PID_NAME, REPORT_NAME
+from MSUnmerged.jobs.local import PID_NAME
+from MSUnmerged.worker.ids import REPORT_NAME
 from svc_site import files_left, write_sources
 from test_service_run import RSE, make_service
 
