@@ -11,10 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from MSUnmerged import planner
-from MSUnmerged.config import Config
+from MSUnmerged.config import Config, SiteConfig
 from MSUnmerged.jobs.spec import CleanupJob, ProtectedBases, file_dirs, job_dirs, make_job
 from MSUnmerged.lfn import normalise_base
-from MSUnmerged.worker.cleanup import MANIFEST_VERSION, Job
+from MSUnmerged.worker.cleanup import Job
+from MSUnmerged.worker.ids import MANIFEST_VERSION
 from MSUnmerged.worker.paths import ancestors
 
 B = "/store/unmerged/Run2024F/Muon0/AOD/PromptReco-v1"
@@ -58,7 +59,7 @@ def test_jobs_from_a_real_plan(tmp_path: Path) -> None:
 
 def test_make_job_carries_the_mapping_check_and_scan_start() -> None:
     cfg = Config()
-    cfg.jobs.sites = {"T2_XX_A": {"pfn_layout": "site_specific"}}
+    cfg.jobs.sites = {"T2_XX_A": SiteConfig(pfn_layout="site_specific")}
     lfns = [f"{B}/00000/a.root"]
     job = make_job("T2_XX_A:1:1", "T2_XX_A", "T2_XX", lfns, set(), [], cfg, unmerged_pfn="root://se//store/unmerged/",
                    scan_started=1700000000.5)

@@ -16,14 +16,14 @@ from MSUnmerged.collector import Collector, parse_report
 from MSUnmerged.config import Config
 from MSUnmerged.guards import PLAN_MODIFIED, GuardTripped, check_plan_lines, check_protection, split_lines
 from MSUnmerged.jobs.backend import BackendError, BatchBackend, JobState, JobStatus
-from MSUnmerged.jobs.router import backend_name, remove_unstarted
+from MSUnmerged.jobs.router import backend_name
 from MSUnmerged.jobs.spec import CleanupJob, ProtectedBases, make_job
-from MSUnmerged.ledger import LIVE_JOB_STATES, Leases, Ledger, LedgerError
+from MSUnmerged.ledger import LIVE_JOB_STATES, Leases, Ledger
 from MSUnmerged.ledger.states import BACKEND_JOB_STATES
 from MSUnmerged.lfn import PrefixSet
 from MSUnmerged.service.result import Hook
+from MSUnmerged.sites import resolve_site
 from MSUnmerged.sources import Sources
-from MSUnmerged.sources.rucio import site_from_rse
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +103,7 @@ class JobKeeper:
         removable = {gen: self.removable(rse, gen) for gen in gens}
         checks = {gen: self._checks(rse, gen) for gen in gens}
         bases = ProtectedBases(protected)
+        site = ""  # asked once, for the first job that has files (it may ask Rucio)
         size = self.config.jobs.submit_batch
         for start in range(0, len(docs), size):
             jobs = []
@@ -111,7 +112,8 @@ class JobKeeper:
                 if not lfns:
                     self.ledger.close_job(doc["_id"], JobState.COLLECTED, "no files left")
                     continue
-                jobs.append(make_job(doc["_id"], rse, self._site(rse), lfns, removable[doc["gen"]], bases, self.config,
+                site = site or self._site(rse)
+                jobs.append(make_job(doc["_id"], rse, site, lfns, removable[doc["gen"]], bases, self.config,
                                      generation=doc["gen"], **checks[doc["gen"]]))
             if jobs:
                 yield jobs
@@ -126,10 +128,7 @@ class JobKeeper:
         return len(ids)
 
     def _site(self, rse: str) -> str:
-        site = self.config.jobs.sites.get(rse, {}).get("site") or site_from_rse(rse)
-        if not site:
-            raise LedgerError("no_site", f"no site for RSE {rse}: set jobs.sites.{rse}.site")
-        return site
+        return resolve_site(self.config.jobs, rse, self.sources)
 
     def removable(self, rse: str, generation: float) -> set[str]:
         """The plan's removable directories: dirs.txt read as bytes, split on b"\\n" only, checked against
@@ -203,7 +202,7 @@ class JobKeeper:
         if not hit:
             return 0, 0
         gens = {j["_id"]: j["gen"] for j in waiting}
-        removed = remove_unstarted(self.backend, hit, "revalidation: files became protected")
+        removed = self.backend.remove_pending(hit, "revalidation: files became protected")
         dropped = 0
         for jid in removed:
             n = self.ledger.drop_protected(rse, gens[jid], protection, job=jid)
