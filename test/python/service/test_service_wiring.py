@@ -71,7 +71,7 @@ def test_site_from_the_rse_attribute_where_configured(tmp_path: Path, mongo_url:
             assert result.action == "new_generation" and result.submitted > 0, result
             assert {j["site"] for j in svc.ledger.db.jobs.find({"rse": rse})} == {"T2_ZZ_Moved"}
             assert list(svc.backend._backends) == [("local", "T2_ZZ_Moved")]  # type: ignore[attr-defined]
-            deleted = {d["lfn"] for d in svc.ledger.db.files.find({"rse": rse, "state": "deleted"})}
+            deleted = {d["lfn"] for d in svc.ledger.file_records(rse=rse, state="deleted")}
             assert deleted and files_left(storage) == set((src / "dumps" / f"{rse}.txt").read_text().split()) - deleted
     finally:
         mongo_client.drop_database(config.mongo.database)
