@@ -15,7 +15,7 @@ from MSUnmerged.cli import EXIT_BAD_INPUT, EXIT_GUARD, EXIT_OK, EXIT_UNAVAILABLE
 from MSUnmerged.config import Config
 from MSUnmerged.dumpreader import iter_chunks
 from MSUnmerged.sources.offline import OfflineSources
-from svc_site import make_site, write_sources
+from service_kit import make_site, write_sources
 
 pytestmark = pytest.mark.integration
 RSE = "T2_IT_Sample"
