@@ -54,6 +54,13 @@ def _executable() -> str:
     return found
 
 
+def command(port: int, storage: Path, *extra: str) -> list[str]:
+    """The SecantusDB command line serving the data folder `storage` on 127.0.0.1:`port`; the one
+    place it is written (the embedded database, the test fixtures and the benchmarks start it)."""
+    return [_executable(), "--host", "127.0.0.1", "--port", str(port), "--storage-path", str(storage),
+            "--standalone", "--log-level", "WARNING", *extra]
+
+
 def _listens(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1):
@@ -124,10 +131,9 @@ class EmbeddedMongo:
         if self.port and _listens(self.port):  # else that program's answer would pass for our server's
             raise EmbeddedMongoError(f"mongo.embedded_port {self.port} is in use by another program")
         self.port = self.port or _free_port()
-        argv = [_executable(), "--host", "127.0.0.1", "--port", str(self.port), "--storage-path",
-                str(self.db_dir), "--standalone", "--log-level", "WARNING"]
         with open(self.log_file, "ab") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(command(self.port, self.db_dir), stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
         deadline = time.monotonic() + timeout
         while not _listens(self.port):
             if self.proc.poll() is not None:
