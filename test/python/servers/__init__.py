@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import IO, Callable, Iterator, Mapping, Optional, Sequence, TypeVar
 
+from MSUnmerged.embedded_mongo import try_lock
+
 REPO = Path(__file__).resolve().parents[3]
 SCRIPTS = REPO / "test" / "scripts"
 BUILT = REPO / "test" / ".servers"
@@ -91,7 +93,7 @@ def _sweep_dead_sessions() -> None:
     for folder in Path(tempfile.gettempdir()).glob(f"{SESSION_PREFIX}*"):
         try:
             with open(folder / SESSION_LOCK, "rb") as lock:
-                if not _try_lock(lock, fcntl.LOCK_EX):
+                if not try_lock(lock, fcntl.LOCK_EX):
                     continue  # a live session's
                 for pid_file in folder.rglob("*.pid"):
                     _kill_recorded(pid_file, folder)
@@ -111,14 +113,6 @@ def _kill_recorded(pid_file: Path, folder: Path) -> None:
         pass
 
 
-def _try_lock(fh: IO[bytes], kind: int) -> bool:
-    try:
-        fcntl.flock(fh, kind | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-
-
 @contextlib.contextmanager
 def shared_server(name: str, start: Callable[[], T], attach: Callable[[], T],
                   stop: Callable[[], object]) -> Iterator[T]:
@@ -130,13 +124,13 @@ def shared_server(name: str, start: Callable[[], T], attach: Callable[[], T],
     users = open(shared / f"{name}.users", "ab")
     try:
         with _exclusive(shared / f"{name}.lock"):
-            found = start() if _try_lock(users, fcntl.LOCK_EX) else attach()
+            found = start() if try_lock(users, fcntl.LOCK_EX) else attach()
             fcntl.flock(users, fcntl.LOCK_SH)  # exclusive to shared: nobody decides while we hold the lock
         yield found
     finally:
         with _exclusive(shared / f"{name}.lock"):
             fcntl.flock(users, fcntl.LOCK_UN)
-            if _try_lock(users, fcntl.LOCK_EX):
+            if try_lock(users, fcntl.LOCK_EX):
                 stop()
         users.close()
 

@@ -46,7 +46,7 @@ def test_a_killed_user_no_longer_counts(tmp_path: Path, monkeypatch: pytest.Monk
     inside = tmp_path / "inside"
     other = subprocess.Popen([sys.executable, "-c", f"""
 import sys, time
-sys.path[:0] = [{str(HERE.parent)!r}]
+sys.path[:0] = [{str(HERE.parent)!r}, {str(servers.REPO / 'src' / 'python')!r}]
 import servers
 from pathlib import Path
 servers.SHARED = Path({str(tmp_path)!r})
