@@ -103,11 +103,13 @@ def _sweep_dead_sessions() -> None:
 
 
 def _kill_recorded(pid_file: Path, folder: Path) -> None:
-    """Kill the process group recorded in pid_file when that process still serves files of `folder`
-    (a PID reused by another program is left alone)."""
+    """Kill the process group recorded in pid_file when that process still names `folder` in its command
+    line, environment or working folder (a PID reused by another program is left alone)."""
     try:
         pid = int(pid_file.read_text())
-        if str(folder).encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+        proc = Path(f"/proc/{pid}")
+        names = [(proc / "cmdline").read_bytes(), (proc / "environ").read_bytes(), os.readlink(proc / "cwd").encode()]
+        if any(str(folder).encode() in text for text in names):
             os.killpg(pid, signal.SIGKILL)
     except (OSError, ValueError):
         pass
