@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Planning benchmark: lines/s and peak RSS at 1M and 10M lines, plain and gzip, against a
-plain per-line Python loop (the baseline) run by the same command.
+plain per-line Python loop (the baseline) run by the same command; for gzip dumps also the
+ratio of planning time to decompressing the same file (standard gzip module and ISA-L), in the same run.
 
 Each measurement runs in its own process so that its peak RSS (VmHWM) is its own.
-Usage: python3 bench/bench_plan.py [--sizes 1000000,10000000] [--data bench/data]
+Usage: python3 bench/bench_plan.py [--sizes 1000000,10000000] [--formats plain,gzip] [--rounds 1]
 """
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import argparse
 import json
 import os
 import resource
+import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -34,7 +37,7 @@ def peak_rss_mib() -> float:
 def measure_planner(dump: str, protected: str, stats: str, out: str) -> dict:
     from MSUnmerged import planner
     from MSUnmerged.config import Config
-    from MSUnmerged.dumpreader import iter_chunks
+    from MSUnmerged.dumpreader import INFLATER, iter_chunks
 
     config = Config()
     config.guards.max_delete_fraction = 1.0
@@ -45,7 +48,7 @@ def measure_planner(dump: str, protected: str, stats: str, out: str) -> dict:
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     assert plan.guard is None, plan.guard_detail
     return {"lines": plan.files_total, "to_delete": plan.files_to_delete, "wall_s": wall, "cpu_s": cpu,
-            "peak_rss_mib": peak_rss_mib()}
+            "peak_rss_mib": peak_rss_mib(), "inflater": INFLATER.__name__}
 
 
 def measure_baseline(dump: str, protected: str, stats: str, out: str) -> dict:
@@ -70,6 +73,27 @@ def measure_baseline(dump: str, protected: str, stats: str, out: str) -> dict:
     return {"lines": n, "to_delete": kept, "wall_s": wall, "cpu_s": cpu, "peak_rss_mib": peak_rss_mib()}
 
 
+def measure_decompress(dump: str, inflater: str) -> dict:
+    """Decompress the whole file and drop the bytes: the floor for any planner that reads it."""
+    if inflater == "isal":
+        from isal import igzip as module
+    else:
+        import gzip as module
+    n = 0
+    wall, cpu = time.perf_counter(), time.process_time()
+    with module.open(dump, "rb") as fh:
+        while True:
+            block = fh.read(4 * 1024 * 1024)
+            if not block:
+                break
+            n += len(block)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return {"bytes": n, "wall_s": wall, "cpu_s": cpu, "peak_rss_mib": peak_rss_mib()}
+
+
+CHILDREN = {"planner": measure_planner, "baseline": measure_baseline, "decompress": measure_decompress}
+
+
 def in_child(kind: str, *args: str) -> dict:
     res = subprocess.run([sys.executable, __file__, "--child", kind, *args], capture_output=True, text=True,
                          check=True)
@@ -79,17 +103,19 @@ def in_child(kind: str, *args: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="1000000,10000000")
+    ap.add_argument("--formats", default="plain,gzip")
+    ap.add_argument("--rounds", type=int, default=1, help="planning and decompression runs each; medians reported")
     ap.add_argument("--data", default=str(REPO / "bench" / "data"))
     ap.add_argument("--baseline-lines", type=int, default=1_000_000, help="baseline only at sizes up to this")
     ap.add_argument("--child", nargs="+")
     args = ap.parse_args()
     if args.child:
         kind, *rest = args.child
-        print(json.dumps((measure_planner if kind == "planner" else measure_baseline)(*rest)))
+        print(json.dumps(CHILDREN[kind](*rest)))
         return
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
-        for compress in (False, True):
+        for compress in [fmt == "gzip" for fmt in args.formats.split(",")]:
             folder = Path(args.data) / f"{size}-{'gz' if compress else 'txt'}"
             if not (folder / "stats.json").exists():
                 t = time.time()
@@ -97,7 +123,13 @@ def main() -> None:
                 print(f"generated {folder} in {time.time() - t:.0f} s", file=sys.stderr)
             dump = str(folder / ("dump.gz" if compress else "dump.txt"))
             files = [dump, str(folder / "protected.json"), str(folder / "stats.json"), str(folder / "plan")]
-            res = in_child("planner", *files)
+            runs, inflate = [], {"gzip": [], "isal": []}
+            for _ in range(args.rounds):
+                for name in inflate if compress else ():
+                    inflate[name].append(in_child("decompress", dump, name))
+                shutil.rmtree(files[3], ignore_errors=True)  # the last run's plan: not this run's work
+                runs.append(in_child("planner", *files))
+            res = sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2]
             base = in_child("baseline", *files) if size <= args.baseline_lines else None
             if base:
                 assert base["to_delete"] + 0 >= res["to_delete"] - res["lines"] // 10  # same job, same scale
@@ -108,6 +140,16 @@ def main() -> None:
                    "baseline_lines_per_s": round(base["lines"] / base["wall_s"]) if base else None,
                    "speedup_vs_baseline": round(base["wall_s"] / res["wall_s"] * res["lines"] / base["lines"], 2)
                    if base else None}
+            if compress:
+                row["planner_inflater"] = res["inflater"]
+                row["plan_s"], row["plan_cpu_s"] = round(res["wall_s"], 2), round(res["cpu_s"], 2)
+                for name, times in inflate.items():
+                    wall = statistics.median(t["wall_s"] for t in times)
+                    cpu = statistics.median(t["cpu_s"] for t in times)
+                    row[f"decompress_{name}_s"], row[f"decompress_{name}_cpu_s"] = round(wall, 2), round(cpu, 2)
+                    row[f"ratio_vs_{name}"] = round(res["wall_s"] / wall, 2)
+                    row[f"cpu_ratio_vs_{name}"] = round(res["cpu_s"] / cpu, 2)
+            row["loadavg"] = round(os.getloadavg()[0], 2)
             rows.append(row)
             print(json.dumps(row), flush=True)
     Path(args.data, "results-plan.json").write_text(json.dumps(rows, indent=1))

@@ -15,25 +15,27 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Protocol
 
 from MSUnmerged.jobs.backend import JobState, JobStatus
+from MSUnmerged.ledger.store import DELETED, FAILED, MISSING, SKIPPED_PROTECTED, UNKNOWN, WOULD_DELETE
 from MSUnmerged.worker.cleanup import EXIT_CONFIG, REFUSED_PROTECTED
 from MSUnmerged.worker.paths import ancestors
 from MSUnmerged.worker.report import DIR_OUTCOMES, FILE_OUTCOMES, PROTECTED, REASONS
 
 # Worker outcome -> (ledger state, error class). A v2 line's `reason` becomes the error class.
 LEDGER_STATE = {
-    "deleted": ("deleted", ""),
-    "missing": ("missing", ""),
-    "dry_run": ("would_delete", ""),
-    "permission_denied": ("failed", "permission_denied"),
-    "timeout": ("failed", "timeout"),
-    "storage_error": ("failed", "storage_error"),
-    "refused": ("failed", "refused"),
-    "not_attempted": ("unknown", "not_attempted"),
-    "auth_failed": ("failed", "auth_failed"),
+    "deleted": (DELETED, ""),
+    "missing": (MISSING, ""),
+    "dry_run": (WOULD_DELETE, ""),
+    "permission_denied": (FAILED, "permission_denied"),
+    "timeout": (FAILED, "timeout"),
+    "storage_error": (FAILED, "storage_error"),
+    "refused": (FAILED, "refused"),
+    "not_attempted": (UNKNOWN, "not_attempted"),
+    "auth_failed": (FAILED, "auth_failed"),
 }
+DONE_STATES = (DELETED, MISSING, WOULD_DELETE)  # the file is gone or was found: no error to keep
 # A job whose site configuration was unusable touched nothing: its files fail as config_error (retried only
 # up to jobs.retries like any failure, not taken for lost jobs).
-CONFIG_ERROR = ("failed", "config_error")
+CONFIG_ERROR = (FAILED, "config_error")
 _OPT_STR = (str, type(None))
 _OPT_INT = (int, type(None))
 # Report version -> keys of a file line and of a directory line.
@@ -188,11 +190,11 @@ def ledger_outcome(f: FileOutcome, exit_code: Optional[int] = None) -> dict[str,
     config_error = exit_code == EXIT_CONFIG and f.outcome == "not_attempted"
     state, cls = CONFIG_ERROR if config_error else LEDGER_STATE[f.outcome]
     if f.outcome == "refused" and (f.reason == PROTECTED or f.error == REFUSED_PROTECTED):  # v2, v1
-        state, cls = "skipped_protected", PROTECTED if f.reason else ""
-    elif f.reason and state not in ("deleted", "missing", "would_delete"):
+        state, cls = SKIPPED_PROTECTED, PROTECTED if f.reason else ""
+    elif f.reason and state not in DONE_STATES:
         cls = f.reason
     # Success needs no message; a per-path one would also defeat the ledger's grouping of updates.
-    error = "" if state in ("deleted", "missing", "would_delete") else (f.error or "")
+    error = "" if state in DONE_STATES else (f.error or "")
     out = {"lfn": f.lfn, "state": state, "error_class": cls, "error": error, "attempts": f.attempts}
     if f.size is not None:
         out["size"] = f.size
@@ -219,7 +221,7 @@ class Collected:
     """What `collect` did for one job."""
 
     job_id: str
-    state: str
+    state: JobState
     recorded: int = 0
     counters: dict[str, int] = field(default_factory=dict)
     dirs: dict[str, int] = field(default_factory=dict)
@@ -256,7 +258,7 @@ class Collector:
     def collect(self, job_id: str, lfns: Optional[Iterable[str]], report: Optional[Report],
                 status: JobStatus) -> Collected:
         """Record the report's outcomes (only for files of this job when `lfns` is given), then close."""
-        out = Collected(job_id, status.state.value)
+        out = Collected(job_id, status.state if status.state.terminal else JobState.FAILED)
         if report is not None:
             allowed = set(lfns) if lfns is not None else None
             outcomes = _accepted(report.files, lambda f: f.lfn, allowed, f"a file of job {job_id}", out.problems,
@@ -282,9 +284,7 @@ class Collector:
         if out.problems:
             reasons.append(f"{len(out.problems)} report lines rejected, first: {out.problems[0]}")
         out.reason = "; ".join(reasons)
-        state = status.state if status.state.terminal else JobState.FAILED
-        out.state = state.value
-        self.sink.close_job(job_id, state.value, out.reason, **batch_facts(status, report))
+        self.sink.close_job(job_id, out.state, out.reason, **batch_facts(status, report))
         return out
 
 

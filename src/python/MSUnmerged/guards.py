@@ -3,7 +3,7 @@ REST trigger) calls these same functions with the configuration in force, and na
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 from MSUnmerged import lfn
 from MSUnmerged.config import GuardConfig
@@ -13,7 +13,10 @@ from MSUnmerged.lfn import PrefixSet
 GUARD_PROTECTED_EMPTY = "protected_list_empty"
 GUARD_PROTECTED_INVALID = "protected_list_invalid"
 GUARD_PROTECTED_SHRANK = "protected_list_shrank"
+# The scan guards are also the state machine's skip reasons (statemachine.decide calls check_scan).
 GUARD_SCAN_MISSING = "scan_missing"
+GUARD_SCAN_RUNNING = "scan_running"
+GUARD_SCAN_FAILED = "scan_failed"
 GUARD_SCAN_NOT_DONE = "scan_not_done"
 GUARD_SCAN_NO_END_TIME = "scan_end_time_missing"
 GUARD_SCAN_STALE = "scan_stale"
@@ -57,19 +60,23 @@ def check_protection(protected: Iterable[str], baseline: Optional[int], max_shri
     return index
 
 
-def check_scan(stats: Optional[dict[str, Any]], max_age_h: float, now: float) -> float:
+def check_scan(stats: Optional[Mapping[str, Any]], max_age_h: float, now: float) -> float:
     """Return the scan's end_time, or raise GuardTripped when the scan is not complete and fresh."""
     if not stats:
-        raise GuardTripped(GUARD_SCAN_MISSING, "ConMon has no scan for this RSE")
+        raise GuardTripped(GUARD_SCAN_MISSING, "ConMon has no scan of this RSE")
     status = stats.get("status")
+    if status == "started":
+        raise GuardTripped(GUARD_SCAN_RUNNING, "the ConMon scan is still running")
+    if status == "failed":
+        raise GuardTripped(GUARD_SCAN_FAILED, f"the ConMon scan failed: {stats.get('error') or 'no error given'}")
     if status != "done":
-        raise GuardTripped(GUARD_SCAN_NOT_DONE, f"scan status is {status!r}, not 'done'")
+        raise GuardTripped(GUARD_SCAN_NOT_DONE, f"ConMon scan status is {status!r}, not 'done'")
     end_time = stats.get("end_time")
     if not isinstance(end_time, (int, float)) or isinstance(end_time, bool):
-        raise GuardTripped(GUARD_SCAN_NO_END_TIME, f"scan end_time is {end_time!r}")
+        raise GuardTripped(GUARD_SCAN_NO_END_TIME, f"the finished scan's end_time is {end_time!r}")
     age_h = (now - float(end_time)) / 3600.0
     if age_h > max_age_h:
-        raise GuardTripped(GUARD_SCAN_STALE, f"scan finished {age_h:.1f} h ago (limit {max_age_h:g} h)")
+        raise GuardTripped(GUARD_SCAN_STALE, f"the scan ended {age_h:.1f} h ago, limit {max_age_h:g} h")
     return float(end_time)
 
 

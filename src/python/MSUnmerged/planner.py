@@ -15,13 +15,14 @@ import re
 import shutil
 import time
 import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from MSUnmerged import lfn, seal
 from MSUnmerged.config import Config
-from MSUnmerged.dumpreader import DumpError, NotADump, check_lines
+from MSUnmerged.dumpreader import DumpError, NotADump, check_lines, read_ahead_thread
 from MSUnmerged.guards import (GUARD_DUMP_UNREADABLE, GUARD_LINE_COUNT, GUARD_NOT_A_DUMP, GuardTripped, check_counts,
                                check_protection, check_scan, scan_start)
 from MSUnmerged.lfn import PrefixSet
@@ -33,8 +34,17 @@ EXAMPLES_PER_REASON = 5
 # It also validates: printable ASCII only, file names non-empty, at most 255 bytes, not '.' or
 # '..'. A chunk that these runs tile exactly holds only such lines (directories are checked
 # once per run); anything else sends the chunk to the line-by-line path.
-_RUN = re.compile(rb"(/[!-~]*/)(?!\.\.?\n)[!-.0-~]{1,255}\n(?:\1(?!\.\.?\n)[!-.0-~]{1,255}\n)*")
+# Possessive quantifiers: a name holds no '/', so the directory ends at the line's last '/' and
+# nothing needs to be tried again (the same matches as greedy ones, without backtracking).
+_RUN = re.compile(rb"(/(?:[!-.0-~]*+/)++)(?!\.\.?\n)[!-.0-~]{1,255}+\n(?:\1(?!\.\.?\n)[!-.0-~]{1,255}+\n)*+")
 _MAX_NAME = 255
+# Sizing the spill from the scan's file count: bytes per dump line assumed (CMS LFNs are ~100-200),
+# the head-room left for uneven partitions, the most partitions, and their write buffers' total.
+_LINE_BYTES_GUESS = 160
+_PARTITION_HEADROOM = 1.5
+_MAX_PARTITIONS = 512
+_SPILL_BUFFERS_BYTES = 16 * 1024 * 1024
+_SPILL_BATCH_BYTES = 1024 * 1024
 _BAD_IN_DIR = (b"//", b"/./", b"/../")
 
 
@@ -98,15 +108,33 @@ class _Counts:
             examples.append(raw.decode("utf-8", errors="backslashreplace")[:300])
 
 
+def spill_partitions(configured: int, max_bytes: int, expected_files: Optional[int]) -> int:
+    """Partitions to spill to: the configured number, more when the scan announces a dump whose
+    partitions would exceed `max_bytes` (each would then take one more pass to be split)."""
+    if not expected_files:
+        return configured
+    needed = -(-int(expected_files * _LINE_BYTES_GUESS * _PARTITION_HEADROOM) // max_bytes)
+    return max(configured, min(_MAX_PARTITIONS, needed))
+
+
 class _Spill:
-    """Partition files of deletable runs, keyed by dataset base so a base never spans two."""
+    """Partition files of deletable runs, keyed by dataset base so a base never spans two.
+
+    Records are written by a thread in batches of about `_SPILL_BATCH_BYTES` (one batch in
+    flight): a write that waits for the page cache or the disk does not hold up the planning.
+    """
 
     def __init__(self, directory: Path, partitions: int, floor: int) -> None:
         self.directory = directory
         self.floor = floor
         directory.mkdir(parents=True, exist_ok=True)
         self.paths = [directory / f"part-{i:03d}" for i in range(partitions)]
-        self.files = [open(p, "wb", buffering=256 * 1024) for p in self.paths]
+        buffering = min(256 * 1024, max(64 * 1024, _SPILL_BUFFERS_BYTES // partitions))
+        self.files = [open(p, "wb", buffering=buffering) for p in self.paths]
+        self._batch: list[tuple[int, bytes, bytes]] = []
+        self._batch_bytes = 0
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="spill")
+        self._in_flight: Optional[Future[None]] = None
 
     def key(self, directory: bytes) -> bytes:
         cut = -1
@@ -120,10 +148,30 @@ class _Spill:
         """Append one run as a record: b"<dir>\\0<bytes>\\n" then the run's lines."""
         key = self.key(directory)
         index = (zlib.adler32(key) if salt else zlib.crc32(key)) % len(self.files)
-        self.files[index].write(b"%b\0%d\n%b" % (directory, len(block), block))
+        self._batch.append((index, b"%b\0%d\n" % (directory, len(block)), block))
+        self._batch_bytes += len(block)
+        if self._batch_bytes >= _SPILL_BATCH_BYTES:
+            self._hand_over()
 
+    def _hand_over(self) -> None:
+        """Wait for the batch in flight (raising its error), then send the current one."""
+        if self._in_flight is not None:
+            self._in_flight.result()
+            self._in_flight = None
+        if self._batch:
+            self._in_flight = self._writer.submit(self._write_batch, self._batch)
+            self._batch, self._batch_bytes = [], 0
+
+    def _write_batch(self, batch: list[tuple[int, bytes, bytes]]) -> None:
+        for index, header, block in batch:
+            out = self.files[index]
+            out.write(header)
+            out.write(block)
 
     def close(self) -> None:
+        self._hand_over()
+        self._hand_over()  # the last batch
+        self._writer.shutdown()
         for fh in self.files:
             fh.close()
 
@@ -140,7 +188,8 @@ def _records(data: bytes) -> Iterable[tuple[bytes, bytes]]:
 
 
 class _JobWriter:
-    """Writes planned LFNs into job files of at most `per_job` lines."""
+    """Writes planned LFNs into job files of at most `per_job` lines; a thread reads each file
+    back for the seal once it is closed, while the next ones are planned."""
 
     def __init__(self, directory: Path, per_job: int) -> None:
         self.directory = directory
@@ -150,6 +199,8 @@ class _JobWriter:
         self.sizes: list[int] = []
         self._fh: Any = None
         self._room = 0
+        self._describer = ThreadPoolExecutor(1, thread_name_prefix="seal-describe")
+        self._described: dict[str, Future[dict[str, Any]]] = {}
 
     def add(self, lfns: list[bytes]) -> None:
         start = 0
@@ -174,13 +225,21 @@ class _JobWriter:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+            name = self.names[-1]
+            self._described[f"{seal.JOBS_DIR}/{name}"] = self._describer.submit(seal.describe_file,
+                                                                                self.directory / name)
+
+    def described(self) -> dict[str, dict[str, Any]]:
+        """The seal entries of the job files written (after `close`)."""
+        self._describer.shutdown()
+        return {rel: future.result() for rel, future in self._described.items()}
 
 
 class Planner:
     """Plans one RSE: feed dump chunks, then `finish` writes the plan directory."""
 
     def __init__(self, rse: str, protection: PrefixSet, config: Config, out_dir: os.PathLike | str,
-                 progress: Optional[ProgressFn] = None) -> None:
+                 progress: Optional[ProgressFn] = None, expected_files: Optional[int] = None) -> None:
         pcfg = config.planner
         self.rse = rse
         self.protection = protection
@@ -192,6 +251,7 @@ class Planner:
         self.floor = pcfg.dir_floor_depth
         self.progress = progress
         self.counts = _Counts()
+        self.described: dict[str, dict[str, Any]] = {}  # seal entries of the job files, by finish
         if self.out_dir.exists():
             for stale in (seal.SEAL_NAME, seal.JOBS_DIR, ".spill", seal.DIRS_NAME, seal.SUMMARY_NAME):
                 target = self.out_dir / stale
@@ -200,7 +260,8 @@ class Planner:
                 elif target.exists():
                     target.unlink()
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.spill = _Spill(self.out_dir / ".spill", pcfg.spill_partitions, self.floor)
+        self.spill = _Spill(self.out_dir / ".spill", spill_partitions(pcfg.spill_partitions, pcfg.partition_max_bytes,
+                                                                      expected_files), self.floor)
 
     # -- phase 1: classify every line, spill the deletable runs ---------------------------------
 
@@ -288,12 +349,18 @@ class Planner:
         self.spill.close()
         jobs = _JobWriter(self.out_dir / seal.JOBS_DIR, self.config.planner.files_per_job)
         n_dirs = 0
-        with open(self.out_dir / seal.DIRS_NAME, "wb") as dirs_out:
+        # An unlink can wait milliseconds on the file system's journal: a thread does them while
+        # the next partitions are planned (it releases the GIL).
+        with open(self.out_dir / seal.DIRS_NAME, "wb") as dirs_out, ThreadPoolExecutor(1) as unlinker:
+            unlinked = []
             for path in self.spill.paths:
                 for data in self._partition_groups(path):
                     n_dirs += self._write_group(data, jobs, dirs_out)
-                path.unlink()
+                unlinked.append(unlinker.submit(path.unlink))
+            for done in unlinked:
+                done.result()
         jobs.close()
+        self.described = jobs.described()
         shutil.rmtree(self.spill.directory, ignore_errors=True)
 
         c = self.counts
@@ -330,6 +397,7 @@ class Planner:
         shutil.rmtree(self.out_dir / seal.JOBS_DIR, ignore_errors=True)
         (self.out_dir / seal.JOBS_DIR).mkdir()
         (self.out_dir / seal.DIRS_NAME).write_bytes(b"")
+        self.described = {}  # the job files are gone
         plan.guard, plan.guard_detail = guard.reason, guard.detail
         plan.would_delete = plan.files_to_delete
         plan.files_to_delete = plan.jobs = plan.dirs_removable = 0
@@ -443,11 +511,11 @@ def plan(rse: str, chunks: Iterable[bytes], protected: Iterable[str], config: Co
             expected = files if isinstance(files, int) and not isinstance(files, bool) else None
     except GuardTripped as tripped:
         guard = tripped
-    planner = Planner(rse, protection, config, out_dir, progress)
+    planner = Planner(rse, protection, config, out_dir, progress, expected)
     dump = seal.DumpDigest(chunks)
     if guard is None:
         try:
-            for chunk in dump:
+            for chunk in read_ahead_thread(dump, 1):  # hashed in a thread: hashlib releases the GIL
                 planner.feed(chunk)
             check_lines(planner.counts.total, planner.counts.invalid)
         except NotADump as exc:
@@ -455,5 +523,6 @@ def plan(rse: str, chunks: Iterable[bytes], protected: Iterable[str], config: Co
         except DumpError as exc:
             guard = GuardTripped(GUARD_DUMP_UNREADABLE, str(exc))
     result = planner.finish(end_time, expected, guard, scan_start(stats))
-    seal.write_seal(out_dir, rse, end_time, dump.hexdigest() if guard is None else None, checked, g)
+    seal.write_seal(out_dir, rse, end_time, dump.hexdigest() if guard is None else None, checked, g,
+                    planner.described)
     return result

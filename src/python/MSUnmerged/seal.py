@@ -15,7 +15,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator, Mapping, Optional
 
 from MSUnmerged.config import GuardConfig
 from MSUnmerged.guards import PLAN_MODIFIED, GuardTripped, check_plan_lines
@@ -90,12 +90,22 @@ def _describe(data: bytes) -> dict[str, Any]:
     return {"sha256": sha256(data), "lines": data.count(b"\n")}
 
 
+def describe_file(path: os.PathLike | str) -> dict[str, Any]:
+    """A plan file's entry in the seal: its sha256 and line count, as on disk now."""
+    return _describe(Path(path).read_bytes())
+
+
 def write_seal(plan_dir: os.PathLike | str, rse: str, generation: Optional[float], dump_sha256: Optional[str],
-               protection: Optional[PrefixSet], guards: GuardConfig) -> Seal:
-    """Seal the plan directory as it is now (call after summary.json is written)."""
+               protection: Optional[PrefixSet], guards: GuardConfig,
+               described: Optional[Mapping[str, dict[str, Any]]] = None) -> Seal:
+    """Seal the plan directory as it is now (call after summary.json is written). `described`:
+    entries already read from disk by describe_file after their file was closed (the planner's
+    job files); every other file in the directory is read here."""
     plan_dir = Path(plan_dir)
+    known = described or {}
     seal = Seal(rse=rse, generation=generation,
-                files={rel: _describe((plan_dir / rel).read_bytes()) for rel in _plan_files(plan_dir)},
+                files={rel: known[rel] if rel in known else describe_file(plan_dir / rel)
+                       for rel in _plan_files(plan_dir)},
                 dump_sha256=dump_sha256,
                 protected_sha256=protected_digest(protection) if protection is not None else None,
                 protected_count=len(protection) if protection is not None else 0,

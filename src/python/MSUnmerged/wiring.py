@@ -9,7 +9,8 @@ from MSUnmerged.jobs.backend import BatchBackend
 from MSUnmerged.jobs.router import RoutingBackend
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.ledger.connect import open_client
-from MSUnmerged.service import Service, Sources
+from MSUnmerged.service import Service
+from MSUnmerged.sources import Sources
 from MSUnmerged.sources.rucio import site_from_rse
 
 

@@ -39,7 +39,7 @@ def test_real_stats_guard(tmp_path, conmon_dump_lfns, protected_lfns, conmon_sta
     plan = run_plan(tmp_path, lines, protected_lfns, stats=stats)
     assert plan.guard == guards.GUARD_SCAN_STALE and plan.files_to_delete == 0
     started = conmon_stats["T1_IT_CNAF_Disk"]
-    assert run_plan(tmp_path, lines, protected_lfns, stats=started).guard == guards.GUARD_SCAN_NOT_DONE
+    assert run_plan(tmp_path, lines, protected_lfns, stats=started).guard == guards.GUARD_SCAN_RUNNING
 
 
 def test_deep_protected_base_protects_its_files_only(tmp_path):
@@ -167,8 +167,9 @@ LINES = [f"{BASE}/{d:04d}/{i}.root".encode() for d in range(4) for i in range(25
     (["relative/base"], fresh_stats(100), None, guards.GUARD_PROTECTED_INVALID),
     (["/store/unmerged/Other"], fresh_stats(100), 10, guards.GUARD_PROTECTED_SHRANK),
     (["/store/unmerged/Other"], None, None, guards.GUARD_SCAN_MISSING),
-    (["/store/unmerged/Other"], fresh_stats(100, status="started"), None, guards.GUARD_SCAN_NOT_DONE),
-    (["/store/unmerged/Other"], fresh_stats(100, status="failed"), None, guards.GUARD_SCAN_NOT_DONE),
+    (["/store/unmerged/Other"], fresh_stats(100, status="started"), None, guards.GUARD_SCAN_RUNNING),
+    (["/store/unmerged/Other"], fresh_stats(100, status="failed"), None, guards.GUARD_SCAN_FAILED),
+    (["/store/unmerged/Other"], fresh_stats(100, status="paused"), None, guards.GUARD_SCAN_NOT_DONE),
     (["/store/unmerged/Other"], fresh_stats(100, end_time=None), None, guards.GUARD_SCAN_NO_END_TIME),
     (["/store/unmerged/Other"], fresh_stats(100, end_time=time.time() - 400 * 3600), None, guards.GUARD_SCAN_STALE),
     (["/store/unmerged/Other"], fresh_stats(101), None, guards.GUARD_LINE_COUNT),

@@ -23,8 +23,8 @@ def raised(error: str) -> set[str]:
 
 
 def reasons() -> set[str]:
-    names = {v for k, v in vars(statemachine).items() if k.isupper() and isinstance(v, str)
-             and k not in ("SKIP", "NEW_GENERATION", "RESUME", "FINISH")}
+    names = {v for k, v in vars(statemachine).items() if k.isupper() and isinstance(v, str)}  # skip reasons
+    names |= set(statemachine.RSEState)
     names |= {v for k, v in vars(guards).items() if k.isupper() and isinstance(v, str)}  # guards, apply refusals
     names |= {f"{source}_{kind}" for source in ("rucio", "conmon", "wmstats", "wmstats-t0") for kind in KINDS}
     names |= {f"backend_{kind}" for kind in raised("BackendError")}

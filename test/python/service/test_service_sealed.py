@@ -265,8 +265,8 @@ def test_a_plan_file_changed_after_the_check_is_refused_where_it_is_read(tmp_pat
     assert mongo_db.files.count_documents({}) == 0
     first_job(plan_dir).write_bytes(original)
     assert site.apply(plan_dir).submitted > 0
-    assert site.svc._removable(RSE, plan.dump_version)  # as sealed
+    assert site.svc.jobs.removable(RSE, plan.dump_version)  # as sealed
     append(plan_dir / "dirs.txt", PROTECTED_FILE.rsplit("/", 1)[0].encode() + b"\n")
     with pytest.raises(guards.GuardTripped, match="changed since its plan was recorded"):
-        site.svc._removable(RSE, plan.dump_version)
+        site.svc.jobs.removable(RSE, plan.dump_version)
     site.settle()

@@ -12,7 +12,8 @@ from MSUnmerged.cli import EXIT_BAD_INPUT, EXIT_GUARD, EXIT_OK, BadInput, failed
 from MSUnmerged.cli.plan import load_json, protected_list
 from MSUnmerged.config import Config
 from MSUnmerged.guards import UNKNOWN_RSE
-from MSUnmerged.service import REFUSED, RunResult, Service, UnknownRSE
+from MSUnmerged.service import RunAction, RunResult, Service, UnknownRSE
+from MSUnmerged.statemachine import RSEState
 from MSUnmerged.wiring import build_service
 
 
@@ -29,9 +30,9 @@ def exit_code(result: RunResult) -> int:
     failed -> EXIT_AUTH for refused credentials, else EXIT_FAILED."""
     if result.reason == UNKNOWN_RSE:
         return EXIT_BAD_INPUT
-    if result.state == "guarded" or result.action == REFUSED:
+    if result.state == RSEState.GUARDED or result.action == RunAction.REFUSED:
         return EXIT_GUARD
-    return failed_code(result.reason) if result.action == "failed" else EXIT_OK
+    return failed_code(result.reason) if result.action == RunAction.FAILED else EXIT_OK
 
 
 def require_rse(service: Service, rse: str) -> None:

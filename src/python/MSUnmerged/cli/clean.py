@@ -2,21 +2,18 @@
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
-from typing import Any, Callable, Optional, TextIO
+from typing import Any, Optional, TextIO
 
-from MSUnmerged import planner
 from MSUnmerged.cli import EXIT_FAILED, EXIT_GUARD, EXIT_OK, BadInput, failed_code, source_code
 from MSUnmerged.cli.output import Progress, table
 from MSUnmerged.cli.plan import print_summary
 from MSUnmerged.config import Config
-from MSUnmerged.dumpreader import iter_chunks
-from MSUnmerged.service import REFUSED, Service, UnknownRSE
+from MSUnmerged.service import RunAction, Service, UnknownRSE
 from MSUnmerged.sources.errors import SourceError
 
 # RunResult actions that mean the RSE was not worked on.
-NOT_WORKED = ("failed", "leased_elsewhere", "done_this_cycle", REFUSED)
+NOT_WORKED = (RunAction.FAILED, RunAction.LEASED_ELSEWHERE, RunAction.DONE_THIS_CYCLE, RunAction.REFUSED)
 
 
 def register(subparsers: Any) -> None:
@@ -26,24 +23,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--apply", action="store_true", help="work the RSE without asking (jobs are dry-run unless "
                                                         "service.dry_run = false)")
     p.set_defaults(run=run)
-
-
-def preview(service: Service, rse: str, progress: Optional[Callable[[int], None]] = None) -> planner.Plan:
-    """Plan the RSE now from the service's sources into <state_dir>/previews/<rse>.
-
-    Planner only: nothing is recorded in the ledger and nothing is submitted. The guards are those
-    of run_once: the ledger's baseline, the configuration in force. UnknownRSE for an RSE that is
-    not this instance's.
-    """
-    scan = service.sources.stats().get(rse)  # needed anyway; a ConMon failure is the clearer message
-    service.require_rse(rse)
-    out = service.config.state_dir / "previews" / rse
-    shutil.rmtree(out, ignore_errors=True)  # a preview never mixes with an older one
-    protected = service.sources.protected()
-    with service.sources.open_dump(rse) as dump:
-        return planner.plan(rse, iter_chunks(dump), protected, service.config, out, stats=scan,
-                            previous_protected_count=service.ledger.protected_baseline(rse),
-                            progress=progress)
 
 
 def confirmed(rse: str, stdin: Optional[TextIO] = None) -> bool:
@@ -63,7 +42,7 @@ def apply(service: Service, rse: str) -> int:
           file=sys.stderr, flush=True)
     result = service.run_once(rse)
     table([(k, v if v not in (None, "") else "-") for k, v in result.to_dict().items()], ("", "value"), sys.stdout)
-    if result.action == "failed":
+    if result.action == RunAction.FAILED:
         return failed_code(result.reason)
     return EXIT_FAILED if result.action in NOT_WORKED else EXIT_OK
 
@@ -73,13 +52,13 @@ def run(args: argparse.Namespace, config: Config) -> int:
     with build_service(config) as service:
         try:
             # The current streams, not the ones bound at import (tests capture them).
-            plan = preview(service, args.rse, Progress(f"planning {args.rse}", out=sys.stderr))
+            plan = service.preview(args.rse, Progress(f"planning {args.rse}", out=sys.stderr))
         except UnknownRSE as exc:
             raise BadInput(str(exc)) from None  # as cli.apply.require_rse
         except SourceError as exc:
             print(f"msunmerged clean: cannot plan {args.rse}: {exc}", file=sys.stderr)
             return source_code(exc)
-        print_summary(plan, str(service.config.state_dir / "previews" / args.rse))
+        print_summary(plan, str(service.preview_dir(args.rse)))
         if plan.guard:
             print(f"msunmerged clean: guard {plan.guard}: {plan.guard_detail}; nothing will be deleted",
                   file=sys.stderr)

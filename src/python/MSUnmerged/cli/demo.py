@@ -23,7 +23,9 @@ from MSUnmerged.cli.output import table
 from MSUnmerged.config import Config
 from MSUnmerged.embedded_mongo import in_use
 from MSUnmerged.samplesite import DEMO_RSE, DEMO_SITE, count_files, fill_storage, write_site
+from MSUnmerged.service import RunAction
 from MSUnmerged.sources.offline import OfflineSources
+from MSUnmerged.statemachine import RSEState
 from MSUnmerged.wiring import build_service
 
 
@@ -116,10 +118,10 @@ def run(args: argparse.Namespace, config: Config) -> int:
         print("\nexamples from the ledger:")
         for f in examples:
             print(f"  {f['state']:<13} {f['lfn']}")
-    if result.state == "guarded":
+    if result.state == RSEState.GUARDED:
         return EXIT_GUARD
     for r in (result, final):
-        if r.action == "failed":
+        if r.action == RunAction.FAILED:
             print(f"msunmerged demo: {r.reason}: {r.detail}", file=sys.stderr)
             return EXIT_FAILED
     if not cfg.service.dry_run and before - after != c.get("deleted", 0):

@@ -9,13 +9,13 @@ import threading
 from typing import Any, Optional
 
 from MSUnmerged.cli import EXIT_OK, BadInput
-from MSUnmerged.cli.clean import preview
 from MSUnmerged.config import Config
 from MSUnmerged.guards import UNKNOWN_RSE
 from MSUnmerged.rest import app
 from MSUnmerged.rest.triggers import TriggerQueue, TriggerRefused
 from MSUnmerged.rest.view import MongoLedgerView
-from MSUnmerged.service import Service, Sources, UnknownRSE
+from MSUnmerged.service import Service, UnknownRSE
+from MSUnmerged.sources import Sources
 from MSUnmerged.sources.errors import SourceError
 
 log = logging.getLogger("MSUnmerged.serve")
@@ -62,7 +62,7 @@ def serve(config: Config, service: Service, port: Optional[int] = None) -> None:
                        "choose another with --port or rest.port")
     worker = Service(config, service.ledger, service.sources, service.backend,
                      instance=f"{service.instance}-trigger")
-    triggers = TriggerQueue(lambda rse, mode: worker.run_once(rse) if mode == "apply" else preview(service, rse),
+    triggers = TriggerQueue(lambda rse, mode: worker.run_once(rse) if mode == "apply" else service.preview(rse),
                             check=lambda rse: admit(worker, rse))
     loop = threading.Thread(target=service.serve, name="msunmerged-loop", daemon=True)
     loop.start()

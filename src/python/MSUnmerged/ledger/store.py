@@ -34,7 +34,7 @@ from MSUnmerged.ledger.retry import LedgerError, with_retry
 from MSUnmerged.lfn import PrefixSet
 from MSUnmerged.planner import Plan
 from MSUnmerged.seal import DIRS_NAME, JOBS_DIR, Seal
-from MSUnmerged.statemachine import STATE_NEW, STATE_PLANNED
+from MSUnmerged.statemachine import RSEState
 from MSUnmerged.worker.report import DIR_OUTCOMES, EXPECTED_DIR_REASONS
 
 # File states.
@@ -176,7 +176,7 @@ class Ledger:
             entry.update(seal=sealed.digest, dirs_sha256=sealed.files[DIRS_NAME]["sha256"])
         with_retry(lambda: self.rses.update_one(
             {"_id": rse}, {"$set": {"recording": generation, "updated": now},
-                           "$setOnInsert": {"created": now, "state": STATE_NEW}}, upsert=True), "mark recording")
+                           "$setOnInsert": {"created": now, "state": RSEState.NEW}}, upsert=True), "mark recording")
         with_retry(lambda: self.rses.update_one({"_id": rse, "generations.gen": {"$ne": generation}},
                                                 {"$push": {"generations": entry}}), "add generation")
         n = self._insert_files(rse, generation, plan_dir, plan.job_files, max_lfn_length, sealed)
@@ -185,7 +185,7 @@ class Ledger:
                 for i, (name, size) in enumerate(zip(plan.job_files, plan.job_sizes), 1)]
         self._insert_ignoring_duplicates(self.jobs, jobs)
         with_retry(lambda: self.rses.update_one(
-            {"_id": rse}, {"$set": {"generation": generation, "state": STATE_PLANNED,
+            {"_id": rse}, {"$set": {"generation": generation, "state": RSEState.PLANNED,
                                     "reason": "", "detail": "", "updated": time.time()},
                            "$unset": {"recording": ""}}), "finish recording")
         self.prune_generations(rse)

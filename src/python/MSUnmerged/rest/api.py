@@ -20,7 +20,7 @@ from MSUnmerged.rest.auth import AuthError, Audit, KeyFile, RateLimiter, ReplayG
     user_from_headers
 from MSUnmerged.rest.triggers import TriggerQueue, TriggerRefused
 from MSUnmerged.rest.view import DIR_STATES, FILE_STATES, JOB_STATES, LedgerView
-from MSUnmerged.statemachine import STATE_CLEAN
+from MSUnmerged.statemachine import RSEState
 
 log = logging.getLogger("MSUnmerged.rest")
 
@@ -203,7 +203,7 @@ def wmcore_info(rse: dict[str, Any]) -> dict[str, Any]:
     gen = rse.get("generation")
     return {
         "name": rse["name"],
-        "isClean": rse.get("state") == STATE_CLEAN,
+        "isClean": rse.get("state") == RSEState.CLEAN,
         "pfnPrefix": None,  # no central PFN: each job maps LFNs with its site's storage.json
         "rucioConMonStatus": "done" if gen is not None else None,  # a generation is a finished scan
         "timestamps": {
@@ -211,7 +211,7 @@ def wmcore_info(rse: dict[str, Any]) -> dict[str, Any]:
             "prevStartTime": iso(None),
             "startTime": iso(plan.get("planned")),
             "prevEndTime": iso(None),
-            "endTime": iso(rse.get("updated") if rse.get("state") == STATE_CLEAN else None),
+            "endTime": iso(rse.get("updated") if rse.get("state") == RSEState.CLEAN else None),
             "planTime": iso(plan.get("planned")),
             "updateTime": iso(rse.get("updated")),
             "countTime": iso(rse.get("counted_at")),
@@ -240,7 +240,7 @@ def wmcore_report(rses: list[dict[str, Any]], cycle: Optional[dict[str, Any]], i
         "error": cycle.get("error", ""),
         "total_num_rses": len(rses),
         "total_num_files": sum((r.get("plan") or {}).get("files_total") or 0 for r in rses),
-        "num_rses_cleaned": sum(r.get("state") == STATE_CLEAN for r in rses),
+        "num_rses_cleaned": sum(r.get("state") == RSEState.CLEAN for r in rses),
         "num_files_deleted": sum((r.get("counters") or {}).get("deleted") or 0 for r in rses),
     }
 

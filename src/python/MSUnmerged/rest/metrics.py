@@ -9,7 +9,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from MSUnmerged.rest.view import LedgerView
-from MSUnmerged.statemachine import RSE_STATES
+from MSUnmerged.statemachine import RSEState
 
 # generate_latest writes the text format 0.0.4.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -59,7 +59,7 @@ class LedgerCollector(Collector):
                 failed.add_metric([name, error_class], _value(n))
             freed.add_metric([name], _value(c.get("bytes_freed")))
             current = str(rse.get("state") or "unknown")
-            for known in dict.fromkeys((*RSE_STATES, current)):  # every state, so a change shows as 1 -> 0
+            for known in dict.fromkeys((*map(str, RSEState), current)):  # every state, so a change shows as 1 -> 0
                 state.add_metric([name, known], float(known == current))
             if isinstance(rse.get("updated"), (int, float)):
                 updated.add_metric([name], rse["updated"])

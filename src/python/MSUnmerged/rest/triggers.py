@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import collections
+import enum
 import itertools
 import logging
 import queue
@@ -15,6 +16,18 @@ log = logging.getLogger("MSUnmerged.rest.triggers")
 RunFn = Callable[[str, str], Any]
 # check(rse) raises TriggerRefused when the RSE may not be triggered at all (e.g. not this instance's).
 CheckFn = Callable[[str], None]
+
+
+class TriggerState(enum.StrEnum):
+    """A trigger's state in its record."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"  # run() raised; `error` says what
+
+
+PENDING = (TriggerState.QUEUED, TriggerState.RUNNING)
 
 
 class TriggerRefused(Exception):
@@ -45,9 +58,9 @@ class TriggerQueue:
         self.check(rse)
         with self._lock:
             for rec in self._recent:
-                if rec["rse"] == rse and rec["mode"] == mode and rec["state"] in ("queued", "running"):
+                if rec["rse"] == rse and rec["mode"] == mode and rec["state"] in PENDING:
                     return dict(rec)
-            rec = {"id": next(self._ids), "rse": rse, "mode": mode, "user": user, "state": "queued",
+            rec = {"id": next(self._ids), "rse": rse, "mode": mode, "user": user, "state": TriggerState.QUEUED,
                    "queued": round(time.time(), 3), "started": None, "finished": None, "error": None}
             self._recent.append(rec)
         self._queue.put(rec)
@@ -58,13 +71,13 @@ class TriggerQueue:
             rec = self._queue.get()
             if rec is None:
                 return
-            self._set(rec, state="running", started=round(time.time(), 3))
+            self._set(rec, state=TriggerState.RUNNING, started=round(time.time(), 3))
             try:
                 result = self.run(rec["rse"], rec["mode"])
-                self._set(rec, state="done", result=_summary(result), finished=round(time.time(), 3))
+                self._set(rec, state=TriggerState.DONE, result=_summary(result), finished=round(time.time(), 3))
             except Exception as exc:  # a failed trigger is reported, never kills the worker
                 log.exception("trigger %s (%s %s) failed", rec["id"], rec["rse"], rec["mode"])
-                self._set(rec, state="failed", error=f"{type(exc).__name__}: {exc}"[:500],
+                self._set(rec, state=TriggerState.FAILED, error=f"{type(exc).__name__}: {exc}"[:500],
                           finished=round(time.time(), 3))
 
     def _set(self, rec: dict[str, Any], **values: Any) -> None:
@@ -85,7 +98,7 @@ class TriggerQueue:
         """True once nothing is queued or running (for tests and shutdown)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if all(r["state"] not in ("queued", "running") for r in self.recent()):
+            if all(r["state"] not in PENDING for r in self.recent()):
                 return True
             time.sleep(0.05)
         return False

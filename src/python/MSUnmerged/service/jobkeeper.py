@@ -1,0 +1,198 @@
+"""An RSE's cleanup jobs: submit (intent first), reconcile after a crash, poll and collect, revalidate.
+
+Intent is recorded before a submission and the submission marked after it, so a crash in between is
+repaired by `reconcile` on the next run; every other step is idempotent against the ledger too.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from MSUnmerged import seal
+from MSUnmerged.collector import Collector, parse_report
+from MSUnmerged.config import Config
+from MSUnmerged.guards import PLAN_MODIFIED, GuardTripped, check_plan_lines, check_protection, split_lines
+from MSUnmerged.jobs.backend import BackendError, BatchBackend, JobState, JobStatus
+from MSUnmerged.jobs.router import backend_name, remove_unstarted
+from MSUnmerged.jobs.spec import CleanupJob, make_job
+from MSUnmerged.ledger import JOB_PLANNED, LIVE_JOB_STATES, Leases, Ledger, LedgerError
+from MSUnmerged.ledger.store import BACKEND_JOB_STATES, JOB_SUBMITTING
+from MSUnmerged.lfn import PrefixSet
+from MSUnmerged.service.result import Hook
+from MSUnmerged.sources import Sources
+from MSUnmerged.sources.rucio import site_from_rse
+
+log = logging.getLogger(__name__)
+
+REVALIDATED = "removed_before_start"  # error class of the files of a job removed by revalidation
+
+
+class JobKeeper:
+    """Owns the cleanup jobs of this instance's RSEs, from submission to collection."""
+
+    def __init__(self, config: Config, ledger: Ledger, sources: Sources, leases: Leases, backend: BatchBackend,
+                 hook: Hook) -> None:
+        self.config = config
+        self.ledger = ledger
+        self.sources = sources
+        self.leases = leases
+        self.backend = backend
+        self.hook = hook
+        self.collector = Collector(ledger)
+
+    def protection(self, rse: str, protected: Sequence[str]) -> tuple[PrefixSet, Optional[int]]:
+        """The index of a protected list (WMStats' now, or an operator's), checked with the guards in force
+        against the RSE's ledger baseline, and that baseline; GuardTripped when the list cannot be trusted."""
+        baseline = self.ledger.protected_baseline(rse)
+        return check_protection(protected, baseline, self.config.guards.max_protected_shrink), baseline
+
+    def live(self, rse: str) -> list[dict[str, Any]]:
+        """The RSE's jobs submitted or being submitted and not yet collected."""
+        return self.ledger.jobs_in(rse, LIVE_JOB_STATES)
+
+    # -- submission ----------------------------------------------------------------------------
+
+    def submit_planned(self, rse: str, generation: float, protected: Sequence[str]) -> int:
+        """Submit the generation's planned jobs: intent first, then submit, then mark (see `reconcile`)."""
+        jobs = self._jobs(rse, self.ledger.jobs_in(rse, [JOB_PLANNED], generation), protected)
+        if not jobs:
+            return 0
+        self.backend.preflight(rse)  # refused or unreachable: BackendError, nothing recorded or submitted
+        self.ledger.record_job_intent(jobs, backend_name(self.backend, rse))
+        self.hook("intent", rse)
+        return self._submit(rse, jobs)
+
+    def reconcile(self, rse: str) -> None:
+        """Jobs left in `submitting` by a crash: adopt the ones the batch system has, submit the rest."""
+        pending = self.ledger.jobs_in(rse, [JOB_SUBMITTING])
+        if not pending:
+            return
+        found = self.backend.find([j["_id"] for j in pending])
+        for jid, batch_id in found.items():
+            self.ledger.mark_submitted(jid, batch_id)
+        missing = [j for j in pending if j["_id"] not in found]
+        if not missing:
+            return
+        protected = self.sources.protected()
+        protection, _ = self.protection(rse, protected)
+        for gen in {doc["gen"] for doc in missing}:
+            self.ledger.drop_protected(rse, gen, protection)
+        jobs = self._jobs(rse, missing, protected)
+        if jobs:
+            log.info("%s: resubmitting %d jobs whose submission was not confirmed", rse, len(jobs))
+            self.backend.preflight(rse)
+            self._submit(rse, jobs)
+
+    def _jobs(self, rse: str, docs: Sequence[dict[str, Any]], protected: Sequence[str]) -> list[CleanupJob]:
+        """The jobs of these job documents with the files they still hold planned; one with none left is closed."""
+        gens = {doc["gen"] for doc in docs}
+        removable = {gen: self.removable(rse, gen) for gen in gens}
+        checks = {gen: self._checks(rse, gen) for gen in gens}
+        jobs = []
+        for doc in docs:
+            lfns = self.ledger.job_lfns(doc["_id"])
+            if not lfns:
+                self.ledger.close_job(doc["_id"], JobState.COLLECTED, "no files left")
+                continue
+            jobs.append(make_job(doc["_id"], rse, self._site(rse), lfns, removable[doc["gen"]], protected, self.config,
+                                 generation=doc["gen"], **checks[doc["gen"]]))
+        return jobs
+
+    def _submit(self, rse: str, jobs: list[CleanupJob]) -> int:
+        self.leases.check(rse)  # fencing: never submit for an RSE another instance took over
+        ids = self.backend.submit(jobs)
+        self.hook("submitted", rse)
+        for jid, batch_id in ids.items():
+            self.ledger.mark_submitted(jid, batch_id)
+        self.hook("marked", rse)
+        return len(ids)
+
+    def _site(self, rse: str) -> str:
+        site = self.config.jobs.sites.get(rse, {}).get("site") or site_from_rse(rse)
+        if not site:
+            raise LedgerError("no_site", f"no site for RSE {rse}: set jobs.sites.{rse}.site")
+        return site
+
+    def removable(self, rse: str, generation: float) -> set[str]:
+        """The plan's removable directories: dirs.txt read as bytes, split on b"\\n" only, checked against
+        the seal's digest recorded with the generation and line by line (GuardTripped otherwise)."""
+        entry = self.ledger.generation_entry(rse, generation)
+        path = Path(entry.get("plan_dir", "")) / seal.DIRS_NAME
+        if not entry or not path.exists():
+            return set()
+        data = path.read_bytes()
+        if entry.get("dirs_sha256") not in (None, seal.sha256(data)):
+            raise GuardTripped(PLAN_MODIFIED, f"{path} changed since its plan was recorded")
+        check_plan_lines(data, self.config.planner.max_lfn_length, str(path))
+        return {raw.decode("utf-8", errors="surrogateescape") for raw in split_lines(data)}
+
+    def _checks(self, rse: str, generation: float) -> dict[str, Any]:
+        """What the jobs' workers check their site against: Rucio's PFN of /store/unmerged/ (a Rucio failure
+        raises SourceError: nothing is submitted) and the start of the scan the plan comes from."""
+        return {"unmerged_pfn": self.sources.unmerged_pfn(rse),
+                "scan_started": self.ledger.generation_entry(rse, generation).get("scan_started")}
+
+    # -- jobs in the batch system --------------------------------------------------------------
+
+    def poll(self, rse: str) -> int:
+        """Ask the backend about live jobs; collect the finished ones. Returns how many were collected."""
+        live = [j for j in self.ledger.jobs_in(rse, BACKEND_JOB_STATES) if j.get("batch_id")]
+        if not live:
+            return 0
+        statuses = self.backend.poll({j["_id"]: j["batch_id"] for j in live})
+        n = 0
+        for job in live:
+            status = statuses.get(job["_id"]) or JobStatus(job["_id"], JobState.VANISHED, job["batch_id"])
+            if status.state.terminal:
+                self._collect(job, status)
+                n += 1
+            elif status.state is not JobState(job["state"]):
+                self.ledger.set_job_state(job["_id"], status.state, status.reason)
+        if n:
+            self.hook("collected", rse)
+        return n
+
+    def _collect(self, job: dict[str, Any], status: JobStatus) -> None:
+        """Report -> per-file outcomes -> job closed (unreported files: unknown) -> job removed."""
+        dest = self.config.state_dir / "reports" / job["rse"] / f"{job['_id'].replace(':', '_')}.jsonl"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        path = self.backend.fetch_report(job["_id"], job["batch_id"], dest)
+        # The report may speak only of this job's files; the ledger changes only those still assigned to
+        # this job, so a late report never overwrites a retry's outcome.
+        got = self.collector.collect(job["_id"], self.ledger.job_lfns(job["_id"], states=None),
+                                     parse_report(path) if path is not None else None, status)
+        if got.problems:
+            log.warning("%s: job %s: %s", job["rse"], job["_id"], got.reason)
+        try:
+            self.backend.remove(job["_id"], job["batch_id"], "collected")
+        except BackendError as exc:  # the outcome is recorded; a left-over queue entry is harmless
+            log.warning("%s: removing %s after collection: %s", job["rse"], job["_id"], exc)
+
+    def revalidate(self, rse: str) -> tuple[int, int]:
+        """Queued jobs holding a file the fresh protected list covers are removed before they start.
+
+        Their newly protected files become skipped_protected, the others unknown (re-planned by the next
+        round). A job that started meanwhile stays: the backend removes only jobs not started, and the
+        worker re-checks protection itself. Returns (jobs removed, files dropped).
+        """
+        waiting = [j for j in self.ledger.jobs_in(rse, (JobState.QUEUED, JobState.HELD)) if j.get("batch_id")]
+        if not waiting:
+            return 0, 0
+        protection, _ = self.protection(rse, self.sources.protected())
+        hit = {j["_id"]: j["batch_id"] for j in waiting
+               if any(protection.covers(name.encode("utf-8", "surrogateescape"))
+                      for name in self.ledger.job_lfns(j["_id"]))}
+        if not hit:
+            return 0, 0
+        gens = {j["_id"]: j["gen"] for j in waiting}
+        removed = remove_unstarted(self.backend, hit, "revalidation: files became protected")
+        dropped = 0
+        for jid in removed:
+            n = self.ledger.drop_protected(rse, gens[jid], protection, job=jid)
+            dropped += n
+            self.ledger.close_job(jid, JobState.REMOVED, f"revalidation: {n} files became protected",
+                                  error_class=REVALIDATED)
+        log.info("%s: revalidation removed %d of %d queued jobs (%d files now protected)", rse, len(removed),
+                 len(hit), dropped)
+        return len(removed), dropped

@@ -1,0 +1,79 @@
+"""What working an RSE reports: RunResult, the failure an error is recorded as, the steps a hook sees."""
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Optional
+
+from MSUnmerged.guards import PLAN_MODIFIED, GuardTripped
+from MSUnmerged.jobs.backend import BackendError
+from MSUnmerged.ledger import LedgerError
+from MSUnmerged.sources.errors import SourceError
+
+# Steps of run_once, in order; `hook(step, rse)` is called after each (fault injection in tests).
+STEPS = ("reconciled", "polled", "planned", "recorded", "intent", "submitted", "marked", "collected", "counted")
+Hook = Callable[[str, str], None]
+
+
+class RunAction(enum.StrEnum):
+    """RunResult actions besides the state machine's (statemachine.Action)."""
+
+    FAILED = "failed"  # the RSE could not be worked; `source` says what failed
+    REFUSED = "refused"  # nothing was done and nothing recorded (unknown RSE, a plan directory without RSE)
+    LEASED_ELSEWHERE = "leased_elsewhere"  # another instance works on it (also the reason)
+    DONE_THIS_CYCLE = "done_this_cycle"  # another instance worked it in this cycle's slot (also the reason)
+    POLL = "poll"  # its jobs are still in the batch system
+    APPLY = "apply"  # apply_plan
+
+
+# Reasons of failures that are not an outside part's.
+LEASE_LOST = "lease_lost"  # another instance took the RSE over mid-run: nothing more is recorded
+INTERNAL_ERROR = "internal_error"  # a bug (logged with its traceback)
+
+
+@dataclass
+class RunResult:
+    """What one run_once or apply_plan did for an RSE (also the cycle document's entry)."""
+
+    rse: str
+    action: str  # a statemachine.Action or a RunAction
+    state: str = ""  # a statemachine.RSEState, "" when none was recorded
+    reason: str = ""
+    detail: str = ""
+    source: str = ""  # for action failed: rucio, conmon, wmstats, ledger, backend or internal (ledger.history.FAILURE_SOURCES)
+    generation: Optional[float] = None
+    submitted: int = 0
+    collected: int = 0
+    dropped_protected: int = 0
+    removed_jobs: int = 0  # queued jobs removed by revalidation
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """An error as the ledger records it: which outside part failed, the reason name, the detail."""
+
+    source: str
+    reason: str
+    detail: str
+
+    def entry(self, rse: str = "") -> dict[str, Any]:
+        """One entry of a cycle document's `failures`."""
+        return {"source": self.source, "reason": self.reason, "detail": self.detail[:2000], "rse": rse}
+
+
+def failure_of(exc: Exception) -> Failure:
+    """The failure an error is recorded as; anything unexpected is internal_error."""
+    if isinstance(exc, LedgerError):
+        return Failure("ledger", exc.reason, exc.detail)
+    if isinstance(exc, BackendError):  # preflight refusals land here: backend_auth_refused, backend_timeout, ...
+        return Failure("backend", f"backend_{exc.kind}", exc.message)
+    if isinstance(exc, SourceError):  # "wmstats-t0" is WMStats too
+        return Failure("wmstats" if exc.source.startswith("wmstats") else exc.source, f"{exc.source}_{exc.kind}",
+                       exc.message)
+    if isinstance(exc, GuardTripped):  # re-checking protection (resubmit, revalidation), a changed plan file
+        return Failure("internal" if exc.reason == PLAN_MODIFIED else "wmstats", exc.reason, exc.detail)
+    return Failure("internal", INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")

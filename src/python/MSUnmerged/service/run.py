@@ -1,0 +1,338 @@
+"""One RSE start to end: `run_once(rse)` under its lease, `apply_plan(dir)` for a sealed plan, `preview(rse)`.
+
+run_once: lease -> reconcile jobs left in `submitting` -> poll and collect live jobs -> revalidate queued
+jobs against the fresh protected list -> ConMon stats -> state machine -> (new dump) protected list + dump
+-> plan -> record -> jobs -> preflight -> intent -> submit.
+Every step is idempotent against the ledger, so a crash anywhere is repaired by running it again.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+from MSUnmerged import planner, seal
+from MSUnmerged.config import Config
+from MSUnmerged.dumpreader import iter_chunks
+from MSUnmerged.guards import PLAN_MODIFIED, PLAN_OUTDATED, UNKNOWN_RSE, GuardTripped, check_counts
+from MSUnmerged.jobs.backend import BatchBackend
+from MSUnmerged.ledger import JOB_PLANNED, RETRIABLE, WOULD_DELETE, LeaseLost, Leases, Ledger, LedgerError, gen_key
+from MSUnmerged.service.jobkeeper import JobKeeper
+from MSUnmerged.service.result import INTERNAL_ERROR, LEASE_LOST, Hook, RunAction, RunResult, failure_of
+from MSUnmerged.service.rses import InstanceRSEs, UnknownRSE
+from MSUnmerged.sources import Sources
+from MSUnmerged.sources.errors import SourceError
+from MSUnmerged.statemachine import JOBS_RUNNING, Action, Decision, Progress, RSEState, decide
+
+log = logging.getLogger(__name__)
+
+ALREADY_APPLIED = "already_applied"  # apply of a plan the ledger holds already: nothing changes
+
+
+def default_instance() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class Runner:
+    """Works one RSE at a time for one instance: its ledger, leases, sources and batch backend."""
+
+    def __init__(self, config: Config, ledger: Ledger, sources: Sources, backend: BatchBackend,
+                 instance: Optional[str] = None, hook: Optional[Hook] = None) -> None:
+        self.config = config
+        self.ledger = ledger
+        self.sources = sources
+        self.instance = instance or config.service.instance or default_instance()
+        self.leases = Leases(ledger.db, self.instance, config.service.lease_ttl_s)
+        self.rses = InstanceRSEs(config, sources)
+        self.jobs = JobKeeper(config, ledger, sources, self.leases, backend, hook or (lambda step, rse: None))
+
+    @property
+    def backend(self) -> BatchBackend:
+        return self.jobs.backend
+
+    @backend.setter
+    def backend(self, backend: BatchBackend) -> None:
+        self.jobs.backend = backend
+
+    @property
+    def hook(self) -> Hook:
+        return self.jobs.hook
+
+    @hook.setter
+    def hook(self, hook: Hook) -> None:
+        self.jobs.hook = hook
+
+    def my_rses(self) -> list[str]:
+        """This instance's RSEs the loop works (InstanceRSEs.read)."""
+        return self.rses.read()
+
+    def require_rse(self, rse: str) -> None:
+        """UnknownRSE unless `rse` is this instance's (InstanceRSEs.require)."""
+        self.rses.require(rse)
+
+    def _refused(self, rse: str) -> Optional[RunResult]:
+        """A RunResult when `rse` must not be worked on (unknown, or the RSE list unreadable); nothing is
+        recorded, so a typo leaves no document behind."""
+        try:
+            self.require_rse(rse)
+        except UnknownRSE as exc:
+            return RunResult(rse, RunAction.REFUSED, reason=UNKNOWN_RSE, detail=str(exc))
+        except SourceError as exc:
+            failure = failure_of(exc)
+            return RunResult(rse, RunAction.FAILED, reason=failure.reason, detail=failure.detail, source=failure.source)
+        return None
+
+    # -- one RSE -------------------------------------------------------------------------------
+
+    def run_once(self, rse: str, slot: Optional[int] = None, wait_s: float = 0.0) -> RunResult:
+        """Work one RSE start to end under its lease; waits up to `wait_s` for its jobs to finish."""
+        started = time.time()
+        refused = self._refused(rse)
+        if refused is not None:
+            return refused
+        self.leases.start_heartbeat()
+        if not self.leases.acquire(rse, slot):
+            lease = self.leases.describe(rse)
+            if slot is not None and lease.get("done_slot") == slot:
+                return RunResult(rse, RunAction.DONE_THIS_CYCLE, reason=RunAction.DONE_THIS_CYCLE)
+            return RunResult(rse, RunAction.LEASED_ELSEWHERE, reason=RunAction.LEASED_ELSEWHERE,
+                             detail=f"held by {lease.get('owner')} until {lease.get('expires')}")
+        result = self._recorded(rse, lambda: self._run(rse, wait_s))
+        result.seconds = round(time.time() - started, 3)
+        if result.reason != LEASE_LOST:
+            self.leases.release(rse, slot if result.action != RunAction.FAILED else None)
+        return result
+
+    def _recorded(self, rse: str, work: Callable[[], RunResult]) -> RunResult:
+        """Run `work` for the RSE; any error is recorded on the RSE with its reason (never raised)."""
+        try:
+            return work()
+        except LeaseLost as exc:  # someone else works on it now: leave everything to them
+            return RunResult(rse, RunAction.FAILED, reason=LEASE_LOST, detail=str(exc))
+        except Exception as exc:  # one RSE's error, a bug too, must not stop the others
+            failure = failure_of(exc)
+            if failure.reason == INTERNAL_ERROR:
+                log.exception("%s", rse)
+            log.error("%s: %s: %s", rse, failure.reason, failure.detail)
+            try:
+                self.ledger.set_rse_state(rse, RSEState.FAILED, failure.reason, failure.detail)
+                self.ledger.refresh_counters(rse)  # e.g. a preflight refusal after a plan was recorded
+            except LedgerError:
+                log.exception("%s: could not record the failure", rse)
+            return RunResult(rse, RunAction.FAILED, RSEState.FAILED, failure.reason, failure.detail,
+                             source=failure.source)
+
+    def _run(self, rse: str, wait_s: float) -> RunResult:
+        self.jobs.reconcile(rse)
+        self.hook("reconciled", rse)
+        collected = 0
+        deadline = time.monotonic() + wait_s
+        while True:
+            collected += self.jobs.poll(rse)
+            live = self.jobs.live(rse)
+            if not live or time.monotonic() >= deadline:
+                break
+            time.sleep(min(2.0, max(0.05, deadline - time.monotonic())))
+        self.hook("polled", rse)
+        removed, dropped = self.jobs.revalidate(rse) if live else (0, 0)
+        live = self.jobs.live(rse)
+        if live:
+            detail = f"{len(live)} jobs in the batch system"
+            self.ledger.set_rse_state(rse, RSEState.RUNNING, detail=detail)
+            self.ledger.refresh_counters(rse)
+            return RunResult(rse, RunAction.POLL, RSEState.RUNNING, JOBS_RUNNING, detail,
+                             collected=collected, removed_jobs=removed, dropped_protected=dropped)
+
+        doc = self.ledger.rse(rse)
+        scan = self.sources.stats().get(rse)
+        decision = self._decide(rse, doc, scan)
+        result = RunResult(rse, decision.action, reason=decision.reason, detail=decision.detail,
+                           generation=decision.generation, collected=collected, removed_jobs=removed,
+                           dropped_protected=dropped)
+        if decision.action is Action.SKIP:
+            self.ledger.set_rse_state(rse, RSEState.SKIPPED, decision.reason, decision.detail)
+            result.state = RSEState.SKIPPED
+            return result
+        assert decision.generation is not None
+        if decision.action is Action.FINISH:
+            return self._finish(rse, result, decision)
+
+        protected = self.sources.protected()
+        try:
+            protection, baseline = self.jobs.protection(rse, protected)
+        except GuardTripped as guard:
+            return self._guarded(rse, result, guard.reason, guard.detail)
+        if decision.action is Action.NEW_GENERATION:
+            plan_dir = self.config.state_dir / "plans" / rse / gen_key(decision.generation)
+            plan, sealed = self._plan(rse, scan, protected, plan_dir, decision.generation, doc, baseline)
+            self.hook("planned", rse)
+            if plan.guard:
+                return self._guarded(rse, result, plan.guard, plan.guard_detail)
+            # The list read from WMStats now is the service's own: it may lower the baseline as
+            # generations rotate out (workflows finish); an operator's list at apply never does.
+            self.ledger.record_plan(plan_dir, plan, decision.generation, baseline_count=len(protection),
+                                    sealed=sealed, max_lfn_length=self.config.planner.max_lfn_length,
+                                    scan_started=plan.scan_started)
+            self.hook("recorded", rse)
+        else:
+            result.dropped_protected += self.ledger.drop_protected(rse, decision.generation, protection)
+            self.ledger.new_round(rse, decision.generation, 1 + self.config.jobs.retries,
+                                  self.config.planner.files_per_job, redo_dry_run=not self.config.service.dry_run)
+        result.submitted = self.jobs.submit_planned(rse, decision.generation, protected)
+        result.state = RSEState.RUNNING if result.submitted else RSEState.PLANNED
+        self.ledger.set_rse_state(rse, result.state, detail=f"{result.submitted} jobs submitted",
+                                  started=time.time())
+        if wait_s > 0 and result.submitted:
+            while time.monotonic() < deadline and self.jobs.live(rse):
+                time.sleep(0.2)
+                result.collected += self.jobs.poll(rse)
+            if not self.jobs.live(rse):  # every job collected: say where the RSE stands
+                settled = self._decide(rse, self.ledger.rse(rse), scan)
+                if settled.action is Action.FINISH:
+                    self._finish(rse, result, settled)
+        self.ledger.refresh_counters(rse)
+        self.hook("counted", rse)
+        return result
+
+    def _decide(self, rse: str, doc: dict[str, Any], scan: Any) -> Decision:
+        current = None if doc.get("recording") is not None else doc.get("generation")
+        return decide(scan, current, self._progress(rse, current), time.time(), self.config.guards.max_scan_age_h,
+                      dry_run=self.config.service.dry_run)
+
+    def _finish(self, rse: str, result: RunResult, decision: Decision) -> RunResult:
+        """Nothing left to do on this dump: the final state (clean, done with errors, dry run done)."""
+        assert decision.state is not None
+        self.ledger.set_rse_state(rse, decision.state, decision.reason, decision.detail, finished=time.time())
+        self.ledger.refresh_counters(rse)
+        result.state, result.reason, result.detail = decision.state, decision.reason, decision.detail
+        return result
+
+    def _guarded(self, rse: str, result: RunResult, reason: str, detail: str) -> RunResult:
+        """A guard refused: nothing is submitted for this RSE; the reason is on its document."""
+        self.ledger.set_rse_state(rse, RSEState.GUARDED, reason, detail)
+        result.state, result.reason, result.detail = RSEState.GUARDED, reason, detail
+        return result
+
+    def _progress(self, rse: str, generation: Optional[float]) -> Progress:
+        if generation is None:
+            return Progress()
+        max_attempts = 1 + self.config.jobs.retries
+        return Progress(
+            planned_jobs=len(self.ledger.jobs_in(rse, [JOB_PLANNED], generation)),
+            retriable=self.ledger.count_files(rse, generation, RETRIABLE, attempts={"$lt": max_attempts}),
+            exhausted=self.ledger.count_files(rse, generation, RETRIABLE, attempts={"$gte": max_attempts}),
+            would_delete=self.ledger.count_files(rse, generation, [WOULD_DELETE]))
+
+    # -- planning ------------------------------------------------------------------------------
+
+    def _plan(self, rse: str, scan: Any, protected: list[str], plan_dir: Path, generation: float,
+              doc: dict[str, Any], baseline: Optional[int]) -> tuple[planner.Plan, seal.Seal]:
+        """Plan the dump, or reuse the sealed plan whose recording a crash interrupted (same files, same jobs)."""
+        if doc.get("recording") == generation and (plan_dir / seal.SEAL_NAME).exists():
+            try:
+                sealed = seal.verify(plan_dir, self.config.planner.max_lfn_length)
+                plan = planner.read_summary(plan_dir)
+                if plan.dump_version == generation and not plan.guard:
+                    return plan, sealed
+            except GuardTripped as broken:  # planned again below, from the dump
+                log.warning("%s: not reusing %s: %s", rse, plan_dir, broken)
+        plan = self._plan_dump(rse, scan, protected, baseline, plan_dir)
+        return plan, seal.read_seal(plan_dir)
+
+    def _plan_dump(self, rse: str, scan: Any, protected: Sequence[str], baseline: Optional[int], out: Path,
+                   progress: Optional[planner.ProgressFn] = None) -> planner.Plan:
+        """Open the RSE's dump and plan it into `out` with the configuration in force."""
+        with self.sources.open_dump(rse) as dump:
+            return planner.plan(rse, iter_chunks(dump), protected, self.config, out, stats=scan,
+                                previous_protected_count=baseline, progress=progress)
+
+    def preview(self, rse: str, progress: Optional[planner.ProgressFn] = None) -> planner.Plan:
+        """Plan the RSE now from the sources into <state_dir>/previews/<rse>.
+
+        Planner only: nothing is recorded in the ledger and nothing is submitted. The guards are those
+        of run_once: the ledger's baseline, the configuration in force. UnknownRSE for an RSE that is
+        not this instance's.
+        """
+        scan = self.sources.stats().get(rse)  # needed anyway; a ConMon failure is the clearer message
+        self.require_rse(rse)
+        out = self.preview_dir(rse)
+        shutil.rmtree(out, ignore_errors=True)  # a preview never mixes with an older one
+        return self._plan_dump(rse, scan, self.sources.protected(), self.ledger.protected_baseline(rse), out,
+                               progress)
+
+    def preview_dir(self, rse: str) -> Path:
+        """Where `preview` writes the RSE's plan."""
+        return self.config.state_dir / "previews" / rse
+
+    # -- a sealed plan -------------------------------------------------------------------------
+
+    def apply_plan(self, plan_dir: Path, protected: list[str]) -> RunResult:
+        """Record and submit exactly the sealed plan in `plan_dir` (from `msunmerged plan`), under the RSE's
+        lease, after dropping the files the current protected list covers.
+
+        Refused, with the reason on the RSE's document: a plan directory that is not exactly what was
+        sealed or holds a line that is not a canonical LFN (plan_modified), a plan older than the RSE's
+        current generation or another plan of the same generation (plan_outdated), a guard with the
+        configuration in force. An RSE that is not this instance's is refused with nothing recorded; a
+        plan the ledger holds already is a no-op.
+        """
+        rse = seal.claimed_rse(plan_dir)
+        if rse is None:
+            return RunResult("", RunAction.REFUSED, reason=PLAN_MODIFIED,
+                             detail=f"{plan_dir}: no RSE in its seal or summary")
+        refused = self._refused(rse)
+        if refused is not None:
+            return refused
+        result = RunResult(rse, RunAction.APPLY)
+        try:
+            sealed = seal.verify(plan_dir, self.config.planner.max_lfn_length)
+        except GuardTripped as broken:
+            return self._guarded(rse, result, broken.reason, f"{plan_dir}: {broken.detail}")
+        plan = planner.read_summary(plan_dir)
+        if plan.guard:
+            return self._guarded(rse, result, plan.guard, plan.guard_detail)
+        if not self.leases.acquire(rse):
+            return RunResult(rse, RunAction.LEASED_ELSEWHERE, reason=RunAction.LEASED_ELSEWHERE)
+        try:
+            return self._recorded(rse, lambda: self._apply(plan_dir, plan, sealed, protected))
+        finally:
+            self.leases.release(rse)
+
+    def _apply(self, plan_dir: Path, plan: planner.Plan, sealed: seal.Seal, protected: list[str]) -> RunResult:
+        rse = plan.rse
+        generation = sealed.generation if sealed.generation is not None else plan.created
+        result = RunResult(rse, RunAction.APPLY, generation=generation)
+        doc = self.ledger.rse(rse)
+        entry = self.ledger.generation_entry(rse, generation)
+        same = entry.get("seal") == sealed.digest  # this plan; still `recording` when a crash interrupted it
+        if same and doc.get("recording") != generation:
+            result.state, result.reason = doc.get("state", ""), ALREADY_APPLIED
+            result.detail = f"{plan_dir} is recorded already as generation {gen_key(generation)}: nothing changed"
+            return result
+        current = doc.get("generation")
+        try:
+            if current is not None and generation < current:
+                raise GuardTripped(PLAN_OUTDATED, f"{plan_dir} is generation {gen_key(generation)}, older than "
+                                                  f"the RSE's current {gen_key(current)}")
+            if entry and not same:
+                raise GuardTripped(PLAN_OUTDATED, f"generation {gen_key(generation)} is recorded already with "
+                                                  f"another plan ({entry.get('plan_dir')})")
+            check_counts(plan.files_total, plan.files_to_delete, self.config.guards)
+            protection, baseline = self.jobs.protection(rse, protected)
+        except GuardTripped as guard:
+            return self._guarded(rse, result, guard.reason, guard.detail)
+        # An operator's list never lowers the baseline (the plan's own count is never used).
+        self.ledger.record_plan(plan_dir, plan, generation, baseline_count=max(baseline or 0, len(protection)),
+                                sealed=sealed, max_lfn_length=self.config.planner.max_lfn_length,
+                                scan_started=plan.scan_started)
+        result.dropped_protected = self.ledger.drop_protected(rse, generation, protection)
+        result.submitted = self.jobs.submit_planned(rse, generation, protected)
+        result.state = RSEState.RUNNING if result.submitted else RSEState.PLANNED
+        self.ledger.set_rse_state(rse, result.state, detail=f"applied {plan_dir}: {result.submitted} jobs, "
+                                  f"{result.dropped_protected} files dropped as protected since planning")
+        self.ledger.refresh_counters(rse)
+        return result
