@@ -31,6 +31,7 @@ from pymongo import MongoClient
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src" / "python"))
 
+from MSUnmerged import embedded_mongo  # noqa: E402
 from MSUnmerged.ledger import Ledger, file_id, job_id  # noqa: E402
 
 N_RSES = 10
@@ -157,15 +158,13 @@ def main() -> int:
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="bench-rest-"))
-    secantusd = shutil.which("secantusd-py") or str(Path(sys.executable).with_name("secantusd-py"))
     db_port, rest_port = free_port(), free_port()
     url = f"mongodb://127.0.0.1:{db_port}/?directConnection=true"
     procs = []
     try:
         with open(work / "db.log", "wb") as log:
-            procs.append(subprocess.Popen([secantusd, "--host", "127.0.0.1", "--port", str(db_port), "--storage-path",
-                                           str(work / "db"), "--standalone", "--log-level", "WARNING"],
-                                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+            procs.append(subprocess.Popen(embedded_mongo.command(db_port, work / "db"), stdout=log,
+                                          stderr=subprocess.STDOUT, start_new_session=True))
         wait_port(db_port, procs[0])
         db = MongoClient(url).msunmerged
         print(f"loading {args.files:,} file records ...", flush=True)

@@ -12,7 +12,7 @@ from MSUnmerged.cli import EXIT_BAD_INPUT, EXIT_OK, main
 from MSUnmerged import wiring
 from MSUnmerged.samplesite import DEMO_RSE, DEMO_SITE
 from MSUnmerged.sources.offline import OfflineSources
-from rest_seed import offline_site, seed_rse
+from rest.rest_kit import offline_site, seed_rse
 
 pytestmark = pytest.mark.integration
 
