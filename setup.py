@@ -14,6 +14,8 @@ setup(
     package_dir={"": "src/python"},
     packages=find_packages("src/python"),
     include_package_data=True,
+    # The default configuration: src/python/MSUnmerged/msunmerged.toml links to etc/msunmerged.toml, copied here.
+    package_data={"MSUnmerged": ["msunmerged.toml"]},
     install_requires=[line.strip() for line in open("requirements.txt")
                       if line.strip() and not line.startswith("#")],
     entry_points={"console_scripts": ["msunmerged = MSUnmerged.cli:main"]},

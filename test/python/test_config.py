@@ -30,6 +30,9 @@ def test_file_and_environment(tmp_path):
     ("", {"MSUNMERGED_SERVICE__DRY_RUN": "perhaps"}, "service.dry_run"),
     ("", {"MSUNMERGED_JOBS__BACKEND": "pbs"}, "jobs.backend"),
     ("[jobs.sites.T2_XX_A]\npfn_layout = 'anything'\n", {}, "jobs.sites.T2_XX_A.pfn_layout"),
+    ("[jobs.sites.T2_XX_A]\nsiet = 'T2_XX'\n", {}, "jobs.sites.T2_XX_A.siet"),  # misspelt: unknown key
+    ("[jobs.sites.T2_XX_A]\nbackend = 'slrum'\n", {}, "jobs.sites.T2_XX_A.backend"),
+    ("[jobs.sites]\nT2_XX_A = 'T2_XX'\n", {}, "jobs.sites.T2_XX_A"),
     ("", {"MSUNMERGED_SERVICE__NOPE": "1"}, "service.nope"),
     ("[service]\nlog_level = 'LOUD'\n", {}, "service.log_level"),
     ("", {"MSUNMERGED_MONGO__URL": "mongodb://user:pw@"}, "mongo.url"),

@@ -207,7 +207,7 @@ def ledger_dir_outcome(d: DirOutcome) -> dict[str, Any]:
 
 
 class OutcomeSink(Protocol):
-    """Where outcomes go: the ledger (MSUnmerged.ledger) or, in the demo, memory."""
+    """Where outcomes go: the ledger (MSUnmerged.ledger.Ledger; the demo's too); tests also use an in-memory one."""
 
     def record_outcomes(self, job_id: str, outcomes: Iterable[Mapping[str, Any]]) -> Any: ...
 

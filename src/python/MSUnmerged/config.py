@@ -7,6 +7,7 @@ import re
 import tomllib
 import typing
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -14,7 +15,8 @@ from MSUnmerged.worker.pfn import LAYOUTS as PFN_LAYOUTS
 
 ENV_PREFIX = "MSUNMERGED_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "etc" / "msunmerged.toml"
+# Package data: in the tree a link to etc/msunmerged.toml (the documented defaults), in a wheel its copy.
+DEFAULT_CONFIG = resources.files("MSUnmerged") / "msunmerged.toml"
 
 # Production WMCore MSUnmerged excludes the log areas of production workflows.
 DEFAULT_EXCLUDES = [
@@ -126,6 +128,22 @@ class MongoConfig:
     embedded_port: int = 0  # 0: pick a free loopback port
 
 
+BACKENDS = ("local", "condor", "slurm")  # jobs.backend, jobs.sites.<RSE>.backend
+
+
+@dataclass
+class SiteConfig:
+    """jobs.sites.<RSE>: how that RSE's jobs run; an empty value means the service-wide one."""
+
+    site: str = ""  # the RSE's CMS site (sites.resolve_site: else Rucio's attribute, else the RSE's name)
+    backend: str = ""  # local | condor | slurm; empty: jobs.backend
+    siteconfig: str = ""  # SITECONFIG_PATH of its jobs, on every backend; empty: the node's own
+    credential: str = ""  # token | proxy | none; empty: jobs.credential
+    pool: str = ""  # condor: collector of its schedd; empty: condor.pool
+    schedd: str = ""  # condor: its schedd; empty: condor.schedd
+    pfn_layout: str = "standard"  # "site_specific": its PFNs need not end with the LFN (docs/jobs.md)
+
+
 @dataclass
 class JobsConfig:
     backend: str = "local"  # local | condor | slurm
@@ -142,12 +160,20 @@ class JobsConfig:
     credential: str = "none"
     token_file: str = ""  # the storage token, a file the deployment refreshes
     proxy_file: str = ""  # the X.509 proxy (as CMSWEB mounts it)
-    # Per-RSE overrides: RSE -> {"site": ..., "backend": ..., "siteconfig": ..., "credential": ..., "pool": ..., "pfn_layout": ...}
-    sites: dict[str, dict[str, str]] = field(default_factory=dict)
+    # The RSE attribute in Rucio naming its CMS site (e.g. "site"), read where jobs.sites.<RSE>.site is not set;
+    # empty: the site comes from the configuration or the RSE's name only (sites.resolve_site).
+    site_attribute: str = ""
+    sites: dict[str, SiteConfig] = field(default_factory=dict)  # per-RSE overrides
+
+    def for_rse(self, rse: str) -> SiteConfig:
+        """jobs.sites.<rse>, or the defaults when the RSE has none."""
+        return self.sites.get(rse) or SiteConfig()
 
     def setting(self, rse: str, key: str) -> str:
-        """jobs.sites.<rse>.<key>, else the service-wide jobs.<key> (or "" when there is none)."""
-        return self.sites.get(rse, {}).get(key) or str(getattr(self, key, "") or "")
+        """jobs.sites.<rse>.<key>, else the service-wide jobs.<key> where there is one (backend, credential), else ""."""
+        own = getattr(self.for_rse(rse), key)
+        service_wide = key in {f.name for f in dataclasses.fields(self)}
+        return str(own or (getattr(self, key) if service_wide else ""))
 
 
 @dataclass
@@ -276,6 +302,12 @@ def _coerce(key: str, tp: Any, value: Any) -> Any:
             raise ConfigError(key, f"expected a table, got {value!r}")
         _, val_tp = typing.get_args(tp)
         return {str(k): _coerce(f"{key}.{k}", val_tp, v) for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):  # a table of named keys, e.g. jobs.sites.<RSE>
+        if not isinstance(value, dict):
+            raise ConfigError(key, f"expected a table, got {value!r}")
+        out = tp()
+        _apply(out, value, f"{key}.")
+        return out
     raise ConfigError(key, f"unsupported type {tp!r}")  # pragma: no cover - programming error
 
 
@@ -332,7 +364,7 @@ def _validate(cfg: Config) -> None:
     problem = _mongo_url_problem(cfg.mongo.url)
     need(problem is None, "mongo.url", f"not a MongoDB URL: {problem}")
     need(cfg.conmon.format in ("raw", "text", "json"), "conmon.format", "must be raw, text or json")
-    need(j.backend in ("local", "condor", "slurm"), "jobs.backend", "must be local, condor or slurm")
+    need(j.backend in BACKENDS, "jobs.backend", "must be " + ", ".join(BACKENDS))
     for site in ("", *cfg.slurm.sites):
         sl = cfg.slurm.for_site(site)
         need(sl.transport in ("cli", "rest"), f"slurm.sites.{site}.transport" if site else "slurm.transport",
@@ -340,15 +372,15 @@ def _validate(cfg: Config) -> None:
         need(1 <= sl.array_max_size, f"slurm.sites.{site}.array_max_size" if site else "slurm.array_max_size",
              "must be >= 1")
     _validate_credentials(cfg)
-    uses_condor = j.backend == "condor" or any(site.get("backend") == "condor" for site in j.sites.values())
+    uses_condor = j.backend == "condor" or any(site.backend == "condor" for site in j.sites.values())
     if uses_condor and not cfg.condor.scitoken_file:
         need(bool(cfg.condor.token_dir), "condor.token_dir", "must be set when the condor backend is used "
                                                              "(or condor.scitoken_file)")
         need(os.path.isdir(os.path.expanduser(cfg.condor.token_dir)), "condor.token_dir",
              f"{cfg.condor.token_dir} is not a directory")
     for rse, settings in j.sites.items():
-        need(settings.get("pfn_layout", PFN_LAYOUTS[0]) in PFN_LAYOUTS, f"jobs.sites.{rse}.pfn_layout",
-             "must be " + " or ".join(PFN_LAYOUTS))
+        need(settings.backend in ("", *BACKENDS), f"jobs.sites.{rse}.backend", "must be " + ", ".join(BACKENDS))
+        need(settings.pfn_layout in PFN_LAYOUTS, f"jobs.sites.{rse}.pfn_layout", "must be " + " or ".join(PFN_LAYOUTS))
     need(j.deadline_h > 0, "jobs.deadline_h", "must be > 0")
     need(j.retries >= 0, "jobs.retries", "must be >= 0")
     need(cfg.mongo.generations_kept >= 1, "mongo.generations_kept", "must be >= 1")
@@ -376,7 +408,7 @@ def _validate_credentials(cfg: Config) -> None:
     j = cfg.jobs
     for rse in ("", *j.sites):
         kind = j.setting(rse, "credential")
-        key = f"jobs.sites.{rse}.credential" if rse and j.sites[rse].get("credential") else "jobs.credential"
+        key = f"jobs.sites.{rse}.credential" if rse and j.sites[rse].credential else "jobs.credential"
         if kind not in CREDENTIALS:
             raise ConfigError(key, f"must be one of {', '.join(CREDENTIALS)}, got {kind!r}")
         if kind in CREDENTIAL_FILE_KEY and not getattr(j, CREDENTIAL_FILE_KEY[kind]):
@@ -404,18 +436,21 @@ def _mongo_url_problem(url: str) -> Optional[str]:
 
 
 def load_config(path: Optional[os.PathLike | str] = None, env: Optional[Mapping[str, str]] = None) -> Config:
-    """Load the configuration: defaults, then the TOML file, then MSUNMERGED_* environment overrides."""
+    """Load the configuration: defaults, then the TOML file (`path`, else $MSUNMERGED_CONFIG, else the packaged
+    etc/msunmerged.toml), then MSUNMERGED_* environment overrides."""
     env = os.environ if env is None else env
     if path is None:
         path = env.get("MSUNMERGED_CONFIG") or DEFAULT_CONFIG
-    cfg = Config()
-    path = Path(path)
+    source = Path(path) if isinstance(path, (str, os.PathLike)) else path
     try:
-        data = tomllib.loads(path.read_text()) if path.exists() else {}
+        data = tomllib.loads(source.read_text())
+    except FileNotFoundError:
+        raise ConfigError(str(source), "configuration file does not exist") from None
+    except OSError as exc:
+        raise ConfigError(str(source), f"cannot read it: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(str(path), f"not valid TOML: {exc}") from None
-    if not path.exists() and str(path) != str(DEFAULT_CONFIG):
-        raise ConfigError(str(path), "configuration file does not exist")
+        raise ConfigError(str(source), f"not valid TOML: {exc}") from None
+    cfg = Config()
     _apply(cfg, data, "")
     _apply(cfg, _env_overrides(env), "")
     _validate(cfg)

@@ -5,39 +5,18 @@ import contextlib
 from typing import Iterator, Optional
 
 from MSUnmerged.config import Config
-from MSUnmerged.jobs.backend import BatchBackend
 from MSUnmerged.jobs.router import RoutingBackend
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.ledger.connect import open_client
 from MSUnmerged.service import Service
+from MSUnmerged.sites import RSEAttributes, resolve_site
 from MSUnmerged.sources import Sources
-from MSUnmerged.sources.rucio import site_from_rse
 
 
-def make_backend(config: Config, kind: str, site: str, ledger_id: str = "") -> BatchBackend:
-    """The batch backend of one kind for one site (imports only what that kind needs); `ledger_id` marks the
-    jobs of this ledger where a batch system may be shared (HTCondor)."""
-    if kind == "local":
-        from MSUnmerged.jobs.local import LocalBackend
-        siteconfigs = {s.get("site"): s.get("siteconfig") for s in config.jobs.sites.values() if s.get("siteconfig")}
-        return LocalBackend(config, siteconfig=siteconfigs.get(site))
-    if kind == "condor":
-        from MSUnmerged.jobs.condor import CondorBackend
-        return CondorBackend(config.condor, config.jobs, config.state_dir / "condor-jobs", ledger_id=ledger_id)
-    if kind == "slurm":
-        from MSUnmerged.jobs.slurm import SlurmBackend
-        return SlurmBackend.from_config(config, site)
-    raise ValueError(f"unknown batch backend {kind!r}")  # config validation prevents this
-
-
-def site_of(config: Config, rse: str) -> str:
-    return config.jobs.sites.get(rse, {}).get("site") or site_from_rse(rse) or rse
-
-
-def make_router(config: Config, ledger_id: str = "") -> RoutingBackend:
-    """The service's batch backend: each RSE's jobs go to the backend of its site."""
-    return RoutingBackend(config, lambda kind, site: make_backend(config, kind, site, ledger_id),
-                          lambda rse: site_of(config, rse))
+def make_router(config: Config, ledger_id: str = "", attributes: Optional[RSEAttributes] = None) -> RoutingBackend:
+    """The service's batch backend: each RSE's jobs go to the backend of its site (resolve_site, with the RSE
+    attributes of `attributes`, the service's sources)."""
+    return RoutingBackend(config, lambda rse: resolve_site(config.jobs, rse, attributes), ledger_id)
 
 
 @contextlib.contextmanager
@@ -51,7 +30,8 @@ def build_service(config: Config, sources: Optional[Sources] = None,
             sources = LiveSources(config)
         ledger = Ledger(client[config.mongo.database], config.mongo.generations_kept)
         ledger.ensure_indexes()
-        service = Service(config, ledger, sources, make_router(config, ledger.instance_id()), instance=instance)
+        service = Service(config, ledger, sources, make_router(config, ledger.instance_id(), sources),
+                          instance=instance)
         try:
             yield service
         finally:

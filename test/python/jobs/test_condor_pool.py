@@ -18,7 +18,7 @@ from typing import Callable, Iterator, Mapping
 
 import pytest
 
-from MSUnmerged.config import CondorConfig, JobsConfig
+from MSUnmerged.config import CondorConfig, JobsConfig, SiteConfig
 from MSUnmerged.jobs.backend import BackendError, JobState, JobStatus, wait_for
 from MSUnmerged.jobs.condor import CondorBackend, htcondor2
 from MSUnmerged.jobs.spec import CleanupJob, DeleteFilesStep
@@ -124,7 +124,7 @@ def test_jobs_delete_files_and_reports_come_back(condor_pool: CondorPool, backen
         expected = {lfn: "missing" if "never-there" in lfn else "deleted" for lfn in job.step.lfns}
         assert outcomes == expected
         assert lines[-1]["exit_code"] == 0
-        assert (backend.job_dir(job.job_id) / "job.err").exists() and backend.output(job.job_id) == ""
+        assert (backend.job_dir(job.job_id) / "job.err").read_text() == ""  # retrieved with the report
         backend.remove(job.job_id, ids[job.job_id], "collected")
     for lfn in (lfn for s in sets for lfn in s):
         assert not condor_pool.inside(STORAGE + lfn).exists()
@@ -157,12 +157,11 @@ def test_revalidation_removes_only_jobs_not_started(condor_pool: CondorPool, bac
     backend.condor.requirements = "False"
     waiting = backend.submit(make_jobs(t, [[f"/store/unmerged/E/P/T/p-v1/{t}/q{i}.root"] for i in range(2)]))
     wait_until(backend, waiting, lambda s: s.state is JobState.QUEUED and s.reason == "", timeout=30)
-    assert backend.pending(waiting) == waiting
+    assert {s.state for s in backend.poll(waiting).values()} == {JobState.QUEUED}
     removed = backend.remove_pending(waiting, "revalidation: file became protected")
     assert sorted(removed) == sorted(waiting)
     states = backend.poll(waiting)
     assert all(s.state is JobState.REMOVED for s in states.values())
-    assert backend.pending(waiting) == {}
 
 
 def test_vanished_job(backend: CondorBackend, condor_pool: CondorPool) -> None:
@@ -264,7 +263,7 @@ def silent_port() -> Iterator[int]:
 
 def test_silent_schedd_times_out_without_stalling_others(condor_pool: CondorPool, backend: CondorBackend,
                                                          worker: Path, silent_port: int, tmp_path: Path) -> None:
-    jobs = JobsConfig(sites={"T2_XX_Hung": {"site": "T2_XX_Hung", "pool": f"127.0.0.1:{silent_port}"}})
+    jobs = JobsConfig(sites={"T2_XX_Hung": SiteConfig(site="T2_XX_Hung", pool=f"127.0.0.1:{silent_port}")})
     cfg = config(condor_pool, condor_pool.token_dir("submitter"), ping_timeout_s=4)
     two = CondorBackend(cfg, jobs, tmp_path / "work2", worker=worker)
     results: dict[str, object] = {}
@@ -305,7 +304,7 @@ def test_crash_between_submit_and_record_is_reconciled(condor_pool: CondorPool, 
     found = backend.find(job_ids + [f"{RSE}:crash-{t}:never"])
     assert found == submitted
     assert sorted(queue(condor_pool, f'stringListMember(MSUnmergedJobId, "{",".join(job_ids)}")')) == sorted(job_ids)
-    assert backend.pending(found) == found
+    assert {s.state for s in backend.poll(found).values()} == {JobState.QUEUED}
     assert sorted(backend.remove_pending(found, "test cleanup")) == sorted(job_ids)
 
 
@@ -343,7 +342,7 @@ def test_site_config_and_credential_reach_the_job(condor_pool: CondorPool, worke
         request.addfinalizer(lambda: htcondor2.param.__setitem__("DELEGATE_JOB_GSI_CREDENTIALS", "True"))
     secret = max(source.read_text().splitlines(), key=len)  # the token, or a line of the proxy
     jobs = JobsConfig(credential=kind, token_file=str(source), proxy_file=str(source),
-                      sites={RSE: {"siteconfig": SERVICE_SITECONF}})
+                      sites={RSE: SiteConfig(siteconfig=SERVICE_SITECONF)})
     backend = CondorBackend(config(condor_pool, condor_pool.token_dir("submitter")), jobs, tmp_path / "work",
                             worker=worker)
     (job,) = make_jobs(t, [lfns])

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from MSUnmerged.config import CondorConfig, ConfigError, JobsConfig, load_config
+from MSUnmerged.config import CondorConfig, ConfigError, JobsConfig, SiteConfig, load_config
 from MSUnmerged.jobs.backend import JobState, credential_for, job_environment
 from MSUnmerged.jobs.condor import CondorBackend, Target, classify, parse_batch_id
 
@@ -36,8 +36,8 @@ def backend(tmp_path: Path) -> CondorBackend:
     cfg = CondorConfig(pool="pool.example:9618", schedd="schedd1", hold_max_s=600,
                        requirements="stringListMember(TARGET.GLIDEIN_CMSSite, MY.DESIRED_Sites)",
                        extra_attributes={"CMS_JobType": '"Cleanup"', "+CMS_Type": '"production"'})
-    jobs = JobsConfig(sites={"T1_XX_Disk": {"site": "T1_XX", "schedd": "schedd2", "pool": "other:9618"},
-                             "T2_YY": {"site": "T2_YY"}})
+    jobs = JobsConfig(sites={"T1_XX_Disk": SiteConfig(site="T1_XX", schedd="schedd2", pool="other:9618"),
+                             "T2_YY": SiteConfig(site="T2_YY")})
     return CondorBackend(cfg, jobs, tmp_path / "work", worker=worker)
 
 
@@ -88,7 +88,7 @@ def test_exit_by_signal() -> None:
 
 def test_description_carries_site_config_and_credential(backend: CondorBackend, tmp_path: Path) -> None:
     jobs = backend.jobs
-    jobs.sites["T2_YY"].update(siteconfig="/cvmfs/cms.cern.ch/SITECONF/T2_YY", credential="token")
+    jobs.sites["T2_YY"].siteconfig, jobs.sites["T2_YY"].credential = "/cvmfs/cms.cern.ch/SITECONF/T2_YY", "token"
     jobs.token_file, jobs.proxy_file = str(tmp_path / "token"), str(tmp_path / "x509up")
     token = credential_for(jobs, "T2_YY")
     d = backend.description("T2_YY", 500, 500, 3600, job_environment(jobs, "T2_YY", token), token)
@@ -96,7 +96,7 @@ def test_description_carries_site_config_and_credential(backend: CondorBackend, 
     assert d["environment"] == ("\"SITECONFIG_PATH='/cvmfs/cms.cern.ch/SITECONF/T2_YY' "
                                 "MSUNMERGED_CREDENTIAL='token' BEARER_TOKEN_FILE='storage.token'\"")
     assert "x509userproxy" not in d and str(tmp_path) not in d["environment"]
-    jobs.sites["T2_YY"]["credential"] = "proxy"
+    jobs.sites["T2_YY"].credential = "proxy"
     proxy = credential_for(jobs, "T2_YY")
     d = backend.description("T2_YY", 500, 500, 3600, job_environment(jobs, "T2_YY", proxy), proxy)
     assert d["x509userproxy"] == str(tmp_path / "x509up")  # HTCondor delegates it and sets X509_USER_PROXY

@@ -6,9 +6,10 @@ import time
 from pathlib import Path
 
 from MSUnmerged import planner
-from MSUnmerged.config import Config
+from MSUnmerged.config import Config, SiteConfig
 from MSUnmerged.jobs.spec import CleanupJob, job_dirs, make_job, relevant_protection
-from MSUnmerged.worker.cleanup import MANIFEST_VERSION, Job
+from MSUnmerged.worker.cleanup import Job
+from MSUnmerged.worker.ids import MANIFEST_VERSION
 
 B = "/store/unmerged/Run2024F/Muon0/AOD/PromptReco-v1"
 
@@ -51,7 +52,7 @@ def test_jobs_from_a_real_plan(tmp_path: Path) -> None:
 
 def test_make_job_carries_the_mapping_check_and_scan_start() -> None:
     cfg = Config()
-    cfg.jobs.sites = {"T2_XX_A": {"pfn_layout": "site_specific"}}
+    cfg.jobs.sites = {"T2_XX_A": SiteConfig(pfn_layout="site_specific")}
     lfns = [f"{B}/00000/a.root"]
     job = make_job("T2_XX_A:1:1", "T2_XX_A", "T2_XX", lfns, set(), [], cfg, unmerged_pfn="root://se//store/unmerged/",
                    scan_started=1700000000.5)

@@ -8,7 +8,7 @@ from typing import Callable, Mapping, Optional
 
 import pytest
 
-from MSUnmerged.config import JobsConfig
+from MSUnmerged.config import JobsConfig, SiteConfig
 from MSUnmerged.jobs.backend import JobState, JobStatus, wait_for
 from MSUnmerged.jobs.slurm import SlurmBackend
 from MSUnmerged.jobs.spec import CleanupJob, DeleteFilesStep
@@ -74,7 +74,9 @@ def transport(request: pytest.FixtureRequest) -> str:
 def backend_for(cluster, transport: str, tmp_path: Path, siteconf: Path, worker: Optional[Path],
                 jobs: Optional[JobsConfig] = None, **overrides) -> SlurmBackend:
     settings = cluster.settings(transport, tmp_path / "slurm-work", **overrides)
-    return SlurmBackend(settings, {RSE: str(siteconf)}, worker, jobs)
+    jobs = jobs or JobsConfig()
+    jobs.sites[RSE] = SiteConfig(siteconfig=str(siteconf))
+    return SlurmBackend(settings, jobs, worker)
 
 
 def test_array_deletes_files_and_reports(slurm_cluster, transport, tmp_path, storage, worker) -> None:

@@ -5,9 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from MSUnmerged.config import Config, ConfigError, _validate
+from MSUnmerged.config import Config, ConfigError, SiteConfig, _validate
 from MSUnmerged.jobs.backend import JobState
-from MSUnmerged.jobs.slurm import SlurmBackend, SlurmRecord, _expand, job_folder, map_state
+from MSUnmerged.jobs.router import RoutingBackend
+from MSUnmerged.jobs.slurm import SlurmBackend
+from MSUnmerged.jobs.slurm.rest import _expand
+from MSUnmerged.jobs.slurm.states import SlurmRecord, map_state
+from MSUnmerged.worker.ids import job_folder
 
 
 def rec(state: str, reason: str = "None") -> SlurmRecord:
@@ -71,14 +75,16 @@ def test_site_overrides_and_validation(tmp_path: Path) -> None:
     cfg.slurm.work_dir = "/hpc/scratch/msunmerged"
     cfg.slurm.sites = {"T2_XX_HPC": {"transport": "rest", "rest_url": "https://rest.hpc:6820", "user": "cms",
                                      "token_file": "/etc/tok", "array_parallel": "50"}}
-    cfg.jobs.sites = {"T2_XX_HPC_Disk": {"site": "T2_XX_HPC", "backend": "slurm", "siteconfig": "/cvmfs/x/T2_XX_HPC"},
-                      "T2_YY_Disk": {"site": "T2_YY", "backend": "condor", "siteconfig": "/cvmfs/x/T2_YY"}}
+    cfg.jobs.sites = {"T2_XX_HPC_Disk": SiteConfig(site="T2_XX_HPC", backend="slurm", siteconfig="/cvmfs/x/T2_XX_HPC"),
+                      "T2_YY_Disk": SiteConfig(site="T2_YY", backend="condor", siteconfig="/cvmfs/x/T2_YY")}
     _validate(cfg)
     site = cfg.slurm.for_site("T2_XX_HPC")
     assert (site.transport, site.array_parallel, site.work_dir) == ("rest", 50, "/hpc/scratch/msunmerged")
     assert cfg.slurm.for_site("T2_ZZ").transport == "cli"
-    backend = SlurmBackend.from_config(cfg, "T2_XX_HPC", worker=None)
-    assert backend.siteconfigs == {"T2_XX_HPC_Disk": "/cvmfs/x/T2_XX_HPC"}
+    router = RoutingBackend(cfg, lambda rse: cfg.jobs.sites[rse].site)
+    backend = router.for_rse("T2_XX_HPC_Disk")  # built by SlurmBackend.from_config for its site
+    assert isinstance(backend, SlurmBackend) and backend.settings == site
+    assert backend.jobs.setting("T2_XX_HPC_Disk", "siteconfig") == "/cvmfs/x/T2_XX_HPC"
 
     cfg.slurm.sites["T2_XX_HPC"]["transport"] = "ssh"
     with pytest.raises(ConfigError, match="slurm.sites.T2_XX_HPC.transport"):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pymongo import MongoClient
 
-from MSUnmerged.config import Config
+from MSUnmerged.config import Config, SiteConfig
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.service import RunResult, Service
 from MSUnmerged.sources.offline import OfflineSources
@@ -45,7 +45,7 @@ def main(url: str, db: str, sources: str, batch: str, state: str, instance: str,
     config.service.parallel_rses = 2
     config.service.interval_s = 3600
     config.planner.files_per_job = 100
-    config.jobs.sites = json.loads(Path(sites).read_text())
+    config.jobs.sites = {rse: SiteConfig(**s) for rse, s in json.loads(Path(sites).read_text()).items()}
     ledger = Ledger(MongoClient(url)[db])
     ledger.ensure_indexes()
     svc = LoggingService(config, ledger, OfflineSources(sources), LoggedLocalBackend(config, Path(batch)),

@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from MSUnmerged import sample
-from MSUnmerged.config import Config
-from MSUnmerged.jobs.local import MANIFEST_NAME, LocalBackend
+from MSUnmerged.config import Config, SiteConfig
+from MSUnmerged.jobs.local import LocalBackend
 from MSUnmerged.jobs.spec import CleanupJob
 from MSUnmerged.samplesite import fill_storage, write_site
 from MSUnmerged.sources.offline import OfflineSources
-from MSUnmerged.wiring import site_of
+from MSUnmerged.sites import resolve_site
+from MSUnmerged.worker.ids import MANIFEST_NAME
 
 NOBODY = 65534
 # Runs the worker as nobody in its job folder (made writable for it), so that storage permissions apply.
@@ -49,8 +50,9 @@ def make_site(base: Path, sources: Path, rse: str, config: Config) -> Path:
     in config.jobs.sites; returns the storage folder."""
     storage = base / "storage" / rse
     fill_storage(storage, sources / "dumps" / f"{rse}.txt")
-    siteconf = write_site(base / "siteconf", storage, site=site_of(config, rse), rse=rse, volume=f"{rse}_posix")
-    config.jobs.sites.setdefault(rse, {})["siteconfig"] = str(siteconf)
+    siteconf = write_site(base / "siteconf", storage, site=resolve_site(config.jobs, rse, OfflineSources(sources)), rse=rse,
+                          volume=f"{rse}_posix")
+    config.jobs.sites.setdefault(rse, SiteConfig()).siteconfig = str(siteconf)
     return storage
 
 

@@ -12,7 +12,7 @@ import pytest
 from pymongo import MongoClient
 from pymongo.database import Database
 
-from MSUnmerged.config import Config
+from MSUnmerged.config import Config, SiteConfig
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.service import STEPS, Service
 from MSUnmerged.sources.offline import OfflineSources
@@ -32,7 +32,7 @@ def service(tmp: Path, db: Database, src: Path, hook: Any = None) -> Service:
     config.service.dry_run = False
     config.planner.files_per_job = 250
     if (tmp / "storage" / RSE).exists():  # the restarted instance works on the same site
-        config.jobs.sites[RSE] = {"siteconfig": str(next((tmp / "siteconf" / "SITECONF").iterdir()))}
+        config.jobs.sites[RSE] = SiteConfig(siteconfig=str(next((tmp / "siteconf" / "SITECONF").iterdir())))
     else:
         make_site(tmp, src, RSE, config)
     ledger = Ledger(db)

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -43,7 +44,7 @@ def test_two_instances_one_killed_mid_cycle(tmp_path: Path, mongo_url: str, mong
     config.service.state_dir = str(tmp_path / "state-check")
     config.service.lease_ttl_s = 10
     storages = {rse: make_site(tmp_path, tmp_path / "src", rse, config) for rse in RSES}
-    (tmp_path / "sites.json").write_text(json.dumps(config.jobs.sites))
+    (tmp_path / "sites.json").write_text(json.dumps({rse: asdict(s) for rse, s in config.jobs.sites.items()}))
     db_name = f"instances_{os.getpid()}"
     mongo_client.drop_database(db_name)
     db = mongo_client[db_name]

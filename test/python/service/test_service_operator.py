@@ -27,7 +27,7 @@ def test_dry_run_is_dry_run_done_then_real_mode_deletes_the_same_generation(tmp_
     src = write_sources(tmp_path / "src", [RSE], files=600)
     svc = make_service(tmp_path, mongo_db, src, dry_run=True)
     local = svc.backend
-    svc.backend = RoutingBackend(svc.config, lambda kind, site: local, lambda rse: rse)
+    svc.backend = RoutingBackend(svc.config, lambda rse: rse, factory=lambda kind, site: local)
     before = files_left(tmp_path / "storage" / RSE)
 
     first = svc.run_once(RSE, wait_s=60)

@@ -198,7 +198,7 @@ def test_preflight_refusal_is_recorded_and_other_rses_go_on(tmp_path: Path, mong
     make_site(tmp_path, src, fine, svc.config)
     backends = {broken: LocalBackend(svc.config, tmp_path / "batch", python="/nonexistent/python3"),
                 fine: svc.backend}
-    svc.backend = RoutingBackend(svc.config, lambda kind, site: backends[site], lambda rse: rse)
+    svc.backend = RoutingBackend(svc.config, lambda rse: rse, factory=lambda kind, site: backends[site])
     results = svc.cycle([broken, fine], slot=1)
     assert (results[broken].action, results[broken].reason) == ("failed", "backend_unreachable")
     doc = svc.ledger.rse(broken)

@@ -14,7 +14,7 @@ from typing import Any, Optional, Sequence
 import pytest
 from pymongo.database import Database
 
-from MSUnmerged.config import Config
+from MSUnmerged.config import Config, SiteConfig
 from MSUnmerged.jobs.local import LocalBackend
 from MSUnmerged.jobs.spec import CleanupJob
 from MSUnmerged.ledger import Ledger
@@ -42,7 +42,7 @@ def configure(config: Config, site: str, siteconf: Optional[Path], rses: dict[st
     config.guards.max_delete_fraction = 1.0
     config.jobs.retries = 0
     for rse in rses:
-        config.jobs.sites[rse] = {"site": site, **({"siteconfig": str(siteconf)} if siteconf else {})}
+        config.jobs.sites[rse] = SiteConfig(site=site, siteconfig=str(siteconf) if siteconf else "")
 
 
 class ManifestsKept(LocalBackend):

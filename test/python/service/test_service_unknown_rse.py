@@ -37,7 +37,7 @@ dry_run = false
 url = "{mongo_url}"
 database = "{mongo_db.name}"
 [jobs.sites.{RSE}]
-siteconfig = "{config.jobs.sites[RSE]['siteconfig']}"
+siteconfig = "{config.jobs.sites[RSE].siteconfig}"
 """)
     monkeypatch.setenv("MSUNMERGED_CONFIG", str(tmp_path / "c.toml"))
     build = wiring.build_service

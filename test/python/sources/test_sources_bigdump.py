@@ -10,6 +10,7 @@ from typing import Iterator
 import pytest
 
 from MSUnmerged.config import AuthConfig, Config, ConMonConfig
+from MSUnmerged.dumpreader import iter_chunks
 from MSUnmerged.planner import plan
 from MSUnmerged.sample import SampleSpec
 from MSUnmerged.sources.conmon import ConMonClient
@@ -58,9 +59,8 @@ def test_big_dump_streams_in_bounded_memory(web: FakeCMSWeb, tmp_path: Path, fmt
     client = ConMonClient(ConMonConfig(url=web.conmon_url, format=fmt, read_timeout_s=60), AuthConfig())
     stats = client.stats("T1_US_BIG_Disk")
     t0 = time.monotonic()
-    with PeakRSS() as mem:
-        result = plan("T1_US_BIG_Disk", client.iter_dump("T1_US_BIG_Disk"), smp.protected, Config(),
-                      tmp_path / "plan", stats=stats)
+    with PeakRSS() as mem, client.open_dump("T1_US_BIG_Disk") as stream:
+        result = plan("T1_US_BIG_Disk", iter_chunks(stream), smp.protected, Config(), tmp_path / "plan", stats=stats)
     seconds = time.monotonic() - t0
     growth = mem.peak - mem.base
     print(f"\n{fmt}: {LINES} lines in {seconds:.1f} s = {LINES / seconds:,.0f} lines/s; "

@@ -9,7 +9,7 @@ from typing import Iterator
 import pytest
 
 from MSUnmerged.config import AuthConfig, ConMonConfig, WMStatsConfig
-from MSUnmerged.dumpreader import iter_chunks
+from MSUnmerged.dumpreader import DumpError, iter_chunks
 from MSUnmerged.sample import SampleSpec
 from MSUnmerged.sources.conmon import ConMonClient
 from MSUnmerged.sources.errors import SourceError
@@ -36,6 +36,12 @@ def wmstats(web: FakeCMSWeb, t0: bool = True, auth: AuthConfig | None = None) ->
     return WMStatsClient(cfg, auth or AuthConfig())
 
 
+def dump_chunks(client: ConMonClient, rse: str, *filters: list[str]) -> Iterator[bytes]:
+    """The dump as the service plans it: open_dump's stream through the dumpreader."""
+    with client.open_dump(rse, *filters) as stream:
+        yield from iter_chunks(stream)
+
+
 def lines(chunks: Iterator[bytes]) -> list[str]:
     return b"".join(chunks).decode().splitlines()
 
@@ -53,7 +59,7 @@ def test_stats_all_and_one(web: FakeCMSWeb, conmon_stats: dict) -> None:
 
 @pytest.mark.parametrize("fmt", ["raw", "text", "json"])
 def test_dump_every_format(web: FakeCMSWeb, fmt: str, conmon_dump_lfns: list[str]) -> None:
-    assert lines(conmon(web, fmt).iter_dump(FIXTURE_RSE)) == conmon_dump_lfns
+    assert lines(dump_chunks(conmon(web, fmt), FIXTURE_RSE)) == conmon_dump_lfns
     query = web.requests[-1][1]
     assert query == {"rse": FIXTURE_RSE, "format": fmt}
 
@@ -69,7 +75,7 @@ def test_server_side_include_exclude(web: FakeCMSWeb, conmon_dump_lfns: list[str
     include = ["/store/unmerged/RunIIAutumn18FSPremix/", "/store/unmerged/Run2016G/"]
     first = next(x for x in conmon_dump_lfns if x.startswith(include[0]))
     exclude = ["/".join(first.split("/")[:5]) + "/"]  # one primary dataset of the included era
-    got = lines(conmon(web, "text").iter_dump(FIXTURE_RSE, include, exclude))
+    got = lines(dump_chunks(conmon(web, "text"), FIXTURE_RSE, include, exclude))
     want = [x for x in conmon_dump_lfns if x.startswith(tuple(include)) and not x.startswith(tuple(exclude))]
     assert got == want and 0 < len(got) < len(conmon_dump_lfns)
     assert web.requests[-1][1]["include"] == ",".join(include)
@@ -78,7 +84,7 @@ def test_server_side_include_exclude(web: FakeCMSWeb, conmon_dump_lfns: list[str
 
 def test_retries_5xx_before_streaming(web: FakeCMSWeb, conmon_dump_lfns: list[str]) -> None:
     web.fault("files", status=503, times=2)
-    assert lines(conmon(web, "text").iter_dump(FIXTURE_RSE)) == conmon_dump_lfns
+    assert lines(dump_chunks(conmon(web, "text"), FIXTURE_RSE)) == conmon_dump_lfns
     assert [r[0] for r in web.requests] == ["files"] * 3
 
 
@@ -92,7 +98,7 @@ def test_5xx_after_retries(web: FakeCMSWeb) -> None:
 
 def test_4xx_is_not_retried(web: FakeCMSWeb) -> None:
     with pytest.raises(SourceError) as err:
-        list(conmon(web).iter_dump("T2_XX_Nowhere"))
+        list(dump_chunks(conmon(web), "T2_XX_Nowhere"))
     assert (err.value.kind, err.value.status) == ("http_status", 404)
     assert len(web.requests) == 1
 
@@ -117,7 +123,7 @@ def test_stall_mid_dump_times_out(web: FakeCMSWeb) -> None:
     web.add_generated_rse("T2_US_GEN", SampleSpec(files=20_000))  # many blocks: the stall is mid-body
     web.fault("files", stall_s=2.0)
     with pytest.raises(SourceError) as err:
-        list(conmon(web, "text", read_timeout_s=0.3).iter_dump("T2_US_GEN"))
+        list(dump_chunks(conmon(web, "text", read_timeout_s=0.3), "T2_US_GEN"))
     assert err.value.kind == "timeout"
 
 
@@ -134,7 +140,7 @@ def test_unreachable() -> None:
 def test_dump_cut_in_the_middle_content_length(web: FakeCMSWeb, fmt: str) -> None:
     web.fault("files", cut_after=20_000)  # fixture dump: sent with Content-Length
     with pytest.raises(SourceError) as err:
-        list(conmon(web, fmt).iter_dump(FIXTURE_RSE))
+        list(dump_chunks(conmon(web, fmt), FIXTURE_RSE))
     assert err.value.kind == "truncated"
 
 
@@ -143,22 +149,21 @@ def test_dump_cut_in_the_middle_chunked(web: FakeCMSWeb, fmt: str) -> None:
     web.add_generated_rse("T2_US_GEN", SampleSpec(files=20_000))  # generated: chunked, no length
     web.fault("files", cut_after=300_000)
     with pytest.raises(SourceError) as err:
-        list(conmon(web, fmt).iter_dump("T2_US_GEN"))
+        list(dump_chunks(conmon(web, fmt), "T2_US_GEN"))
     assert err.value.kind == "truncated"
 
 
 def test_gzip_with_corrupt_tail(web: FakeCMSWeb) -> None:
-    web.fault("files", corrupt_tail=True)
-    with pytest.raises(SourceError) as err:
-        list(conmon(web, "raw").iter_dump(FIXTURE_RSE))
-    assert err.value.kind == "truncated" and "gzip" in err.value.message
+    web.fault("files", corrupt_tail=True)  # the planner records it as guard dump_unreadable
+    with pytest.raises(DumpError, match="gzip stream is truncated or corrupt"):
+        list(dump_chunks(conmon(web, "raw"), FIXTURE_RSE))
 
 
 @pytest.mark.parametrize("body", [b"<html><body>Single sign-on</body></html>", b'{"error": "no such RSE"}'])
 def test_dump_that_is_not_a_dump(web: FakeCMSWeb, body: bytes) -> None:
     web.fault("files", body=body)
     with pytest.raises(SourceError) as err:
-        list(conmon(web, "text").iter_dump(FIXTURE_RSE))
+        list(dump_chunks(conmon(web, "text"), FIXTURE_RSE))
     assert err.value.kind == "bad_content"
 
 
@@ -172,7 +177,7 @@ def test_stats_not_an_object(web: FakeCMSWeb) -> None:
 def test_empty_dump_is_empty(web: FakeCMSWeb) -> None:
     web.add_rse("T2_US_EMPTY", [])
     for fmt in ("raw", "text", "json"):
-        assert lines(conmon(web, fmt).iter_dump("T2_US_EMPTY")) == []
+        assert lines(dump_chunks(conmon(web, fmt), "T2_US_EMPTY")) == []
 
 
 # -- WMStats -------------------------------------------------------------------------------------
@@ -218,7 +223,7 @@ def test_bearer_token_sent_and_never_logged(web: FakeCMSWeb, tmp_path: Path,
     caplog.set_level(logging.DEBUG)
     conmon(web, auth=auth).stats()
     wmstats(web, auth=auth).protected_lfns()
-    list(conmon(web, "text", auth=auth).iter_dump(FIXTURE_RSE))
+    list(dump_chunks(conmon(web, "text", auth=auth), FIXTURE_RSE))
     web.fault("stats", status=503)
     with pytest.raises(SourceError) as err:
         conmon(web, auth=auth).stats()

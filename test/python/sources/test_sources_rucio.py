@@ -7,9 +7,11 @@ from typing import Any
 
 import pytest
 
-from MSUnmerged.config import AuthConfig, RucioConfig
+from MSUnmerged.config import AuthConfig, JobsConfig, RucioConfig, SiteConfig
+from MSUnmerged.ledger import LedgerError
+from MSUnmerged.sites import resolve_site, site_from_rse
 from MSUnmerged.sources.errors import SourceError
-from MSUnmerged.sources.rucio import RucioSource, rse_info, site_from_rse
+from MSUnmerged.sources.rucio import RucioSource
 from servers.rucio import ROOT_PASS, RucioServer, add_cms_rse
 
 # RSE -> (site attribute or None, tier, rse_type, cms_type)
@@ -66,33 +68,35 @@ def test_invalid_expression(rucio: RucioServer, tmp_path: Path) -> None:
 
 def test_rse_attributes(rucio: RucioServer, tmp_path: Path) -> None:
     src = source(rucio, tmp_path)
-    info = src.rse_info("T2_US_NEBRASKA")
-    assert (info.site, info.rse_type, info.tier) == ("T2_US_Nebraska", "DISK", 2)
-    assert info.attributes["country"] == "US" and info.attributes["cms_type"] == "real"
-    derived = src.rse_info("T2_US_WISCONSIN")
-    assert derived.site == "T2_US_WISCONSIN" and derived.tier == 2
-    assert src.rse_info("T1_US_FNAL_TAPE").rse_type == "TAPE"
+    attrs = src.rse_attributes("T2_US_NEBRASKA")
+    assert (attrs["site"], attrs["tier"], attrs["country"], attrs["cms_type"]) == ("T2_US_Nebraska", "2", "US", "real")
+    assert "site" not in src.rse_attributes("T2_US_WISCONSIN")
     with pytest.raises(SourceError) as err:
-        src.rse_info("T2_XX_NOWHERE")
+        src.rse_attributes("T2_XX_NOWHERE")
     assert err.value.kind == "no_match"
 
 
-def test_lfns2pfns_delete(rucio: RucioServer, tmp_path: Path) -> None:
-    lfns = ["/store/unmerged/Run2024F/Muon0/AOD/PromptReco-v1/000/383/123/A.root",
-            "/store/unmerged/Run2024F/Muon0/AOD/PromptReco-v1/000/383/123"]
-    pfns = source(rucio, tmp_path).lfns2pfns("T2_US_NEBRASKA", lfns, operation="delete")
-    assert set(pfns) == set(lfns)
-    for lfn, pfn in pfns.items():
-        # identity lfn2pfn of a generic server: <proto prefix>/<scope>/<name>
-        assert pfn.startswith("root://xrootd.example.org:1094/store/test/rucio/") and pfn.endswith(lfn)
-    assert source(rucio, tmp_path).lfns2pfns("T2_US_NEBRASKA", []) == {}
-
-
-def test_lfns2pfns_without_protocol(rucio: RucioServer, tmp_path: Path) -> None:
-    rucio.admin_client().add_rse("T2_US_NOPROTO")
-    with pytest.raises(SourceError) as err:
-        source(rucio, tmp_path).lfns2pfns("T2_US_NOPROTO", ["/store/unmerged/a/b.root"])
-    assert err.value.kind in ("no_match", "http_status")
+def test_site_from_the_rucio_attribute_where_configured(rucio: RucioServer, tmp_path: Path) -> None:
+    """jobs.site_attribute names the attribute; jobs.sites.<RSE>.site wins over it; the name is the last resort."""
+    src = source(rucio, tmp_path)
+    admin = rucio.admin_client()
+    add_cms_rse(admin, "T2_US_RENAMED_DISK", site="T2_US_Moved", country="US")
+    admin.add_rse_attribute("T2_US_RENAMED_DISK", "cms_site", "T2_US_Elsewhere")
+    jobs = JobsConfig()
+    assert resolve_site(jobs, "T2_US_RENAMED_DISK", src) == "T2_US_RENAMED"  # not configured: the name only
+    jobs.site_attribute = "site"
+    assert resolve_site(jobs, "T2_US_RENAMED_DISK", src) == "T2_US_Moved"
+    jobs.site_attribute = "cms_site"
+    assert resolve_site(jobs, "T2_US_RENAMED_DISK", src) == "T2_US_Elsewhere"
+    assert resolve_site(jobs, "T2_US_WISCONSIN", src) == "T2_US_WISCONSIN"  # no such attribute: the name
+    jobs.sites["T2_US_RENAMED_DISK"] = SiteConfig(site="T2_US_Operator")
+    assert resolve_site(jobs, "T2_US_RENAMED_DISK", src) == "T2_US_Operator"
+    admin.add_rse("NOT_CMS_LIKE")
+    with pytest.raises(LedgerError) as err:
+        resolve_site(jobs, "NOT_CMS_LIKE", src)
+    assert err.value.reason == "no_site" and "jobs.sites.NOT_CMS_LIKE.site" in err.value.detail
+    with pytest.raises(SourceError):  # Rucio cannot say: no guess
+        resolve_site(jobs, "T2_XX_NOWHERE", src)
 
 
 def test_wrong_password(rucio: RucioServer, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -141,22 +145,20 @@ def test_unreachable(tmp_path: Path) -> None:
     assert err.value.kind == "unreachable"
 
 
-@pytest.mark.parametrize("name, attrs, site, tier, rse_type", [
-    ("T1_US_FNAL_Disk", {}, "T1_US_FNAL", 1, "DISK"),
-    ("T1_UK_RAL_Tape", {}, "T1_UK_RAL", 1, "TAPE"),
-    ("T2_UK_London_Brunel", {}, "T2_UK_London_Brunel", 2, "DISK"),
-    ("T2_CH_CERN", {"site": "T2_CH_CERN_P5", "tier": "2"}, "T2_CH_CERN_P5", 2, "DISK"),
+@pytest.mark.parametrize("name, site", [
+    ("T1_US_FNAL_Disk", "T1_US_FNAL"),
+    ("T1_UK_RAL_Tape", "T1_UK_RAL"),
+    ("T2_UK_London_Brunel", "T2_UK_London_Brunel"),
+    ("not_a_cms_rse", None),
 ])
-def test_site_from_attributes_or_name(name: str, attrs: dict, site: str, tier: int, rse_type: str) -> None:
-    info = rse_info(name, attrs)
-    assert (info.site, info.tier, info.rse_type) == (site, tier, rse_type)
-    assert site_from_rse("not_a_cms_rse") is None
+def test_site_from_name(name: str, site: str) -> None:
+    assert site_from_rse(name) == site
 
 
 def test_unmerged_pfn_for_deletion(rucio: RucioServer, tmp_path: Path) -> None:
     src = source(rucio, tmp_path)
     pfn = src.unmerged_pfn("T2_US_NEBRASKA")
-    assert pfn == src.lfns2pfns("T2_US_NEBRASKA", ["/store/unmerged/"], operation="delete")["/store/unmerged/"]
+    # identity lfn2pfn of a generic server: <protocol prefix>/<scope>/<name>
     assert pfn.startswith("root://xrootd.example.org:1094/store/test/rucio/") and pfn.endswith("/store/unmerged/")
     rucio.admin_client().add_rse("T2_US_NOPROTO2")
     for rse in ("T2_XX_NOWHERE", "T2_US_NOPROTO2"):  # unknown RSE; an RSE without a protocol

@@ -20,7 +20,7 @@ from typing import Any
 from MSUnmerged import sample
 from MSUnmerged.cli import EXIT_FAILED, EXIT_GUARD, EXIT_OK, BadInput
 from MSUnmerged.cli.output import table
-from MSUnmerged.config import Config
+from MSUnmerged.config import Config, SiteConfig
 from MSUnmerged.embedded_mongo import in_use
 from MSUnmerged.samplesite import DEMO_RSE, DEMO_SITE, count_files, fill_storage, write_site
 from MSUnmerged.service import RunAction
@@ -62,7 +62,7 @@ def demo_config(config: Config, work: Path, siteconf: Path, apply: bool) -> Conf
                                       dry_run=config.service.dry_run and not apply)
     cfg.mongo = dataclasses.replace(config.mongo, url="")
     cfg.jobs = dataclasses.replace(config.jobs, backend="local",
-                                   sites={DEMO_RSE: {"site": DEMO_SITE, "siteconfig": str(siteconf)}})
+                                   sites={DEMO_RSE: SiteConfig(site=DEMO_SITE, siteconfig=str(siteconf))})
     return cfg
 
 

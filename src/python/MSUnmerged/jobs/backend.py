@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Protocol, Sequence
 
-from MSUnmerged.config import CREDENTIAL_FILE_KEY, JobsConfig
+from MSUnmerged.config import CREDENTIAL_FILE_KEY, Config, JobsConfig
 from MSUnmerged.jobs.spec import CleanupJob
 from MSUnmerged.worker import credentials
 
@@ -58,6 +58,11 @@ class BatchBackend(Protocol):
 
     name: str
 
+    @classmethod
+    def from_config(cls, config: Config, site: str, ledger_id: str = "") -> "BatchBackend":
+        """The backend that runs `site`'s jobs, from the configuration alone; `ledger_id` (Ledger.instance_id)
+        marks this ledger's jobs where several services may share the batch system."""
+
     def preflight(self, rse: Optional[str] = None) -> None:
         """Check the batch system (the one `rse`'s jobs go to, if given) is reachable and accepts our
         credentials; raise BackendError."""
@@ -76,6 +81,20 @@ class BatchBackend(Protocol):
 
     def remove(self, job_id: str, batch_id: str, reason: str) -> None:
         """Remove a job from the batch system (before it runs, or after its report was fetched)."""
+
+    def remove_pending(self, batch_ids: Mapping[str, str], reason: str) -> list[str]:
+        """Remove those of these jobs that have not started (revalidation); returns the removed job ids.
+        A job that started meanwhile stays and keeps being tracked."""
+
+
+def remove_queued(backend: BatchBackend, batch_ids: Mapping[str, str], reason: str) -> list[str]:
+    """remove_pending by polling: the jobs reported QUEUED now are removed. Exact for the local backend (it
+    starts jobs only when polled); on Slurm a task that starts between the two is stopped while running
+    (its report still says what it did)."""
+    queued = [j for j, s in backend.poll(batch_ids).items() if s.state is JobState.QUEUED]
+    for job_id in queued:
+        backend.remove(job_id, batch_ids[job_id], reason)
+    return queued
 
 
 def wait_for(backend: BatchBackend, batch_ids: Mapping[str, str], timeout: float,

@@ -33,17 +33,16 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 os.environ.setdefault("CONDOR_CONFIG", "/dev/null")
 import htcondor2  # noqa: E402
 
-from MSUnmerged.config import CondorConfig, JobsConfig  # noqa: E402
+from MSUnmerged.config import Config, CondorConfig, JobsConfig  # noqa: E402
 from MSUnmerged.jobs.backend import (BackendError, JobCredential, JobState, JobStatus, credential_for,  # noqa: E402
                                      deliver_report, job_environment, write_private)
 from MSUnmerged.jobs.spec import CleanupJob  # noqa: E402
+from MSUnmerged.worker.ids import MANIFEST_NAME, REPORT_NAME, job_folder  # noqa: E402
 
 log = logging.getLogger(__name__)
 
 JOB_ID_ATTR = "MSUnmergedJobId"
 LEDGER_ATTR = "MSUnmergedLedger"
-MANIFEST_NAME = "manifest.json"
-REPORT_NAME = "report.jsonl"
 REMOVE_PREFIX = "MSUnmerged: "  # RemoveReason of our own removals, to tell them from the schedd's
 SPOOLING_HOLD = 16  # HoldReasonCode while a spool=True submit waits for its input files
 SPOOL_GRACE_S = 3600  # a job still waiting for its inputs this long lost its submitter: remove it
@@ -100,10 +99,6 @@ def _quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _safe_name(job_id: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", job_id)
-
-
 def _member(attr: str, values: Iterable[Any]) -> str:
     items = ", ".join(_quote(v) if isinstance(v, str) else str(v) for v in values)
     return f"member({attr}, {{{items}}})"
@@ -135,12 +130,18 @@ class CondorBackend:
         self._lock = threading.Lock()
         configure_security(condor)
 
+    @classmethod
+    def from_config(cls, config: Config, site: str, ledger_id: str = "") -> "CondorBackend":
+        """Every RSE's schedd is found per RSE (target), so one backend serves any site; work files go under
+        <state_dir>/condor-jobs."""
+        return cls(config.condor, config.jobs, config.state_dir / "condor-jobs", ledger_id=ledger_id)
+
     # ----- where jobs go ---------------------------------------------------------------------------------
 
     def target(self, rse: Optional[str] = None) -> Target:
-        """The RSE's schedd: jobs.sites[rse] may set 'pool' and 'schedd', else the [condor] ones."""
-        site = self.jobs.sites.get(rse or "", {})
-        return Target(site.get("pool") or self.condor.pool, site.get("schedd") or self.condor.schedd)
+        """The RSE's schedd: jobs.sites.<rse> may set `pool` and `schedd`, else the [condor] ones."""
+        site = self.jobs.for_rse(rse or "")
+        return Target(site.pool or self.condor.pool, site.schedd or self.condor.schedd)
 
     def _targets(self) -> list[Target]:
         found = [self.target()] + [self.target(rse) for rse in self.jobs.sites]
@@ -222,7 +223,7 @@ class CondorBackend:
         return Path(self._worker).resolve()
 
     def job_dir(self, job_id: str) -> Path:
-        return self.workdir / "jobs" / _safe_name(job_id)
+        return self.workdir / "jobs" / job_folder(job_id)
 
     def description(self, site: str, memory_mb: int, disk_mb: int, runtime_s: int,
                     env: Optional[Mapping[str, str]] = None, credential: Optional[JobCredential] = None
@@ -446,11 +447,6 @@ class CondorBackend:
                 return None
         return deliver_report(report, dest)
 
-    def output(self, job_id: str, name: str = "job.err") -> str:
-        """A retrieved output file of the job (job.out, job.err), for error messages; '' if none."""
-        path = self.job_dir(job_id) / name
-        return path.read_text(errors="replace") if path.exists() else ""
-
     # ----- removal and reconciliation --------------------------------------------------------------------
 
     def _act(self, schedd: htcondor2.Schedd, action: Any, spec: str, reason: str) -> Any:
@@ -468,16 +464,6 @@ class CondorBackend:
         except Exception as exc:
             raise BackendError(classify(str(exc), "bad_answer"), f"remove {batch_id} from {name}: {exc}") from None
         shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
-
-    def pending(self, batch_ids: Mapping[str, str]) -> dict[str, str]:
-        """The jobs among these that have not started: idle, or held (spooling or otherwise)."""
-        out: dict[str, str] = {}
-        for name, wanted in self._by_schedd(batch_ids).items():
-            schedd = self._schedd_by_name(name)
-            for key, ad in self._ads(schedd, name, wanted, history=False).items():
-                if ad.get("JobStatus") in (1, 5):
-                    out[wanted[key]] = batch_ids[wanted[key]]
-        return out
 
     def remove_pending(self, batch_ids: Mapping[str, str], reason: str) -> list[str]:
         """Remove those of these jobs that have still not started (revalidation); returns the removed job ids.

@@ -9,10 +9,8 @@ running worker and the report's final summary line, which holds the worker's exi
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -23,12 +21,11 @@ from typing import Mapping, Optional, Sequence
 
 from MSUnmerged.config import Config
 from MSUnmerged.jobs.backend import (BackendError, JobState, JobStatus, credential_for, deliver_report,
-                                     job_environment, write_private)
+                                     job_environment, remove_queued, write_private)
 from MSUnmerged.jobs.spec import CleanupJob
 from MSUnmerged.jobs.workerpkg import build_worker
+from MSUnmerged.worker.ids import MANIFEST_NAME, REPORT_NAME, job_folder
 
-MANIFEST_NAME = "manifest.json"
-REPORT_NAME = "report.jsonl"
 LOG_NAME = "worker.log"
 PID_NAME = "worker.pid"
 ENV_NAME = "env.json"
@@ -54,16 +51,17 @@ class LocalBackend:
         self._queue: list[str] = []  # job dir names waiting to start
         self._removed: set[str] = set()
 
+    @classmethod
+    def from_config(cls, config: Config, site: str, ledger_id: str = "") -> "LocalBackend":
+        """The site's jobs under <state_dir>/local-jobs (this ledger's own folder, so `ledger_id` is not needed);
+        SITECONFIG_PATH of an RSE without its own `siteconfig`: that of another RSE of the site, if any."""
+        siteconfigs = {s.site: s.siteconfig for s in config.jobs.sites.values() if s.site and s.siteconfig}
+        return cls(config, siteconfig=siteconfigs.get(site))
+
     # -- helpers -----------------------------------------------------------------------------------
 
-    @staticmethod
-    def dir_name(job_id: str) -> str:
-        """A file-system-safe, unique folder name for a job id."""
-        safe = re.sub(r"[^A-Za-z0-9._-]+", "_", job_id)[:80]
-        return f"{safe}-{hashlib.sha1(job_id.encode()).hexdigest()[:8]}"
-
     def job_dir(self, job_id: str) -> Path:
-        return self.work_dir / self.dir_name(job_id)
+        return self.work_dir / job_folder(job_id)
 
     def worker(self) -> Path:
         """The worker zipapp every job runs (built once into the work folder)."""
@@ -106,7 +104,7 @@ class LocalBackend:
         out = {}
         worker = self.worker()
         for job in jobs:
-            name = self.dir_name(job.job_id)
+            name = job_folder(job.job_id)
             jdir = self.work_dir / name
             if (jdir / PID_NAME).exists() or (jdir / REPORT_NAME).exists():
                 out[job.job_id] = BATCH_PREFIX + name  # already submitted: never run a job twice
@@ -169,13 +167,16 @@ class LocalBackend:
         return JobStatus(job_id, JobState.VANISHED, batch_id, "no such local job")
 
     def find(self, job_ids: Sequence[str]) -> dict[str, str]:
-        return {j: BATCH_PREFIX + self.dir_name(j) for j in job_ids if (self.job_dir(j) / MANIFEST_NAME).exists()}
+        return {j: BATCH_PREFIX + job_folder(j) for j in job_ids if (self.job_dir(j) / MANIFEST_NAME).exists()}
 
     def fetch_report(self, job_id: str, batch_id: str, dest: Path) -> Optional[Path]:
         report = self.work_dir / self._dir_of(batch_id) / REPORT_NAME
         if not report.exists():
             return None
         return deliver_report(report, dest)
+
+    def remove_pending(self, batch_ids: Mapping[str, str], reason: str) -> list[str]:
+        return remove_queued(self, batch_ids, reason)
 
     def remove(self, job_id: str, batch_id: str, reason: str) -> None:
         """Queued: dropped. Running: SIGTERM (the worker stops, reports the rest not attempted), then

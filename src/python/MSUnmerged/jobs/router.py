@@ -1,36 +1,30 @@
 """A BatchBackend that sends each RSE's jobs to the backend its site uses."""
 from __future__ import annotations
 
+import functools
+import importlib
 import threading
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
-from MSUnmerged.config import Config
-from MSUnmerged.jobs.backend import BatchBackend, JobState, JobStatus
+from MSUnmerged.config import BACKENDS, Config
+from MSUnmerged.jobs.backend import BatchBackend, JobStatus
 from MSUnmerged.jobs.spec import CleanupJob
+from MSUnmerged.worker.ids import rse_of
 
 # kind ("local", "condor", "slurm"), site -> a backend for that site
 BackendFactory = Callable[[str, str], BatchBackend]
+# Each kind's class, imported only when an RSE uses it (htcondor2 and requests are not needed by every service).
+_CLASSES = {"local": "MSUnmerged.jobs.local:LocalBackend", "condor": "MSUnmerged.jobs.condor:CondorBackend",
+            "slurm": "MSUnmerged.jobs.slurm:SlurmBackend"}
+assert set(_CLASSES) == set(BACKENDS)
 
 
-def rse_of(job_id: str) -> str:
-    """The RSE of a ledger job id "<rse>:<dump version>:<n>"."""
-    return job_id.rsplit(":", 2)[0]
-
-
-def remove_unstarted(backend: BatchBackend, batch_ids: Mapping[str, str], reason: str) -> list[str]:
-    """Remove those of these jobs that have not started; returns the removed job ids.
-
-    A backend with `remove_pending` (HTCondor) decides atomically on its side; otherwise the jobs it
-    reports QUEUED now are removed (the local backend starts jobs only when polled).
-    """
-    atomic = getattr(backend, "remove_pending", None)
-    if atomic is not None:
-        return list(atomic(batch_ids, reason))
-    queued = [j for j, s in backend.poll(batch_ids).items() if s.state is JobState.QUEUED]
-    for job_id in queued:
-        backend.remove(job_id, batch_ids[job_id], reason)
-    return queued
+def build_backend(config: Config, kind: str, site: str, ledger_id: str = "") -> BatchBackend:
+    """The batch backend of one kind for one site, through its from_config."""
+    module, _, name = _CLASSES[kind].partition(":")
+    cls: type[BatchBackend] = getattr(importlib.import_module(module), name)
+    return cls.from_config(config, site, ledger_id=ledger_id)
 
 
 def backend_name(backend: BatchBackend, rse: str) -> str:
@@ -39,13 +33,15 @@ def backend_name(backend: BatchBackend, rse: str) -> str:
 
 
 class RoutingBackend:
-    """Routes by RSE: `jobs.sites[rse]["backend"]` when set, else `jobs.backend`; one backend per (kind, site)."""
+    """Routes by RSE: `jobs.sites.<rse>.backend` when set, else `jobs.backend`, to the backend of the RSE's site
+    (`site_of`: sites.resolve_site); one backend per (kind, site), built by `factory` (default: build_backend)."""
 
     name = "router"  # never on a job record: backend_name() names the backend the RSE's jobs go to
 
-    def __init__(self, config: Config, factory: BackendFactory, site_of: Callable[[str], str]) -> None:
+    def __init__(self, config: Config, site_of: Callable[[str], str], ledger_id: str = "",
+                 factory: Optional[BackendFactory] = None) -> None:
         self.config = config
-        self.factory = factory
+        self.factory = factory or functools.partial(build_backend, config, ledger_id=ledger_id)
         self.site_of = site_of
         self._backends: dict[tuple[str, str], BatchBackend] = {}
         # One lock per backend: RSE threads of one site share it, and backends are not thread-safe.
@@ -53,9 +49,8 @@ class RoutingBackend:
         self._lock = threading.Lock()
 
     def for_rse(self, rse: str) -> BatchBackend:
-        settings = self.config.jobs.sites.get(rse, {})
-        kind = settings.get("backend") or self.config.jobs.backend
-        site = settings.get("site") or self.site_of(rse)
+        kind = self.config.jobs.setting(rse, "backend")
+        site = self.site_of(rse)
         with self._lock:
             if (kind, site) not in self._backends:
                 backend = self._backends[(kind, site)] = self.factory(kind, site)
@@ -114,9 +109,8 @@ class RoutingBackend:
             backend.remove(job_id, batch_id, reason)
 
     def remove_pending(self, batch_ids: Mapping[str, str], reason: str) -> list[str]:
-        """remove_unstarted on each RSE's backend."""
         out: list[str] = []
         for backend, ids in self._split(batch_ids).values():
             with self._use(backend):
-                out += remove_unstarted(backend, {i: batch_ids[i] for i in ids}, reason)
+                out += backend.remove_pending({i: batch_ids[i] for i in ids}, reason)
         return out

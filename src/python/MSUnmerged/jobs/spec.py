@@ -9,7 +9,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 from MSUnmerged.config import Config
 from MSUnmerged.lfn import normalise_base
-from MSUnmerged.worker.cleanup import MANIFEST_VERSION
+from MSUnmerged.worker.ids import MANIFEST_VERSION
 from MSUnmerged.worker.paths import ancestors
 
 
@@ -38,7 +38,7 @@ class DeleteFilesStep:
 class CleanupJob:
     """One cleanup job: a Cleanup task holding a DeleteFiles step, for one RSE at one site."""
 
-    job_id: str  # ledger id: "<rse>:<dump version>:<n>"
+    job_id: str  # ledger id: worker.ids.job_id
     rse: str
     site: str
     deadline: float  # epoch seconds; the worker refuses to start after it
@@ -130,7 +130,7 @@ def make_job(job_id: str, rse: str, site: str, lfns: list[str], removable: set[s
                            dry_run=config.service.dry_run, file_timeout_s=j.file_timeout_s, retries=j.retries,
                            max_consecutive_denied=j.max_consecutive_denied, unmerged_pfn=unmerged_pfn,
                            mapping_check="rucio" if unmerged_pfn is not None else "site_config_only",
-                           pfn_layout=j.sites.get(rse, {}).get("pfn_layout", "standard"),
+                           pfn_layout=j.for_rse(rse).pfn_layout,
                            scan_started=scan_started)
     return CleanupJob(job_id=job_id, rse=rse, site=site, step=step, generation=generation,
                       deadline=(time.time() if now is None else now) + j.deadline_h * 3600,

@@ -35,6 +35,7 @@ from MSUnmerged.ledger.states import (BACKEND_JOB_STATES, DIR_RANK, LIVE_JOB_STA
                                       RETRIABLE, SUBMITTED, DirState, FileState, dir_failed)
 from MSUnmerged.seal import DIRS_NAME, JOBS_DIR, Seal
 from MSUnmerged.statemachine import RSEState
+from MSUnmerged.worker.ids import file_id, gen_key, job_id
 
 EVENTS_KEPT = 50
 BATCH = 10_000
@@ -77,19 +78,6 @@ class Protection(Protocol):
     """The current protected list (lfn.PrefixSet)."""
 
     def covers(self, path: bytes) -> bool: ...
-
-
-def gen_key(generation: float) -> str:
-    """The generation (ConMon end_time) as it appears in ids."""
-    return f"{float(generation):.3f}"
-
-
-def file_id(rse: str, generation: float, lfn: str) -> str:
-    return f"{rse}|{gen_key(generation)}|{lfn}"
-
-
-def job_id(rse: str, generation: float, round_: int, n: int) -> str:
-    return f"{rse}:{gen_key(generation)}:{round_}-{n:06d}"
 
 
 def _prefix_range(prefix: str) -> dict[str, str]:

@@ -14,14 +14,14 @@ from MSUnmerged.collector import Collector, parse_report
 from MSUnmerged.config import Config
 from MSUnmerged.guards import PLAN_MODIFIED, GuardTripped, check_plan_lines, check_protection, split_lines
 from MSUnmerged.jobs.backend import BackendError, BatchBackend, JobState, JobStatus
-from MSUnmerged.jobs.router import backend_name, remove_unstarted
+from MSUnmerged.jobs.router import backend_name
 from MSUnmerged.jobs.spec import CleanupJob, make_job
-from MSUnmerged.ledger import LIVE_JOB_STATES, Leases, Ledger, LedgerError
+from MSUnmerged.ledger import LIVE_JOB_STATES, Leases, Ledger
 from MSUnmerged.ledger.states import BACKEND_JOB_STATES
 from MSUnmerged.lfn import PrefixSet
 from MSUnmerged.service.result import Hook
+from MSUnmerged.sites import resolve_site
 from MSUnmerged.sources import Sources
-from MSUnmerged.sources.rucio import site_from_rse
 
 log = logging.getLogger(__name__)
 
@@ -109,10 +109,7 @@ class JobKeeper:
         return len(ids)
 
     def _site(self, rse: str) -> str:
-        site = self.config.jobs.sites.get(rse, {}).get("site") or site_from_rse(rse)
-        if not site:
-            raise LedgerError("no_site", f"no site for RSE {rse}: set jobs.sites.{rse}.site")
-        return site
+        return resolve_site(self.config.jobs, rse, self.sources)
 
     def removable(self, rse: str, generation: float) -> set[str]:
         """The plan's removable directories: dirs.txt read as bytes, split on b"\\n" only, checked against
@@ -186,7 +183,7 @@ class JobKeeper:
         if not hit:
             return 0, 0
         gens = {j["_id"]: j["gen"] for j in waiting}
-        removed = remove_unstarted(self.backend, hit, "revalidation: files became protected")
+        removed = self.backend.remove_pending(hit, "revalidation: files became protected")
         dropped = 0
         for jid in removed:
             n = self.ledger.drop_protected(rse, gens[jid], protection, job=jid)

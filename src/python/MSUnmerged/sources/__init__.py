@@ -22,3 +22,7 @@ class Sources(Protocol):
 
     def unmerged_pfn(self, rse: str) -> Optional[str]:
         """Rucio's PFN of the RSE's /store/unmerged/ (None without Rucio); SourceError if it cannot answer."""
+
+    def rse_attributes(self, rse: str) -> dict[str, Any]:
+        """The RSE's attributes in Rucio (sites.resolve_site reads its site there where jobs.site_attribute is
+        set); SourceError if they cannot be read."""

@@ -9,7 +9,7 @@ import requests
 import urllib3
 
 from MSUnmerged.config import AuthConfig, ConMonConfig
-from MSUnmerged.dumpreader import CHUNK_BYTES, GZIP_MAGIC, DumpError, iter_chunks
+from MSUnmerged.dumpreader import GZIP_MAGIC
 from MSUnmerged.sources.errors import BAD_CONTENT, TRUNCATED, SourceError, from_exception
 from MSUnmerged.sources.http import HttpSource, make_session
 
@@ -54,16 +54,6 @@ class ConMonClient:
             yield DumpStream(resp, what)
         finally:
             resp.close()
-
-    def iter_dump(self, rse: str, include: Sequence[str] = (), exclude: Sequence[str] = (),
-                  chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
-        """Chunks of whole lines for planner.plan; a dump that cannot be read to its end raises
-        SourceError(truncated) instead of ending early."""
-        with self.open_dump(rse, include, exclude) as stream:
-            try:
-                yield from iter_chunks(stream, chunk_bytes)
-            except DumpError as exc:
-                raise SourceError(TRUNCATED, f"dump of {rse}: {exc}", SOURCE) from None
 
 
 class DumpStream:

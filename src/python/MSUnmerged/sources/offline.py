@@ -5,6 +5,7 @@ Layout of the directory:
   protected.json    the WMStats `protectedlfns` answer ({"result": [...]}) or a JSON list
   dumps/<RSE>       the RSE's dump (text, gzip or JSON array; any extension: .txt, .gz, .json)
   rses.json         optional list of RSE names (default: the keys of stats.json)
+  rse_attributes.json  optional Rucio RSE attributes: {RSE: {attribute: value}} (default: none)
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from MSUnmerged.sources.errors import BAD_CONTENT, HTTP_STATUS, NO_MATCH, Source
 
 
 class OfflineSources:
-    """Answers stats(), protected(), rses(), unmerged_pfn(rse) and open_dump(rse) from files in one directory."""
+    """Answers stats(), protected(), rses(), rse_attributes(rse), unmerged_pfn(rse) and open_dump(rse) from files
+    in one directory."""
 
     def __init__(self, directory: Path | str) -> None:
         self.directory = Path(directory)
@@ -52,6 +54,15 @@ class OfflineSources:
                 raise SourceError(BAD_CONTENT, "rses.json is not a list of RSE names", "rucio")
             return sorted(names)
         return sorted(self.stats())
+
+    def rse_attributes(self, rse: str) -> dict[str, Any]:
+        if not (self.directory / "rse_attributes.json").exists():
+            return {}
+        data = self._json("rse_attributes.json", "rucio")
+        attributes = data.get(rse, {}) if isinstance(data, dict) else None
+        if not isinstance(attributes, dict):
+            raise SourceError(BAD_CONTENT, "rse_attributes.json is not an object of RSE objects", "rucio")
+        return attributes
 
     def unmerged_pfn(self, rse: str) -> Optional[str]:
         """No Rucio offline: the jobs check the site configuration's own mapping only (site_config_only)."""

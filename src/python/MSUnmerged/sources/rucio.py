@@ -1,13 +1,11 @@
-"""Rucio client: the RSEs of an expression, their CMS attributes, and LFN -> PFN for deletion."""
+"""Rucio client: the RSEs of an expression, their attributes, and the PFN of /store/unmerged/ for deletion."""
 from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, TypeVar
+from typing import Any, Callable, Optional, TypeVar
 
 import requests
 
@@ -19,44 +17,7 @@ log = logging.getLogger(__name__)
 SOURCE = "rucio"
 SCOPE = "cms"
 UNMERGED = "/store/unmerged/"
-# CMS site names are T<tier>_<country>_<name> (the name may hold '_': T2_UK_London_Brunel);
-# RSE names are the site name, or it plus a storage suffix (T1_US_FNAL_Disk).
-_SITE_RE = re.compile(r"^(T([0-3])_[A-Z]{2}_\w+?)(?:_(?:Disk|Tape|Test|Temp))?$", re.IGNORECASE)
 T = TypeVar("T")
-
-
-@dataclass
-class RSEInfo:
-    """What the service needs to reach an RSE's site."""
-
-    name: str
-    site: str  # for +DESIRED_Sites
-    rse_type: str  # DISK | TAPE
-    tier: Optional[int]
-    attributes: dict[str, Any] = field(default_factory=dict)
-
-
-def site_from_rse(rse: str) -> Optional[str]:
-    """T1_US_FNAL_Disk -> T1_US_FNAL, T2_UK_London_Brunel -> itself; None when not CMS-like."""
-    m = _SITE_RE.match(rse)
-    return m.group(1) if m else None
-
-
-def rse_info(rse: str, attributes: dict[str, Any]) -> RSEInfo:
-    """Site, type and tier from the RSE attributes, falling back to what the name says."""
-    site = attributes.get("site") or site_from_rse(rse)
-    if not site:
-        raise SourceError(BAD_CONTENT, f"RSE {rse} has no 'site' attribute and its name has no CMS site", SOURCE)
-    tier: Any = attributes.get("tier")
-    if tier is None:
-        m = _SITE_RE.match(rse)
-        tier = m.group(2) if m else None
-    try:
-        tier = int(tier) if tier is not None else None
-    except (TypeError, ValueError):
-        raise SourceError(BAD_CONTENT, f"RSE {rse}: tier attribute {tier!r} is not a number", SOURCE) from None
-    rse_type = str(attributes.get("rse_type") or ("TAPE" if rse.lower().endswith("_tape") else "DISK")).upper()
-    return RSEInfo(rse, str(site), rse_type, tier, dict(attributes))
 
 
 class RucioSource:
@@ -85,25 +46,19 @@ class RucioSource:
             raise SourceError(NO_MATCH, f"RSE expression {expression!r} matched nothing", SOURCE)
         return names
 
-    def rse_info(self, rse: str) -> RSEInfo:
-        """The RSE's site (the `site` attribute, else derived from the name), type and tier."""
-        return rse_info(rse, self._call(f"attributes of {rse}", lambda c: c.list_rse_attributes(rse)))
-
-    def lfns2pfns(self, rse: str, lfns: Iterable[str], operation: str = "delete",
-                  scheme: Optional[str] = None) -> dict[str, str]:
-        """{lfn: pfn} as the RSE's protocol for `operation` maps them (cms scope)."""
-        dids = [f"{SCOPE}:{lfn}" for lfn in lfns]
-        if not dids:
-            return {}
-        answer = self._call(f"lfns2pfns at {rse}",
-                            lambda c: c.lfns2pfns(rse, dids, scheme=scheme, operation=operation))
-        prefix = len(SCOPE) + 1
-        return {did[prefix:]: pfn for did, pfn in answer.items()}
+    def rse_attributes(self, rse: str) -> dict[str, Any]:
+        """The RSE's attributes (CMS sets `site`, `tier`, `country`, `cms_type`, ...)."""
+        answer = self._call(f"attributes of {rse}", lambda c: c.list_rse_attributes(rse))
+        if not isinstance(answer, dict):
+            raise SourceError(BAD_CONTENT, f"attributes of {rse}: expected an object, got {answer!r}", SOURCE)
+        return answer
 
     def unmerged_pfn(self, rse: str) -> str:
         """The RSE's PFN of /store/unmerged/ for deletion, as Rucio maps it (the prefix WMCore MSUnmerged
         deletes under); the jobs' workers check that the site configuration maps it the same way."""
-        pfn = self.lfns2pfns(rse, [UNMERGED], operation="delete").get(UNMERGED)
+        did = f"{SCOPE}:{UNMERGED}"
+        answer = self._call(f"lfns2pfns at {rse}", lambda c: c.lfns2pfns(rse, [did], operation="delete"))
+        pfn = answer.get(did)
         if not isinstance(pfn, str) or not pfn.strip():
             raise SourceError(BAD_CONTENT, f"lfns2pfns at {rse} gave no PFN for {UNMERGED} (got {pfn!r})", SOURCE)
         return pfn

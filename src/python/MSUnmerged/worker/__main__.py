@@ -12,13 +12,14 @@ import sys
 from typing import List, Optional
 
 from . import cleanup
+from .ids import REPORT_NAME
 from .report import ReportWriter
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="msunmerged-worker", description="Delete the files of one cleanup job.")
     parser.add_argument("manifest", help="job manifest (JSON)")
-    parser.add_argument("--report", default="report.jsonl", help="report file to write (JSON lines)")
+    parser.add_argument("--report", default=REPORT_NAME, help="report file to write (JSON lines)")
     parser.add_argument("--dry-run", action="store_true", help="delete nothing, whatever the manifest says")
     args = parser.parse_args(argv)
     try:

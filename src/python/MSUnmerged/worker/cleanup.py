@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from . import credentials, deleters, paths, pfn, siteconf, storage
 from .deleters import AUTH_FAILED, DELETED, DENIED, MISSING, REFUSED, Deleter, Result, Seen
+from .ids import MANIFEST_VERSION
 from .report import (ABOVE_FLOOR, INVALID_LFN, KEPT, MAPPING_DISAGREES, MODIFIED_SINCE_SCAN, NO_PFN,
                      NOT_JOB_DIR, PFN_OUTSIDE_UNMERGED, PROTECTED, ReportWriter)
 
@@ -23,7 +24,6 @@ EXIT_CONFIG = 3  # the site configuration gives no usable way to delete, or disa
 EXIT_INTERNAL = 4  # the worker itself failed; the report holds what was done until then
 EXIT_AUTH = 5  # the storage credential is missing, expired or was refused: files are auth_failed
 
-MANIFEST_VERSION = 2
 REFUSED_PROTECTED = "under a protected directory"  # the error text of a PROTECTED refusal
 GOOD_FILE = ("deleted", "missing", "dry_run")
 BAD_DIR = ("permission_denied", "timeout", "storage_error", AUTH_FAILED)
