@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 
+from MSUnmerged.ledger import Ledger
 from e2e.e2e_layout_kit import ABSENT, DELETE, DENY, EXCLUDE, PROTECT, STALE, Layout
 from e2e.e2e_service_kit import rest_files
 from e2e.e2e_world_kit import World
@@ -81,6 +83,5 @@ def deletions_per_lfn(world: World, rse_prefix: str = "T2_XE_") -> dict[str, int
 def files_in_two_live_jobs(world: World) -> list[str]:
     """LFNs whose ledger record points at a job while another job document also lists it."""
     db = world.db()
-    dup = list(db.files.aggregate([{"$group": {"_id": {"rse": "$rse", "gen": "$gen", "lfn": "$lfn"},
-                                               "n": {"$sum": 1}}}, {"$match": {"n": {"$gt": 1}}}]))
-    return [str(d["_id"]) for d in dup]
+    seen = Counter((d["rse"], d["gen"], d["lfn"]) for d in Ledger(db).file_records())
+    return [str(k) for k, n in seen.items() if n > 1]

@@ -25,6 +25,7 @@ from typing import Any, Iterator, Optional
 
 from pymongo import MongoClient
 
+from MSUnmerged.ledger import Ledger
 from MSUnmerged.samplesite import AGE_S
 from e2e.e2e_layout_kit import ABSENT, Layout
 from servers import free_port, server_dir
@@ -129,7 +130,7 @@ class World:
         out = {}
         if gen is None:
             return out
-        for rec in db.files.find({"rse": rse, "gen": gen}):
+        for rec in Ledger(db).file_records(rse, gen):
             out[rec["lfn"]] = rec
         return out
 

@@ -18,6 +18,7 @@ from e2e.e2e_checks_kit import Tally, check_rse, deletions_per_lfn
 from e2e.e2e_layout_kit import make_layout
 from e2e.e2e_service_kit import ServiceProcess, wait_until
 from e2e.e2e_world_kit import World, configure
+from MSUnmerged.ledger import Ledger
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -69,7 +70,7 @@ def test_kill_at_every_step_then_restart(e2e_world: World) -> None:
             proc.kill()
             killed_at[name] = "paused"
     db = w.db()
-    partial = db.files.count_documents({"rse": lays["recording"].rse})
+    partial = len(Ledger(db).file_records(lays["recording"].rse))
     planned = sum(1 for f in lays["recording"].fates.values() if f == "delete")
 
     restarted = ServiceProcess(w, "kill-restart", "serve")

@@ -11,9 +11,9 @@ from typing import Any, Optional
 from MSUnmerged.cli import EXIT_OK, BadInput
 from MSUnmerged.config import Config
 from MSUnmerged.guards import UNKNOWN_RSE
+from MSUnmerged.ledger.view import MongoLedgerView
 from MSUnmerged.rest import app
 from MSUnmerged.rest.triggers import TriggerQueue, TriggerRefused
-from MSUnmerged.rest.view import MongoLedgerView
 from MSUnmerged.service import Service, UnknownRSE
 from MSUnmerged.sources import Sources
 from MSUnmerged.sources.errors import SourceError

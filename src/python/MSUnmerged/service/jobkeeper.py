@@ -16,8 +16,8 @@ from MSUnmerged.guards import PLAN_MODIFIED, GuardTripped, check_plan_lines, che
 from MSUnmerged.jobs.backend import BackendError, BatchBackend, JobState, JobStatus
 from MSUnmerged.jobs.router import backend_name
 from MSUnmerged.jobs.spec import CleanupJob, make_job
-from MSUnmerged.ledger import JOB_PLANNED, LIVE_JOB_STATES, Leases, Ledger
-from MSUnmerged.ledger.store import BACKEND_JOB_STATES, JOB_SUBMITTING
+from MSUnmerged.ledger import LIVE_JOB_STATES, Leases, Ledger
+from MSUnmerged.ledger.states import BACKEND_JOB_STATES
 from MSUnmerged.lfn import PrefixSet
 from MSUnmerged.service.result import Hook
 from MSUnmerged.sites import resolve_site
@@ -55,7 +55,7 @@ class JobKeeper:
 
     def submit_planned(self, rse: str, generation: float, protected: Sequence[str]) -> int:
         """Submit the generation's planned jobs: intent first, then submit, then mark (see `reconcile`)."""
-        jobs = self._jobs(rse, self.ledger.jobs_in(rse, [JOB_PLANNED], generation), protected)
+        jobs = self._jobs(rse, self.ledger.jobs_in(rse, [JobState.PLANNED], generation), protected)
         if not jobs:
             return 0
         self.backend.preflight(rse)  # refused or unreachable: BackendError, nothing recorded or submitted
@@ -65,7 +65,7 @@ class JobKeeper:
 
     def reconcile(self, rse: str) -> None:
         """Jobs left in `submitting` by a crash: adopt the ones the batch system has, submit the rest."""
-        pending = self.ledger.jobs_in(rse, [JOB_SUBMITTING])
+        pending = self.ledger.jobs_in(rse, [JobState.SUBMITTING])
         if not pending:
             return
         found = self.backend.find([j["_id"] for j in pending])

@@ -19,8 +19,8 @@ from MSUnmerged import planner, seal
 from MSUnmerged.config import Config
 from MSUnmerged.dumpreader import iter_chunks
 from MSUnmerged.guards import PLAN_MODIFIED, PLAN_OUTDATED, UNKNOWN_RSE, GuardTripped, check_counts
-from MSUnmerged.jobs.backend import BatchBackend
-from MSUnmerged.ledger import JOB_PLANNED, RETRIABLE, WOULD_DELETE, LeaseLost, Leases, Ledger, LedgerError, gen_key
+from MSUnmerged.jobs.backend import BatchBackend, JobState
+from MSUnmerged.ledger import RETRIABLE, FileState, LeaseLost, Leases, Ledger, LedgerError, gen_key
 from MSUnmerged.service.jobkeeper import JobKeeper
 from MSUnmerged.service.result import INTERNAL_ERROR, LEASE_LOST, Hook, RunAction, RunResult, failure_of
 from MSUnmerged.service.rses import InstanceRSEs, UnknownRSE
@@ -222,10 +222,10 @@ class Runner:
             return Progress()
         max_attempts = 1 + self.config.jobs.retries
         return Progress(
-            planned_jobs=len(self.ledger.jobs_in(rse, [JOB_PLANNED], generation)),
+            planned_jobs=len(self.ledger.jobs_in(rse, [JobState.PLANNED], generation)),
             retriable=self.ledger.count_files(rse, generation, RETRIABLE, attempts={"$lt": max_attempts}),
             exhausted=self.ledger.count_files(rse, generation, RETRIABLE, attempts={"$gte": max_attempts}),
-            would_delete=self.ledger.count_files(rse, generation, [WOULD_DELETE]))
+            would_delete=self.ledger.count_files(rse, generation, [FileState.WOULD_DELETE]))
 
     # -- planning ------------------------------------------------------------------------------
 
