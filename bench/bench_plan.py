@@ -70,6 +70,17 @@ def measure_baseline(dump: str, protected: str, stats: str, out: str) -> dict:
     return {"lines": n, "to_delete": kept, "wall_s": wall, "cpu_s": cpu, "peak_rss_mib": peak_rss_mib()}
 
 
+def inputs(data: Path, size: int, compress: bool = False) -> Path:
+    """The folder holding the generated dump of `size` lines (dump.txt or dump.gz), protected.json and
+    stats.json for RSE, generated on first use (bench_scale uses the same inputs)."""
+    folder = data / f"{size}-{'gz' if compress else 'txt'}"
+    if not (folder / "stats.json").exists():
+        t = time.time()
+        sample.write_sample_inputs(folder, RSE, sample.SampleSpec(files=size), compress=compress)
+        print(f"generated {folder} in {time.time() - t:.0f} s", file=sys.stderr)
+    return folder
+
+
 def in_child(kind: str, *args: str) -> dict:
     res = subprocess.run([sys.executable, __file__, "--child", kind, *args], capture_output=True, text=True,
                          check=True)
@@ -90,11 +101,7 @@ def main() -> None:
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
         for compress in (False, True):
-            folder = Path(args.data) / f"{size}-{'gz' if compress else 'txt'}"
-            if not (folder / "stats.json").exists():
-                t = time.time()
-                sample.write_sample_inputs(folder, RSE, sample.SampleSpec(files=size), compress=compress)
-                print(f"generated {folder} in {time.time() - t:.0f} s", file=sys.stderr)
+            folder = inputs(Path(args.data), size, compress)
             dump = str(folder / ("dump.gz" if compress else "dump.txt"))
             files = [dump, str(folder / "protected.json"), str(folder / "stats.json"), str(folder / "plan")]
             res = in_child("planner", *files)
