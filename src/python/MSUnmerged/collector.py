@@ -15,25 +15,27 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Protocol
 
 from MSUnmerged.jobs.backend import JobState, JobStatus
+from MSUnmerged.ledger.states import FileState
 from MSUnmerged.worker.cleanup import EXIT_CONFIG, REFUSED_PROTECTED
 from MSUnmerged.worker.paths import ancestors
 from MSUnmerged.worker.report import DIR_OUTCOMES, FILE_OUTCOMES, PROTECTED, REASONS
 
 # Worker outcome -> (ledger state, error class). A v2 line's `reason` becomes the error class.
 LEDGER_STATE = {
-    "deleted": ("deleted", ""),
-    "missing": ("missing", ""),
-    "dry_run": ("would_delete", ""),
-    "permission_denied": ("failed", "permission_denied"),
-    "timeout": ("failed", "timeout"),
-    "storage_error": ("failed", "storage_error"),
-    "refused": ("failed", "refused"),
-    "not_attempted": ("unknown", "not_attempted"),
-    "auth_failed": ("failed", "auth_failed"),
+    "deleted": (FileState.DELETED, ""),
+    "missing": (FileState.MISSING, ""),
+    "dry_run": (FileState.WOULD_DELETE, ""),
+    "permission_denied": (FileState.FAILED, "permission_denied"),
+    "timeout": (FileState.FAILED, "timeout"),
+    "storage_error": (FileState.FAILED, "storage_error"),
+    "refused": (FileState.FAILED, "refused"),
+    "not_attempted": (FileState.UNKNOWN, "not_attempted"),
+    "auth_failed": (FileState.FAILED, "auth_failed"),
 }
+SUCCESS = (FileState.DELETED, FileState.MISSING, FileState.WOULD_DELETE)  # no error class, no message
 # A job whose site configuration was unusable touched nothing: its files fail as config_error (retried only
 # up to jobs.retries like any failure, not taken for lost jobs).
-CONFIG_ERROR = ("failed", "config_error")
+CONFIG_ERROR = (FileState.FAILED, "config_error")
 _OPT_STR = (str, type(None))
 _OPT_INT = (int, type(None))
 # Report version -> keys of a file line and of a directory line.
@@ -188,12 +190,12 @@ def ledger_outcome(f: FileOutcome, exit_code: Optional[int] = None) -> dict[str,
     config_error = exit_code == EXIT_CONFIG and f.outcome == "not_attempted"
     state, cls = CONFIG_ERROR if config_error else LEDGER_STATE[f.outcome]
     if f.outcome == "refused" and (f.reason == PROTECTED or f.error == REFUSED_PROTECTED):  # v2, v1
-        state, cls = "skipped_protected", PROTECTED if f.reason else ""
-    elif f.reason and state not in ("deleted", "missing", "would_delete"):
+        state, cls = FileState.SKIPPED_PROTECTED, PROTECTED if f.reason else ""
+    elif f.reason and state not in SUCCESS:
         cls = f.reason
     # Success needs no message; a per-path one would also defeat the ledger's grouping of updates.
-    error = "" if state in ("deleted", "missing", "would_delete") else (f.error or "")
-    out = {"lfn": f.lfn, "state": state, "error_class": cls, "error": error, "attempts": f.attempts}
+    error = "" if state in SUCCESS else (f.error or "")
+    out = {"lfn": f.lfn, "state": state.value, "error_class": cls, "error": error, "attempts": f.attempts}
     if f.size is not None:
         out["size"] = f.size
     return out

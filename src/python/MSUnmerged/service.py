@@ -26,8 +26,8 @@ from MSUnmerged.guards import (PLAN_MODIFIED, PLAN_OUTDATED, UNKNOWN_RSE, GuardT
 from MSUnmerged.jobs.backend import BackendError, BatchBackend, JobState, JobStatus
 from MSUnmerged.jobs.router import backend_name, remove_unstarted
 from MSUnmerged.jobs.spec import CleanupJob, make_job
-from MSUnmerged.ledger import (JOB_PLANNED, LIVE_JOB_STATES, RETRIABLE, WOULD_DELETE, LeaseLost, Leases, Ledger,
-                               LedgerError, gen_key)
+from MSUnmerged.ledger import (LIVE_JOB_STATES, RETRIABLE, FileState, LeaseLost, Leases, Ledger, LedgerError,
+                               gen_key)
 from MSUnmerged.sources.errors import SourceError
 from MSUnmerged.sources.rucio import site_from_rse
 
@@ -304,10 +304,10 @@ class Service:
             return statemachine.Progress()
         max_attempts = 1 + self.config.jobs.retries
         return statemachine.Progress(
-            planned_jobs=len(self.ledger.jobs_in(rse, [JOB_PLANNED], generation)),
+            planned_jobs=len(self.ledger.jobs_in(rse, [JobState.PLANNED], generation)),
             retriable=self.ledger.count_files(rse, generation, RETRIABLE, attempts={"$lt": max_attempts}),
             exhausted=self.ledger.count_files(rse, generation, RETRIABLE, attempts={"$gte": max_attempts}),
-            would_delete=self.ledger.count_files(rse, generation, [WOULD_DELETE]))
+            would_delete=self.ledger.count_files(rse, generation, [FileState.WOULD_DELETE]))
 
     def _plan(self, rse: str, scan: Any, protected: list[str], plan_dir: Path, generation: float,
               doc: dict[str, Any], baseline: Optional[int]) -> tuple[planner.Plan, seal.Seal]:
@@ -363,7 +363,7 @@ class Service:
 
     def _submit_planned(self, rse: str, generation: float, protected: Sequence[str]) -> int:
         """Intent first, then submit, then mark: a crash in between is repaired by _reconcile."""
-        docs = self.ledger.jobs_in(rse, [JOB_PLANNED], generation)
+        docs = self.ledger.jobs_in(rse, [JobState.PLANNED], generation)
         if not docs:
             return 0
         removable, checks = self._removable(rse, generation), self._checks(rse, generation)
@@ -392,7 +392,7 @@ class Service:
 
     def _reconcile(self, rse: str) -> None:
         """Jobs left in `submitting` by a crash: adopt the ones the batch system has, submit the rest."""
-        pending = self.ledger.jobs_in(rse, ["submitting"])
+        pending = self.ledger.jobs_in(rse, [JobState.SUBMITTING])
         if not pending:
             return
         found = self.backend.find([j["_id"] for j in pending])

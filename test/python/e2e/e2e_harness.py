@@ -32,6 +32,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
@@ -39,6 +40,7 @@ from typing import Any, Callable, Iterator, Optional
 import pytest
 from pymongo import MongoClient
 
+from MSUnmerged.ledger import Ledger
 from MSUnmerged.samplesite import AGE_S
 from servers import REPO, Process, free_port, server_dir, wait_port
 from servers.condor import JOB_UID, CondorPool
@@ -288,7 +290,7 @@ class World:
         out = {}
         if gen is None:
             return out
-        for rec in db.files.find({"rse": rse, "gen": gen}):
+        for rec in Ledger(db).file_records(rse, gen):
             out[rec["lfn"]] = rec
         return out
 
@@ -630,6 +632,5 @@ def deletions_per_lfn(world: World, rse_prefix: str = "T2_XE_") -> dict[str, int
 def files_in_two_live_jobs(world: World) -> list[str]:
     """LFNs whose ledger record points at a job while another job document also lists it."""
     db = world.db()
-    dup = list(db.files.aggregate([{"$group": {"_id": {"rse": "$rse", "gen": "$gen", "lfn": "$lfn"},
-                                               "n": {"$sum": 1}}}, {"$match": {"n": {"$gt": 1}}}]))
-    return [str(d["_id"]) for d in dup]
+    seen = Counter((d["rse"], d["gen"], d["lfn"]) for d in Ledger(db).file_records())
+    return [str(k) for k, n in seen.items() if n > 1]

@@ -16,6 +16,7 @@ import pytest
 
 from e2e.e2e_harness import (ServiceProcess, Tally, World, check_rse, configure, deletions_per_lfn, make_layout,
                              wait_until)
+from MSUnmerged.ledger import Ledger
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -67,7 +68,7 @@ def test_kill_at_every_step_then_restart(e2e_world: World) -> None:
             proc.kill()
             killed_at[name] = "paused"
     db = w.db()
-    partial = db.files.count_documents({"rse": lays["recording"].rse})
+    partial = len(Ledger(db).file_records(lays["recording"].rse))
     planned = sum(1 for f in lays["recording"].fates.values() if f == "delete")
 
     restarted = ServiceProcess(w, "kill-restart", "serve")

@@ -12,6 +12,7 @@ from MSUnmerged.cli import EXIT_BAD_INPUT, EXIT_OK, main
 from MSUnmerged import wiring
 from MSUnmerged.samplesite import DEMO_RSE, DEMO_SITE
 from MSUnmerged.sources.offline import OfflineSources
+from MSUnmerged.ledger import Ledger
 from rest_seed import offline_site, seed_rse
 
 pytestmark = pytest.mark.integration
@@ -96,10 +97,10 @@ def test_clean_shows_the_plan_and_applies_only_when_told(offline_env: Database,
     assert main(["clean", "--rse", DEMO_RSE]) == EXIT_OK  # no terminal: shown, not applied
     out = capsys.readouterr()
     assert "to delete" in out.out and "nothing applied" in out.err
-    assert offline_env.files.count_documents({}) == 0 and offline_env.jobs.count_documents({}) == 0
+    assert not Ledger(offline_env).file_records() and offline_env.jobs.count_documents({}) == 0
     assert main(["clean", "--rse", DEMO_RSE, "--apply"]) == EXIT_OK
     out = capsys.readouterr()
     assert "new_generation" in out.out and f"{DEMO_RSE}: recorded" in out.err
     jobs = list(offline_env.jobs.find({"rse": DEMO_RSE}))
     assert jobs and all(j["state"] in ("queued", "running", "finished") for j in jobs)
-    assert offline_env.files.count_documents({"rse": DEMO_RSE}) == sum(j["files"] for j in jobs)
+    assert len(Ledger(offline_env).file_records(DEMO_RSE)) == sum(j["files"] for j in jobs)

@@ -23,7 +23,7 @@ from pymongo.errors import AutoReconnect
 from MSUnmerged.rest import app as rest
 from MSUnmerged.rest.auth import sign
 from MSUnmerged.rest.triggers import TriggerQueue
-from MSUnmerged.rest.view import MongoLedgerView
+from MSUnmerged.ledger.view import MongoLedgerView
 
 from rest_seed import seed_rse
 from servers import free_port

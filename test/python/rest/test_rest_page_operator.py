@@ -20,7 +20,7 @@ from MSUnmerged.config import Config
 from MSUnmerged.ledger import Ledger, history
 from MSUnmerged.rest import app as rest
 from MSUnmerged.rest import page
-from MSUnmerged.rest.view import MongoLedgerView
+from MSUnmerged.ledger.view import MongoLedgerView
 from rest_seed import seed_rse
 from test_rest_page import render
 

@@ -16,6 +16,7 @@ from typing import Any, Iterator
 import pytest
 from pymongo import MongoClient
 
+from MSUnmerged.ledger import Ledger
 from MSUnmerged.samplesite import DEMO_RSE, DEMO_SITE, count_files
 from rest_seed import offline_site
 from servers import Process, free_port, run_script, wait_port
@@ -129,7 +130,7 @@ def test_metrics_port_serves_metrics_only(served: Served) -> None:
 def test_trigger_plan_previews_without_recording(served: Served) -> None:
     rec = trigger(served, "plan")
     assert rec["result"]["rse"] == DEMO_RSE and rec["result"]["files_to_delete"] > 0 and not rec["result"]["guard"]
-    assert served.db.files.count_documents({"rse": DEMO_RSE}) == 0 and served.db.jobs.count_documents({}) == 0
+    assert not Ledger(served.db).file_records(DEMO_RSE) and served.db.jobs.count_documents({}) == 0
 
 
 def test_trigger_apply_cleans_the_rse_and_the_ledger_shows_it(served: Served) -> None:

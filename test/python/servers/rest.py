@@ -52,7 +52,7 @@ def rest_app(mongo_client: MongoClient, hmac_key: Path, tmp_path_factory: pytest
     """
     from MSUnmerged.rest import app as rest
     from MSUnmerged.rest.triggers import TriggerQueue
-    from MSUnmerged.rest.view import MongoLedgerView
+    from MSUnmerged.ledger.view import MongoLedgerView
 
     config = Config()
     config.rest.hmac_key_file = str(hmac_key)

@@ -48,7 +48,7 @@ def test_apply_drops_newly_protected_and_submits_the_rest(tmp_path: Path, mongo_
                  for lfn in json.loads((d / "manifest.json").read_text())["task"]["steps"][0]["lfns"]]
     planned = [x for name in plan.job_files for x in (tmp_path / "plan" / "jobs" / name).read_text().split()]
     assert sorted(submitted) == sorted(x for x in planned if not x.startswith(newly + "/"))
-    assert mongo_db.files.count_documents({"state": "skipped_protected"}) == 50
+    assert len(Ledger(mongo_db).file_records(state="skipped_protected")) == 50
     assert ledger.rse(RSE)["generations"][0]["dropped_protected"] == 50
     manifests = [json.loads((d / "manifest.json").read_text()) for d in (tmp_path / "batch").iterdir() if d.is_dir()]
     assert all(m["task"]["steps"][0]["dry_run"] for m in manifests)  # dry run is the default
@@ -69,7 +69,7 @@ def test_apply_refuses_an_empty_protected_list(tmp_path: Path, mongo_db: Databas
     result = svc.apply_plan(tmp_path / "plan", [])
     svc.stop()
     assert (result.state, result.reason) == ("guarded", "protected_list_empty")
-    assert backend.submissions() == [] and mongo_db.files.count_documents({}) == 0
+    assert backend.submissions() == [] and not Ledger(mongo_db).file_records()
 
 
 def test_apply_carries_the_scan_start_to_the_workers(tmp_path: Path, mongo_db: Database) -> None:

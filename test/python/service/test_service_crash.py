@@ -49,7 +49,7 @@ def run_to_end(svc: Service) -> None:
 
 
 def snapshot(db: Database) -> dict[str, Any]:
-    files = {d["_id"]: (d["state"], d["job"], d["attempts"], d.get("error_class")) for d in db.files.find()}
+    files = {d["_id"]: (d["state"], d["job"], d["attempts"], d.get("error_class")) for d in Ledger(db).file_records()}
     jobs = {d["_id"]: (d["state"], d["files"], d.get("batch_id"), d.get("summary")) for d in db.jobs.find()}
     rse = db.rses.find_one({"_id": RSE})
     return {"files": files, "jobs": jobs, "state": rse["state"], "generation": rse["generation"],

@@ -14,7 +14,7 @@ from MSUnmerged.jobs.local import LocalBackend
 from MSUnmerged.jobs.router import RoutingBackend
 from MSUnmerged.ledger import Ledger, history
 from MSUnmerged.rest.page import progress
-from MSUnmerged.rest.view import MongoLedgerView
+from MSUnmerged.ledger.view import MongoLedgerView
 from MSUnmerged.sources.errors import SourceError
 from svc_site import files_left, make_site, write_sources
 from test_service_run import RSE, make_service
@@ -52,7 +52,7 @@ def test_dry_run_is_dry_run_done_then_real_mode_deletes_the_same_generation(tmp_
     assert (real.action, real.generation, real.submitted > 0) == ("resume", generation, True)
     assert (doc["state"], doc["generation"], len(doc["generations"])) == ("clean", generation, 1)
     assert doc["counters"]["deleted"] == c["to_delete"] and doc["counters"]["would_delete"] == 0
-    deleted = {f["lfn"] for f in mongo_db.files.find({"rse": RSE, "state": "deleted"})}
+    deleted = {f["lfn"] for f in Ledger(mongo_db).file_records(RSE, state="deleted")}
     assert files_left(tmp_path / "storage" / RSE) == before - deleted
     days = history.rse_days(mongo_db, RSE)
     assert sum(d["deleted"] for d in days) == len(deleted)

@@ -55,10 +55,10 @@ def test_run_once_plans_submits_collects_and_ends_clean(tmp_path: Path, mongo_db
     assert c["protected"] + c["excluded"] + c["to_delete"] + sum(c["invalid"].values()) == 1200
     assert doc["protected_count"] > 0
     # Every planned file has exactly one record, in exactly one job.
-    assert mongo_db.files.count_documents({"rse": RSE}) == c["to_delete"]
+    assert len(Ledger(mongo_db).file_records(RSE)) == c["to_delete"]
     assert sorted(svc.backend.submissions()) == sorted(j["_id"] for j in mongo_db.jobs.find())
     # The files are really gone from the site, and only those.
-    deleted = {d["lfn"] for d in mongo_db.files.find({"state": "deleted"})}
+    deleted = {d["lfn"] for d in Ledger(mongo_db).file_records(state="deleted")}
     all_files = set((src / "dumps" / f"{RSE}.txt").read_text().split())
     assert files_left(tmp_path / "storage" / RSE) == all_files - deleted
     second = svc.run_once(RSE)
@@ -101,7 +101,7 @@ def test_missing_or_empty_protected_list_submits_nothing(tmp_path: Path, mongo_d
     assert result.state in ("guarded", "failed")
     assert result.reason in ("protected_list_empty", "wmstats_http_status")
     assert svc.ledger.rse(RSE)["reason"] == result.reason
-    assert svc.backend.submissions() == [] and mongo_db.files.count_documents({}) == 0
+    assert svc.backend.submissions() == [] and not Ledger(mongo_db).file_records()
 
 
 def test_failures_are_retried_then_reported_not_clean(mongo_db: Database) -> None:
@@ -126,7 +126,7 @@ def test_failures_are_retried_then_reported_not_clean(mongo_db: Database) -> Non
         assert (last.action, last.state, last.reason) == ("finish", "done_with_errors", "files_failed")
         c = svc.ledger.rse(RSE)["counters"]
         assert c["failed"] == 1 and c["failed_by_class"] == {"permission_denied": 1} and c["missing"] == 1
-        failed = mongo_db.files.find_one({"state": "failed"})
+        failed = next(iter(Ledger(mongo_db).file_records(state="failed")), None)
         assert failed["attempts"] == 2 and failed["job"].split(":")[-1].startswith("2-")
         assert failed["lfn"] == lines[-1] and (storage / lines[-1].lstrip("/")).exists()
     finally:
@@ -147,8 +147,8 @@ def test_new_dump_starts_new_generation_and_old_ones_are_pruned(tmp_path: Path, 
         gens.append(result.generation)
     doc = svc.ledger.rse(RSE)
     assert [g["gen"] for g in doc["generations"]] == gens[1:] and doc["generation"] == gens[2]
-    assert sorted(mongo_db.files.distinct("gen")) == gens[1:]
-    history = svc.ledger.file_history(RSE, mongo_db.files.find_one({"gen": gens[2]})["lfn"])
+    assert sorted({d["gen"] for d in Ledger(mongo_db).file_records()}) == gens[1:]
+    history = svc.ledger.file_history(RSE, Ledger(mongo_db).file_records(generation=gens[2])[0]["lfn"])
     assert [h["gen"] for h in history] == [gens[2], gens[1]]
 
 
@@ -177,15 +177,15 @@ def test_revalidation_removes_queued_jobs_with_newly_protected_files(tmp_path: P
         if svc.run_once(RSE, wait_s=60).action == "finish":
             break
     assert svc.ledger.rse(RSE)["state"] == "clean"
-    kept = {d["lfn"] for d in mongo_db.files.find({"job": queued, "state": "skipped_protected"})}
+    kept = {d["lfn"] for d in Ledger(mongo_db).file_records(job=queued, state="skipped_protected")}
     assert kept and all(lfn.startswith(newly[1] + "/") for lfn in kept)
     left = files_left(tmp_path / "storage" / RSE)
     assert kept <= left  # never deleted
     # The removed job's other files were planned again in a later round and deleted there.
     rest = queued_files - kept
     assert rest and not rest & left
-    assert {d["state"] for d in mongo_db.files.find({"lfn": {"$in": sorted(rest)}})} == {"deleted"}
-    assert mongo_db.files.count_documents({"state": {"$in": ["planned", "unknown", "failed"]}}) == 0
+    assert {d["state"] for d in Ledger(mongo_db).file_records() if d["lfn"] in rest} == {"deleted"}
+    assert not [d for d in Ledger(mongo_db).file_records() if d["state"] in ("planned", "unknown", "failed")]
     # The running job was not touched by revalidation: the worker decided (its manifest predates the change).
     assert mongo_db.jobs.find_one({"_id": running})["state"] == "finished"
 

@@ -77,7 +77,7 @@ class Site:
         doc = self.ledger.rse(RSE)
         assert (doc["state"], doc["reason"]) == ("guarded", reason)
         assert doc["events"][-1]["reason"] == reason
-        assert self.db.files.count_documents({}) == 0 and self.db.jobs.count_documents({}) == 0
+        assert not Ledger(self.db).file_records() and self.db.jobs.count_documents({}) == 0
         assert self.db.rses.count_documents({"_id": {"$ne": RSE}}) == 0
         assert self.backend.submissions() == []
         assert files_left(self.storage) == set(self.lines)
@@ -180,7 +180,7 @@ def test_the_sealed_plan_is_applied_exactly(tmp_path: Path, mongo_db: Database) 
     site.settle()
     want = planned(plan_dir)
     assert files_left(site.storage) == set(site.lines) - want  # file by file
-    assert {d["lfn"] for d in mongo_db.files.find()} == want
+    assert {d["lfn"] for d in Ledger(mongo_db).file_records()} == want
     entry = site.ledger.rse(RSE)["generations"][0]
     assert entry["seal"] == sealed["digest"] and entry["baseline_count"] == len(site.protected)
 
@@ -191,11 +191,11 @@ def test_an_applied_plan_applied_again_changes_nothing(tmp_path: Path, mongo_db:
     assert site.apply(plan_dir).submitted > 0
     site.settle()
     site.svc.run_once(RSE)  # collects: the RSE is clean
-    before = (site.ledger.rse(RSE), list(mongo_db.files.find()), list(mongo_db.jobs.find()))
+    before = (site.ledger.rse(RSE), Ledger(mongo_db).file_records(), list(mongo_db.jobs.find()))
     assert before[0]["state"] == "clean"
     again = site.apply(plan_dir)
     assert (again.reason, again.submitted, again.state) == ("already_applied", 0, "clean")
-    assert (site.ledger.rse(RSE), list(mongo_db.files.find()), list(mongo_db.jobs.find())) == before
+    assert (site.ledger.rse(RSE), Ledger(mongo_db).file_records(), list(mongo_db.jobs.find())) == before
 
 
 def test_an_older_or_another_plan_of_the_generation_is_outdated(tmp_path: Path, mongo_db: Database) -> None:
@@ -262,7 +262,7 @@ def test_a_plan_file_changed_after_the_check_is_refused_where_it_is_read(tmp_pat
     append(first_job(plan_dir), PROTECTED_FILE.encode() + b"\n")
     with pytest.raises(guards.GuardTripped, match="plan_modified"):
         site.ledger.record_plan(plan_dir, plan, plan.dump_version, sealed=sealed)
-    assert mongo_db.files.count_documents({}) == 0
+    assert not Ledger(mongo_db).file_records()
     first_job(plan_dir).write_bytes(original)
     assert site.apply(plan_dir).submitted > 0
     assert site.svc._removable(RSE, plan.dump_version)  # as sealed

@@ -15,6 +15,7 @@ from MSUnmerged.cli import EXIT_BAD_INPUT, EXIT_GUARD, EXIT_OK, EXIT_UNAVAILABLE
 from MSUnmerged.config import Config
 from MSUnmerged.dumpreader import iter_chunks
 from MSUnmerged.sources.offline import OfflineSources
+from MSUnmerged.ledger import Ledger
 from svc_site import make_site, write_sources
 
 pytestmark = pytest.mark.integration
@@ -83,7 +84,7 @@ def test_apply_refusals_exit_with_the_guard_code_and_show_in_status(cli: Path, m
         fh.write(b"/store/unmerged/Run3Era/Primary0/x.root\n")
     assert main(["apply", str(plan_dir), "--protected", str(cli / "protected.json")]) == EXIT_GUARD
     assert "plan_modified" in capsys.readouterr().err
-    assert mongo_db.files.count_documents({}) == 0
+    assert not Ledger(mongo_db).file_records()
     assert main(["status", "--json"]) == EXIT_OK
     assert guards.PLAN_MODIFIED in capsys.readouterr().out
 

@@ -12,6 +12,7 @@ from MSUnmerged.config import Config
 from MSUnmerged.jobs.local import LocalBackend
 from MSUnmerged.sources.offline import OfflineSources
 from MSUnmerged.wiring import build_service
+from MSUnmerged.ledger import Ledger
 from svc_site import files_left, make_site, write_sources
 
 pytestmark = pytest.mark.integration
@@ -37,8 +38,8 @@ def test_build_service_routes_two_rses_to_two_sites(tmp_path: Path, mongo_url: s
             db = svc.ledger.db
             for rse in RSES:
                 assert results[rse].action == "new_generation" and results[rse].submitted > 0, results[rse]
-                deleted = {d["lfn"] for d in db.files.find({"rse": rse, "state": "deleted"})}
-                assert deleted and deleted == {d["lfn"] for d in db.files.find({"rse": rse})}
+                deleted = {d["lfn"] for d in Ledger(db).file_records(rse, state="deleted")}
+                assert deleted and deleted == {d["lfn"] for d in Ledger(db).file_records(rse)}
                 everything = set((src / "dumps" / f"{rse}.txt").read_text().split())
                 assert files_left(storages[rse]) == everything - deleted
                 assert {j["site"] for j in db.jobs.find({"rse": rse})} == {config.jobs.sites[rse]["site"]}

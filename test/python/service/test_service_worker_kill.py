@@ -11,6 +11,7 @@ import pytest
 from pymongo.database import Database
 
 from MSUnmerged.jobs.local import PID_NAME, REPORT_NAME
+from MSUnmerged.ledger import Ledger
 from svc_site import files_left, write_sources
 from test_service_run import RSE, make_service
 
@@ -67,7 +68,7 @@ def test_killed_worker_partial_report_then_replanned(tmp_path: Path, mongo_db: D
 
     # Every file has one record and an outcome; only the killed job's unreported last batch can be
     # "missing" (deleted, then the worker died before writing it down).
-    files = list(mongo_db.files.find({"rse": RSE}))
+    files = Ledger(mongo_db).file_records(RSE)
     assert len(files) == len({f["lfn"] for f in files}) == to_delete
     states = {f["state"] for f in files}
     assert states <= {"deleted", "missing"}

@@ -12,7 +12,7 @@ from MSUnmerged.cli import EXIT_OK, BadInput
 from MSUnmerged.cli.ledgercli import known_rse, ledger_view
 from MSUnmerged.cli.output import table, truncated
 from MSUnmerged.config import Config
-from MSUnmerged.rest.view import DIR_STATES, FILE_STATES
+from MSUnmerged.ledger.view import DIR_STATES, FILE_STATES
 
 
 def register(subparsers: Any) -> None:

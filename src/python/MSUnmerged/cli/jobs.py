@@ -8,7 +8,7 @@ from MSUnmerged.cli import EXIT_OK
 from MSUnmerged.cli.ledgercli import known_rse, ledger_view, print_json
 from MSUnmerged.cli.output import moment, table, truncated
 from MSUnmerged.config import Config
-from MSUnmerged.rest.view import JOB_STATES
+from MSUnmerged.ledger.view import JOB_STATES
 
 
 def register(subparsers: Any) -> None:

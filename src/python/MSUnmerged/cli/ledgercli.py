@@ -9,7 +9,7 @@ from typing import Any, Iterator
 from MSUnmerged.cli import BadInput
 from MSUnmerged.config import Config
 from MSUnmerged.ledger import open_client
-from MSUnmerged.rest.view import MongoLedgerView
+from MSUnmerged.ledger.view import MongoLedgerView
 
 
 @contextlib.contextmanager

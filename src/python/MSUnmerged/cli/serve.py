@@ -14,7 +14,7 @@ from MSUnmerged.config import Config
 from MSUnmerged.guards import UNKNOWN_RSE
 from MSUnmerged.rest import app
 from MSUnmerged.rest.triggers import TriggerQueue, TriggerRefused
-from MSUnmerged.rest.view import MongoLedgerView
+from MSUnmerged.ledger.view import MongoLedgerView
 from MSUnmerged.service import Service, Sources, UnknownRSE
 from MSUnmerged.sources.errors import SourceError
 

@@ -17,6 +17,7 @@ from MSUnmerged.worker import credentials
 class JobState(str, enum.Enum):
     """Ledger job states; backends map their own states onto these."""
 
+    PLANNED = "planned"  # recorded in the ledger, not yet handed to a batch system
     SUBMITTING = "submitting"  # intent recorded in the ledger, submit not yet confirmed
     QUEUED = "queued"
     RUNNING = "running"

@@ -1,11 +1,11 @@
-"""The MongoDB ledger: files, jobs, RSE states, cycles and leases (see docs/ledger.md)."""
+"""The MongoDB ledger: buckets and rows of files, jobs, RSE states, cycles and leases (see docs/ledger.md)."""
 from MSUnmerged.ledger.connect import client_options, open_client
 from MSUnmerged.ledger.leases import LeaseLost, Leases
 from MSUnmerged.ledger.retry import LedgerError, with_retry
-from MSUnmerged.ledger.store import (DELETED, FAILED, FILE_STATES, JOB_PLANNED, LIVE_JOB_STATES, MISSING,
-                                     OUTCOME_STATES, PLANNED, RETRIABLE, SKIPPED_PROTECTED, UNKNOWN,
-                                     WOULD_DELETE, Ledger, file_id, gen_key, job_id)
+from MSUnmerged.ledger.states import (LIVE_JOB_STATES, NOT_DELETED, OUTCOME_STATES, RETRIABLE, SUBMITTED, DirState,
+                                      FileState)
+from MSUnmerged.ledger.store import Ledger, file_id, gen_key, job_id
 
-__all__ = ["DELETED", "FAILED", "FILE_STATES", "JOB_PLANNED", "LIVE_JOB_STATES", "MISSING", "OUTCOME_STATES",
-           "PLANNED", "RETRIABLE", "SKIPPED_PROTECTED", "UNKNOWN", "WOULD_DELETE", "LeaseLost", "Leases", "Ledger",
-           "LedgerError", "client_options", "file_id", "gen_key", "job_id", "open_client", "with_retry"]
+__all__ = ["LIVE_JOB_STATES", "NOT_DELETED", "OUTCOME_STATES", "RETRIABLE", "SUBMITTED", "DirState", "FileState",
+           "LeaseLost", "Leases", "Ledger", "LedgerError", "client_options", "file_id", "gen_key", "job_id",
+           "open_client", "with_retry"]

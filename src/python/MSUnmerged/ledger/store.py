@@ -1,17 +1,17 @@
 """The ledger: every planned file's fate, every job, every RSE's state and every cycle, in MongoDB.
 
 Collections (see docs/ledger.md):
-  rses    one document per RSE: state, reason, current generation, counters, last events
-  files   one per (RSE, generation, LFN); _id "<rse>|<generation>|<lfn>" makes re-recording idempotent
-          and serves generation and directory-prefix queries as _id ranges without extra indexes
-  dirs    one per (RSE, generation, directory) a job reported on; _id "<rse>|<generation>|<dir>"
-  jobs    one per cleanup job; _id "<rse>:<generation>:<round>-<n>"
-  cycles  one per polling cycle of an instance
-  leases  see leases.py
+  rses     one document per RSE: state, reason, current generation, counters, last events
+  buckets  one per (RSE, generation, directory, round-1 job): its files' names and outcome codes
+  files    a row per file that needs one (failures, unknown, protected since planning, retries);
+           _id "<rse>|<generation>|<lfn>". A file's record is its row, else its bucket entry (records.py)
+  dirs     one per (RSE, generation, directory) a job reported on; _id "<rse>|<generation>|<dir>"
+  jobs     one per cleanup job; _id "<rse>:<generation>:<round>-<n>"
+  cycles   one per polling cycle of an instance
+  leases   see leases.py
 
 A file's `state` changes when its job's outcome is known; whether the job is submitted is on the
-job document. That is one write per job instead of one per file (1M single-file updates take
-minutes on the embedded server).
+job document.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import os
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Protocol, Sequence
 
 from pymongo import ASCENDING, DESCENDING, InsertOne, ReturnDocument, UpdateMany, UpdateOne, errors
 from pymongo.collection import Collection
@@ -28,46 +28,55 @@ from pymongo.database import Database
 from MSUnmerged.config import PlannerConfig
 from MSUnmerged.guards import check_plan_lines, split_lines
 from MSUnmerged.jobs.backend import JobState
-from MSUnmerged.jobs.spec import CleanupJob
-from MSUnmerged.ledger import history
+from MSUnmerged.ledger import buckets as bk
+from MSUnmerged.ledger import history, records
 from MSUnmerged.ledger.retry import LedgerError, with_retry
-from MSUnmerged.lfn import PrefixSet
-from MSUnmerged.planner import Plan
+from MSUnmerged.ledger.states import (BACKEND_JOB_STATES, DIR_RANK, LIVE_JOB_STATES, NOT_DELETED, OUTCOME_STATES,
+                                      RETRIABLE, SUBMITTED, DirState, FileState, dir_failed)
 from MSUnmerged.seal import DIRS_NAME, JOBS_DIR, Seal
 from MSUnmerged.statemachine import STATE_NEW, STATE_PLANNED
-from MSUnmerged.worker.report import DIR_OUTCOMES, EXPECTED_DIR_REASONS
-
-# File states.
-PLANNED = "planned"  # in a job, outcome not known yet (see the job's state)
-DELETED = "deleted"
-WOULD_DELETE = "would_delete"  # dry run: the job found the file and left it
-MISSING = "missing"  # already gone at the site
-FAILED = "failed"  # see error_class / error; retried up to the attempt limit
-UNKNOWN = "unknown"  # the job ended without reporting on this file; retried
-SKIPPED_PROTECTED = "skipped_protected"  # became protected after planning: dropped, never deleted
-FILE_STATES = (PLANNED, DELETED, WOULD_DELETE, MISSING, FAILED, UNKNOWN, SKIPPED_PROTECTED)
-OUTCOME_STATES = frozenset(FILE_STATES) - {PLANNED}
-RETRIABLE = (FAILED, UNKNOWN)
-NOT_DELETED = (PLANNED, *RETRIABLE, WOULD_DELETE)  # may still be deleted: dropped when they become protected
-
-# Directory states are the worker's directory outcomes. Several jobs may report on one directory (a
-# shared parent): its record keeps the outcome of highest rank, so collection order does not matter
-# (removed outranks missing: a job running beside the one that removed it finds it gone).
-DIR_REMOVED = "removed"
-DIR_REFUSED = "refused"
-DIR_RANK = {"dry_run": 0, "not_attempted": 1, "not_empty": 2, "timeout": 3, "storage_error": 3,
-            "permission_denied": 3, "auth_failed": 3, DIR_REFUSED: 4, "missing": 5, DIR_REMOVED: 6}
-assert set(DIR_RANK) == set(DIR_OUTCOMES)
-DIR_ERRORS = ("permission_denied", "timeout", "storage_error", "auth_failed")
-
-# Job states: "planned" before intent, then jobs.backend.JobState values.
-JOB_PLANNED = "planned"
-JOB_SUBMITTING = "submitting"
-LIVE_JOB_STATES = ("submitting", "queued", "running", "held")
-BACKEND_JOB_STATES = ("queued", "running", "held")
 
 EVENTS_KEPT = 50
 BATCH = 10_000
+BUCKET_BATCH = 500  # buckets per insert (each up to a job's files)
+PROTECTED_SINCE_PLANNING = "protected_since_planning"
+
+
+class PlanSummary(Protocol):
+    """What record_plan reads of a plan (planner.Plan)."""
+
+    rse: str
+    guard: Optional[str]
+    created: float
+    files_total: int
+    files_to_delete: int
+    files_protected: int
+    files_excluded: int
+    files_invalid: Any
+    dirs_removable: int
+    jobs: int
+    protected_count: int
+    job_files: Sequence[str]
+    job_sizes: Sequence[int]
+
+
+class StepFiles(Protocol):
+    lfns: Sequence[str]
+    dry_run: bool
+
+
+class JobIntent(Protocol):
+    """What record_job_intent reads of a job about to be submitted (jobs.spec.CleanupJob)."""
+
+    job_id: str
+    site: str
+    step: StepFiles
+
+
+class Protection(Protocol):
+    """The current protected list (lfn.PrefixSet)."""
+
+    def covers(self, path: bytes) -> bool: ...
 
 
 def gen_key(generation: float) -> str:
@@ -88,6 +97,23 @@ def _prefix_range(prefix: str) -> dict[str, str]:
     return {"$gte": prefix, "$lt": prefix + "\U0010ffff"}
 
 
+def _first_try_matches(extra: Mapping[str, Any]) -> bool:
+    """Whether a bucket entry (attempts 1) matches count_files' extra filter; only `attempts` is known."""
+    ops = {"$lt": lambda a, b: a < b, "$lte": lambda a, b: a <= b, "$gt": lambda a, b: a > b,
+           "$gte": lambda a, b: a >= b, "$eq": lambda a, b: a == b, "$ne": lambda a, b: a != b}
+    for key, cond in extra.items():
+        if key != "attempts":
+            raise ValueError(f"count_files filters bucket entries on attempts only, not {key}")
+        if not all(ops[op](1, v) for op, v in (cond if isinstance(cond, dict) else {"$eq": cond}).items()):
+            return False
+    return True
+
+
+def _needs_row(state: str, error_class: str, error: str) -> bool:
+    """Whether an outcome is kept as a row rather than a bucket code."""
+    return state not in bk.CODES or bool(error_class or error)
+
+
 class Ledger:
     """All reads and writes of the ledger; writes are idempotent and retried on transient errors."""
 
@@ -95,7 +121,8 @@ class Ledger:
         self.db = db
         self.generations_kept = generations_kept
         self.rses: Collection = db["rses"]
-        self.files: Collection = db["files"]
+        self.buckets: Collection = db["buckets"]
+        self.files: Collection = db["files"]  # rows
         self.dirs: Collection = db["dirs"]
         self.jobs: Collection = db["jobs"]
         self.cycles: Collection = db["cycles"]
@@ -115,6 +142,13 @@ class Ledger:
         `_id`, so a page is an index range scan in `_id` order (see query_files). (rse, gen, _id)
         serves directory prefixes: SecantusDB does not use the `_id` index for ranges.
         """
+        def bucket_indexes() -> None:
+            b = self.buckets
+            b.create_index([("rse", ASCENDING), ("gen", ASCENDING), ("states", ASCENDING), ("_id", ASCENDING)])
+            b.create_index([("rse", ASCENDING), ("gen", ASCENDING), ("_id", ASCENDING)])
+            b.create_index([("job", ASCENDING), ("_id", ASCENDING)])
+            b.create_index([("rse", ASCENDING), ("gen", ASCENDING), ("dir", ASCENDING)])
+
         def make() -> None:
             for old in ("rse_1_gen_1_state_1", "job_1"):  # prefixes of the indexes below
                 if old in self.files.index_information():
@@ -128,6 +162,7 @@ class Ledger:
             self.jobs.create_index([("rse", ASCENDING), ("gen", ASCENDING), ("state", ASCENDING)])
             self.jobs.create_index([("state", ASCENDING)])
             self.cycles.create_index([("started", DESCENDING)])
+            bucket_indexes()
         with_retry(make, "create indexes")
 
     # -- RSE documents ---------------------------------------------------------------------------
@@ -149,7 +184,7 @@ class Ledger:
 
     # -- plans -------------------------------------------------------------------------------------
 
-    def record_plan(self, plan_dir: os.PathLike | str, plan: Plan, generation: float,
+    def record_plan(self, plan_dir: os.PathLike | str, plan: PlanSummary, generation: float,
                     baseline_count: Optional[int] = None, sealed: Optional[Seal] = None,
                     max_lfn_length: int = PlannerConfig.max_lfn_length, scan_started: Optional[float] = None) -> int:
         """Record a plan's files (state planned, each in its job) and jobs; returns files recorded.
@@ -179,9 +214,9 @@ class Ledger:
                            "$setOnInsert": {"created": now, "state": STATE_NEW}}, upsert=True), "mark recording")
         with_retry(lambda: self.rses.update_one({"_id": rse, "generations.gen": {"$ne": generation}},
                                                 {"$push": {"generations": entry}}), "add generation")
-        n = self._insert_files(rse, generation, plan_dir, plan.job_files, max_lfn_length, sealed)
+        n = self._insert_buckets(rse, generation, plan_dir, plan.job_files, max_lfn_length, sealed)
         jobs = [{"_id": job_id(rse, generation, 1, i), "rse": rse, "gen": generation, "round": 1, "n": i,
-                 "state": JOB_PLANNED, "files": size, "plan_file": name, "created": now}
+                 "state": JobState.PLANNED, "files": size, "plan_file": name, "created": now}
                 for i, (name, size) in enumerate(zip(plan.job_files, plan.job_sizes), 1)]
         self._insert_ignoring_duplicates(self.jobs, jobs)
         with_retry(lambda: self.rses.update_one(
@@ -203,33 +238,27 @@ class Ledger:
         """The kept generation's entry of the RSE document ({} when there is none)."""
         return next((g for g in self.rse(rse).get("generations", []) if g["gen"] == generation), {})
 
-    def _insert_files(self, rse: str, generation: float, plan_dir: Path, job_files: Sequence[str],
-                      max_lfn_length: int, sealed: Optional[Seal]) -> int:
-        """Every line of the jobs files, read as bytes and split on b"\\n" only. A file that differs from
-        its seal, or holds a line that is not exactly a canonical LFN below /store/unmerged, is refused
-        (GuardTripped) before any of it is recorded."""
+    def _insert_buckets(self, rse: str, generation: float, plan_dir: Path, job_files: Sequence[str],
+                        max_lfn_length: int, sealed: Optional[Seal]) -> int:
+        """Every line of the jobs files, read as bytes and split on b"\\n" only, into buckets. A file that
+        differs from its seal, or holds a line that is not exactly a canonical LFN below /store/unmerged, is
+        refused (GuardTripped) before any of it is recorded. Returns the files recorded."""
         prefix = f"{rse}|{gen_key(generation)}|"
         now = time.time()
         batch: list[dict[str, Any]] = []
         n = 0
         for i, name in enumerate(job_files, 1):
-            jid = job_id(rse, generation, 1, i)
             data = (plan_dir / JOBS_DIR / name).read_bytes()
             if sealed is not None:
                 sealed.check_file(f"{JOBS_DIR}/{name}", data)
             check_plan_lines(data, max_lfn_length, f"{JOBS_DIR}/{name}")
-            for raw in split_lines(data):
-                lfn = raw.decode("utf-8", errors="surrogateescape")
-                batch.append({"_id": prefix + lfn, "rse": rse, "gen": generation, "lfn": lfn,
-                              "dir": lfn[:lfn.rfind("/")], "state": PLANNED, "job": jid, "attempts": 1,
-                              "t": now})
-                if len(batch) >= BATCH:
-                    n += len(batch)
-                    self._insert_ignoring_duplicates(self.files, batch)
-                    batch = []
-        if batch:
-            n += len(batch)
-            self._insert_ignoring_duplicates(self.files, batch)
+            lfns = [raw.decode("utf-8", errors="surrogateescape") for raw in split_lines(data)]
+            n += len(lfns)
+            batch += bk.build(rse, generation, prefix, job_id(rse, generation, 1, i), i, lfns, now)
+            if len(batch) >= BUCKET_BATCH:
+                self._insert_ignoring_duplicates(self.buckets, batch)
+                batch = []
+        self._insert_ignoring_duplicates(self.buckets, batch)
         return n
 
     @classmethod
@@ -238,17 +267,60 @@ class Ledger:
             cls._write_ignoring_duplicates(coll, [InsertOne(d) for d in docs])
 
     @staticmethod
-    def _write_ignoring_duplicates(coll: Collection, ops: list[Any]) -> None:
-        def write() -> None:
+    def _write_ignoring_duplicates(coll: Collection, ops: list[Any]) -> int:
+        """Documents inserted, upserted or modified; duplicate keys (a record already there) are skipped."""
+        def write() -> int:
             try:
-                coll.bulk_write(ops, ordered=False)
+                res = coll.bulk_write(ops, ordered=False).bulk_api_result
             except errors.BulkWriteError as exc:
                 other = [e for e in exc.details.get("writeErrors", []) if e.get("code") != 11000]
                 if other or exc.details.get("writeConcernErrors"):
                     raise
-        with_retry(write, f"write to {coll.name}")
+                res = exc.details
+            return sum(int(res.get(k) or 0) for k in ("nInserted", "nUpserted", "nModified"))
+        return with_retry(write, f"write to {coll.name}") if ops else 0
 
-    def drop_protected(self, rse: str, generation: float, protection: PrefixSet, job: Optional[str] = None) -> int:
+    def _live_entries(self, flt: Mapping[str, Any], codes: str) -> list[tuple[dict[str, Any], int, str]]:
+        """(bucket, index, name) of the entries of matching buckets whose code is in `codes` and that have no
+        row. An entry found with a row (a step cut short after writing the row) gets its code set to ROW."""
+        found = [(doc, i, name, fid) for doc in with_retry(lambda: list(self.buckets.find(flt)), "read buckets")
+                 for fid, i, name in bk.entries(doc, codes)]
+        have_rows = records.with_rows(self.files, (f[3] for f in found))
+        if have_rows:
+            self._set_row_codes([(d, i, n) for d, i, n, fid in found if fid in have_rows])
+        return [(d, i, n) for d, i, n, fid in found if fid not in have_rows]
+
+    def _rewrite_buckets(self, changes: Mapping[str, tuple[Mapping[str, Any], dict[int, tuple[str, Optional[int]]]]]) -> None:
+        """Bucket _id -> (the bucket as read, {index: (code, size or None)}): one $set of each bucket."""
+        now = time.time()
+        ops = [UpdateOne({"_id": bid}, {"$set": bk.rewrite(doc, ch, now)}) for bid, (doc, ch) in changes.items()]
+        for start in range(0, len(ops), BUCKET_BATCH):
+            chunk = ops[start:start + BUCKET_BATCH]
+            with_retry(lambda: self.buckets.bulk_write(chunk, ordered=False), "rewrite buckets")
+
+    def _set_row_codes(self, entries: Sequence[tuple[Mapping[str, Any], int, str]]) -> None:
+        changes: dict[str, tuple[Mapping[str, Any], dict[int, tuple[str, Optional[int]]]]] = {}
+        for doc, i, _ in entries:
+            changes.setdefault(doc["_id"], (doc, {}))[1][i] = (bk.ROW, None)
+        self._rewrite_buckets(changes)
+
+    def _move_to_rows(self, entries: Sequence[tuple[Mapping[str, Any], int, str]], flt: Mapping[str, Any],
+                      fields: Mapping[str, Any]) -> int:
+        """Bucket entries become rows: per entry an upsert of its record filtered by {_id, **flt} and setting
+        `fields` (a row already there that `flt` does not match makes the insert collide: skipped), then their
+        codes become ROW. Row first: a crash between the two leaves a row, which wins. Returns rows written."""
+        now = time.time()
+        ops = []
+        for doc, i, name in entries:
+            rec = bk.record(doc, i, name)
+            on_insert = {k: v for k, v in rec.items() if k not in fields and k not in flt and k not in ("_id", "t")}
+            ops.append(UpdateOne({"_id": rec["_id"], **flt}, {"$set": {**fields, "t": now}, "$setOnInsert": on_insert},
+                                 upsert=True))
+        n = sum(self._write_ignoring_duplicates(self.files, ops[s:s + BATCH]) for s in range(0, len(ops), BATCH))
+        self._set_row_codes(entries)
+        return n
+
+    def drop_protected(self, rse: str, generation: float, protection: Protection, job: Optional[str] = None) -> int:
         """Files not yet deleted (of one job, if given) that the current protected list covers become
         skipped_protected."""
         flt: dict[str, Any] = {"rse": rse, "gen": generation, "state": {"$in": list(NOT_DELETED)}}
@@ -256,17 +328,26 @@ class Ledger:
             flt["job"] = job
         ids = [d["_id"] for d in with_retry(lambda: list(self.files.find(flt, {"lfn": 1})), "scan protection")
                if protection.covers(d["lfn"].encode("utf-8", "surrogateescape"))]
+        dropped = {"state": FileState.SKIPPED_PROTECTED, "error_class": PROTECTED_SINCE_PLANNING}
         for start in range(0, len(ids), BATCH):
             chunk = ids[start:start + BATCH]
             with_retry(lambda: self.files.update_many(
                 {"_id": {"$in": chunk}, "state": {"$in": list(NOT_DELETED)}},
-                {"$set": {"state": SKIPPED_PROTECTED, "error_class": "protected_since_planning",
-                          "t": time.time()}}), "drop protected")
-        if ids:
+                {"$set": {**dropped, "t": time.time()}}), "drop protected")
+        bflt = {"rse": rse, "gen": generation,
+                "states": {"$in": [FileState.PLANNED.value, FileState.WOULD_DELETE.value]}}
+        if job is not None:
+            bflt["job"] = job
+        codes = bk.CODES[FileState.PLANNED] + bk.CODES[FileState.WOULD_DELETE]
+        covered = [e for e in self._live_entries(bflt, codes)
+                   if protection.covers(f"{e[0]['dir']}/{e[2]}".encode("utf-8", "surrogateescape"))]
+        self._move_to_rows(covered, {"state": {"$in": list(NOT_DELETED)}}, dropped)
+        n = len(ids) + len(covered)
+        if n:
             with_retry(lambda: self.rses.update_one({"_id": rse, "generations.gen": generation},
-                                                    {"$inc": {"generations.$.dropped_protected": len(ids)}}),
+                                                    {"$inc": {"generations.$.dropped_protected": n}}),
                        "count dropped")
-        return len(ids)
+        return n
 
     def prune_generations(self, rse: str) -> list[float]:
         """Delete file and job records of generations older than the last `generations_kept`."""
@@ -275,6 +356,7 @@ class Ledger:
         old = gens[:-self.generations_kept]
         if not old:
             return []
+        with_retry(lambda: self.buckets.delete_many({"rse": rse, "gen": {"$in": old}}), "prune buckets")
         with_retry(lambda: self.files.delete_many({"rse": rse, "gen": {"$in": old}}), "prune files")
         with_retry(lambda: self.dirs.delete_many({"rse": rse, "gen": {"$in": old}}), "prune dirs")
         with_retry(lambda: self.jobs.delete_many({"rse": rse, "gen": {"$in": old},
@@ -294,19 +376,21 @@ class Ledger:
     def job(self, job_id_: str) -> dict[str, Any]:
         return with_retry(lambda: self.jobs.find_one({"_id": job_id_}), f"job {job_id_}") or {}
 
-    def job_lfns(self, job_id_: str, states: Optional[Sequence[str]] = (PLANNED,)) -> list[str]:
+    def job_lfns(self, job_id_: str, states: Optional[Sequence[str]] = (FileState.PLANNED,)) -> list[str]:
         """The files of a job in these states (default: still to work on; None: all), sorted."""
         flt: dict[str, Any] = {"job": job_id_}
         if states is not None:
             flt["state"] = {"$in": list(states)}
         docs = with_retry(lambda: list(self.files.find(flt, {"lfn": 1})), f"files of {job_id_}")
-        return sorted(d["lfn"] for d in docs)
+        codes = "".join(c for s, c in bk.CODES.items() if states is None or s in states)
+        entries = self._live_entries({"job": job_id_}, codes) if codes else []
+        return sorted([d["lfn"] for d in docs] + [f"{doc['dir']}/{name}" for doc, _, name in entries])
 
-    def record_job_intent(self, jobs: Sequence[CleanupJob], backend: str = "") -> None:
+    def record_job_intent(self, jobs: Sequence[JobIntent], backend: str = "") -> None:
         """Before submitting: the jobs go from planned to submitting (with site and backend)."""
         now = time.time()
-        ops = [UpdateOne({"_id": j.job_id, "state": JOB_PLANNED},
-                         {"$set": {"state": JOB_SUBMITTING, "site": j.site, "backend": backend,
+        ops = [UpdateOne({"_id": j.job_id, "state": JobState.PLANNED},
+                         {"$set": {"state": JobState.SUBMITTING, "site": j.site, "backend": backend,
                                    "files": len(j.step.lfns), "dry_run": j.step.dry_run, "intent_at": now}})
                for j in jobs]
         if ops:
@@ -315,8 +399,8 @@ class Ledger:
     def mark_submitted(self, job_id_: str, batch_id: str) -> None:
         """The batch system accepted the job (or reconciliation found it there)."""
         with_retry(lambda: self.jobs.update_one(
-            {"_id": job_id_, "state": JOB_SUBMITTING},
-            {"$set": {"state": "queued", "batch_id": batch_id, "submitted_at": time.time()}}), "mark submitted")
+            {"_id": job_id_, "state": JobState.SUBMITTING},
+            {"$set": {"state": JobState.QUEUED, "batch_id": batch_id, "submitted_at": time.time()}}), "mark submitted")
 
     def set_job_state(self, job_id_: str, state: str, reason: str = "") -> None:
         """A live job's state as the backend reports it (queued, running, held)."""
@@ -336,37 +420,71 @@ class Ledger:
             raise LedgerError("unknown_job", f"no job {job_id_} in the ledger")
         prefix = f"{job['rse']}|{gen_key(job['gen'])}|"
         now = time.time()
-        grouped: dict[tuple[str, str, str], list[str]] = {}
-        ops: list[Any] = []
         summary: dict[str, Any] = {"states": {}, "failed_by_class": {}, "bytes_freed": 0}
+        given: dict[str, tuple[str, str, str, Optional[int]]] = {}  # file _id -> (state, class, error, size)
         for o in outcomes:
             state = o.get("state")
             if state not in OUTCOME_STATES:
                 raise LedgerError("bad_outcome", f"job {job_id_}: unknown file state {state!r} for {o.get('lfn')}")
+            state = FileState(state).value
             cls, err = str(o.get("error_class") or ""), str(o.get("error") or "")[:1000]
             summary["states"][state] = summary["states"].get(state, 0) + 1
-            if state == FAILED:
+            if state == FileState.FAILED:
                 summary["failed_by_class"][cls] = summary["failed_by_class"].get(cls, 0) + 1
             size = o.get("size")
-            if isinstance(size, int) and not isinstance(size, bool) and size >= 0:
-                if state == DELETED:
-                    summary["bytes_freed"] += size
-                ops.append(UpdateOne({"_id": prefix + o["lfn"], "job": job_id_},
-                                     {"$set": {"state": state, "error_class": cls, "error": err, "size": size,
-                                               "t": now}}))
-            else:
-                grouped.setdefault((state, cls, err), []).append(prefix + o["lfn"])
-        for (state, cls, err), ids in grouped.items():
-            for start in range(0, len(ids), BATCH):
-                ops.append(UpdateMany({"_id": {"$in": ids[start:start + BATCH]}, "job": job_id_},
-                                      {"$set": {"state": state, "error_class": cls, "error": err, "t": now}}))
-        if ops:
-            with_retry(lambda: self.files.bulk_write(ops, ordered=False), f"outcomes of {job_id_}")
+            if not (isinstance(size, int) and not isinstance(size, bool) and size >= 0):
+                size = None
+            elif state == FileState.DELETED:
+                summary["bytes_freed"] += size
+            given[prefix + o["lfn"]] = (state, cls, err, size)
+        self._record_file_outcomes(job_id_, given, now)
         day = job.get("day") or history.day_of(now)  # a repeated call counts on the first call's day
         with_retry(lambda: self.jobs.update_one({"_id": job_id_}, {"$set": {"summary": summary, "day": day}}),
                    "job summary")
         history.record_job(self.db, job["rse"], job_id_, day, summary)
         return summary
+
+    def _record_file_outcomes(self, job_id_: str, given: Mapping[str, tuple[str, str, str, Optional[int]]],
+                              now: float) -> None:
+        """Rows of this job are updated; bucket entries of this job take a code, or become rows when the
+        outcome needs one; files with a row of another job, or in none of this job's buckets, are left."""
+        rows = {d["_id"]: d["job"] for start in range(0, len(given), BATCH) for d in with_retry(
+            lambda: list(self.files.find({"_id": {"$in": list(given)[start:start + BATCH]}}, {"job": 1})),
+            f"rows of {job_id_}")}
+        entries = {}
+        if len(rows) < len(given):
+            entries = {fid: (doc, i, name) for doc in with_retry(
+                lambda: list(self.buckets.find({"job": job_id_})), f"buckets of {job_id_}")
+                for fid, i, name in bk.entries(doc, "".join(bk.CODES.values()))}
+        row_ops: list[Any] = []
+        to_rows: dict[tuple[str, str, str, Optional[int]], list[tuple[Mapping[str, Any], int, str]]] = {}
+        coded: dict[str, tuple[Mapping[str, Any], dict[int, tuple[str, Optional[int]]]]] = {}
+        grouped: dict[tuple[str, str, str], list[str]] = {}
+        for fid, (state, cls, err, size) in given.items():
+            if fid in rows:
+                if rows[fid] != job_id_:
+                    continue
+                if size is None:
+                    grouped.setdefault((state, cls, err), []).append(fid)
+                else:
+                    row_ops.append(UpdateOne({"_id": fid, "job": job_id_}, {"$set": {
+                        "state": state, "error_class": cls, "error": err, "size": size, "t": now}}))
+            elif fid in entries:
+                doc, i, name = entries[fid]
+                if _needs_row(state, cls, err):
+                    to_rows.setdefault((state, cls, err, size), []).append(entries[fid])
+                else:
+                    coded.setdefault(doc["_id"], (doc, {}))[1][i] = (bk.CODES[FileState(state)], size)
+        for (state, cls, err), ids in grouped.items():
+            for start in range(0, len(ids), BATCH):
+                row_ops.append(UpdateMany({"_id": {"$in": ids[start:start + BATCH]}, "job": job_id_},
+                                          {"$set": {"state": state, "error_class": cls, "error": err, "t": now}}))
+        if row_ops:
+            with_retry(lambda: self.files.bulk_write(row_ops, ordered=False), f"outcomes of {job_id_}")
+        for (state, cls, err, size), group in to_rows.items():
+            fields = {"state": state, "error_class": cls, "error": err, **({} if size is None else {"size": size})}
+            self._move_to_rows(group, {"job": job_id_}, fields)
+        self._rewrite_buckets(coded)
 
     def record_dirs(self, job_id_: str, outcomes: Iterable[Mapping[str, Any]]) -> int:
         """Sink for the collector: directory outcomes of one job, as {"dir", "state" (a DIR_RANK key),
@@ -396,52 +514,88 @@ class Ledger:
         """The job is over: files it did not report on become unknown (retried) with `error_class`;
         returns how many. `facts`: the batch system's own words (exit_code, batch_reason) kept on the job."""
         now = time.time()
+        unknown = {"state": FileState.UNKNOWN, "error_class": error_class, "error": reason[:1000]}
         res = with_retry(lambda: self.files.update_many(
-            {"job": job_id_, "state": PLANNED},
-            {"$set": {"state": UNKNOWN, "error_class": error_class, "error": reason[:1000], "t": now}}),
-            f"close {job_id_}")
+            {"job": job_id_, "state": FileState.PLANNED}, {"$set": {**unknown, "t": now}}), f"close {job_id_}")
+        n = res.modified_count + self._move_to_rows(
+            self._live_entries({"job": job_id_, "states": FileState.PLANNED.value}, bk.CODES[FileState.PLANNED]),
+            {"job": job_id_, "state": FileState.PLANNED}, unknown)
         job = with_retry(lambda: self.jobs.find_one_and_update({"_id": job_id_}, {"$set": {
             "state": state, "reason": reason, "finished_at": now, **facts}}), f"close {job_id_}") or {}
-        if job and res.modified_count and state != JobState.REMOVED.value:  # our own removal (revalidation) is no failure
+        if job and n and state != JobState.REMOVED:  # our own removal (revalidation) is no failure
             history.record_unreported(self.db, job["rse"], job_id_, job.get("day") or history.day_of(now),
-                                      error_class, res.modified_count)
-        return res.modified_count
+                                      error_class, n)
+        return n
 
     def new_round(self, rse: str, generation: float, max_attempts: int, files_per_job: int,
                   redo_dry_run: bool = False) -> list[str]:
         """Put retriable files (failed, unknown, fewer than `max_attempts` tries), and with `redo_dry_run` the
         files a dry run left (would_delete), into new planned jobs."""
         # A crash between creating a job and assigning its files leaves an empty planned job: drop it.
-        for job in self.jobs_in(rse, [JOB_PLANNED], generation):
-            if not with_retry(lambda: self.files.count_documents({"job": job["_id"]}, limit=1), "count"):
-                with_retry(lambda: self.jobs.delete_one({"_id": job["_id"], "state": JOB_PLANNED}), "drop job")
+        for job in self.jobs_in(rse, [JobState.PLANNED], generation):
+            if not self._has_files(job["_id"]):
+                with_retry(lambda: self.jobs.delete_one({"_id": job["_id"], "state": JobState.PLANNED}), "drop job")
         rounds = [j.get("round", 1) for j in with_retry(
             lambda: list(self.jobs.find({"rse": rse, "gen": generation}, {"round": 1})), "rounds")]
         round_ = max(rounds, default=0) + 1
         queries = [{"rse": rse, "gen": generation, "state": {"$in": list(RETRIABLE)}, "attempts": {"$lt": max_attempts}}]
+        entries: dict[str, tuple[Mapping[str, Any], int, str]] = {}
         if redo_dry_run:
-            queries.append({"rse": rse, "gen": generation, "state": WOULD_DELETE})
-        ids = sorted(d["_id"] for q in queries
-                     for d in with_retry(lambda: list(self.files.find(q, {"_id": 1})), "files for a new round"))
-        states = [*RETRIABLE, WOULD_DELETE] if redo_dry_run else list(RETRIABLE)
+            queries.append({"rse": rse, "gen": generation, "state": FileState.WOULD_DELETE})
+            wd = FileState.WOULD_DELETE
+            entries = {bk.file_prefix(doc) + name: (doc, i, name) for doc, i, name in self._live_entries(
+                {"rse": rse, "gen": generation, "states": wd.value}, bk.CODES[wd])}
+        ids = sorted([d["_id"] for q in queries
+                      for d in with_retry(lambda: list(self.files.find(q, {"_id": 1})), "files for a new round")]
+                     + list(entries))
+        states = [*RETRIABLE, FileState.WOULD_DELETE] if redo_dry_run else list(RETRIABLE)
         created = []
         for n, start in enumerate(range(0, len(ids), files_per_job), 1):
             chunk = ids[start:start + files_per_job]
             jid = job_id(rse, generation, round_, n)
             self._insert_ignoring_duplicates(self.jobs, [{
-                "_id": jid, "rse": rse, "gen": generation, "round": round_, "n": n, "state": JOB_PLANNED,
+                "_id": jid, "rse": rse, "gen": generation, "round": round_, "n": n, "state": JobState.PLANNED,
                 "files": len(chunk), "created": time.time()}])
+            assign = {"state": FileState.PLANNED, "job": jid, "attempts": round_}
             with_retry(lambda: self.files.update_many(
-                {"_id": {"$in": chunk}, "state": {"$in": states}},
-                {"$set": {"state": PLANNED, "job": jid, "attempts": round_, "t": time.time()}}), "assign retry")
+                {"_id": {"$in": [i for i in chunk if i not in entries]}, "state": {"$in": states}},
+                {"$set": {**assign, "t": time.time()}}), "assign retry")
+            self._move_to_rows([entries[i] for i in chunk if i in entries], {"state": {"$in": states}}, assign)
             created.append(jid)
         return created
+
+    def _has_files(self, job_id_: str) -> bool:
+        return bool(with_retry(lambda: self.files.count_documents({"job": job_id_}, limit=1)
+                               or self.buckets.count_documents({"job": job_id_}, limit=1), "count"))
 
     # -- progress and counters -------------------------------------------------------------------
 
     def count_files(self, rse: str, generation: float, states: Sequence[str], **extra: Any) -> int:
+        """Files of a generation in these states; `extra` may filter on `attempts` (bucket entries have 1)."""
         flt = {"rse": rse, "gen": generation, "state": {"$in": list(states)}, **extra}
-        return with_retry(lambda: self.files.count_documents(flt), "count files")
+        rows = with_retry(lambda: self.files.count_documents(flt), "count files")
+        if not _first_try_matches(extra):
+            return rows
+        counts = self._bucket_counts(rse, generation)
+        return rows + sum(counts.get(FileState(s).value, 0) for s in states)
+
+    def _bucket_counts(self, rse: str, generation: float) -> dict[str, int]:
+        """Bucket entries (not rows) per state, summed from the buckets' `counts`."""
+        group: dict[str, Any] = {"_id": None, **{s.value: {"$sum": f"$counts.{s.value}"} for s in bk.CODES}}
+        out = with_retry(lambda: list(self.buckets.aggregate([{"$match": {"rse": rse, "gen": generation}},
+                                                              {"$group": group}])), "count buckets")
+        return {s.value: int(out[0].get(s.value) or 0) if out else 0 for s in bk.CODES}
+
+    def _state_counts(self, rse: str, generation: float) -> dict[str, int]:
+        """Files per state (rows and bucket entries)."""
+        by_state = {s.value: 0 for s in FileState}
+        for r in with_retry(lambda: list(self.files.aggregate([{"$match": {"rse": rse, "gen": generation}},
+                                                               {"$group": {"_id": "$state", "n": {"$sum": 1}}}])),
+                            "count rows"):
+            by_state[r["_id"]] = by_state.get(r["_id"], 0) + r["n"]
+        for s, n in self._bucket_counts(rse, generation).items():
+            by_state[s] += n
+        return by_state
 
     def refresh_counters(self, rse: str) -> dict[str, Any]:
         """Recompute the RSE's counters for its current generation from the records (idempotent)."""
@@ -450,9 +604,9 @@ class Ledger:
         if gen is None:
             return {}
         entry = next((g for g in doc.get("generations", []) if g["gen"] == gen), {})
-        by_state = {s: self.count_files(rse, gen, [s]) for s in FILE_STATES}
+        by_state = self._state_counts(rse, gen)
         failed_by_class = {r["_id"] or "unclassified": r["n"] for r in with_retry(lambda: list(self.files.aggregate([
-            {"$match": {"rse": rse, "gen": gen, "state": FAILED}},
+            {"$match": {"rse": rse, "gen": gen, "state": FileState.FAILED}},
             {"$group": {"_id": "$error_class", "n": {"$sum": 1}}}])), "failed by class")}
         dirs = with_retry(lambda: list(self.dirs.aggregate([
             {"$match": {"rse": rse, "gen": gen}},
@@ -463,20 +617,20 @@ class Ledger:
         for r in dirs:
             state, reason = r["_id"]["state"], r["_id"].get("cls") or ""
             dirs_by_state[state] = dirs_by_state.get(state, 0) + r["n"]
-            if state == DIR_REFUSED:
+            if state == DirState.REFUSED:
                 refused_by_reason[reason or "unclassified"] = refused_by_reason.get(reason or "unclassified", 0) + r["n"]
-            if state in DIR_ERRORS or state == DIR_REFUSED and reason not in EXPECTED_DIR_REASONS:
+            if dir_failed(state, reason):
                 dirs_failed += r["n"]
         bytes_freed = sum(j.get("summary", {}).get("bytes_freed", 0) for j in with_retry(
             lambda: list(self.jobs.find({"rse": rse, "gen": gen}, {"summary.bytes_freed": 1})), "bytes"))
-        counters = {"to_delete": entry.get("to_delete", 0), "pending": by_state[PLANNED],
-                    "deleted": by_state[DELETED], "would_delete": by_state[WOULD_DELETE],
-                    "missing": by_state[MISSING], "failed": by_state[FAILED], "unknown": by_state[UNKNOWN],
-                    "failed_by_class": failed_by_class, "skipped_protected": by_state[SKIPPED_PROTECTED],
+        counters = {"to_delete": entry.get("to_delete", 0), "pending": by_state[FileState.PLANNED],
+                    **{s.value: by_state[s] for s in FileState if s != FileState.PLANNED},
+                    "failed_by_class": failed_by_class,
                     "protected": entry.get("protected", 0), "excluded": entry.get("excluded", 0),
                     "invalid": entry.get("invalid", {}), "dirs_removable": entry.get("dirs_removable", 0),
                     "bytes_freed": bytes_freed, "protected_count": entry.get("protected_count", 0),
-                    "dirs_removed": dirs_by_state.get(DIR_REMOVED, 0), "dirs_refused": dirs_by_state.get(DIR_REFUSED, 0),
+                    "dirs_removed": dirs_by_state.get(DirState.REMOVED, 0),
+                    "dirs_refused": dirs_by_state.get(DirState.REFUSED, 0),
                     "dirs_failed": dirs_failed,
                     "dirs_by_state": dirs_by_state, "dirs_refused_by_reason": refused_by_reason}
         with_retry(lambda: self.rses.update_one({"_id": rse}, {"$set": {"counters": counters,
@@ -534,36 +688,66 @@ class Ledger:
             if generation is None:
                 return {"items": [], "next": None, "generation": None}
         if error_class is not None and state is None and not dirs:
-            state = FAILED
+            state = FileState.FAILED
         # Each filter is an index's leading fields (ensure_indexes) plus a range on its trailing _id,
         # with the indexed field first: SecantusDB picks indexes by the filter's exact field set,
         # else by its first indexable clause.
         flt: dict[str, Any]
-        if state == "submitted":
+        bucket_flt: dict[str, Any]
+        stored = None if state == SUBMITTED else state
+        if state == SUBMITTED:
             live = [j["_id"] for j in self.jobs_in(rse, LIVE_JOB_STATES, generation) if not job or j["_id"] == job]
-            flt = {"job": {"$in": live}, "rse": rse, "gen": generation, "state": PLANNED}
+            flt = {"job": {"$in": live}, "rse": rse, "gen": generation, "state": FileState.PLANNED}
+            bucket_flt, stored = {"job": {"$in": live}, "states": FileState.PLANNED.value}, FileState.PLANNED
         elif job:
-            flt = {"job": job}
+            flt, bucket_flt = {"job": job}, {"job": job}
         else:
-            flt = {"rse": rse, "gen": generation}
-        if state and state != "submitted":
-            flt["state"] = state
+            flt, bucket_flt = {"rse": rse, "gen": generation}, {"rse": rse, "gen": generation}
+        if stored and state != SUBMITTED:
+            flt["state"] = stored
+            if "job" not in bucket_flt and not dirs:
+                bucket_flt["states"] = str(stored)
         if error_class is not None:
             flt["error_class"] = error_class
-        id_range = _prefix_range(f"{rse}|{gen_key(generation)}|{dir_prefix}") if dir_prefix else {}
-        if after:
-            id_range["$gt"] = after
-        if id_range:
-            flt["_id"] = id_range
-        coll = self.dirs if dirs else self.files
-        docs = with_retry(lambda: list(coll.find(flt).sort("_id", ASCENDING).limit(limit)), "query records")
+        gen_prefix = f"{rse}|{gen_key(generation)}|"
+        if dirs:
+            id_range = _prefix_range(gen_prefix + dir_prefix) if dir_prefix else {}
+            if after:
+                id_range["$gt"] = after
+            if id_range:
+                flt["_id"] = id_range
+            docs = with_retry(lambda: list(self.dirs.find(flt).sort("_id", ASCENDING).limit(limit)), "query records")
+        else:
+            lo = gen_prefix + (dir_prefix or "")
+            hi, inclusive = lo + "\U0010ffff", True
+            if after and after >= lo:
+                lo, inclusive = after, False
+            # Bucket entries are planned, or have an outcome without error class (error_class "").
+            codes = "".join(c for s, c in bk.CODES.items() if (stored is None or s == stored)
+                            and (error_class is None or error_class == "" and s != FileState.PLANNED))
+            docs = records.page(self.files, flt, self.buckets, bucket_flt, codes, lo, inclusive, hi, limit)
         return {"items": docs, "next": docs[-1]["_id"] if len(docs) == limit else None, "generation": generation}
 
     def file_history(self, rse: str, lfn: str) -> list[dict[str, Any]]:
         """One file's records across the kept generations, newest first."""
-        gens = [g["gen"] for g in self.rse(rse).get("generations", [])]
-        ids = [file_id(rse, g, lfn) for g in gens]
-        return with_retry(lambda: list(self.files.find({"_id": {"$in": ids}}).sort("gen", DESCENDING)), "history")
+        out = []
+        for gen in sorted((g["gen"] for g in self.rse(rse).get("generations", [])), reverse=True):
+            doc = with_retry(lambda: self.files.find_one({"_id": file_id(rse, gen, lfn)}), "history") \
+                or records.find_entry(self.buckets, rse, gen, lfn)
+            if doc:
+                out.append(doc)
+        return out
+
+    def file_records(self, rse: Optional[str] = None, generation: Optional[float] = None,
+                     state: Optional[str] = None, job: Optional[str] = None) -> list[dict[str, Any]]:
+        """Every file record matching (rows, and bucket entries without a row), in _id order: the per-file
+        documents as they were before buckets, for tests, comparisons and exports."""
+        flt: dict[str, Any] = {k: v for k, v in (("rse", rse), ("gen", generation), ("job", job)) if v is not None}
+        rows = with_retry(lambda: list(self.files.find({**flt, **({"state": state} if state else {})})), "rows")
+        found = [bk.record(doc, i, name) for doc in with_retry(lambda: list(self.buckets.find(flt)), "buckets")
+                 for _, i, name in bk.entries(doc, "".join(c for s, c in bk.CODES.items() if not state or s == state))]
+        have_rows = records.with_rows(self.files, (r["_id"] for r in found))
+        return sorted(rows + [r for r in found if r["_id"] not in have_rows], key=lambda d: d["_id"])
 
     def query_jobs(self, rse: Optional[str] = None, state: Optional[str] = None,
                    generation: Optional[float] = None, after: Optional[str] = None,
@@ -583,7 +767,3 @@ class Ledger:
 
     def query_cycles(self, limit: int = 20) -> list[dict[str, Any]]:
         return with_retry(lambda: list(self.cycles.find().sort("started", DESCENDING).limit(limit)), "cycles")
-
-    def iter_files(self, rse: str, generation: float) -> Iterator[dict[str, Any]]:
-        """Every file record of one generation, in id order (comparisons, exports)."""
-        yield from self.files.find({"_id": _prefix_range(f"{rse}|{gen_key(generation)}|")}).sort("_id", ASCENDING)

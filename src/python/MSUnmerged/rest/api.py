@@ -19,7 +19,7 @@ from MSUnmerged.ledger.retry import LedgerError, deadline
 from MSUnmerged.rest.auth import AuthError, Audit, KeyFile, RateLimiter, ReplayGuard, User, claimed, has_role, \
     user_from_headers
 from MSUnmerged.rest.triggers import TriggerQueue, TriggerRefused
-from MSUnmerged.rest.view import DIR_STATES, FILE_STATES, JOB_STATES, LedgerView
+from MSUnmerged.ledger.view import DIR_STATES, FILE_STATES, JOB_STATES, LedgerView
 from MSUnmerged.statemachine import STATE_CLEAN
 
 log = logging.getLogger("MSUnmerged.rest")

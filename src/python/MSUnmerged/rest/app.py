@@ -15,7 +15,7 @@ from MSUnmerged.rest import metrics, page
 from MSUnmerged.rest.api import DB_ERRORS, RAW_HEADERS, DataApi
 from MSUnmerged.rest.auth import is_signed, parse_role
 from MSUnmerged.rest.triggers import TriggerQueue
-from MSUnmerged.rest.view import LedgerView
+from MSUnmerged.ledger.view import LedgerView
 
 log = logging.getLogger("MSUnmerged.rest")
 

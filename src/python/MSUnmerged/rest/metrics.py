@@ -8,7 +8,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from MSUnmerged.rest.view import LedgerView
+from MSUnmerged.ledger.view import LedgerView
 from MSUnmerged.statemachine import RSE_STATES
 
 # generate_latest writes the text format 0.0.4.

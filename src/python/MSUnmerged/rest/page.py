@@ -14,7 +14,7 @@ from typing import Any, Iterable, Optional, Sequence
 from MSUnmerged.config import Config
 from MSUnmerged.ledger.history import totals_by_day as history_totals
 from MSUnmerged.rest import charts
-from MSUnmerged.rest.view import LedgerView
+from MSUnmerged.ledger.view import LedgerView
 from MSUnmerged.sources.errors import KINDS as SOURCE_KINDS
 
 REFRESH_S = 60

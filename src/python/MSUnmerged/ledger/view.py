@@ -1,7 +1,5 @@
-"""The read side of the ledger the REST layer needs, as a narrow protocol plus its MongoDB implementation.
-
-Only this module knows the ledger's collection and field names; the API, page and metrics see
-plain dicts in the shapes documented on `LedgerView`.
+"""The ledger's read side for operators (REST API, page, metrics, CLI): a narrow protocol plus its MongoDB
+implementation over `Ledger`'s queries. Answers are plain dicts in the shapes documented on `LedgerView`.
 """
 from __future__ import annotations
 
@@ -11,15 +9,15 @@ from typing import Any, Iterator, Optional, Protocol
 from pymongo.database import Database
 
 from MSUnmerged.jobs.backend import JobState
-from MSUnmerged.ledger import FILE_STATES as LEDGER_FILE_STATES
-from MSUnmerged.ledger import JOB_PLANNED, PLANNED, RETRIABLE, Ledger, history
-from MSUnmerged.worker.report import DIR_OUTCOMES
+from MSUnmerged.ledger import history
+from MSUnmerged.ledger.states import RETRIABLE, SUBMITTED, DirState, FileState
+from MSUnmerged.ledger.store import Ledger
 
-# "submitted": planned files whose job is live in the batch system (as Ledger.query_files has it).
-FILE_STATES = (*LEDGER_FILE_STATES, "submitted")
-DIR_STATES = DIR_OUTCOMES  # a directory record's state is the worker's outcome
+# The states an operator may ask for: "submitted" = planned files whose job is live (Ledger.query_files).
+FILE_STATES = (*(s.value for s in FileState), SUBMITTED)
+DIR_STATES = tuple(s.value for s in DirState)
+JOB_STATES = tuple(s.value for s in JobState)
 PAGE = 10_000  # records per ledger query when streaming
-JOB_STATES = (JOB_PLANNED, *(s.value for s in JobState))
 
 
 class LedgerView(Protocol):
@@ -217,7 +215,7 @@ class MongoLedgerView:
                                "plan": _clean(entry), "files_to_delete": 0, "shown": 0, "directories": []}
         if gen is None:
             return out
-        states = (PLANNED, *RETRIABLE)
+        states = (FileState.PLANNED, *RETRIABLE)
         out["files_to_delete"] = self.ledger.count_files(rse, gen, states)
         dirs: dict[str, list[str]] = {}
         for state in states:  # one (rse, gen, state, _id) range each
