@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO / "src" / "python"))
 import ledgersim  # noqa: E402
 
 from MSUnmerged.ledger import Ledger  # noqa: E402
-from MSUnmerged.rest.view import MongoLedgerView  # noqa: E402
+from MSUnmerged.ledger.view import MongoLedgerView  # noqa: E402
 
 N_RSES = 10
 BASE = "/ms-unmerged/data"

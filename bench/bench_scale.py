@@ -37,8 +37,9 @@ import ledgersim  # noqa: E402
 
 from MSUnmerged import sample  # noqa: E402
 from MSUnmerged.config import Config  # noqa: E402
+from MSUnmerged.jobs.backend import JobState  # noqa: E402
 from MSUnmerged.ledger import LIVE_JOB_STATES  # noqa: E402
-from MSUnmerged.rest.view import MongoLedgerView  # noqa: E402
+from MSUnmerged.ledger.view import MongoLedgerView  # noqa: E402
 from MSUnmerged.service import STEPS  # noqa: E402
 from MSUnmerged.sources.offline import OfflineSources  # noqa: E402
 from MSUnmerged.wiring import build_service  # noqa: E402
@@ -115,7 +116,7 @@ def one_size(lines: int, data: Path, collect_jobs: int, queries: bool, clients: 
                        db_peak_rss_mib=round(vm_hwm_mib(db_pid), 1))
             print(json.dumps(row), flush=True)
 
-            jobs = [j["_id"] for j in ledger.jobs_in(RSE, ["queued"], gen)][:collect_jobs]
+            jobs = [j["_id"] for j in ledger.jobs_in(RSE, [JobState.QUEUED], gen)][:collect_jobs]
             t = time.perf_counter()
             n = ledgersim.collect(ledger, jobs)
             row["collect"] = {"jobs": len(jobs), "files": n, "s": round(time.perf_counter() - t, 2),

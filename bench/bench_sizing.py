@@ -36,7 +36,7 @@ import ledgersim  # noqa: E402
 
 from MSUnmerged.embedded_mongo import EmbeddedMongo  # noqa: E402
 from MSUnmerged.ledger import Ledger  # noqa: E402
-from MSUnmerged.rest.view import MongoLedgerView  # noqa: E402
+from MSUnmerged.ledger.view import MongoLedgerView  # noqa: E402
 
 WRITES = ("insert", "update", "delete", "findAndModify")
 READS = ("find", "aggregate", "count", "distinct")

@@ -15,7 +15,7 @@ from MSUnmerged import planner, sample  # noqa: E402
 from MSUnmerged.config import Config  # noqa: E402
 from MSUnmerged.dumpreader import iter_chunks  # noqa: E402
 from MSUnmerged.jobs.backend import JobState  # noqa: E402
-from MSUnmerged.ledger import DELETED, FAILED, MISSING, Ledger  # noqa: E402
+from MSUnmerged.ledger import FileState, Ledger  # noqa: E402
 
 # Per 100 files of a collected job: 2 failed (3 classes in turn), 3 missing, 1 not reported (the job's
 # close makes it unknown), the rest deleted with a size.
@@ -31,13 +31,14 @@ def outcomes_for(lfns: Sequence[str]) -> list[dict[str, Any]]:
         k = i % 100
         if k < FAILED_PER_100:
             cls = ERROR_CLASSES[(i // 100) % len(ERROR_CLASSES)]
-            out.append({"lfn": lfn, "state": FAILED, "error_class": cls, "error": f"[FATAL] {cls} on {lfn}"})
+            out.append({"lfn": lfn, "state": FileState.FAILED.value, "error_class": cls,
+                        "error": f"[FATAL] {cls} on {lfn}"})
         elif k < FAILED_PER_100 + MISSING_PER_100:
-            out.append({"lfn": lfn, "state": MISSING})
+            out.append({"lfn": lfn, "state": FileState.MISSING.value})
         elif k < FAILED_PER_100 + MISSING_PER_100 + UNREPORTED_PER_100:
             continue
         else:
-            out.append({"lfn": lfn, "state": DELETED, "size": FILE_SIZE})
+            out.append({"lfn": lfn, "state": FileState.DELETED.value, "size": FILE_SIZE})
     return out
 
 
