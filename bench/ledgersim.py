@@ -15,7 +15,7 @@ from MSUnmerged import planner, sample  # noqa: E402
 from MSUnmerged.config import Config  # noqa: E402
 from MSUnmerged.dumpreader import iter_chunks  # noqa: E402
 from MSUnmerged.jobs.backend import JobState  # noqa: E402
-from MSUnmerged.ledger import FileState, Ledger  # noqa: E402
+from MSUnmerged.ledger import DirState, FileState, Ledger  # noqa: E402
 
 # Per 100 files of a collected job: 2 failed (3 classes in turn), 3 missing, 1 not reported (the job's
 # close makes it unknown), the rest deleted with a size.
@@ -43,11 +43,14 @@ def outcomes_for(lfns: Sequence[str]) -> list[dict[str, Any]]:
 
 
 def collect(ledger: Ledger, job_ids: Sequence[str]) -> int:
-    """Record a finished job's outcomes for each job, then close it (as the collector does); returns files."""
+    """For each job, as the collector does: its files' outcomes, its directories removed, then the job closed;
+    returns the files."""
     n = 0
     for jid in job_ids:
         lfns = ledger.job_lfns(jid, states=None)
         ledger.record_outcomes(jid, outcomes_for(lfns))
+        ledger.record_dirs(jid, [{"dir": d, "state": DirState.REMOVED.value}
+                                 for d in sorted({lfn.rsplit("/", 1)[0] for lfn in lfns})])
         ledger.close_job(jid, JobState.COLLECTED.value, "bench: worker report without some files")
         n += len(lfns)
     return n
