@@ -11,7 +11,8 @@ from pymongo.database import Database
 from MSUnmerged import planner, sample
 from MSUnmerged.config import Config
 from MSUnmerged.jobs.spec import make_job
-from MSUnmerged.ledger import FAILED, JOB_PLANNED, Ledger
+from MSUnmerged.jobs.backend import JobState
+from MSUnmerged.ledger import FileState, Ledger
 from MSUnmerged.samplesite import DEMO_RSE, fill_storage, write_site
 
 
@@ -31,7 +32,7 @@ def seed_rse(db: Database, rse: str, work: Path, dump: list[str], protected: lis
     ledger = Ledger(db)
     ledger.ensure_indexes()
     ledger.record_plan(plan_dir, plan, generation)
-    job_ids = [j["_id"] for j in ledger.jobs_in(rse, [JOB_PLANNED], generation)]
+    job_ids = [j["_id"] for j in ledger.jobs_in(rse, [JobState.PLANNED], generation)]
     jobs = [make_job(jid, rse, rse, ledger.job_lfns(jid), set(), protected, config, generation)
             for jid in job_ids]
     ledger.record_job_intent(jobs, "local")
@@ -55,7 +56,7 @@ def seed_rse(db: Database, rse: str, work: Path, dump: list[str], protected: lis
     ledger.set_rse_state(rse, state, reason, detail=f"{len(jobs) - done_jobs} jobs in the batch system")
     counters = ledger.refresh_counters(rse)
     return {"plan": plan, "jobs": job_ids, "outcomes": outcomes, "counters": counters,
-            "failed": sorted(lfn for lfn, o in outcomes.items() if o["state"] == FAILED)}
+            "failed": sorted(lfn for lfn, o in outcomes.items() if o["state"] == FileState.FAILED)}
 
 
 def record_cycle(db: Database, rse: str, result: dict[str, Any]) -> str:

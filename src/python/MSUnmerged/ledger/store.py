@@ -290,21 +290,26 @@ class Ledger:
             self._set_row_codes([(d, i, n) for d, i, n, fid in found if fid in have_rows])
         return [(d, i, n) for d, i, n, fid in found if fid not in have_rows]
 
-    def _rewrite_buckets(self, changes: Mapping[str, tuple[Mapping[str, Any], dict[int, tuple[str, Optional[int]]]]]) -> None:
-        """Bucket _id -> (the bucket as read, {index: (code, size or None)}): one $set of each bucket."""
+    def _rewrite_buckets(self, changes: Mapping[str, tuple[dict[str, Any], dict[int, tuple[str, Optional[int]]]]]) -> None:
+        """Bucket _id -> (the bucket as read, {index: (code, size or None)}): one $set of each bucket. The
+        bucket dicts are updated too, so that a later rewrite of the same bucket in this step starts from it."""
         now = time.time()
-        ops = [UpdateOne({"_id": bid}, {"$set": bk.rewrite(doc, ch, now)}) for bid, (doc, ch) in changes.items()]
+        ops = []
+        for bid, (doc, ch) in changes.items():
+            new = bk.rewrite(doc, ch, now)
+            doc.update(new)
+            ops.append(UpdateOne({"_id": bid}, {"$set": new}))
         for start in range(0, len(ops), BUCKET_BATCH):
             chunk = ops[start:start + BUCKET_BATCH]
             with_retry(lambda: self.buckets.bulk_write(chunk, ordered=False), "rewrite buckets")
 
-    def _set_row_codes(self, entries: Sequence[tuple[Mapping[str, Any], int, str]]) -> None:
-        changes: dict[str, tuple[Mapping[str, Any], dict[int, tuple[str, Optional[int]]]]] = {}
+    def _set_row_codes(self, entries: Sequence[tuple[dict[str, Any], int, str]]) -> None:
+        changes: dict[str, tuple[dict[str, Any], dict[int, tuple[str, Optional[int]]]]] = {}
         for doc, i, _ in entries:
             changes.setdefault(doc["_id"], (doc, {}))[1][i] = (bk.ROW, None)
         self._rewrite_buckets(changes)
 
-    def _move_to_rows(self, entries: Sequence[tuple[Mapping[str, Any], int, str]], flt: Mapping[str, Any],
+    def _move_to_rows(self, entries: Sequence[tuple[dict[str, Any], int, str]], flt: Mapping[str, Any],
                       fields: Mapping[str, Any]) -> int:
         """Bucket entries become rows: per entry an upsert of its record filtered by {_id, **flt} and setting
         `fields` (a row already there that `flt` does not match makes the insert collide: skipped), then their
@@ -457,8 +462,8 @@ class Ledger:
                 lambda: list(self.buckets.find({"job": job_id_})), f"buckets of {job_id_}")
                 for fid, i, name in bk.entries(doc, "".join(bk.CODES.values()))}
         row_ops: list[Any] = []
-        to_rows: dict[tuple[str, str, str, Optional[int]], list[tuple[Mapping[str, Any], int, str]]] = {}
-        coded: dict[str, tuple[Mapping[str, Any], dict[int, tuple[str, Optional[int]]]]] = {}
+        to_rows: dict[tuple[str, str, str, Optional[int]], list[tuple[dict[str, Any], int, str]]] = {}
+        coded: dict[str, tuple[dict[str, Any], dict[int, tuple[str, Optional[int]]]]] = {}
         grouped: dict[tuple[str, str, str], list[str]] = {}
         for fid, (state, cls, err, size) in given.items():
             if fid in rows:
@@ -539,7 +544,7 @@ class Ledger:
             lambda: list(self.jobs.find({"rse": rse, "gen": generation}, {"round": 1})), "rounds")]
         round_ = max(rounds, default=0) + 1
         queries = [{"rse": rse, "gen": generation, "state": {"$in": list(RETRIABLE)}, "attempts": {"$lt": max_attempts}}]
-        entries: dict[str, tuple[Mapping[str, Any], int, str]] = {}
+        entries: dict[str, tuple[dict[str, Any], int, str]] = {}
         if redo_dry_run:
             queries.append({"rse": rse, "gen": generation, "state": FileState.WOULD_DELETE})
             wd = FileState.WOULD_DELETE
