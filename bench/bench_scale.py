@@ -4,7 +4,7 @@ recorded and its first round of jobs submitted by one Service.run_once (the code
 clean --apply` and the polling loop), then some jobs collected, then every operator query under load.
 
 Per size: wall time of each run_once step (hooks), the database server's peak RSS (VmHWM of its
-secantusd process, after run_once and after the queries), outcome writes per second, and with
+secantusd process, at each step, after run_once and after the queries), outcome writes per second, and with
 `--queries` the operator-query latencies (bench_rest.measure: REST and the CLI's code path). Sizes
 run in the same command are each other's baseline (e.g. 1M against 10M), and planning alone (the
 `plan` phase) is the baseline of the whole.
@@ -99,7 +99,12 @@ def one_size(lines: int, data: Path, collect_jobs: int, queries: bool, clients: 
     try:
         with build_service(config, sources=OfflineSources(sources_dir(inputs, work))) as service:
             db_pid = json.loads((state / "db.json").read_text())["pid"]
-            service.hook = lambda step, rse: marks.setdefault(step, time.perf_counter())
+            rss: dict[str, float] = {}
+
+            def hook(step: str, rse: str) -> None:
+                marks.setdefault(step, time.perf_counter())
+                rss.setdefault(step, round(vm_hwm_mib(db_pid), 1))
+            service.hook = hook
             start = time.perf_counter()
             result = service.run_once(RSE)
             total = time.perf_counter() - start
@@ -113,7 +118,7 @@ def one_size(lines: int, data: Path, collect_jobs: int, queries: bool, clients: 
             gen = ledger.rse(RSE)["generation"]
             row.update(files_to_delete=ledger.generation_entry(RSE, gen)["to_delete"], jobs=result.submitted,
                        run_once_s=round(total, 1), phases_s=phases, plan_share=round(phases["planned"] / total, 3),
-                       db_peak_rss_mib=round(vm_hwm_mib(db_pid), 1))
+                       db_peak_rss_mib=round(vm_hwm_mib(db_pid), 1), db_peak_rss_by_step_mib=rss)
             print(json.dumps(row), flush=True)
 
             jobs = [j["_id"] for j in ledger.jobs_in(RSE, [JobState.QUEUED], gen)][:collect_jobs]
