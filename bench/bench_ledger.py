@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src" / "python"))
 from MSUnmerged import planner  # noqa: E402
 from MSUnmerged.config import Config  # noqa: E402
 from MSUnmerged.embedded_mongo import EmbeddedMongo  # noqa: E402
-from MSUnmerged.ledger import Ledger, gen_key, job_id  # noqa: E402
+from MSUnmerged.ledger import Ledger, buckets, gen_key, job_id  # noqa: E402
 
 RSE = "T1_US_FNAL_Disk"
 GEN = 1_700_000_000.0
@@ -73,18 +73,16 @@ def main() -> int:
         assert not plan.guard, plan.guard_detail
         n = plan.files_to_delete
 
-        # Raw: the same documents, built beforehand, one insert_many into identically indexed files.
+        # Raw: the same bucket documents, built beforehand, one insert_many into identically indexed buckets.
         raw = Ledger(client["bench_raw"])
         raw.ensure_indexes()
         docs = []
         prefix = f"{RSE}|{gen_key(GEN)}|"
         for i, name in enumerate(plan.job_files, 1):
-            jid = job_id(RSE, GEN, 1, i)
-            for line in (work / "plan" / "jobs" / name).read_text().splitlines():
-                docs.append({"_id": prefix + line, "rse": RSE, "gen": GEN, "lfn": line, "dir": line[:line.rfind("/")],
-                             "state": "planned", "job": jid, "attempts": 1, "t": time.time()})
+            lines = (work / "plan" / "jobs" / name).read_text().splitlines()
+            docs += buckets.build(RSE, GEN, prefix, job_id(RSE, GEN, 1, i), i, lines, time.time())
         t = time.perf_counter()
-        raw.files.insert_many(docs, ordered=False)
+        raw.buckets.insert_many(docs, ordered=False)
         t_raw = time.perf_counter() - t
         del docs
 
@@ -93,7 +91,7 @@ def main() -> int:
         t = time.perf_counter()
         recorded = ledger.record_plan(work / "plan", plan, GEN)
         t_ledger = time.perf_counter() - t
-        assert recorded == n == ledger.files.estimated_document_count(), (recorded, n)
+        assert recorded == n == ledger.count_files(RSE, GEN, ["planned"]), (recorded, n)
         t = time.perf_counter()
         ledger.record_plan(work / "plan", plan, GEN)  # crash-repeat: every record already there
         t_repeat = time.perf_counter() - t
@@ -124,8 +122,8 @@ def main() -> int:
 
     ratio = t_raw / t_ledger
     lines = [f"files recorded: {n:,} (dump {args.files:,}, plan {t_plan:.1f} s)",
-             f"raw insert_many (prebuilt docs, same indexes): {t_raw:.1f} s ({n / t_raw:,.0f} docs/s)",
-             f"ledger record_plan (read plan files, build, insert): {t_ledger:.1f} s ({n / t_ledger:,.0f} docs/s)",
+             f"raw insert_many (prebuilt buckets, same indexes): {t_raw:.1f} s ({n / t_raw:,.0f} files/s)",
+             f"ledger record_plan (read plan files, build, insert): {t_ledger:.1f} s ({n / t_ledger:,.0f} files/s)",
              f"ledger / raw throughput: {ratio:.2f}x (target >= 0.8x)",
              f"record_plan repeated over existing records (crash restart): {t_repeat:.1f} s"]
     lines += [f"{name}: {sec * 1000:.1f} ms" for name, sec in latencies.items()]

@@ -12,9 +12,9 @@ from MSUnmerged.cli import EXIT_OK, BadInput
 from MSUnmerged.cli.clean import preview
 from MSUnmerged.config import Config
 from MSUnmerged.guards import UNKNOWN_RSE
+from MSUnmerged.ledger.view import MongoLedgerView
 from MSUnmerged.rest import app
 from MSUnmerged.rest.triggers import TriggerQueue, TriggerRefused
-from MSUnmerged.ledger.view import MongoLedgerView
 from MSUnmerged.service import Service, Sources, UnknownRSE
 from MSUnmerged.sources.errors import SourceError
 

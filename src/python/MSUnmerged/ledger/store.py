@@ -579,7 +579,7 @@ class Ledger:
         """Files of a generation in these states; `extra` may filter on `attempts` (bucket entries have 1)."""
         flt = {"rse": rse, "gen": generation, "state": {"$in": list(states)}, **extra}
         rows = with_retry(lambda: self.files.count_documents(flt), "count files")
-        if not _first_try_matches(extra):
+        if not any(s in bk.CODES for s in states) or not _first_try_matches(extra):
             return rows
         counts = self._bucket_counts(rse, generation)
         return rows + sum(counts.get(FileState(s).value, 0) for s in states)

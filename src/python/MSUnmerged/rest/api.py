@@ -16,10 +16,11 @@ from pymongo.errors import PyMongoError
 
 from MSUnmerged.config import Config
 from MSUnmerged.ledger.retry import LedgerError, deadline
+from MSUnmerged.ledger.states import SUBMITTED, FileState
+from MSUnmerged.ledger.view import DIR_STATES, FILE_STATES, JOB_STATES, LedgerView
 from MSUnmerged.rest.auth import AuthError, Audit, KeyFile, RateLimiter, ReplayGuard, User, claimed, has_role, \
     user_from_headers
 from MSUnmerged.rest.triggers import TriggerQueue, TriggerRefused
-from MSUnmerged.ledger.view import DIR_STATES, FILE_STATES, JOB_STATES, LedgerView
 from MSUnmerged.statemachine import STATE_CLEAN
 
 log = logging.getLogger("MSUnmerged.rest")
@@ -341,7 +342,7 @@ class DataApi:
                 doc["dirs"] = {"toDelete": [d["dir"] for d in preview["directories"]],
                                "toDeleteComplete": preview["shown"] >= preview["files_to_delete"]}
                 doc["jobs"] = self.view.jobs(doc["name"], None, 20)
-                doc["files"] = {"deletedFail": list(self.view.files(doc["name"], "failed", None, None, None,
+                doc["files"] = {"deletedFail": list(self.view.files(doc["name"], FileState.FAILED, None, None, None,
                                                                     None, 100))}
         return docs
 
@@ -368,7 +369,7 @@ class DataApi:
         stream = boolean(params, "stream", False)
         limit = integer(params, "limit", 100, 1, MAX_PAGE)
         no_more(params)
-        if not rse and (not job or state == "submitted"):
+        if not rse and (not job or state == SUBMITTED):
             raise BadParam("rse", "required unless 'job' is given (and always with state=submitted)")
         if dir_prefix is not None and not dir_prefix.startswith("/store/unmerged/"):
             raise BadParam("dir", "must start with /store/unmerged/")

@@ -11,11 +11,11 @@ from cherrypy.process.servers import ServerAdapter
 
 from MSUnmerged.config import Config
 from MSUnmerged.ledger.retry import deadline
+from MSUnmerged.ledger.view import LedgerView
 from MSUnmerged.rest import metrics, page
 from MSUnmerged.rest.api import DB_ERRORS, RAW_HEADERS, DataApi
 from MSUnmerged.rest.auth import is_signed, parse_role
 from MSUnmerged.rest.triggers import TriggerQueue
-from MSUnmerged.ledger.view import LedgerView
 
 log = logging.getLogger("MSUnmerged.rest")
 

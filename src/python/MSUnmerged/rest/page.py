@@ -13,8 +13,9 @@ from typing import Any, Iterable, Optional, Sequence
 
 from MSUnmerged.config import Config
 from MSUnmerged.ledger.history import totals_by_day as history_totals
-from MSUnmerged.rest import charts
+from MSUnmerged.ledger.states import FileState
 from MSUnmerged.ledger.view import LedgerView
+from MSUnmerged.rest import charts
 from MSUnmerged.sources.errors import KINDS as SOURCE_KINDS
 
 REFRESH_S = 60
@@ -224,7 +225,7 @@ def rse_page(view: LedgerView, ctx: Context, name: str) -> Optional[str]:
                td(esc(e.get("detail")))] for e in reversed(r.get("events") or [])]
     dirs = [(esc(k), number(v)) for k, v in sorted((c.get("dirs_by_state") or {}).items())]
     dirs += [(f"refused: {esc(k)}", number(v)) for k, v in sorted((c.get("dirs_refused_by_reason") or {}).items())]
-    failed = list(view.files(name, "failed", None, None, None, None, 200))
+    failed = list(view.files(name, FileState.FAILED, None, None, None, None, 200))
     file_rows = [[td(f"<code>{esc(f.get('lfn'))}</code>"), td(esc(f.get("error_class"))),
                   td(esc(f.get("error"))), td(number(f.get("attempts", 0)), numeric=True),
                   td(f"<code>{esc(f.get('job'))}</code>")] for f in failed]
