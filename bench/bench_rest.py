@@ -212,7 +212,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def load(ledger: Ledger, n_files: int, work: Path) -> tuple[float, Target]:
     """About n_files deletable files over N_RSES RSEs (dumps of n_files / 0.7 / N_RSES lines), 3/4 of each RSE's
-    jobs collected; returns the seconds taken and a Target in the 4th RSE."""
+    jobs collected; returns the seconds taken and a Target in the first RSE with files."""
     start = time.time()
     ledger.ensure_indexes()
     gen = time.time() - 86400
@@ -223,10 +223,11 @@ def load(ledger: Ledger, n_files: int, work: Path) -> tuple[float, Target]:
         jobs = [j["_id"] for j in ledger.query_jobs(rse, limit=10_000)["items"]]
         ledgersim.collect(ledger, jobs[:len(jobs) * 3 // 4])
         ledger.refresh_counters(rse)
-        if r == 3:
+        if target is None and jobs:
             target = find_target(ledger, rse, jobs[0])
         print(f"  loaded {rse}: {plan.files_to_delete:,} files, {time.time() - start:.0f} s", flush=True)
-    assert target is not None
+    if target is None:
+        raise SystemExit(f"bench_rest: {n_files:,} files give no deletable file in any RSE: use --files 100000 or more")
     return time.time() - start, target
 
 
