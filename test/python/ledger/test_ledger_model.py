@@ -3,7 +3,6 @@ ledger (buckets plus rows, SecantusDB) give the same per-file answers as a plain
 read path (file_records, query_files pages, job_lfns, count_files, file_history)."""
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Optional
@@ -130,6 +129,8 @@ op_st = st.one_of(
 )
 
 
+# No shrinking: each example runs dozens of database queries, and shrinking a failure took over 5 minutes;
+# the failing example is printed as found.
 @settings(max_examples=30, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate], suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 @given(lfns=lfns_st, per_job=st.integers(1, 8), shuffle=st.randoms(use_true_random=False),
@@ -200,4 +201,4 @@ def test_names_sort_like_ids() -> None:
     """The bucket _id separator sorts below every character a plan line may hold (see buckets.SEP)."""
     from MSUnmerged.ledger.buckets import SEP
     from MSUnmerged.lfn import PRINTABLE
-    assert all(chr(c) > SEP for c in PRINTABLE) and not list(itertools.islice((), 1))
+    assert all(chr(c) > SEP for c in PRINTABLE)

@@ -581,14 +581,19 @@ class Ledger:
         rows = with_retry(lambda: self.files.count_documents(flt), "count files")
         if not any(s in bk.CODES for s in states) or not _first_try_matches(extra):
             return rows
-        counts = self._bucket_counts(rse, generation)
+        counts = self._bucket_counts(rse, generation, [FileState(s) for s in states if s in bk.CODES])
         return rows + sum(counts.get(FileState(s).value, 0) for s in states)
 
-    def _bucket_counts(self, rse: str, generation: float) -> dict[str, int]:
-        """Bucket entries (not rows) per state, summed from the buckets' `counts`."""
+    def _bucket_counts(self, rse: str, generation: float,
+                       states: Optional[Sequence[FileState]] = None) -> dict[str, int]:
+        """Bucket entries (not rows) per state, summed from the `counts` of the buckets holding these states
+        (default: all)."""
+        match: dict[str, Any] = {"rse": rse, "gen": generation}
+        if states is not None:
+            match["states"] = {"$in": [s.value for s in states]}
         group: dict[str, Any] = {"_id": None, **{s.value: {"$sum": f"$counts.{s.value}"} for s in bk.CODES}}
-        out = with_retry(lambda: list(self.buckets.aggregate([{"$match": {"rse": rse, "gen": generation}},
-                                                              {"$group": group}])), "count buckets")
+        out = with_retry(lambda: list(self.buckets.aggregate([{"$match": match}, {"$group": group}])),
+                         "count buckets")
         return {s.value: int(out[0].get(s.value) or 0) if out else 0 for s in bk.CODES}
 
     def _state_counts(self, rse: str, generation: float) -> dict[str, int]:
