@@ -204,7 +204,7 @@ def measure(view: MongoLedgerView, port: Optional[int], target: Target, clients:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    out = ["| query | via | requests | errors | req/s | p50 ms | p99 ms | max ms |", "|---|---|---|---|---|---|---|---|"]
+    out = ["| query | via | requests | errors | req/s | p50 ms | p99 ms | max ms |", "|" + "---|" * 8]
     out += [f"| {r['query']} | {r['via']} | {r['requests']:,} | {r['errors']} | {r['rps']:.0f} | {r['p50_ms']} | "
             f"{r['p99_ms']} | {r['max_ms']} |" for r in rows]
     return "\n".join(out)

@@ -156,13 +156,14 @@ def summary(rows: list[dict[str, Any]]) -> str:
            "DB peak RSS MiB | collect files/s | load |", "|" + "---|" * 12]
     for r in rows:
         p = r["phases_s"]
-        out.append(f"| {r['lines']:,} | {r['files_to_delete']:,} | {r['jobs']:,} | {r['run_once_s']} | {p.get('planned')} | "
-                   f"{p.get('recorded')} | {p.get('intent')} | {p.get('submitted')} | {p.get('counted')} | "
+        steps = " | ".join(str(p.get(step)) for step in ("planned", "recorded", "intent", "submitted", "counted"))
+        out.append(f"| {r['lines']:,} | {r['files_to_delete']:,} | {r['jobs']:,} | {r['run_once_s']} | {steps} | "
                    f"{r['db_peak_rss_mib']} | {r['collect']['files_per_s']:,} | {r['load_before']}-{r['load_after']} |")
     if len(rows) > 1:
         a, b = rows[0], rows[-1]
         out.append(f"\n{b['lines']:,} vs {a['lines']:,} lines: run_once {b['run_once_s'] / a['run_once_s']:.1f}x for "
-                   f"{b['lines'] / a['lines']:.0f}x the lines; DB RSS {b['db_peak_rss_mib'] / a['db_peak_rss_mib']:.1f}x")
+                   f"{b['lines'] / a['lines']:.0f}x the lines; "
+                   f"DB RSS {b['db_peak_rss_mib'] / a['db_peak_rss_mib']:.1f}x")
     for r in rows:
         if "queries" in r:
             out += [f"\nOperator queries at {r['lines']:,} lines ({r['queries'][0]['clients']} clients; DB peak RSS "

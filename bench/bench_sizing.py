@@ -209,7 +209,8 @@ def main() -> int:
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(out, indent=1, default=str))
     print(f"\nsample: {measured['files']:,} files over {args.rses} RSEs, {measured['jobs_round1']} round-1 jobs")
-    print("| collection | documents | data bytes | index bytes | per file: docs | data B | index B |\n|---|---|---|---|---|---|---|")
+    print("| collection | documents | data bytes | index bytes | per file: docs | data B | index B |")
+    print("|---" * 7 + "|")
     for name, c in measured["collections"].items():
         n = measured["files"]
         print(f"| {name} | {c['count']:,} | {c['size']:,} | {c['indexes']:,} | {c['count'] / n:.4f} | "
