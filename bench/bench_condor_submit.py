@@ -2,8 +2,8 @@
 
 Both go through CondorBackend.submit (manifests written, submit with spool=True, inputs spooled), in the same
 run against the same schedd. The jobs require `False`, so they never run; each round removes its jobs.
-Also times poll() and find() over the N jobs of the itemdata round. Starts the pool with
-test/scripts/condor-pool.sh if it is not running (and stops it again at the end).
+Also times poll() and find() over the N jobs of the itemdata round. Uses the pool as a test session does
+(servers.condor.using_pool): starts it if no one uses it, stops it at the end if no one else does.
 
     python3 bench/bench_condor_submit.py --jobs 1000 --rounds 2
 """
@@ -23,8 +23,7 @@ from MSUnmerged.config import CondorConfig, JobsConfig  # noqa: E402
 from MSUnmerged.jobs.condor import CondorBackend  # noqa: E402
 from MSUnmerged.jobs.spec import CleanupJob, DeleteFilesStep  # noqa: E402
 from MSUnmerged.jobs.workerpkg import build_worker  # noqa: E402
-from servers import run_script, server_dir  # noqa: E402
-from servers.condor import SITE, CondorPool, wait_ready  # noqa: E402
+from servers.condor import SITE, using_pool  # noqa: E402
 
 RSE = "T2_XX_Condor_Disk"
 FILES_PER_JOB = 20
@@ -44,13 +43,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args()
 
-    base = server_dir("condor")
-    pid_file = base / "condor_master.pid"
-    started_here = not (pid_file.exists() and Path(f"/proc/{pid_file.read_text().strip()}").exists())
-    run_script("condor-pool.sh", "start")
-    pool = CondorPool(root=base / "root")
-    try:
-        wait_ready(pool)
+    with using_pool() as pool:
         token = pool.token_dir("submitter")
         with tempfile.TemporaryDirectory(prefix="bench-condor-") as tmp:
             work = Path(tmp)
@@ -85,9 +78,6 @@ def main() -> None:
                                       "seconds": round(secs, 3), "jobs_per_s": round(args.jobs / secs, 1)}))
                 print(json.dumps({"bench": "condor_submit", "round": rnd, "speedup": round(t_single / t_cluster, 1),
                                   "poll_s": round(t_poll, 3), "find_s": round(t_find, 3)}))
-    finally:
-        if started_here:
-            run_script("condor-pool.sh", "stop")
 
 
 if __name__ == "__main__":

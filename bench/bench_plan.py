@@ -94,6 +94,17 @@ def measure_decompress(dump: str, inflater: str) -> dict:
 CHILDREN = {"planner": measure_planner, "baseline": measure_baseline, "decompress": measure_decompress}
 
 
+def inputs(data: Path, size: int, compress: bool = False) -> Path:
+    """The folder holding the generated dump of `size` lines (dump.txt or dump.gz), protected.json and
+    stats.json for RSE, generated on first use (bench_scale uses the same inputs)."""
+    folder = data / f"{size}-{'gz' if compress else 'txt'}"
+    if not (folder / "stats.json").exists():
+        t = time.time()
+        sample.write_sample_inputs(folder, RSE, sample.SampleSpec(files=size), compress=compress)
+        print(f"generated {folder} in {time.time() - t:.0f} s", file=sys.stderr)
+    return folder
+
+
 def in_child(kind: str, *args: str) -> dict:
     res = subprocess.run([sys.executable, __file__, "--child", kind, *args], capture_output=True, text=True,
                          check=True)
@@ -116,11 +127,7 @@ def main() -> None:
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
         for compress in [fmt == "gzip" for fmt in args.formats.split(",")]:
-            folder = Path(args.data) / f"{size}-{'gz' if compress else 'txt'}"
-            if not (folder / "stats.json").exists():
-                t = time.time()
-                sample.write_sample_inputs(folder, RSE, sample.SampleSpec(files=size), compress=compress)
-                print(f"generated {folder} in {time.time() - t:.0f} s", file=sys.stderr)
+            folder = inputs(Path(args.data), size, compress)
             dump = str(folder / ("dump.gz" if compress else "dump.txt"))
             files = [dump, str(folder / "protected.json"), str(folder / "stats.json"), str(folder / "plan")]
             runs, inflate = [], {"gzip": [], "isal": []}

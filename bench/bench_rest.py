@@ -1,18 +1,21 @@
-"""REST latency under load: p50/p99 of status, info and a per-file query with N file records in the ledger.
+"""Operator-query latency under load: p50/p99 of every query an operator uses, through the REST server
+(`msunmerged serve`) and through the CLI's code path (MongoLedgerView, what `msunmerged status/files`
+call), with C concurrent clients.
 
-Starts its own SecantusDB (on disk in a temporary folder: the in-memory engine failed with an internal
-error at ~650k records with the four file indexes) and `msunmerged serve` on free loopback ports, loads N file
-records in the ledger's shape (Ledger.ensure_indexes, counters by Ledger.refresh_counters), then
-runs a closed-loop load generator: C client threads with keep-alive connections, each sending the
-next request as soon as the previous answer is read, for at most `--seconds` or `--requests` per
-endpoint. The generator shares the machine's cores with the server and the database.
+Standalone, it starts its own SecantusDB (on disk in a temporary folder) and records N files over 10 RSEs
+through the Ledger API (generated dumps planned and recorded with Ledger.record_plan, 3/4 of each RSE's
+jobs collected with a realistic mix of outcomes: bench/ledgersim.py), so it measures whatever shape the
+ledger stores. bench_scale.py uses `measure` on its 10M-line RSE. The load generator is closed-loop: each
+client sends its next request as soon as the previous answer is read, for at most `--seconds` or
+`--requests` per query. Generator, server and database share the machine's cores.
 
-    python bench/bench_rest.py --files 1000000 --clients 50 --seconds 15
+    python bench/bench_rest.py --files 1000000 --clients 20 --seconds 10
 """
 from __future__ import annotations
 
 import argparse
 import http.client
+import json
 import os
 import shutil
 import signal
@@ -23,17 +26,25 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping, Optional
+from urllib.parse import quote
 
 from pymongo import MongoClient
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src" / "python"))
 
-from MSUnmerged.ledger import Ledger, file_id, job_id  # noqa: E402
+import ledgersim  # noqa: E402
+
+from MSUnmerged import embedded_mongo  # noqa: E402
+from MSUnmerged.ledger import Ledger  # noqa: E402
+from MSUnmerged.ledger.view import MongoLedgerView  # noqa: E402
 
 N_RSES = 10
+BASE = "/ms-unmerged/data"
+STALE_AFTER_S = 3 * 3600.0  # the default service.stale_after_s, for the CLI path's health()
 
 
 def free_port() -> int:
@@ -65,43 +76,58 @@ def stop(proc: subprocess.Popen) -> None:
             proc.wait(5)
 
 
-def load(db: Any, n_files: int) -> float:
-    """n_files records over N_RSES RSEs, 2000 per job, a mix of outcomes; returns seconds taken."""
-    start = time.time()
-    ledger = Ledger(db)
-    ledger.ensure_indexes()
-    gen = time.time() - 86400
-    per_rse = n_files // N_RSES
-    states = ["deleted"] * 80 + ["failed"] * 5 + ["missing"] * 5 + ["planned"] * 10
-    for r in range(N_RSES):
-        rse = f"T2_BE_Bench{r:02d}"
-        db.rses.replace_one({"_id": rse}, {"_id": rse, "state": "running", "reason": "", "generation": gen,
-                                           "updated": time.time(),
-                                           "generations": [{"gen": gen, "files_total": per_rse, "to_delete": per_rse,
-                                                            "planned": gen + 60}]}, upsert=True)
-        batch = []
-        for i in range(per_rse):
-            d = f"/store/unmerged/Run2026/Prim{i % 50}/NANOAOD/v{i % 7}/{i // 1000:04d}"
-            lfn = f"{d}/f{i:07d}.root"
-            state = states[i % 100]
-            batch.append({"_id": file_id(rse, gen, lfn), "rse": rse, "gen": gen, "lfn": lfn, "dir": d,
-                          "state": state, "job": job_id(rse, gen, 1, i // 2000 + 1), "attempts": 1, "t": gen,
-                          "error_class": ("permission_denied", "timeout")[i % 2] if state == "failed" else "",
-                          "error": "bench" if state == "failed" else ""})
-            if len(batch) == 20000:
-                db.files.insert_many(batch, ordered=False)
-                batch = []
-        if batch:
-            db.files.insert_many(batch, ordered=False)
-        db.jobs.insert_many([{"_id": job_id(rse, gen, 1, j), "rse": rse, "gen": gen, "round": 1, "n": j,
-                              "state": "finished", "files": 2000} for j in range(1, per_rse // 2000 + 2)])
-        ledger.refresh_counters(rse)
-        print(f"  loaded {rse}: {(r + 1) * per_rse:,} files, {time.time() - start:.0f} s", flush=True)
-    return time.time() - start
+def start_serve(env: Mapping[str, str], log: Path, cache_ttl: float = 2.0) -> tuple[subprocess.Popen, int]:
+    """`msunmerged serve` on a free loopback port with the given environment (which names its database);
+    its polling loop's live sources are unreachable here, so it idles."""
+    port = free_port()
+    env = {**os.environ, **env, "MSUNMERGED_REST__CACHE_TTL_S": str(cache_ttl),
+           "MSUNMERGED_SERVICE__LOG_LEVEL": "WARNING", "PYTHONPATH": str(REPO / "src" / "python")}
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "MSUnmerged.cli", "serve", "--port", str(port)], env=env,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    wait_port(port, proc)
+    return proc, port
 
 
-def hammer(port: int, path: str, clients: int, seconds: float, max_requests: int) -> dict[str, Any]:
-    """Closed loop: each client sends its next request when the previous answer is read."""
+@dataclass
+class Target:
+    """What the operator queries are about: an RSE, one of its jobs, a directory, one LFN, an error class."""
+
+    rse: str
+    job: str
+    dir: str
+    lfn: str
+    error_class: str = ledgersim.ERROR_CLASSES[0]
+
+
+def find_target(ledger: Ledger, rse: str, job: str) -> Target:
+    """A Target from one collected job: its first file, and that file's dataset folder."""
+    lfn = ledger.job_lfns(job, states=None)[0]
+    return Target(rse, job, lfn.rsplit("/", 2)[0] + "/", lfn)
+
+
+def operator_queries(t: Target) -> list[tuple[str, str, Callable[[MongoLedgerView], Any]]]:
+    """(name, REST path, the CLI's call on the ledger view) per operator question. REST has no per-LFN history
+    endpoint: the LFN's record in the current generation is asked as a `dir` prefix equal to the LFN."""
+    files = f"{BASE}/files?rse={t.rse}"
+    return [
+        ("status", f"{BASE}/status", lambda v: (v.rses(), v.health(STALE_AFTER_S))),
+        ("info", f"{BASE}/info?rse={t.rse}&detail=false", lambda v: v.rse(t.rse)),
+        ("failed by class", f"{files}&error_class={t.error_class}&limit=100",
+         lambda v: list(v.files(t.rse, "failed", t.error_class, None, None, None, 100))),
+        ("files of a job", f"{files}&job={quote(t.job)}&limit=100",
+         lambda v: list(v.files(t.rse, None, None, None, t.job, None, 100))),
+        ("files under a directory", f"{files}&dir={quote(t.dir)}&limit=100",
+         lambda v: list(v.files(t.rse, None, None, t.dir, None, None, 100))),
+        ("one LFN's history", f"{files}&dir={quote(t.lfn)}&limit=10",
+         lambda v: v.ledger.file_history(t.rse, t.lfn)),
+    ]
+
+
+def hammer(make_call: Callable[[], Callable[[], bool]], clients: int, seconds: float,
+           max_requests: int) -> dict[str, Any]:
+    """Closed loop: each client (its own callable from `make_call`) sends its next request when the previous
+    answer is read; a call returning False or raising counts as an error."""
     latencies: list[float] = []
     errors = [0]
     lock = threading.Lock()
@@ -109,8 +135,9 @@ def hammer(port: int, path: str, clients: int, seconds: float, max_requests: int
     budget = [max_requests]
 
     def client() -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        call = make_call()
         mine: list[float] = []
+        bad = 0
         while time.monotonic() < deadline:
             with lock:
                 if budget[0] <= 0:
@@ -118,21 +145,14 @@ def hammer(port: int, path: str, clients: int, seconds: float, max_requests: int
                 budget[0] -= 1
             t0 = time.perf_counter()
             try:
-                conn.request("GET", path)
-                resp = conn.getresponse()
-                resp.read()
-                ok = resp.status == 200
-            except (OSError, http.client.HTTPException):
+                ok = call()
+            except Exception:  # noqa: BLE001 - any failure is an error of this request
                 ok = False
-                conn.close()
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
             mine.append(time.perf_counter() - t0)
-            if not ok:
-                with lock:
-                    errors[0] += 1
-        conn.close()
+            bad += not ok
         with lock:
             latencies.extend(mine)
+            errors[0] += bad
 
     threads = [threading.Thread(target=client) for _ in range(clients)]
     t0 = time.monotonic()
@@ -143,51 +163,103 @@ def hammer(port: int, path: str, clients: int, seconds: float, max_requests: int
     wall = time.monotonic() - t0
     latencies.sort()
     q = statistics.quantiles(latencies, n=100, method="inclusive") if len(latencies) > 1 else latencies * 99
-    return {"path": path, "requests": len(latencies), "errors": errors[0], "rps": len(latencies) / wall,
-            "p50_ms": q[49] * 1000, "p99_ms": q[98] * 1000, "max_ms": latencies[-1] * 1000}
+    return {"requests": len(latencies), "errors": errors[0], "rps": round(len(latencies) / wall, 1),
+            "p50_ms": round(q[49] * 1000, 1), "p99_ms": round(q[98] * 1000, 1),
+            "max_ms": round(latencies[-1] * 1000, 1)}
+
+
+def http_get(port: int, path: str) -> Callable[[], Callable[[], bool]]:
+    """A client factory for `hammer`: each client keeps one keep-alive connection (reopened after an error)."""
+    def make() -> Callable[[], bool]:
+        conn = [http.client.HTTPConnection("127.0.0.1", port, timeout=30)]
+
+        def call() -> bool:
+            try:
+                conn[0].request("GET", path)
+                resp = conn[0].getresponse()
+                resp.read()
+                return resp.status == 200
+            except (OSError, http.client.HTTPException):
+                conn[0].close()
+                conn[0] = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                return False
+        return call
+    return make
+
+
+def measure(view: MongoLedgerView, port: Optional[int], target: Target, clients: int, seconds: float,
+            max_requests: int = 50_000) -> list[dict[str, Any]]:
+    """Every operator query through REST (when `port`) and the CLI path, one JSON-ready row each."""
+    rows = []
+    if port:
+        hammer(http_get(port, f"{BASE}/status"), 5, 1.0, 200)  # warm-up
+    for name, path, cli in operator_queries(target):
+        paths = ([("rest", path, http_get(port, path))] if port else []) + \
+                [("cli path", name, lambda cli=cli: lambda: cli(view) is not None)]
+        for via, what, make in paths:
+            row = {"query": name, "via": via, "request": what.replace(BASE + "/", ""), "clients": clients,
+                   **hammer(make, clients, seconds, max_requests)}
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    out = ["| query | via | requests | errors | req/s | p50 ms | p99 ms | max ms |", "|" + "---|" * 8]
+    out += [f"| {r['query']} | {r['via']} | {r['requests']:,} | {r['errors']} | {r['rps']:.0f} | {r['p50_ms']} | "
+            f"{r['p99_ms']} | {r['max_ms']} |" for r in rows]
+    return "\n".join(out)
+
+
+def load(ledger: Ledger, n_files: int, work: Path) -> tuple[float, Target]:
+    """About n_files deletable files over N_RSES RSEs (dumps of n_files / 0.7 / N_RSES lines), 3/4 of each RSE's
+    jobs collected; returns the seconds taken and a Target in the first RSE with files."""
+    start = time.time()
+    ledger.ensure_indexes()
+    gen = time.time() - 86400
+    target = None
+    for r in range(N_RSES):
+        rse = f"T2_BE_Bench{r:02d}"
+        plan, _ = ledgersim.record_sample(ledger, rse, int(n_files / 0.7 / N_RSES), work, gen, seed=r)
+        jobs = [j["_id"] for j in ledger.query_jobs(rse, limit=10_000)["items"]]
+        ledgersim.collect(ledger, jobs[:len(jobs) * 3 // 4])
+        ledger.refresh_counters(rse)
+        if target is None and jobs:
+            target = find_target(ledger, rse, jobs[0])
+        print(f"  loaded {rse}: {plan.files_to_delete:,} files, {time.time() - start:.0f} s", flush=True)
+    if target is None:
+        raise SystemExit(f"bench_rest: {n_files:,} files give no deletable file in any RSE: use --files 100000 or more")
+    return time.time() - start, target
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--files", type=int, default=1_000_000)
-    ap.add_argument("--clients", type=int, default=50)
-    ap.add_argument("--seconds", type=float, default=15.0, help="per endpoint")
-    ap.add_argument("--requests", type=int, default=50_000, help="per endpoint, at most")
+    ap.add_argument("--files", type=int, default=1_000_000, help="deletable files recorded over 10 RSEs")
+    ap.add_argument("--clients", type=int, default=20)
+    ap.add_argument("--seconds", type=float, default=10.0, help="per query")
+    ap.add_argument("--requests", type=int, default=50_000, help="per query, at most")
     ap.add_argument("--cache-ttl", type=float, default=2.0, help="rest.cache_ttl_s of the served app")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="bench-rest-"))
-    secantusd = shutil.which("secantusd-py") or str(Path(sys.executable).with_name("secantusd-py"))
-    db_port, rest_port = free_port(), free_port()
+    db_port = free_port()
     url = f"mongodb://127.0.0.1:{db_port}/?directConnection=true"
     procs = []
     try:
         with open(work / "db.log", "wb") as log:
-            procs.append(subprocess.Popen([secantusd, "--host", "127.0.0.1", "--port", str(db_port), "--storage-path",
-                                           str(work / "db"), "--standalone", "--log-level", "WARNING"],
-                                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+            procs.append(subprocess.Popen(embedded_mongo.command(db_port, work / "db"), stdout=log,
+                                          stderr=subprocess.STDOUT, start_new_session=True))
         wait_port(db_port, procs[0])
         db = MongoClient(url).msunmerged
-        print(f"loading {args.files:,} file records ...", flush=True)
-        load_s = load(db, args.files)
-        env = {**os.environ, "MSUNMERGED_MONGO__URL": url, "MSUNMERGED_REST__CACHE_TTL_S": str(args.cache_ttl),
-               "MSUNMERGED_SERVICE__LOG_LEVEL": "WARNING", "PYTHONPATH": str(REPO / "src" / "python")}
-        with open(work / "serve.log", "wb") as log:
-            procs.append(subprocess.Popen([sys.executable, "-m", "MSUnmerged.cli", "serve", "--port", str(rest_port)],
-                                          env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
-        wait_port(rest_port, procs[1])
-        base = "/ms-unmerged/data"
-        paths = [f"{base}/status", f"{base}/info?rse=ALL_DOCS", f"{base}/info?rse=T2_BE_Bench03&detail=false",
-                 f"{base}/files?rse=T2_BE_Bench03&state=failed&limit=100",
-                 f"{base}/files?rse=T2_BE_Bench03&dir=/store/unmerged/Run2026/Prim7/&limit=100"]
-        hammer(rest_port, paths[0], 5, 2.0, 500)  # warm-up
-        results = [hammer(rest_port, p, args.clients, args.seconds, args.requests) for p in paths]
-        print(f"\n{args.files:,} file records (load {load_s:.0f} s), {args.clients} clients, cache_ttl_s "
-              f"{args.cache_ttl}, {os.cpu_count()} cores shared by generator, server and database\n")
-        print("| request | requests | errors | req/s | p50 ms | p99 ms | max ms |\n|---|---|---|---|---|---|---|")
-        for r in results:
-            print(f"| `{r['path'].replace(base + '/', '')}` | {r['requests']:,} | {r['errors']} | {r['rps']:.0f} | "
-                  f"{r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['max_ms']:.1f} |")
+        print(f"recording ~{args.files:,} files through the Ledger API ...", flush=True)
+        load_s, target = load(Ledger(db), args.files, work)
+        proc, port = start_serve({"MSUNMERGED_MONGO__URL": url}, work / "serve.log", args.cache_ttl)
+        procs.append(proc)
+        rows = measure(MongoLedgerView(db), port, target, args.clients, args.seconds, args.requests)
+        print(f"\n~{args.files:,} files over {N_RSES} RSEs (load {load_s:.0f} s), {args.clients} clients, cache_ttl_s "
+              f"{args.cache_ttl}, load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} cores shared by generator, "
+              f"server and database\n")
+        print(table(rows))
         return 0
     finally:
         for proc in reversed(procs):

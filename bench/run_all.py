@@ -21,6 +21,8 @@ QUICK = {
     "bench_plan": ["--sizes", "1000000", "--baseline-lines", "1000000"],
     "bench_ledger": ["--files", "100000", "--no-readme"],
     "bench_rest": ["--files", "100000", "--clients", "20", "--seconds", "5"],
+    "bench_scale": ["--quick"],
+    "bench_sizing": ["--rses", "1", "--lines", "50000"],
     "bench_delete": ["--posix-files", "20000", "--xrootd-files", "2000"],
     "bench_condor_submit": ["--jobs", "200"],
 }

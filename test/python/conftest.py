@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from servers import keep_session_dir
+
 # Server fixtures live in servers/<name>.py; each is listed here once.
-pytest_plugins: list[str] = ["servers.rest", "servers.condor", "servers.slurm", "servers.rucio", "servers.mongo", "servers.xrootd", "e2e.e2e_harness"]
+pytest_plugins: list[str] = ["servers.rest", "servers.condor", "servers.slurm", "servers.rucio", "servers.mongo", "servers.xrootd"]
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = (REPO.parent / "shared" / "fixtures" / "wmcore").resolve()
@@ -34,3 +36,11 @@ def conmon_dump_lfns(wmcore_fixtures: Path) -> list[str]:
 @pytest.fixture(scope="session")
 def conmon_stats(wmcore_fixtures: Path) -> dict:
     return json.loads((wmcore_fixtures / "conmon-stats.json").read_text())
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int) -> None:
+    """A failed session keeps its servers' folder (logs, data) and says where; a passed one removes it."""
+    if exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        kept = keep_session_dir()
+        if kept is not None:
+            terminalreporter.write_line(f"servers' logs and data of this session kept in {kept}")

@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # A real single-node Slurm 22.05 cluster on 127.0.0.1 for the integration tests (Debian 12 packages).
 #
-#   slurm-cluster.sh start   install (idempotent), write the configuration under test/.servers/slurm/,
+#   slurm-cluster.sh start   install (idempotent), write the configuration under $SLURM_TEST_DIR,
 #                            start munged, slurmctld, slurmd, slurmrestd in the background (PIDs in *.pid),
 #                            wait for an idle node; prints KEY=VALUE lines for the test fixture
+#   slurm-cluster.sh info    the same KEY=VALUE lines for the running cluster (fails when it is not running)
 #   slurm-cluster.sh stop    stop every daemon by its recorded PID
+#
+# SLURM_TEST_DIR (default ${TMPDIR:-/tmp}/msunmerged-shared/slurm, made 0755): the daemons' configuration,
+# state, spool and logs, in a folder the slurm user reaches wherever the checkout sits. The cluster is
+# machine-wide (fixed ports): test/python/servers/slurm.py lets the sessions on the machine share it.
 #
 # Runs without systemd and cgroups: proctrack/linuxproc, task/none, no accounting database (job
 # completions go to a text file that `sacct -c` reads).
 set -euo pipefail
 
-REPO=$(cd "$(dirname "$0")/../.." && pwd)
-DIR=${SLURM_TEST_DIR:-$REPO/test/.servers/slurm}
+DIR=${SLURM_TEST_DIR:-${TMPDIR:-/tmp}/msunmerged-shared/slurm}
 REST_PORT=${SLURM_REST_PORT:-6820}
 CONF=$DIR/etc/slurm.conf
 DAEMONS=(slurmrestd slurmd slurmctld munged)  # stop order: clients of munge first
@@ -59,6 +63,7 @@ start_daemon() {
 
 write_config() {
     mkdir -p "$DIR/etc" "$DIR/state" "$DIR/spool" "$DIR/log" "$DIR/run"
+    chmod 755 "$DIR" "$(dirname "$DIR")"
     # A fresh cluster each session: job ids restart at 1, so no jobs or completions from earlier runs.
     rm -rf "$DIR/state"/* "$DIR/spool"/* "$DIR/log/jobcomp.txt"
     [ -s "$DIR/etc/jwt.key" ] || head -c 32 /dev/urandom > "$DIR/etc/jwt.key"
@@ -139,8 +144,13 @@ start() {
     SLURM_JWT=daemon start_daemon slurmrestd /usr/sbin/slurmrestd -u nobody -g nogroup -a rest_auth/jwt \
         -s openapi/v0.0.38,openapi/v0.0.37 "127.0.0.1:$REST_PORT"
     wait_port "$REST_PORT"
+    info
+}
+
+info() {
+    for d in "${DAEMONS[@]}"; do pid_alive "$d" || { log "$d is not running (no live PID in $DIR/$d.pid)"; exit 1; }; done
     echo "SLURM_CONF=$CONF"
-    echo "SLURM_NODE=$(sinfo -h -N -o %N | head -1)"
+    echo "SLURM_NODE=$(SLURM_CONF=$CONF sinfo -h -N -o %N | head -1)"
     echo "SLURM_PARTITION=debug"
     echo "SLURM_REST_URL=http://127.0.0.1:$REST_PORT"
     echo "SLURM_JOBCOMP=$DIR/log/jobcomp.txt"
@@ -148,7 +158,8 @@ start() {
 
 case "${1:-}" in
     start) start ;;
+    info) info ;;
     stop) stop_daemons ;;
     install) install_packages ;;
-    *) echo "usage: $0 start|stop|install" >&2; exit 2 ;;
+    *) echo "usage: $0 start|info|stop|install" >&2; exit 2 ;;
 esac

@@ -54,6 +54,13 @@ def _executable() -> str:
     return found
 
 
+def command(port: int, storage: Path, *extra: str) -> list[str]:
+    """The SecantusDB command line serving the data folder `storage` on 127.0.0.1:`port`; the one
+    place it is written (the embedded database, the test fixtures and the benchmarks start it)."""
+    return [_executable(), "--host", "127.0.0.1", "--port", str(port), "--storage-path", str(storage),
+            "--standalone", "--log-level", "WARNING", *extra]
+
+
 def _listens(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1):
@@ -84,7 +91,7 @@ class EmbeddedMongo:
         users = open(self.state_dir / "db.users", "ab")
         try:
             with self._deciding(timeout):
-                if _try_lock(users, fcntl.LOCK_EX):
+                if try_lock(users, fcntl.LOCK_EX):
                     self._stop_stale()
                     self._launch(timeout)
                     # Exclusive to shared: not atomic, but nobody decides while we hold db.lock.
@@ -108,7 +115,7 @@ class EmbeddedMongo:
         try:
             with self._deciding(timeout):
                 fcntl.flock(users, fcntl.LOCK_UN)
-                if _try_lock(users, fcntl.LOCK_EX):
+                if try_lock(users, fcntl.LOCK_EX):
                     self._terminate(self._recorded().get("pid"), timeout)
                     self.info_file.unlink(missing_ok=True)
                 else:
@@ -124,10 +131,9 @@ class EmbeddedMongo:
         if self.port and _listens(self.port):  # else that program's answer would pass for our server's
             raise EmbeddedMongoError(f"mongo.embedded_port {self.port} is in use by another program")
         self.port = self.port or _free_port()
-        argv = [_executable(), "--host", "127.0.0.1", "--port", str(self.port), "--storage-path",
-                str(self.db_dir), "--standalone", "--log-level", "WARNING"]
         with open(self.log_file, "ab") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(command(self.port, self.db_dir), stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
         deadline = time.monotonic() + timeout
         while not _listens(self.port):
             if self.proc.poll() is not None:
@@ -200,7 +206,7 @@ class EmbeddedMongo:
         """Hold db.lock: one process at a time starts, attaches to or stops the server."""
         with open(self.state_dir / "db.lock", "ab") as lock:
             deadline = time.monotonic() + timeout
-            while not _try_lock(lock, fcntl.LOCK_EX):
+            while not try_lock(lock, fcntl.LOCK_EX):
                 if time.monotonic() > deadline:
                     raise EmbeddedMongoError(f"{self.state_dir / 'db.lock'} held by another process for "
                                              f"{timeout:g} s")
@@ -212,12 +218,13 @@ def in_use(state_dir: Path) -> bool:
     """Some process uses the embedded database of this state folder now."""
     try:
         with open(Path(state_dir) / "db.users", "rb") as users:
-            return not _try_lock(users, fcntl.LOCK_EX)
+            return not try_lock(users, fcntl.LOCK_EX)
     except FileNotFoundError:
         return False
 
 
-def _try_lock(fh: IO[bytes], kind: int) -> bool:
+def try_lock(fh: IO[bytes], kind: int) -> bool:
+    """Take the flock `kind` without waiting; False when another open file holds it (the tests use it too)."""
     try:
         fcntl.flock(fh, kind | fcntl.LOCK_NB)
         return True

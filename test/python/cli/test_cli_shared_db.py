@@ -22,7 +22,7 @@ from cli_kit import cli_env, msunmerged, recorded_server, servers_on, start
 from MSUnmerged.cli import EXIT_INTERRUPTED
 from MSUnmerged.embedded_mongo import EmbeddedMongo, EmbeddedMongoError
 from MSUnmerged.samplesite import DEMO_SITE
-from rest.rest_seed import offline_site
+from rest.rest_kit import offline_site
 from servers import free_port
 from servers.http_fakes import FakeCMSWeb
 from servers.rucio import ROOT_PASS, ROOT_USER, RucioServer, add_cms_rse

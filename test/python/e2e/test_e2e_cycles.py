@@ -15,8 +15,10 @@ import time
 
 import pytest
 
-from e2e.e2e_harness import (ABSENT, DELETE, DENY, PROTECT, STALE, ServiceProcess, Tally, World, check_rse,
-                             configure, deletions_per_lfn, make_layout, rest_get, wait_until)
+from e2e.e2e_checks_kit import Tally, check_rse, deletions_per_lfn
+from e2e.e2e_layout_kit import ABSENT, DELETE, DENY, PROTECT, STALE, make_layout
+from e2e.e2e_service_kit import ServiceProcess, rest_get, wait_until
+from e2e.e2e_world_kit import World, configure
 from servers.condor import JOB_UID
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

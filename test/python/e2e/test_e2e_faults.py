@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
-from e2e.e2e_harness import (DELETE, ServiceProcess, Tally, World, check_rse, configure, deletions_per_lfn,
-                             make_layout, rest_get, wait_until)
+from e2e.e2e_checks_kit import Tally, check_rse, deletions_per_lfn
+from e2e.e2e_layout_kit import DELETE, make_layout
+from e2e.e2e_service_kit import ServiceProcess, rest_get, wait_until
+from e2e.e2e_world_kit import World, configure
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -34,12 +34,12 @@ from MSUnmerged.config import Config
 from MSUnmerged.dumpreader import iter_chunks
 from MSUnmerged.jobs.backend import JobState, JobStatus
 from MSUnmerged.worker import siteconf, storage
-from servers import STATE
+from servers import built_dir
 
 pytestmark = [pytest.mark.slow]
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
-CRASHES = STATE / "e2e" / "fuzz-crashes"
+CRASHES = built_dir("e2e") / "fuzz-crashes"
 FUZZ = settings(max_examples=int(os.environ.get("E2E_FUZZ_EXAMPLES", "400")), deadline=None,
                 database=None, suppress_health_check=list(HealthCheck))
 TRIED: dict[str, int] = {}
@@ -315,6 +315,5 @@ def test_corpus_replays(target: str, path: Path, tmp_path: Path, request: pytest
 
 def test_fuzz_figures() -> None:
     """Writes how many inputs each fuzz target tried in this session (for the issue note)."""
-    out = STATE / "e2e"
-    out.mkdir(parents=True, exist_ok=True)
+    out = built_dir("e2e")
     (out / "fuzz-figures.json").write_text(json.dumps(TRIED, sort_keys=True))

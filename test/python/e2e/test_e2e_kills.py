@@ -14,8 +14,10 @@ import time
 
 import pytest
 
-from e2e.e2e_harness import (ServiceProcess, Tally, World, check_rse, configure, deletions_per_lfn, make_layout,
-                             wait_until)
+from e2e.e2e_checks_kit import Tally, check_rse, deletions_per_lfn
+from e2e.e2e_layout_kit import make_layout
+from e2e.e2e_service_kit import ServiceProcess, wait_until
+from e2e.e2e_world_kit import World, configure
 from MSUnmerged.ledger import Ledger
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -133,10 +133,12 @@ def test_cancelled_jobs_recorded_with_reason(slurm_cluster, transport, tmp_path,
     statuses = backend.poll(batch_ids)
     assert statuses[pending].state == statuses[outside_pending].state == JobState.QUEUED
 
-    backend.remove(running, batch_ids[running], "revalidation: files became protected")
+    # Pending tasks first: cancelling a running one frees a slot, and a pending task started in it would no
+    # longer be pending when cancelled.
     backend.remove(pending, batch_ids[pending], "revalidation: dump superseded")
-    for job_id in (outside, outside_pending):
-        slurm_cluster.run("scancel", batch_ids[job_id])
+    slurm_cluster.run("scancel", batch_ids[outside_pending])
+    backend.remove(running, batch_ids[running], "revalidation: files became protected")
+    slurm_cluster.run("scancel", batch_ids[outside])
 
     statuses = wait_until(backend, batch_ids, terminal, 60)
     assert (statuses[running].state, statuses[running].reason) == (JobState.REMOVED,

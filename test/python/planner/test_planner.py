@@ -7,7 +7,7 @@ import time
 import pytest
 
 from MSUnmerged import guards, lfn, planner
-from plan_helpers import permissive, planned_lfns, removable_dirs, run_plan, summary
+from planner_kit import permissive, planned_lfns, removable_dirs, run_plan, summary
 
 BASE = "/store/unmerged/Era/Prim/TIER/proc-v1"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from plan_helpers import permissive, planned_lfns, removable_dirs, run_plan
+from planner_kit import permissive, planned_lfns, removable_dirs, run_plan
 
 NAMES = st.sampled_from(["a", "b", "ab", "a-v1", "a-v10", "000", "123", "x.root", "y.root"])
 PATHS = st.lists(NAMES, min_size=1, max_size=6).map(lambda parts: "/store/unmerged/" + "/".join(parts))

@@ -4,7 +4,7 @@ import time
 import pytest
 
 from MSUnmerged import planner
-from plan_helpers import permissive, planned_lfns, removable_dirs, run_plan
+from planner_kit import permissive, planned_lfns, removable_dirs, run_plan
 
 
 def test_partitions_grow_with_the_announced_dump_and_stay_bounded():

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from MSUnmerged.rest.auth import sign
 
-from rest_seed import record_cycle, seed_rse
+from rest_kit import record_cycle, seed_rse
 
 pytestmark = pytest.mark.integration
 

@@ -25,7 +25,7 @@ from MSUnmerged.rest.auth import sign
 from MSUnmerged.rest.triggers import TriggerQueue
 from MSUnmerged.ledger.view import MongoLedgerView
 
-from rest_seed import seed_rse
+from rest_kit import seed_rse
 from servers import free_port
 from test_rest_api import get, operator_headers, post
 

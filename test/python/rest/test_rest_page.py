@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from rest_seed import seed_rse
+from rest_kit import seed_rse
 
 pytestmark = pytest.mark.integration
 

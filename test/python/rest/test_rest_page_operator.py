@@ -21,7 +21,7 @@ from MSUnmerged.ledger import Ledger, history
 from MSUnmerged.rest import app as rest
 from MSUnmerged.rest import page
 from MSUnmerged.ledger.view import MongoLedgerView
-from rest_seed import seed_rse
+from rest_kit import seed_rse
 from test_rest_page import render
 
 pytestmark = pytest.mark.integration

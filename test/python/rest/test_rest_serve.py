@@ -18,7 +18,7 @@ from pymongo import MongoClient
 
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.samplesite import DEMO_RSE, DEMO_SITE, count_files
-from rest_seed import offline_site
+from rest_kit import offline_site
 from servers import Process, free_port, run_script, wait_port
 from test_rest_api import get, operator_headers, post
 

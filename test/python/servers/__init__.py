@@ -1,27 +1,156 @@
 """Shared machinery to install, start and stop the real servers the tests talk to.
 
-Every server is started by a script in test/scripts/ or a command here, gets its own folder under
-test/.servers/<name>/, records its PID there, and is stopped by that PID at the end of the session.
+Where things live:
+- built artefacts, kept between sessions: test/.servers/<name>/ (`built_dir`: the HTCondor pool's
+  chroot, the Rucio venv, the python 3.9 chroot, fuzz crashes);
+- the state of this session's own servers: a folder of its own, <tmp>/msunmerged-servers-XXXX/<name>/
+  (`server_dir`), made traversable (0755) so that daemons dropped to `nobody` reach it wherever the
+  checkout sits; removed at the end, kept when the session failed;
+- machine-wide servers on fixed ports (HTCondor pool, Slurm) are shared by the sessions using them
+  (`shared_server`): the first one starts them, the last one stops them; Slurm's state lives in
+  <tmp>/msunmerged-shared/slurm.
+Every server records its PID in a file next to its state and is stopped by that PID; a session that
+was killed leaves its folder, whose servers the next session stops by PID before removing it.
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
+import fcntl
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import IO, Callable, Iterator, Mapping, Optional, Sequence, TypeVar
+
+from MSUnmerged.embedded_mongo import try_lock
 
 REPO = Path(__file__).resolve().parents[3]
 SCRIPTS = REPO / "test" / "scripts"
-STATE = REPO / "test" / ".servers"
+BUILT = REPO / "test" / ".servers"
+SHARED = Path(tempfile.gettempdir()) / "msunmerged-shared"
+SESSION_PREFIX = "msunmerged-servers-"
+SESSION_LOCK = "session.lock"  # held (flock) by the session owning the folder, for as long as it lives
+T = TypeVar("T")
+
+
+def built_dir(name: str) -> Path:
+    """test/.servers/<name>: what is built once and kept (chroots, virtual environments)."""
+    path = BUILT / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class _Session:
+    """This process's folder for its servers' state, made on first use."""
+
+    path: Optional[Path] = None
+    lock: Optional[IO[bytes]] = None
+    keep = False
+
+
+def session_dir() -> Path:
+    """The folder of this session's servers (0755 under the temporary folder); first sweeps dead sessions'."""
+    if _Session.path is None:
+        _sweep_dead_sessions()
+        # Made under another name and renamed once locked, so that no sweep ever sees it unlocked.
+        making = Path(tempfile.mkdtemp(prefix=f".{SESSION_PREFIX}"))
+        making.chmod(0o755)
+        _Session.lock = open(making / SESSION_LOCK, "ab")
+        fcntl.flock(_Session.lock, fcntl.LOCK_EX)
+        _Session.path = making.rename(making.with_name(making.name[1:]))
+        atexit.register(_end_session)
+    return _Session.path
 
 
 def server_dir(name: str) -> Path:
-    path = STATE / name
+    """<session folder>/<name>: one server's state, logs and PID file, this session's only."""
+    path = session_dir() / name
     path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o755)
     return path
+
+
+def keep_session_dir() -> Optional[Path]:
+    """Keep this session's folder (logs of a failed session) instead of removing it at exit."""
+    _Session.keep = True
+    return _Session.path
+
+
+def _end_session() -> None:
+    if _Session.path is not None and not _Session.keep:
+        shutil.rmtree(_Session.path, ignore_errors=True)
+    if _Session.lock is not None:
+        _Session.lock.close()
+
+
+def _sweep_dead_sessions() -> None:
+    """Folders of sessions that ended without cleaning up: stop their servers by PID, then remove them."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{SESSION_PREFIX}*"):
+        try:
+            with open(folder / SESSION_LOCK, "rb") as lock:
+                if not try_lock(lock, fcntl.LOCK_EX):
+                    continue  # a live session's
+                for pid_file in folder.rglob("*.pid"):
+                    _kill_recorded(pid_file, folder)
+                shutil.rmtree(folder, ignore_errors=True)
+        except OSError:
+            continue  # being made or removed by another session right now
+
+
+def _kill_recorded(pid_file: Path, folder: Path) -> None:
+    """Kill the process group recorded in pid_file when that process still names `folder` in its command
+    line, environment or working folder (a PID reused by another program is left alone)."""
+    try:
+        pid = int(pid_file.read_text())
+        proc = Path(f"/proc/{pid}")
+        names = [(proc / "cmdline").read_bytes(), (proc / "environ").read_bytes(), os.readlink(proc / "cwd").encode()]
+        if any(str(folder).encode() in text for text in names):
+            os.killpg(pid, signal.SIGKILL)
+    except (OSError, ValueError):
+        pass
+
+
+@contextlib.contextmanager
+def shared_server(name: str, start: Callable[[], T], attach: Callable[[], T],
+                  stop: Callable[[], object]) -> Iterator[T]:
+    """Use a machine-wide server (fixed ports) together with other sessions: `start` it when no session
+    uses it, else `attach`; the last user to leave runs `stop`. A shared flock on
+    <tmp>/msunmerged-shared/<name>.users counts the users (the kernel drops a killed session's);
+    <name>.lock makes start, attach and stop one session at a time."""
+    shared = shared_dir()
+    users = open(shared / f"{name}.users", "ab")
+    try:
+        with _exclusive(shared / f"{name}.lock"):
+            found = start() if try_lock(users, fcntl.LOCK_EX) else attach()
+            fcntl.flock(users, fcntl.LOCK_SH)  # exclusive to shared: nobody decides while we hold the lock
+        yield found
+    finally:
+        with _exclusive(shared / f"{name}.lock"):
+            fcntl.flock(users, fcntl.LOCK_UN)
+            if try_lock(users, fcntl.LOCK_EX):
+                stop()
+        users.close()
+
+
+def shared_dir(name: str = "") -> Path:
+    """<tmp>/msunmerged-shared[/<name>]: the machine-wide servers' locks and state, reachable by every user."""
+    path = SHARED / name
+    path.mkdir(parents=True, exist_ok=True)
+    for p in {SHARED, path}:
+        p.chmod(0o755)
+    return path
+
+
+@contextlib.contextmanager
+def _exclusive(path: Path) -> Iterator[None]:
+    with open(path, "ab") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def free_port() -> int:
@@ -62,20 +191,10 @@ class Process:
         self.directory = directory
         self.log = directory / f"{name}.log"
         self.pid_file = directory / f"{name}.pid"
-        self._stop_stale()
         with open(self.log, "ab") as log:
             self.popen = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                           env={**os.environ, **(env or {})}, cwd=cwd)
         self.pid_file.write_text(str(self.popen.pid))
-
-    def _stop_stale(self) -> None:
-        """A previous run that died left a PID file: stop that process group first."""
-        if self.pid_file.exists():
-            try:
-                os.killpg(int(self.pid_file.read_text()), signal.SIGKILL)
-            except (ValueError, ProcessLookupError, PermissionError):
-                pass
-            self.pid_file.unlink()
 
     def alive(self) -> bool:
         return self.popen.poll() is None

@@ -3,20 +3,23 @@
 test/scripts/condor-pool.sh builds and starts it; this fixture waits until the pool can run a job (a schedd
 ad AND a slot ad in the collector) and stops it by PID at the end. The slot advertises
 GLIDEIN_CMSSite = T2_XX_Condor and gives its jobs SITECONFIG_PATH=/srv/siteconf (paths inside the chroot),
-as a CMS glidein would.
+as a CMS glidein would. The pool is machine-wide (fixed port): the sessions on the machine share it, the
+first one starts it and the last one stops it (servers.shared_server); its chroot is built once under
+test/.servers/condor/.
 """
 from __future__ import annotations
 
 import os
 import subprocess
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from servers import run_script, server_dir
+from servers import built_dir, run_script, shared_server
 
 POOL = "127.0.0.1:9618"
 SITE = "T2_XX_Condor"
@@ -61,13 +64,22 @@ def wait_ready(pool: CondorPool, timeout: float = 180) -> None:
     raise TimeoutError(f"HTCondor pool not ready after {timeout} s: {last}")
 
 
+def _start() -> CondorPool:
+    """Start the pool unless it runs (the script does nothing then) and wait until it can run a job."""
+    run_script("condor-pool.sh", "start", timeout=1800)
+    pool = CondorPool(root=built_dir("condor") / "root")
+    wait_ready(pool)
+    return pool
+
+
+@contextmanager
+def using_pool() -> Iterator[CondorPool]:
+    """The machine's pool: started by its first user, stopped by PID by its last."""
+    with shared_server("condor", _start, _start, lambda: run_script("condor-pool.sh", "stop", timeout=120)) as pool:
+        yield pool
+
+
 @pytest.fixture(scope="session")
 def condor_pool() -> Iterator[CondorPool]:
-    base = server_dir("condor")
-    run_script("condor-pool.sh", "start", timeout=1800)
-    pool = CondorPool(root=base / "root")
-    try:
-        wait_ready(pool)
+    with using_pool() as pool:
         yield pool
-    finally:
-        run_script("condor-pool.sh", "stop", timeout=120)

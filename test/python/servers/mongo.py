@@ -1,41 +1,57 @@
-"""A real MongoDB wire-protocol server (SecantusDB) for the ledger and service tests; one per session."""
+"""A real MongoDB wire-protocol server (SecantusDB) for the ledger and service tests; one per session.
+
+The command line is the product's own (`embedded_mongo.command`); `MongoServer` is a server of a
+test's own that can be stopped and started again on the same port and data (the end-to-end tests).
+"""
 from __future__ import annotations
 
 import shutil
-import sys
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional
 
 import pytest
 from pymongo import MongoClient
 from pymongo.database import Database
 
+from MSUnmerged.embedded_mongo import command
 from servers import Process, free_port, server_dir, wait_port
 
 
-def _secantusd() -> str:
-    local = Path(sys.executable).with_name("secantusd-py")
-    found = str(local) if local.exists() else shutil.which("secantusd-py")
-    if not found:
-        pytest.fail("secantusd-py not found: pip install -r requirements.txt")
-    return found
+class MongoServer:
+    """SecantusDB on a free loopback port with its data in <directory>/db (emptied at creation)."""
+
+    def __init__(self, directory: Path, name: str = "secantusdb", *extra: str) -> None:
+        self.directory = directory
+        self.name = name
+        self.extra = extra
+        shutil.rmtree(directory / "db", ignore_errors=True)
+        self.port = free_port()
+        self.proc: Optional[Process] = None
+
+    @property
+    def url(self) -> str:
+        return f"mongodb://127.0.0.1:{self.port}/?directConnection=true"
+
+    def start(self) -> "MongoServer":
+        self.proc = Process(self.name, command(self.port, self.directory / "db", *self.extra), self.directory)
+        wait_port(self.port, timeout=60, proc=self.proc)
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop()
+            self.proc = None
 
 
 @pytest.fixture(scope="session")
 def mongo_url() -> Iterator[str]:
-    """URL of a SecantusDB server on a free loopback port, data in test/.servers/mongo/db."""
-    directory = server_dir("mongo")
-    shutil.rmtree(directory / "db", ignore_errors=True)
-    port = free_port()
-    proc = Process("secantusdb", [_secantusd(), "--host", "127.0.0.1", "--port", str(port), "--storage-path",
-                                  str(directory / "db"), "--standalone", "--log-level", "WARNING",
-                                  "--enable-test-commands"], directory)
+    """URL of a SecantusDB server on a free loopback port, data in this session's server folder."""
+    server = MongoServer(server_dir("mongo"), "secantusdb", "--enable-test-commands")
     try:
-        wait_port(port, timeout=60, proc=proc)
-        yield f"mongodb://127.0.0.1:{port}/?directConnection=true"
+        yield server.start().url
     finally:
-        proc.stop()
+        server.stop()
 
 
 @pytest.fixture(scope="session")

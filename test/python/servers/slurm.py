@@ -1,9 +1,14 @@
-"""Session fixture: a real single-node Slurm 22.05 cluster on 127.0.0.1 (test/scripts/slurm-cluster.sh)."""
+"""Session fixture: a real single-node Slurm 22.05 cluster on 127.0.0.1 (test/scripts/slurm-cluster.sh).
+
+The cluster is machine-wide (fixed ports, state in <tmp>/msunmerged-shared/slurm): the sessions on the
+machine share it, the first one starts it and the last one stops it by PID (servers.shared_server).
+"""
 from __future__ import annotations
 
 import os
 import subprocess
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -11,7 +16,7 @@ from typing import Iterator
 import pytest
 
 from MSUnmerged.config import SlurmConfig
-from servers import run_script, server_dir
+from servers import run_script, server_dir, shared_dir, shared_server
 
 
 @dataclass
@@ -20,7 +25,7 @@ class SlurmCluster:
     node: str
     partition: str
     rest_url: str
-    directory: Path
+    directory: Path  # this session's own files (tokens)
     env: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -63,20 +68,25 @@ class SlurmCluster:
             time.sleep(0.5)
 
 
+@contextmanager
+def using_cluster() -> Iterator[SlurmCluster]:
+    """The machine's cluster: installed (once) and started by its first user, stopped by PID by its last."""
+    env = {"SLURM_TEST_DIR": str(shared_dir("slurm"))}
+
+    def cluster(command: str) -> SlurmCluster:
+        out = run_script("slurm-cluster.sh", command, env=env)
+        info = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+        return SlurmCluster(conf=Path(info["SLURM_CONF"]), node=info["SLURM_NODE"],
+                            partition=info["SLURM_PARTITION"], rest_url=info["SLURM_REST_URL"],
+                            directory=server_dir("slurm"), env={**os.environ, "SLURM_CONF": info["SLURM_CONF"]})
+
+    with shared_server("slurm", lambda: cluster("start"), lambda: cluster("info"),
+                       lambda: run_script("slurm-cluster.sh", "stop", env=env)) as found:
+        yield found
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[SlurmCluster]:
-    """Installs (once) and starts munged, slurmctld, slurmd and slurmrestd; stops them by PID afterwards."""
-    directory = server_dir("slurm")
-    try:
-        out = run_script("slurm-cluster.sh", "start", env={"SLURM_TEST_DIR": str(directory)})
-    except RuntimeError:
-        run_script("slurm-cluster.sh", "stop", env={"SLURM_TEST_DIR": str(directory)})
-        raise
-    info = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-    cluster = SlurmCluster(conf=Path(info["SLURM_CONF"]), node=info["SLURM_NODE"],
-                           partition=info["SLURM_PARTITION"], rest_url=info["SLURM_REST_URL"], directory=directory,
-                           env={**os.environ, "SLURM_CONF": info["SLURM_CONF"]})
-    try:
+    """munged, slurmctld, slurmd and slurmrestd, shared with the other sessions on the machine."""
+    with using_cluster() as cluster:
         yield cluster
-    finally:
-        run_script("slurm-cluster.sh", "stop", env={"SLURM_TEST_DIR": str(directory)})

@@ -14,7 +14,7 @@ from MSUnmerged.dumpreader import iter_chunks
 from MSUnmerged.jobs.backend import wait_for
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.service import Service
-from svc_site import LoggedLocalBackend, dump_lines, files_left, make_site, rse_list
+from service_kit import LoggedLocalBackend, dump_lines, files_left, make_site, rse_list
 
 pytestmark = pytest.mark.integration
 RSE = "T2_IT_Apply"

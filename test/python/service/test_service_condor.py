@@ -24,7 +24,7 @@ from MSUnmerged.sources.offline import OfflineSources
 from MSUnmerged.wiring import make_router
 from servers.condor import JOB_UID, SITE, CondorPool
 from MSUnmerged.samplesite import fill_storage, write_siteconf
-from svc_site import chown_tree, write_sources
+from service_kit import chown_tree, write_sources
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 HERE = Path(__file__).resolve().parent

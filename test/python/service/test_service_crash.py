@@ -16,7 +16,7 @@ from MSUnmerged.config import Config, SiteConfig
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.service import STEPS, Service
 from MSUnmerged.sources.offline import OfflineSources
-from svc_site import LoggedLocalBackend, files_left, make_site, write_sources
+from service_kit import LoggedLocalBackend, files_left, make_site, write_sources
 
 pytestmark = pytest.mark.integration
 RSE = "T2_DE_Crash"

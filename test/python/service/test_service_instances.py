@@ -21,7 +21,7 @@ from MSUnmerged.config import Config
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.service import Service
 from MSUnmerged.sources.offline import OfflineSources
-from svc_site import LoggedLocalBackend, files_left, make_site, write_sources
+from service_kit import LoggedLocalBackend, files_left, make_site, write_sources
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 HERE = Path(__file__).resolve().parent
@@ -31,7 +31,7 @@ SLOT = 42
 
 def start(tmp: Path, url: str, db: str, name: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parents[2] / "src" / "python")])}
-    return subprocess.Popen([sys.executable, str(HERE / "svc_instance.py"), url, db, str(tmp / "src"),
+    return subprocess.Popen([sys.executable, str(HERE / "service_instance_driver.py"), url, db, str(tmp / "src"),
                              str(tmp / "batch"), str(tmp / f"state-{name}"), name, str(SLOT), str(tmp / "work.log"),
                              str(tmp / "sites.json")],
                             stdout=subprocess.PIPE, stderr=open(tmp / f"{name}.err", "w"), text=True, env=env,

@@ -16,7 +16,7 @@ from MSUnmerged.ledger import Ledger, history
 from MSUnmerged.rest.page import progress
 from MSUnmerged.ledger.view import MongoLedgerView
 from MSUnmerged.sources.errors import SourceError
-from svc_site import files_left, make_site, write_sources
+from service_kit import files_left, make_site, write_sources
 from test_service_run import RSE, make_service
 
 pytestmark = pytest.mark.integration

@@ -19,7 +19,7 @@ from MSUnmerged.service import Service
 from MSUnmerged.sources.offline import OfflineSources
 from MSUnmerged.jobs.local import LocalBackend
 from MSUnmerged.jobs.router import RoutingBackend
-from svc_site import (NOBODY, LoggedLocalBackend, as_nobody, chown_tree, files_left, make_site, world_readable_dir,
+from service_kit import (NOBODY, LoggedLocalBackend, as_nobody, chown_tree, files_left, make_site, world_readable_dir,
                       write_sources)
 
 pytestmark = pytest.mark.integration

@@ -21,7 +21,7 @@ from MSUnmerged.config import Config
 from MSUnmerged.dumpreader import iter_chunks
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.service import Service
-from svc_site import LoggedLocalBackend, dump_lines, make_site, rse_list
+from service_kit import LoggedLocalBackend, dump_lines, make_site, rse_list
 
 pytestmark = pytest.mark.integration
 RSE = "T2_IT_Property"

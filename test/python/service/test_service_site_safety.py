@@ -1,5 +1,5 @@
 """Issue 12 through the service, for real (dry_run = false unless said): hostile and misconfigured POSIX
-sites (svc_hostile.py) worked by run_once with the real worker, through the local backend and the
+sites (service_hostile_kit.py) worked by run_once with the real worker, through the local backend and the
 HTCondor pool, and Rucio's mapping compared at the site. The storage is snapshotted without following
 links before and after: nothing outside the physical unmerged area changes, plain files are deleted,
 and the ledger holds every file and directory refusal with its reason."""
@@ -23,9 +23,9 @@ from MSUnmerged.sources.offline import OfflineSources
 from MSUnmerged.sources.rucio import RucioSource
 from servers.condor import JOB_UID, SITE as POOL_SITE, CondorPool
 from servers.rucio import RucioServer, add_cms_rse
-from svc_hostile import (FILE_LINK, KEPT, LINK_DIRS, LINKED, LINKS, MAPPINGS, OUT_RUN, PLAIN, build_site, changed,
+from service_hostile_kit import (FILE_LINK, KEPT, LINK_DIRS, LINKED, LINKS, MAPPINGS, OUT_RUN, PLAIN, build_site, changed,
                          dump_of, in_unmerged, snapshot, write_sources)
-from svc_site import chown_tree, world_readable_dir
+from service_kit import chown_tree, world_readable_dir
 from test_service_condor import make_service as condor_service
 
 pytestmark = pytest.mark.integration

@@ -12,11 +12,12 @@ from pymongo.database import Database
 
 from MSUnmerged import guards, planner, sample, wiring
 from MSUnmerged.cli import EXIT_BAD_INPUT, EXIT_GUARD, EXIT_OK, EXIT_UNAVAILABLE, apply as cli_apply, main, run as cli_run
+from MSUnmerged.cli import demo  # noqa: F401  # imported before `cli` patches build_service, which it binds at import
 from MSUnmerged.config import Config
 from MSUnmerged.dumpreader import iter_chunks
 from MSUnmerged.sources.offline import OfflineSources
 from MSUnmerged.ledger import Ledger
-from svc_site import make_site, write_sources
+from service_kit import make_site, write_sources
 
 pytestmark = pytest.mark.integration
 RSE = "T2_IT_Sample"

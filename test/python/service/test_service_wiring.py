@@ -14,7 +14,7 @@ from MSUnmerged.jobs.local import LocalBackend
 from MSUnmerged.sources.offline import OfflineSources
 from MSUnmerged.wiring import build_service
 from MSUnmerged.ledger import Ledger
-from svc_site import files_left, make_site, write_sources
+from service_kit import files_left, make_site, write_sources
 
 pytestmark = pytest.mark.integration
 RSES = ["T2_XX_Alpha_Disk", "T2_YY_Beta"]

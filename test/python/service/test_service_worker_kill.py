@@ -13,7 +13,7 @@ from pymongo.database import Database
 from MSUnmerged.jobs.local import PID_NAME
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.worker.ids import REPORT_NAME
-from svc_site import files_left, write_sources
+from service_kit import files_left, write_sources
 from test_service_run import RSE, make_service
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

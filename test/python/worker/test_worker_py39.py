@@ -4,11 +4,13 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
-from servers import run_script, server_dir
+from servers import built_dir, run_script
 from worker_kit import manifest, posix_site, worker_pyz
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -18,17 +20,24 @@ BASE = "/store/unmerged/RunIISummer20UL18RECO/Muon0/AODSIM/106X-v1"
 
 @pytest.fixture(scope="module")
 def py39_root() -> Path:
-    root = server_dir("py39") / "root"
+    root = built_dir("py39") / "root"
     run_script("python39-chroot.sh", str(root), timeout=1800)
     return root
 
 
-def test_worker_deletes_under_python39(py39_root: Path) -> None:
-    job = py39_root / "job"
-    shutil.rmtree(job, ignore_errors=True)
+@pytest.fixture
+def job(py39_root: Path) -> Iterator[Path]:
+    """A job folder of this test's own inside the chroot (sessions share the chroot)."""
+    path = Path(tempfile.mkdtemp(prefix="job-", dir=py39_root))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_worker_deletes_under_python39(py39_root: Path, job: Path) -> None:
+    inner = f"/{job.name}"  # the job folder as the chroot sees it
     storage = job / "storage"
     storage.mkdir(parents=True)
-    sc_host = posix_site(job, Path("/job/storage"))  # paths as the chroot sees them
+    sc_host = posix_site(job, Path(f"{inner}/storage"))  # paths as the chroot sees them
     lfns = [f"{BASE}/00000/f{i}.root" for i in range(20)]
     for lfn in lfns[1:]:
         path = storage / lfn.lstrip("/")
@@ -38,7 +47,7 @@ def test_worker_deletes_under_python39(py39_root: Path) -> None:
     (job / "manifest.json").write_text(json.dumps(manifest(lfns, remove_dirs=[f"{BASE}/00000"])))
     sc = "/" + str(sc_host.relative_to(py39_root))
     proc = subprocess.run(["chroot", str(py39_root), "/usr/bin/env", "-i", f"SITECONFIG_PATH={sc}", "PATH=/usr/bin:/bin",
-                           "python3", "/job/worker.pyz", "/job/manifest.json", "--report", "/job/report.jsonl"],
+                           "python3", f"{inner}/worker.pyz", f"{inner}/manifest.json", "--report", f"{inner}/report.jsonl"],
                           capture_output=True, text=True, timeout=120)
     lines = [json.loads(x) for x in (job / "report.jsonl").read_text().splitlines()]
     assert proc.returncode == 0, (proc.stderr, lines[-1])

@@ -13,7 +13,7 @@ from MSUnmerged import wiring
 from MSUnmerged.samplesite import DEMO_RSE, DEMO_SITE
 from MSUnmerged.sources.offline import OfflineSources
 from MSUnmerged.ledger import Ledger
-from rest_seed import offline_site, seed_rse
+from rest.rest_kit import offline_site, seed_rse
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,6 @@
 """One service instance as its own process, for the multi-instance test: runs one cycle and exits.
 
-usage: svc_instance.py URL DB SOURCES BATCH STATE INSTANCE SLOT WORKLOG SITES
+usage: service_instance_driver.py URL DB SOURCES BATCH STATE INSTANCE SLOT WORKLOG SITES
 
 BATCH is the LocalBackend work folder shared by the instances (one batch system); SITES a JSON file
 with config.jobs.sites (each RSE's site configuration).
@@ -17,7 +17,7 @@ from MSUnmerged.config import Config, SiteConfig
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.service import RunResult, Service
 from MSUnmerged.sources.offline import OfflineSources
-from svc_site import LoggedLocalBackend
+from service_kit import LoggedLocalBackend
 
 
 class LoggingService(Service):

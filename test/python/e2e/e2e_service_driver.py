@@ -1,7 +1,7 @@
 """The service as its own process for the end-to-end tests (built by wiring.build_service from the config).
 
-usage: e2e_service.py CONFIG serve                 Service.serve() (the polling loop) + the REST app
-       e2e_service.py CONFIG once RSE [MAX_RUNS]   run_once(RSE) until it settles, then exit
+usage: e2e_service_driver.py CONFIG serve                 Service.serve() (the polling loop) + the REST app
+       e2e_service_driver.py CONFIG once RSE [MAX_RUNS]   run_once(RSE) until it settles, then exit
 
 Environment (fault injection):
   E2E_MARKS         folder where a file "<step>-<rse>" is created when the hook sees that step
@@ -27,7 +27,7 @@ from pathlib import Path
 from MSUnmerged.config import load_config
 from MSUnmerged.wiring import build_service
 
-log = logging.getLogger("e2e_service")
+log = logging.getLogger("e2e_service_driver")
 SETTLED = ("clean", "done_with_errors", "skipped", "guarded")
 
 

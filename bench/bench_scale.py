@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""The biggest RSE end to end on the embedded default database: a generated dump of N lines planned,
+recorded and its first round of jobs submitted by one Service.run_once (the code path of `msunmerged
+clean --apply` and the polling loop), then some jobs collected, then every operator query under load.
+
+Per size: wall time of each run_once step (hooks), the database server's peak RSS (VmHWM of its
+secantusd process, at each step, after run_once and after the queries), outcome writes per second, and with
+`--queries` the operator-query latencies (bench_rest.measure: REST and the CLI's code path). Sizes
+run in the same command are each other's baseline (e.g. 1M against 10M), and planning alone (the
+`plan` phase) is the baseline of the whole.
+
+Setup as `msunmerged` with no mongo.url: SecantusDB started by EmbeddedMongo in the run's state
+folder, file-based sources (OfflineSources: the dump, protected list and a fresh stats.json), the
+local batch backend in dry run (1 worker at a time; jobs left queued are removed at the end). Inputs
+are bench_plan.py's generated dumps in bench/data/<lines>-txt.
+
+Usage: python3 bench/bench_scale.py [--sizes 1000000,10000000] [--queries 10000000] [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src" / "python"))
+
+import bench_plan  # noqa: E402
+import bench_rest  # noqa: E402
+import ledgersim  # noqa: E402
+
+from MSUnmerged import sample  # noqa: E402
+from MSUnmerged.config import Config  # noqa: E402
+from MSUnmerged.jobs.backend import JobState  # noqa: E402
+from MSUnmerged.ledger import LIVE_JOB_STATES  # noqa: E402
+from MSUnmerged.ledger.view import MongoLedgerView  # noqa: E402
+from MSUnmerged.service import STEPS  # noqa: E402
+from MSUnmerged.sources.offline import OfflineSources  # noqa: E402
+from MSUnmerged.wiring import build_service  # noqa: E402
+
+RSE = bench_plan.RSE
+MIB = 1024 * 1024
+TARGET_S, TARGET_RSS_MIB, TARGET_P99_MS = 180.0, 1024.0, 100.0
+
+
+def vm_hwm_mib(pid: int) -> float:
+    """Peak resident memory of a process so far (VmHWM)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmHWM for pid {pid}")
+
+
+def sources_dir(inputs: Path, work: Path) -> Path:
+    """OfflineSources' layout over the generated inputs, with a scan that just finished."""
+    src = work / "sources"
+    (src / "dumps").mkdir(parents=True)
+    (src / "dumps" / f"{RSE}.txt").symlink_to((inputs / "dump.txt").resolve())
+    (src / "protected.json").symlink_to((inputs / "protected.json").resolve())
+    lines = json.loads((inputs / "stats.json").read_text())[RSE]["files"]
+    (src / "stats.json").write_text(json.dumps(sample.stats_for(RSE, lines)))
+    return src
+
+
+def bench_config(state: Path) -> Config:
+    config = Config()
+    config.service.state_dir = str(state)
+    config.service.dry_run = True
+    config.mongo.url = ""  # the embedded default
+    config.jobs.backend = "local"
+    config.jobs.local_parallel = 1
+    config.guards.max_delete_fraction = 1.0  # the generated RSE is 70 % deletable
+    return config
+
+
+def run_cli(state: Path, *argv: str) -> float:
+    """Wall seconds of one `msunmerged` command on the run's ledger (process start included)."""
+    env = {**os.environ, "MSUNMERGED_SERVICE__STATE_DIR": str(state), "MSUNMERGED_MONGO__URL": "",
+           "PYTHONPATH": str(REPO / "src" / "python")}
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "MSUnmerged.cli", *argv], env=env, check=True, capture_output=True)
+    return time.perf_counter() - t
+
+
+def one_size(lines: int, data: Path, collect_jobs: int, queries: bool, clients: int, seconds: float) -> dict[str, Any]:
+    inputs = bench_plan.inputs(data, lines)
+    work = data / f"scale-{lines}"
+    shutil.rmtree(work, ignore_errors=True)
+    state = work / "state"
+    config = bench_config(state)
+    marks: dict[str, float] = {}
+    row: dict[str, Any] = {"lines": lines, "load_before": round(os.getloadavg()[0], 2)}
+    try:
+        with build_service(config, sources=OfflineSources(sources_dir(inputs, work))) as service:
+            db_pid = json.loads((state / "db.json").read_text())["pid"]
+            rss: dict[str, float] = {}
+
+            def hook(step: str, rse: str) -> None:
+                marks.setdefault(step, time.perf_counter())
+                rss.setdefault(step, round(vm_hwm_mib(db_pid), 1))
+            service.hook = hook
+            start = time.perf_counter()
+            result = service.run_once(RSE)
+            total = time.perf_counter() - start
+            assert result.action == "new_generation" and result.submitted, result
+            phases, last = {}, start
+            for step in STEPS:
+                if step in marks:
+                    phases[step] = round(marks[step] - last, 2)
+                    last = marks[step]
+            ledger = service.ledger
+            gen = ledger.rse(RSE)["generation"]
+            row.update(files_to_delete=ledger.generation_entry(RSE, gen)["to_delete"], jobs=result.submitted,
+                       run_once_s=round(total, 1), phases_s=phases, plan_share=round(phases["planned"] / total, 3),
+                       db_peak_rss_mib=round(vm_hwm_mib(db_pid), 1), db_peak_rss_by_step_mib=rss)
+            print(json.dumps(row), flush=True)
+
+            jobs = [j["_id"] for j in ledger.jobs_in(RSE, [JobState.QUEUED], gen)][:collect_jobs]
+            t = time.perf_counter()
+            n = ledgersim.collect(ledger, jobs)
+            row["collect"] = {"jobs": len(jobs), "files": n, "s": round(time.perf_counter() - t, 2),
+                              "files_per_s": round(n / (time.perf_counter() - t))}
+            t = time.perf_counter()
+            ledger.refresh_counters(RSE)
+            row["refresh_counters_s"] = round(time.perf_counter() - t, 2)
+            print(json.dumps({"lines": lines, "collect": row["collect"],
+                              "refresh_counters_s": row["refresh_counters_s"]}), flush=True)
+            if queries:
+                target = bench_rest.find_target(ledger, RSE, jobs[0])
+                row["cli_process_s"] = {"status --rse": round(run_cli(state, "status", "--rse", RSE), 2),
+                                        "files --error-class": round(run_cli(state, "files", "--rse", RSE,
+                                                                             "--error-class", target.error_class), 2)}
+                proc, port = bench_rest.start_serve({"MSUNMERGED_SERVICE__STATE_DIR": str(state),
+                                                     "MSUNMERGED_MONGO__URL": ""}, work / "serve.log")
+                try:
+                    row["queries"] = bench_rest.measure(MongoLedgerView(ledger.db), port, target, clients, seconds)
+                finally:
+                    bench_rest.stop(proc)
+                row["db_peak_rss_after_queries_mib"] = round(vm_hwm_mib(db_pid), 1)
+            for job in ledger.jobs_in(RSE, LIVE_JOB_STATES, gen):  # nothing keeps running after the benchmark
+                service.backend.remove(job["_id"], job["batch_id"], "benchmark over")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    row["load_after"] = round(os.getloadavg()[0], 2)
+    return row
+
+
+def summary(rows: list[dict[str, Any]]) -> str:
+    out = ["| lines | files to delete | jobs | run_once s | plan | record | jobs+intent | submit | counters | "
+           "DB peak RSS MiB | collect files/s | load |", "|" + "---|" * 12]
+    for r in rows:
+        p = r["phases_s"]
+        steps = " | ".join(str(p.get(step)) for step in ("planned", "recorded", "intent", "submitted", "counted"))
+        out.append(f"| {r['lines']:,} | {r['files_to_delete']:,} | {r['jobs']:,} | {r['run_once_s']} | {steps} | "
+                   f"{r['db_peak_rss_mib']} | {r['collect']['files_per_s']:,} | {r['load_before']}-{r['load_after']} |")
+    if len(rows) > 1:
+        a, b = rows[0], rows[-1]
+        out.append(f"\n{b['lines']:,} vs {a['lines']:,} lines: run_once {b['run_once_s'] / a['run_once_s']:.1f}x for "
+                   f"{b['lines'] / a['lines']:.0f}x the lines; "
+                   f"DB RSS {b['db_peak_rss_mib'] / a['db_peak_rss_mib']:.1f}x")
+    for r in rows:
+        if "queries" in r:
+            out += [f"\nOperator queries at {r['lines']:,} lines ({r['queries'][0]['clients']} clients; DB peak RSS "
+                    f"after them {r['db_peak_rss_after_queries_mib']} MiB; one CLI process: {r['cli_process_s']}):\n",
+                    bench_rest.table(r["queries"])]
+    return "\n".join(out)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="1000000,10000000", help="dump lines, comma-separated")
+    ap.add_argument("--queries", default="", help="sizes at which to measure the operator queries "
+                                                  "(default: the largest)")
+    ap.add_argument("--collect-jobs", type=int, default=50, help="jobs collected (outcomes recorded) per size")
+    ap.add_argument("--clients", type=int, default=20)
+    ap.add_argument("--seconds", type=float, default=10.0, help="per query and path")
+    ap.add_argument("--data", default=str(REPO / "bench" / "data"))
+    ap.add_argument("--quick", action="store_true", help="sizes 100,000 and 1,000,000, 5 s per query")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.sizes, args.seconds, args.collect_jobs = "100000,1000000", 5.0, 10
+    sizes = [int(s) for s in args.sizes.split(",")]
+    with_queries = {int(s) for s in args.queries.split(",") if s} or {max(sizes)}
+    rows = [one_size(n, Path(args.data), args.collect_jobs, n in with_queries, args.clients, args.seconds)
+            for n in sizes]
+    Path(args.data, "results-scale.json").write_text(json.dumps(rows, indent=1))
+    print(summary(rows))
+    big = rows[-1]
+    p99 = max((q["p99_ms"] for q in big.get("queries", [])), default=0.0)
+    print(f"\ntargets at {big['lines']:,} lines: run_once {big['run_once_s']} s (< {TARGET_S:.0f}), DB RSS "
+          f"{big['db_peak_rss_mib']} MiB (< {TARGET_RSS_MIB:.0f}), worst p99 {p99} ms (< {TARGET_P99_MS:.0f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""The benchmarks of bench/ still run end to end, at tiny sizes (their figures are not checked here, only that
+every step happened and every operator query answered)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[3] / "bench"
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def run(script: str, *argv: str) -> str:
+    res = subprocess.run([sys.executable, str(BENCH / script), *argv], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res.stdout
+
+
+def test_bench_scale_tiny(tmp_path: Path) -> None:
+    """run_once plans, records and submits; jobs are collected; every query answers via REST and the CLI path."""
+    run("bench_scale.py", "--sizes", "10000,20000", "--queries", "20000", "--collect-jobs", "1", "--clients", "2",
+        "--seconds", "0.3", "--data", str(tmp_path))
+    small, big = json.loads((tmp_path / "results-scale.json").read_text())
+    for row in (small, big):
+        assert row["files_to_delete"] > 0 and row["jobs"] >= 1
+        assert {"planned", "recorded", "intent", "submitted", "counted"} <= set(row["phases_s"])
+        assert row["db_peak_rss_mib"] > 0 and row["collect"]["files"] > 0
+    assert big["files_to_delete"] > small["files_to_delete"] and "queries" not in small
+    queries = big["queries"]
+    assert {(q["query"], q["via"]) for q in queries} == {(name, via) for name in (
+        "status", "info", "failed by class", "files of a job", "files under a directory", "one LFN's history")
+        for via in ("rest", "cli path")}
+    assert all(q["requests"] > 0 and q["errors"] == 0 for q in queries), queries
+    assert not list(tmp_path.glob("scale-*")), "the run's state folder is left behind"
+
+
+def test_bench_sizing_tiny(tmp_path: Path) -> None:
+    """The sample is recorded, collected and retried; sizes, write counts and query plans come out."""
+    out = tmp_path / "sizing.json"
+    run("bench_sizing.py", "--rses", "1", "--lines", "4000", "--json", str(out))
+    result = json.loads(out.read_text())
+    m = result["measured"]
+    assert m["files"] > 0 and [p["phase"] for p in m["phases"]][:3] == ["record", "collect round 1", "retry round 2"]
+    assert m["phases"][0]["inserted"] > 0 and m["phases"][1]["write_commands"] > 0
+    assert {q["query"] for q in m["plans"]} >= {"failed by class", "files of a job", "files under a directory"}
+    assert all(c["plan"] for q in m["plans"] for c in q["commands"])
+    cms = result["cms_wide"]
+    assert cms["documents"] > 0 and cms["data_gib"] > 0 and cms["writes_per_cycle"]["bytes_sent"] > 0
