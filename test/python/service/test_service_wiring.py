@@ -13,7 +13,7 @@ from MSUnmerged.config import Config
 from MSUnmerged.jobs.local import LocalBackend
 from MSUnmerged.sources.offline import OfflineSources
 from MSUnmerged.wiring import build_service
-from MSUnmerged.ledger import Ledger
+from MSUnmerged.ledger import FileState, Ledger
 from service_kit import files_left, make_site, write_sources
 
 pytestmark = pytest.mark.integration
@@ -71,7 +71,7 @@ def test_site_from_the_rse_attribute_where_configured(tmp_path: Path, mongo_url:
             assert result.action == "new_generation" and result.submitted > 0, result
             assert {j["site"] for j in svc.ledger.db.jobs.find({"rse": rse})} == {"T2_ZZ_Moved"}
             assert list(svc.backend._backends) == [("local", "T2_ZZ_Moved")]  # type: ignore[attr-defined]
-            deleted = {d["lfn"] for d in svc.ledger.file_records(rse=rse, state="deleted")}
+            deleted = {d["lfn"] for d in svc.ledger.file_records(rse, state=FileState.DELETED)}
             assert deleted and files_left(storage) == set((src / "dumps" / f"{rse}.txt").read_text().split()) - deleted
     finally:
         mongo_client.drop_database(config.mongo.database)
