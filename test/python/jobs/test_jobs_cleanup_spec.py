@@ -33,7 +33,7 @@ def test_jobs_from_a_real_plan(tmp_path: Path) -> None:
     now = time.time()
     removable = set((tmp_path / "plan" / "dirs.txt").read_text().split())
     jobs = [make_job(f"T2_XX_A:1700000000:1-{n:06d}", "T2_XX_A", "T2_XX", path.read_text().split(), removable,
-                     protected, cfg, 1700000000.0, now)
+                     ProtectedBases(protected), cfg, 1700000000.0, now)
             for n, path in enumerate(sorted((tmp_path / "plan" / "jobs").iterdir()), 1)]
     assert sorted(f for j in jobs for f in j.step.lfns) == sorted(lfns[:4] + [lfns[5]])
     for job in jobs:
@@ -61,15 +61,15 @@ def test_make_job_carries_the_mapping_check_and_scan_start() -> None:
     cfg = Config()
     cfg.jobs.sites = {"T2_XX_A": SiteConfig(pfn_layout="site_specific")}
     lfns = [f"{B}/00000/a.root"]
-    job = make_job("T2_XX_A:1:1", "T2_XX_A", "T2_XX", lfns, set(), [], cfg, unmerged_pfn="root://se//store/unmerged/",
-                   scan_started=1700000000.5)
+    job = make_job("T2_XX_A:1:1", "T2_XX_A", "T2_XX", lfns, set(), ProtectedBases([]), cfg,
+                   unmerged_pfn="root://se//store/unmerged/", scan_started=1700000000.5)
     assert (job.step.unmerged_pfn, job.step.mapping_check, job.step.pfn_layout, job.step.scan_started) == \
         ("root://se//store/unmerged/", "rucio", "site_specific", 1700000000.5)
     # What the service writes is what the worker reads.
     worker_job = Job(json.loads(json.dumps(job.manifest())))
     assert (worker_job.unmerged_pfn, worker_job.mapping_check, worker_job.pfn_layout, worker_job.scan_started) == \
         ("root://se//store/unmerged/", "rucio", "site_specific", 1700000000.5)
-    other = make_job("T2_YY_B:1:1", "T2_YY_B", "T2_YY", lfns, set(), [], cfg)
+    other = make_job("T2_YY_B:1:1", "T2_YY_B", "T2_YY", lfns, set(), ProtectedBases([]), cfg)
     assert (other.step.mapping_check, other.step.pfn_layout) == ("site_config_only", "standard")
 
 

@@ -10,7 +10,7 @@ from pymongo.database import Database
 
 from MSUnmerged import planner, sample
 from MSUnmerged.config import Config
-from MSUnmerged.jobs.spec import make_job
+from MSUnmerged.jobs.spec import ProtectedBases, make_job
 from MSUnmerged.jobs.backend import JobState
 from MSUnmerged.ledger import FileState, Ledger
 from MSUnmerged.samplesite import DEMO_RSE, fill_storage, write_site
@@ -33,7 +33,8 @@ def seed_rse(db: Database, rse: str, work: Path, dump: list[str], protected: lis
     ledger.ensure_indexes()
     ledger.record_plan(plan_dir, plan, generation)
     job_ids = [j["_id"] for j in ledger.jobs_in(rse, [JobState.PLANNED], generation)]
-    jobs = [make_job(jid, rse, rse, ledger.job_lfns(jid), set(), protected, config, generation)
+    bases = ProtectedBases(protected)
+    jobs = [make_job(jid, rse, rse, ledger.job_lfns(jid), set(), bases, config, generation)
             for jid in job_ids]
     ledger.record_job_intent(jobs, "local")
     outcomes: dict[str, dict[str, Any]] = {}

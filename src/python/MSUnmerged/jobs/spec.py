@@ -130,19 +130,18 @@ class ProtectedBases:
 
 
 def make_job(job_id: str, rse: str, site: str, lfns: list[str], removable: set[str],
-             protected: ProtectedBases | Iterable[str], config: Config, generation: float = 0.0,
+             protected: ProtectedBases, config: Config, generation: float = 0.0,
              now: Optional[float] = None, unmerged_pfn: Optional[str] = None,
              scan_started: Optional[float] = None) -> CleanupJob:
     """One CleanupJob from a chunk of planned files, with the job settings of `config`.
 
-    `protected`: the protected list, prepared once (`ProtectedBases`) when many jobs are made from it;
+    `protected`: the protected list, prepared once for all the jobs made from it;
     `unmerged_pfn`: Rucio's PFN of /store/unmerged/ for `rse` (None offline: only the site config's
     own mapping is checked); `scan_started`: the start time of the scan the plan comes from.
     """
     j = config.jobs
     dirs = file_dirs(lfns)
-    prepared = protected if isinstance(protected, ProtectedBases) else ProtectedBases(protected)
-    bases, keep = prepared.for_job(lfns, dirs)
+    bases, keep = protected.for_job(lfns, dirs)
     step = DeleteFilesStep(lfns=lfns, remove_dirs=job_dirs(dirs, removable), keep_dirs=keep, protected=bases,
                            dry_run=config.service.dry_run, file_timeout_s=j.file_timeout_s, retries=j.retries,
                            max_consecutive_denied=j.max_consecutive_denied, unmerged_pfn=unmerged_pfn,
