@@ -1,8 +1,7 @@
 """Turns a dump, a protected list and the configuration into a reviewable deletion plan on disk.
 
-The work is batched: dump chunks are validated with C-level byte operations and split into
-runs of lines that share a directory with one regular expression, so Python-level work is per
-directory, not per line. Deletable runs are spilled to partition files keyed by the dataset
+The work is batched: dump chunks are validated and split into runs of lines that share a
+directory by planlines (in C when built), so Python-level work is per directory, not per line. Deletable runs are spilled to partition files keyed by the dataset
 base (the first `dir_floor_depth` path elements), then each partition is grouped, de-duplicated
 and written out as job files. Memory depends on the partition size, not on the dump size.
 """
@@ -11,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import shutil
 import time
 import zlib
@@ -20,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
-from MSUnmerged import lfn, seal
+from MSUnmerged import lfn, planlines, seal
 from MSUnmerged.config import Config
 from MSUnmerged.dumpreader import DumpError, NotADump, check_lines, read_ahead_thread
 from MSUnmerged.guards import (GUARD_DUMP_UNREADABLE, GUARD_LINE_COUNT, GUARD_NOT_A_DUMP, GuardTripped, check_counts,
@@ -30,14 +28,6 @@ from MSUnmerged.lfn import PrefixSet
 SUMMARY_VERSION = 1
 EXAMPLES_PER_REASON = 5
 
-# One match = consecutive lines in the same directory; group 1 is the directory with its slash.
-# It also validates: printable ASCII only, file names non-empty, at most 255 bytes, not '.' or
-# '..'. A chunk that these runs tile exactly holds only such lines (directories are checked
-# once per run); anything else sends the chunk to the line-by-line path.
-# Possessive quantifiers: a name holds no '/', so the directory ends at the line's last '/' and
-# nothing needs to be tried again (the same matches as greedy ones, without backtracking).
-_RUN = re.compile(rb"(/(?:[!-.0-~]*+/)++)(?!\.\.?\n)[!-.0-~]{1,255}+\n(?:\1(?!\.\.?\n)[!-.0-~]{1,255}+\n)*+")
-_MAX_NAME = 255
 # Sizing the spill from the scan's file count: bytes per dump line assumed (CMS LFNs are ~100-200),
 # the head-room left for uneven partitions, the most partitions, and their write buffers' total.
 _LINE_BYTES_GUESS = 160
@@ -45,13 +35,6 @@ _PARTITION_HEADROOM = 1.5
 _MAX_PARTITIONS = 512
 _SPILL_BUFFERS_BYTES = 16 * 1024 * 1024
 _SPILL_BATCH_BYTES = 1024 * 1024
-_BAD_IN_DIR = (b"//", b"/./", b"/../")
-
-
-def _dir_is_canonical(directory: bytes) -> bool:
-    """A run's directory (no trailing slash) is under /store/unmerged and canonical."""
-    return ((directory.startswith(lfn.UNMERGED) or directory + b"/" == lfn.UNMERGED)
-            and not any(bad in directory + b"/" for bad in _BAD_IN_DIR))
 
 
 @dataclass
@@ -202,16 +185,20 @@ class _JobWriter:
         self._describer = ThreadPoolExecutor(1, thread_name_prefix="seal-describe")
         self._described: dict[str, Future[dict[str, Any]]] = {}
 
-    def add(self, lfns: list[bytes]) -> None:
-        start = 0
-        while start < len(lfns):
+    def add(self, block: bytes, lines: int) -> None:
+        """Append `block`, `lines` whole LFNs, cutting it where a job file is full."""
+        while lines:
             if self._room == 0:
                 self._open()
-            take = lfns[start:start + self._room]
-            self._fh.write(b"\n".join(take) + b"\n")
-            self._room -= len(take)
-            self.sizes[-1] += len(take)
-            start += len(take)
+            take = min(lines, self._room)
+            head = block
+            if take < lines:  # the rest after the first `take` lines goes on to the next job
+                rest = block.split(b"\n", take)[-1]
+                head, block = block[:len(block) - len(rest)], rest
+            self._fh.write(head)
+            self._room -= take
+            self.sizes[-1] += take
+            lines -= take
 
     def _open(self) -> None:
         self.close()
@@ -251,6 +238,7 @@ class Planner:
         self.floor = pcfg.dir_floor_depth
         self.progress = progress
         self.counts = _Counts()
+        self.engine = planlines.active()
         self.described: dict[str, dict[str, Any]] = {}  # seal entries of the job files, by finish
         if self.out_dir.exists():
             for stale in (seal.SEAL_NAME, seal.JOBS_DIR, ".spill", seal.DIRS_NAME, seal.SUMMARY_NAME):
@@ -272,33 +260,16 @@ class Planner:
         if not chunk.endswith(b"\n"):
             chunk += b"\n"
         self.counts.total += chunk.count(b"\n")
-        runs = self._runs(chunk)
-        if runs is None:
-            chunk = self._clean(chunk.split(b"\n")[:-1])
-            runs = self._runs(chunk)
-            if runs is None:  # cannot happen for lines classify_line accepted; refuse rather than guess
-                raise RuntimeError("internal error: validated lines do not form directory runs")
-        for m in runs:
-            self._run(m.group(1)[:-1], m.group(0))
+        runs = self.engine.runs(chunk, self.max_length)
+        if runs is None:  # anything odd in the chunk: check it line by line
+            runs = planlines.split_runs(self._clean(chunk.split(b"\n")[:-1]))
+        for directory, block in runs:
+            self._run(directory, block)
         if self.progress is not None:
             self.progress(self.counts.total)
 
-    def _runs(self, chunk: bytes) -> Optional[list[re.Match[bytes]]]:
-        """The chunk's directory runs when every line is valid, else None."""
-        runs = list(_RUN.finditer(chunk))
-        if sum(m.end() - m.start() for m in runs) != len(chunk):
-            return None
-        longest_ok = self.max_length - _MAX_NAME - 1
-        for m in runs:
-            directory = m.group(1)
-            if not _dir_is_canonical(directory[:-1]):
-                return None
-            if len(directory) > longest_ok and max(map(len, m.group(0).split(b"\n"))) > self.max_length:
-                return None
-        return runs
-
-    def _clean(self, lines: list[bytes]) -> bytes:
-        """Slow path for a chunk with anything odd: classify line by line, keep the valid ones."""
+    def _clean(self, lines: list[bytes]) -> list[bytes]:
+        """The valid lines, counting the others by reason."""
         keep = []
         for raw in lines:
             line, reason = lfn.classify_line(raw, self.max_length)
@@ -308,7 +279,7 @@ class Planner:
                 keep.append(line)
             else:
                 self.counts.total -= 1  # blank lines are not files
-        return b"\n".join(keep) + b"\n" if keep else b""
+        return keep
 
     def _run(self, directory: bytes, block: bytes) -> None:
         """Classify a run of files that share `directory`; spill the deletable ones (counted later)."""
@@ -438,12 +409,11 @@ class Planner:
         removable: set[bytes] = set()
         for directory in sorted(by_dir):
             blocks = by_dir[directory]
-            files = (blocks[0] if len(blocks) == 1 else b"".join(blocks)).split(b"\n")
-            files.pop()
-            unique = list(dict.fromkeys(files))
-            if len(unique) != len(files):
-                self._count_duplicates(files, len(files) - len(unique))
-            jobs.add(unique)
+            block, kept, repeats, examples = self.engine.unique(blocks[0] if len(blocks) == 1 else b"".join(blocks),
+                                                                EXAMPLES_PER_REASON)
+            if repeats:
+                self._count_duplicates(repeats, examples)
+            jobs.add(block, kept)
             cut = len(directory)
             while cut > 0:
                 parent = directory[:cut]
@@ -458,19 +428,11 @@ class Planner:
             dirs_out.write(b"\n".join(ordered) + b"\n")
         return len(removable)
 
-    def _count_duplicates(self, files: list[bytes], n: int) -> None:
-        seen: set[bytes] = set()
-        examples = []
-        for f in files:
-            if f in seen and len(examples) < EXAMPLES_PER_REASON:
-                examples.append(f)
-            seen.add(f)
+    def _count_duplicates(self, n: int, examples: list[bytes]) -> None:
         c = self.counts
         c.invalid[lfn.DUPLICATE] = c.invalid.get(lfn.DUPLICATE, 0) + n
-        for f in examples:
-            c.examples.setdefault(lfn.DUPLICATE, [])
-            if len(c.examples[lfn.DUPLICATE]) < EXAMPLES_PER_REASON:
-                c.examples[lfn.DUPLICATE].append(f.decode("utf-8", errors="backslashreplace"))
+        kept = c.examples.setdefault(lfn.DUPLICATE, [])
+        kept += [f.decode("utf-8", errors="backslashreplace") for f in examples[:EXAMPLES_PER_REASON - len(kept)]]
 
 
 def write_summary(out_dir: Path, plan: Plan) -> None:

@@ -1,0 +1,280 @@
+/* The planner's per-byte loops in C (optional: planlines.py holds the same in Python).
+ *
+ * runs(chunk, max_length): the chunk's same-directory runs when every line is a canonical LFN
+ *     of printable ASCII under /store/unmerged/ (names of 1..255 bytes, not '.' or '..', lines
+ *     of at most max_length bytes), else None; exactly what planlines.regex_runs accepts.
+ * unique(block, examples): the block's lines without repeats (first occurrences, in order), and up
+ *     to `examples` of the repeats.
+ *
+ * Both release the GIL while they scan.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define UNMERGED "/store/unmerged/"
+#define UNMERGED_LEN 16
+#define MAX_NAME 255
+
+/* Byte classes of a line: anything not listed here refuses the chunk. */
+enum { BAD = 0, OK = 1, SLASH = 2, EOL = 3 };
+static unsigned char byte_class[256];
+
+typedef struct {
+    Py_ssize_t start;    /* the run's first byte (its first line) */
+    Py_ssize_t dir_len;  /* its directory's length, trailing slash included */
+    Py_ssize_t end;      /* one past the last line's '\n' */
+} Run;
+
+/* Every component between the slashes of `dir` (which ends with '/') is non-empty and not '.' or
+ * '..', and `dir` starts with /store/unmerged/. */
+static int dir_ok(const unsigned char *dir, Py_ssize_t len)
+{
+    if (len < UNMERGED_LEN || memcmp(dir, UNMERGED, UNMERGED_LEN) != 0)
+        return 0;
+    Py_ssize_t start = 1;
+    for (Py_ssize_t i = 1; i < len; i++) {
+        if (dir[i] != '/')
+            continue;
+        Py_ssize_t n = i - start;
+        if (n == 0 || (dir[start] == '.' && (n == 1 || (n == 2 && dir[start + 1] == '.'))))
+            return 0;
+        start = i + 1;
+    }
+    return 1;
+}
+
+/* Fills *out with the runs of buf[0:n]; returns their number, -1 for a refused chunk, -2 for no memory. */
+static Py_ssize_t scan_runs(const unsigned char *buf, Py_ssize_t n, Py_ssize_t max_length, Run **out)
+{
+    Py_ssize_t cap = 64, count = 0, pos = 0;
+    Run *runs = PyMem_RawMalloc(cap * sizeof(Run));
+    if (runs == NULL)
+        return -2;
+    while (pos < n) {
+        Py_ssize_t i = pos, slash = -1;
+        unsigned char cls;
+        while ((cls = byte_class[buf[i]]) != EOL) {  /* the chunk ends with '\n': checked by the caller */
+            if (cls == BAD)
+                goto refused;
+            if (cls == SLASH)
+                slash = i;
+            i++;
+        }
+        Py_ssize_t len = i - pos;
+        Py_ssize_t name = i - slash - 1;
+        if (len > max_length || buf[pos] != '/' || name < 1 || name > MAX_NAME)
+            goto refused;
+        if (buf[slash + 1] == '.' && (name == 1 || (name == 2 && buf[slash + 2] == '.')))
+            goto refused;
+        Py_ssize_t dir_len = slash + 1 - pos;
+        Run *last = count ? &runs[count - 1] : NULL;
+        if (last != NULL && last->dir_len == dir_len && memcmp(buf + last->start, buf + pos, dir_len) == 0) {
+            last->end = i + 1;
+        } else {
+            if (!dir_ok(buf + pos, dir_len))
+                goto refused;
+            if (count == cap) {
+                cap *= 2;
+                Run *grown = PyMem_RawRealloc(runs, cap * sizeof(Run));
+                if (grown == NULL) {
+                    PyMem_RawFree(runs);
+                    return -2;
+                }
+                runs = grown;
+            }
+            runs[count].start = pos;
+            runs[count].dir_len = dir_len;
+            runs[count].end = i + 1;
+            count++;
+        }
+        pos = i + 1;
+    }
+    *out = runs;
+    return count;
+refused:
+    PyMem_RawFree(runs);
+    return -1;
+}
+
+static PyObject *planfast_runs(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t max_length;
+    if (!PyArg_ParseTuple(args, "y*n:runs", &view, &max_length))
+        return NULL;
+    const unsigned char *buf = view.buf;
+    Py_ssize_t n = view.len, count;
+    Run *runs = NULL;
+    if (n == 0 || buf[n - 1] != '\n') {
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    count = scan_runs(buf, n, max_length, &runs);
+    Py_END_ALLOW_THREADS
+    PyObject *result = NULL;
+    if (count == -2) {
+        PyErr_NoMemory();
+    } else if (count == -1) {
+        result = Py_NewRef(Py_None);
+    } else if ((result = PyList_New(count)) != NULL) {
+        for (Py_ssize_t k = 0; k < count; k++) {
+            const char *start = (const char *)buf + runs[k].start;
+            PyObject *pair = Py_BuildValue("(y#y#)", start, runs[k].dir_len - 1, start, runs[k].end - runs[k].start);
+            if (pair == NULL) {
+                Py_CLEAR(result);
+                break;
+            }
+            PyList_SET_ITEM(result, k, pair);
+        }
+    }
+    PyMem_RawFree(runs);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* FNV-1a over a line's last 64 bytes at most: the lines of one block mostly share their directory. */
+static uint64_t line_hash(const unsigned char *s, Py_ssize_t len)
+{
+    uint64_t h = 14695981039346656037ULL;
+    Py_ssize_t from = len > 64 ? len - 64 : 0;
+    for (Py_ssize_t i = from; i < len; i++) {
+        h ^= s[i];
+        h *= 1099511628211ULL;
+    }
+    return h ^ (uint64_t)len;
+}
+
+typedef struct {
+    Py_ssize_t lines, repeats;
+    Py_ssize_t *starts;  /* per line: its first byte */
+    Py_ssize_t *ends;    /* per line: its '\n' */
+    unsigned char *seen_before;  /* per line: 1 when an earlier line is equal */
+} Lines;
+
+/* Splits buf[0:n] (which ends with '\n') into lines and marks the repeats; 0, or -1 for no memory. */
+static int mark_repeats(const unsigned char *buf, Py_ssize_t n, Lines *L)
+{
+    Py_ssize_t lines = 0;
+    for (const unsigned char *p = buf, *end = buf + n; (p = memchr(p, '\n', end - p)) != NULL; p++)
+        lines++;
+    Py_ssize_t size = 16;
+    while (size < 2 * lines)
+        size *= 2;
+    L->lines = lines;
+    L->repeats = 0;
+    L->starts = PyMem_RawMalloc((lines + 1) * sizeof(Py_ssize_t));
+    L->ends = PyMem_RawMalloc((lines + 1) * sizeof(Py_ssize_t));
+    L->seen_before = PyMem_RawCalloc(lines + 1, 1);
+    Py_ssize_t *table = PyMem_RawMalloc(size * sizeof(Py_ssize_t));
+    if (L->starts == NULL || L->ends == NULL || L->seen_before == NULL || table == NULL) {
+        PyMem_RawFree(table);
+        return -1;
+    }
+    memset(table, 0xff, size * sizeof(Py_ssize_t));  /* -1: empty slot */
+    Py_ssize_t pos = 0;
+    for (Py_ssize_t k = 0; k < lines; k++) {
+        const unsigned char *eol = memchr(buf + pos, '\n', n - pos);
+        Py_ssize_t len = eol - (buf + pos);
+        L->starts[k] = pos;
+        L->ends[k] = pos + len;
+        Py_ssize_t slot = (Py_ssize_t)(line_hash(buf + pos, len) & (uint64_t)(size - 1));
+        for (;;) {
+            Py_ssize_t other = table[slot];
+            if (other < 0) {
+                table[slot] = k;
+                break;
+            }
+            if (L->ends[other] - L->starts[other] == len && memcmp(buf + L->starts[other], buf + pos, len) == 0) {
+                L->seen_before[k] = 1;
+                L->repeats++;
+                break;
+            }
+            slot = (slot + 1) & (size - 1);
+        }
+        pos += len + 1;
+    }
+    PyMem_RawFree(table);
+    return 0;
+}
+
+static PyObject *planfast_unique(PyObject *self, PyObject *args)
+{
+    PyObject *arg;
+    Py_ssize_t max_examples;
+    if (!PyArg_ParseTuple(args, "Sn:unique", &arg, &max_examples))
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(arg);
+    Py_ssize_t n = PyBytes_GET_SIZE(arg);
+    if (n && buf[n - 1] != '\n') {
+        PyErr_SetString(PyExc_ValueError, "unique() takes whole lines, each ending with '\\n'");
+        return NULL;
+    }
+    Lines L = {0, 0, NULL, NULL, NULL};
+    int failed;
+    Py_BEGIN_ALLOW_THREADS
+    failed = mark_repeats(buf, n, &L);
+    Py_END_ALLOW_THREADS
+    PyObject *block = NULL, *examples = NULL, *result = NULL;
+    if (failed) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if ((examples = PyList_New(0)) == NULL)
+        goto done;
+    if (L.repeats == 0) {
+        block = Py_NewRef(arg);
+    } else {
+        block = PyBytes_FromStringAndSize(NULL, n);
+        if (block == NULL)
+            goto done;
+        char *out = PyBytes_AS_STRING(block);
+        Py_ssize_t used = 0;
+        for (Py_ssize_t k = 0; k < L.lines; k++) {
+            Py_ssize_t len = L.ends[k] - L.starts[k];
+            if (!L.seen_before[k]) {
+                memcpy(out + used, buf + L.starts[k], len + 1);
+                used += len + 1;
+            } else if (PyList_GET_SIZE(examples) < max_examples) {
+                PyObject *line = PyBytes_FromStringAndSize((const char *)buf + L.starts[k], len);
+                if (line == NULL || PyList_Append(examples, line) < 0) {
+                    Py_XDECREF(line);
+                    goto done;
+                }
+                Py_DECREF(line);
+            }
+        }
+        if (_PyBytes_Resize(&block, used) < 0)
+            goto done;
+    }
+    result = Py_BuildValue("(OnnO)", block, L.lines - L.repeats, L.repeats, examples);
+done:
+    Py_XDECREF(block);
+    Py_XDECREF(examples);
+    PyMem_RawFree(L.starts);
+    PyMem_RawFree(L.ends);
+    PyMem_RawFree(L.seen_before);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"runs", planfast_runs, METH_VARARGS,
+     "runs(chunk, max_length) -> [(directory, block), ...] when every line is a plain canonical LFN, else None"},
+    {"unique", planfast_unique, METH_VARARGS,
+     "unique(block, examples) -> (block without repeated lines, lines kept, repeats, the first `examples` repeats)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_planfast", "The planner's per-byte loops in C.", -1,
+                                    methods};
+
+PyMODINIT_FUNC PyInit__planfast(void)
+{
+    for (int c = 0x21; c < 0x7f; c++)
+        byte_class[c] = OK;
+    byte_class['/'] = SLASH;
+    byte_class['\n'] = EOL;
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,112 @@
+"""The planner's per-line work on whole chunks: same-directory runs of valid lines, repeated lines.
+
+Two engines give identical answers: `COMPILED` (the optional C extension `_planfast`, built by
+setup.py when a compiler exists) and `PURE` (regular expressions and bytes methods). `ACTIVE` is
+the compiled one unless it is missing or MSUNMERGED_PLANNER_PURE=1 is set.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from MSUnmerged import lfn
+
+try:
+    from MSUnmerged import _planfast  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - no compiler where the package was installed
+    _planfast = None
+
+PURE_ENV = "MSUNMERGED_PLANNER_PURE"
+MAX_NAME = 255
+
+# One match = consecutive lines in the same directory; group 1 is the directory with its slash.
+# It also validates: printable ASCII only, file names non-empty, at most 255 bytes, not '.' or
+# '..'. A chunk that these runs tile exactly holds only such lines (directories are checked
+# once per run).
+# Possessive quantifiers: a name holds no '/', so the directory ends at the line's last '/' and
+# nothing needs to be tried again (the same matches as greedy ones, without backtracking).
+_RUN = re.compile(rb"(/(?:[!-.0-~]*+/)++)(?!\.\.?\n)[!-.0-~]{1,255}+\n(?:\1(?!\.\.?\n)[!-.0-~]{1,255}+\n)*+")
+_BAD_IN_DIR = (b"//", b"/./", b"/../")
+
+# (directory without its slash, the run's lines), in chunk order.
+Runs = list[tuple[bytes, bytes]]
+
+
+def _dir_is_canonical(directory: bytes) -> bool:
+    """A run's directory (with its trailing slash) is under /store/unmerged and canonical."""
+    return directory.startswith(lfn.UNMERGED) and not any(bad in directory for bad in _BAD_IN_DIR)
+
+
+def regex_runs(chunk: bytes, max_length: int) -> Optional[Runs]:
+    """The chunk's same-directory runs when every line is a plain canonical LFN (printable ASCII,
+    names of 1..255 bytes, at most `max_length` bytes), else None (the caller then checks each line)."""
+    if not chunk.endswith(b"\n"):
+        return None
+    matches = list(_RUN.finditer(chunk))
+    if sum(m.end() - m.start() for m in matches) != len(chunk):
+        return None
+    longest_ok = max_length - MAX_NAME - 1
+    runs = []
+    for m in matches:
+        directory, block = m.group(1, 0)
+        if not _dir_is_canonical(directory):
+            return None
+        if len(directory) > longest_ok and max(map(len, block.split(b"\n"))) > max_length:
+            return None
+        runs.append((directory[:-1], block))
+    return runs
+
+
+def split_runs(lines: list[bytes]) -> Runs:
+    """Runs of consecutive lines that share a directory; every line holds a '/'."""
+    runs: Runs = []
+    current, block = b"", []
+    for line in lines:
+        directory = line[:line.rfind(b"/")]
+        if directory != current and block:
+            runs.append((current, b"\n".join(block) + b"\n"))
+            block = []
+        current = directory
+        block.append(line)
+    if block:
+        runs.append((current, b"\n".join(block) + b"\n"))
+    return runs
+
+
+def python_unique(block: bytes, examples_max: int) -> tuple[bytes, int, int, list[bytes]]:
+    """(the block without repeated lines, lines kept, lines dropped, the first `examples_max` dropped)."""
+    files = block.split(b"\n")
+    files.pop()
+    unique = list(dict.fromkeys(files))
+    repeats = len(files) - len(unique)
+    if not repeats:
+        return block, len(files), 0, []
+    seen: set[bytes] = set()
+    examples = []
+    for f in files:
+        if f in seen and len(examples) < examples_max:
+            examples.append(f)
+        seen.add(f)
+    return b"\n".join(unique) + b"\n", len(unique), repeats, examples
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One implementation of the planner's chunk-level work."""
+
+    name: str
+    runs: Callable[[bytes, int], Optional[Runs]]
+    unique: Callable[[bytes, int], tuple[bytes, int, int, list[bytes]]]
+
+
+PURE = Engine("pure", regex_runs, python_unique)
+COMPILED: Optional[Engine] = Engine("compiled", _planfast.runs, _planfast.unique) if _planfast else None
+
+
+def active() -> Engine:
+    """The engine planners use: compiled when built, unless MSUNMERGED_PLANNER_PURE=1."""
+    if COMPILED is None or os.environ.get(PURE_ENV) == "1":
+        return PURE
+    return COMPILED
