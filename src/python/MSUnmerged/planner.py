@@ -16,7 +16,7 @@ import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 from MSUnmerged import lfn, planlines, seal
 from MSUnmerged.config import Config
@@ -72,6 +72,8 @@ class Plan:
 
 
 ProgressFn = Callable[[int], None]
+# A spill group's directories, sorted: (directory, its files without repeats, files kept, repeats, the first repeats).
+_Group = list[tuple[bytes, bytes, int, int, list[bytes]]]
 
 
 class _Counts:
@@ -171,8 +173,9 @@ def _records(data: bytes) -> Iterable[tuple[bytes, bytes]]:
 
 
 class _JobWriter:
-    """Writes planned LFNs into job files of at most `per_job` lines; a thread reads each file
-    back for the seal once it is closed, while the next ones are planned."""
+    """Writes planned LFNs into job files of at most `per_job` lines. A thread creates each file
+    ahead of its use (a create can wait on the file system's journal) and reads each one back for
+    the seal once it is closed, while the next ones are planned."""
 
     def __init__(self, directory: Path, per_job: int) -> None:
         self.directory = directory
@@ -182,8 +185,12 @@ class _JobWriter:
         self.sizes: list[int] = []
         self._fh: Any = None
         self._room = 0
-        self._describer = ThreadPoolExecutor(1, thread_name_prefix="seal-describe")
+        self._helper = ThreadPoolExecutor(1, thread_name_prefix="job-files")
+        self._next: Future[Any] = self._helper.submit(open, self._path(1), "wb")
         self._described: dict[str, Future[dict[str, Any]]] = {}
+
+    def _path(self, number: int) -> Path:
+        return self.directory / f"job-{number:06d}.txt"
 
     def add(self, block: bytes, lines: int) -> None:
         """Append `block`, `lines` whole LFNs, cutting it where a job file is full."""
@@ -202,9 +209,9 @@ class _JobWriter:
 
     def _open(self) -> None:
         self.close()
-        name = f"job-{len(self.names) + 1:06d}.txt"
-        self._fh = open(self.directory / name, "wb")
-        self.names.append(name)
+        self._fh = self._next.result()
+        self.names.append(self._path(len(self.names) + 1).name)
+        self._next = self._helper.submit(open, self._path(len(self.names) + 1), "wb")
         self.sizes.append(0)
         self._room = self.per_job
 
@@ -213,12 +220,14 @@ class _JobWriter:
             self._fh.close()
             self._fh = None
             name = self.names[-1]
-            self._described[f"{seal.JOBS_DIR}/{name}"] = self._describer.submit(seal.describe_file,
-                                                                                self.directory / name)
+            self._described[f"{seal.JOBS_DIR}/{name}"] = self._helper.submit(seal.describe_file,
+                                                                             self.directory / name)
 
     def described(self) -> dict[str, dict[str, Any]]:
-        """The seal entries of the job files written (after `close`)."""
-        self._describer.shutdown()
+        """The seal entries of the job files written (after `close`); the file created ahead is removed."""
+        self._next.result().close()
+        self._path(len(self.names) + 1).unlink()
+        self._helper.shutdown()
         return {rel: future.result() for rel, future in self._described.items()}
 
 
@@ -320,16 +329,11 @@ class Planner:
         self.spill.close()
         jobs = _JobWriter(self.out_dir / seal.JOBS_DIR, self.config.planner.files_per_job)
         n_dirs = 0
-        # An unlink can wait milliseconds on the file system's journal: a thread does them while
-        # the next partitions are planned (it releases the GIL).
-        with open(self.out_dir / seal.DIRS_NAME, "wb") as dirs_out, ThreadPoolExecutor(1) as unlinker:
-            unlinked = []
-            for path in self.spill.paths:
-                for data in self._partition_groups(path):
-                    n_dirs += self._write_group(data, jobs, dirs_out)
-                unlinked.append(unlinker.submit(path.unlink))
-            for done in unlinked:
-                done.result()
+        with open(self.out_dir / seal.DIRS_NAME, "wb") as dirs_out:
+            # A thread reads and de-duplicates the next group (file reads and the compiled engine
+            # release the GIL) while this one writes the job files of the current one.
+            for group in read_ahead_thread(self._unique_groups(), 1):
+                n_dirs += self._write_group(group, jobs, dirs_out)
         jobs.close()
         self.described = jobs.described()
         shutil.rmtree(self.spill.directory, ignore_errors=True)
@@ -401,16 +405,28 @@ class Planner:
             sub_path.unlink()
         sub.directory.rmdir()
 
-    def _write_group(self, data: bytes, jobs: _JobWriter, dirs_out: Any) -> int:
-        by_dir: dict[bytes, list[bytes]] = {}
-        for directory, block in _records(data):
-            by_dir.setdefault(directory, []).append(block)
-        del data
+    def _unique_groups(self) -> Iterator[_Group]:
+        """Each group of the spill as its directories, sorted, with their files de-duplicated."""
+        # An unlink can wait milliseconds on the file system's journal: a thread does them while
+        # the next partitions are read (it releases the GIL).
+        with ThreadPoolExecutor(1) as unlinker:
+            unlinked = []
+            for path in self.spill.paths:
+                for data in self._partition_groups(path):
+                    by_dir: dict[bytes, list[bytes]] = {}
+                    for directory, block in _records(data):
+                        by_dir.setdefault(directory, []).append(block)
+                    del data
+                    yield [(directory, *self.engine.unique(blocks[0] if len(blocks) == 1 else b"".join(blocks),
+                                                           EXAMPLES_PER_REASON))
+                           for directory, blocks in sorted(by_dir.items())]
+                unlinked.append(unlinker.submit(path.unlink))
+            for done in unlinked:
+                done.result()
+
+    def _write_group(self, group: _Group, jobs: _JobWriter, dirs_out: Any) -> int:
         removable: set[bytes] = set()
-        for directory in sorted(by_dir):
-            blocks = by_dir[directory]
-            block, kept, repeats, examples = self.engine.unique(blocks[0] if len(blocks) == 1 else b"".join(blocks),
-                                                                EXAMPLES_PER_REASON)
+        for directory, block, kept, repeats, examples in group:
             if repeats:
                 self._count_duplicates(repeats, examples)
             jobs.add(block, kept)

@@ -1,13 +1,17 @@
 """Property tests: the planner against a naive reference over random trees and protected sets."""
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
+from unittest import mock
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planner_kit import permissive, planned_lfns, removable_dirs, run_plan
+from MSUnmerged import lfn, planlines, planner, seal
+from planner_kit import HOSTILE_LINES, permissive, planned_lfns, removable_dirs, run_plan
 
 NAMES = st.sampled_from(["a", "b", "ab", "a-v1", "a-v10", "000", "123", "x.root", "y.root"])
 PATHS = st.lists(NAMES, min_size=1, max_size=6).map(lambda parts: "/store/unmerged/" + "/".join(parts))
@@ -58,3 +62,43 @@ def test_planner_matches_reference(files, protected, exclude, per_chunk, per_job
     # Leaf first: a directory never comes before one of its descendants.
     for i, d in enumerate(dirs):
         assert not any(later.startswith(d + "/") for later in dirs[i + 1:])
+
+
+def plan_output(out: Path) -> dict[str, object]:
+    """Every file of a plan directory, without the timings and the seal entries that hold them."""
+    files: dict[str, object] = {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    summary = json.loads(files.pop(seal.SUMMARY_NAME))
+    files[seal.SUMMARY_NAME] = {k: v for k, v in summary.items() if k not in ("created", "seconds")}
+    sealed = json.loads(files.pop(seal.SEAL_NAME))
+    sealed["files"].pop(seal.SUMMARY_NAME)
+    files[seal.SEAL_NAME] = {k: v for k, v in sealed.items() if k != "digest"}
+    return files
+
+
+@pytest.mark.skipif(planlines.COMPILED is None, reason="the C extension is not built here")
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(valid=st.lists(PATHS.map(str.encode), max_size=50), hostile=st.lists(HOSTILE_LINES, max_size=12), data=st.data(),
+       protected=st.lists(BASES, min_size=1, max_size=4), per_job=st.integers(1, 9),
+       max_length=st.sampled_from([300, 1024]), final_newline=st.booleans())
+def test_compiled_and_pure_engines_write_the_same_plan(valid, hostile, data, protected, per_job, max_length,
+                                                        final_newline):
+    lines = data.draw(st.permutations(valid + hostile))
+    dump = b"\n".join(lines) + (b"\n" if final_newline else b"")
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(dump)), max_size=6)))  # anywhere, mid-line too
+    chunks = [dump[a:b] for a, b in zip([0] + cuts, cuts + [len(dump)])]
+    cfg = permissive()
+    cfg.planner.files_per_job = per_job
+    cfg.planner.max_lfn_length = max_length
+    cfg.planner.dir_floor_depth = 4
+    outputs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for engine in (planlines.COMPILED, planlines.PURE):
+            out = Path(tmp) / engine.name
+            with mock.patch.object(planlines, "active", lambda engine=engine: engine):
+                plan = planner.plan("T2_XX_Test", chunks, protected, cfg, out, require_scan=False)
+            outputs.append(plan_output(out))
+            # Safety, whatever the engine: only canonical unprotected LFNs under /store/unmerged/.
+            for f in planned_lfns(out):
+                assert lfn.classify_line(f, max_length) == (f, None)
+                assert not covered(f.decode(), protected)
+    assert outputs[0] == outputs[1]

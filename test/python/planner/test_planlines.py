@@ -1,0 +1,109 @@
+"""The compiled and the pure planlines engines give the same answers, on clean and hostile chunks."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from MSUnmerged import planlines
+from planner_kit import CLEAN_LINES, HOSTILE_LINES
+
+COMPILED = planlines.COMPILED
+needs_compiled = pytest.mark.skipif(COMPILED is None, reason="the C extension is not built here "
+                                    "(test_the_extension_is_built_where_a_compiler_exists fails then)")
+
+def chunk_of(lines: list[bytes], final_newline: bool) -> bytes:
+    return b"\n".join(lines) + (b"\n" if final_newline and lines else b"")
+
+
+@needs_compiled
+@settings(max_examples=1500, deadline=None)
+@given(lines=st.lists(HOSTILE_LINES, max_size=12), final_newline=st.booleans(),
+       max_length=st.sampled_from([64, 120, 300, 1024]))
+def test_runs_agree_on_hostile_chunks(lines, final_newline, max_length):
+    chunk = chunk_of(lines, final_newline)
+    assert COMPILED.runs(chunk, max_length) == planlines.PURE.runs(chunk, max_length)
+
+
+@needs_compiled
+@settings(max_examples=500, deadline=None)
+@given(lines=st.lists(CLEAN_LINES, min_size=1, max_size=30))
+def test_clean_chunks_are_runs_of_their_lines(lines):
+    chunk = chunk_of(lines, True)
+    expected = planlines.split_runs(lines)
+    assert COMPILED.runs(chunk, 1024) == planlines.PURE.runs(chunk, 1024) == expected
+    assert b"".join(block for _, block in expected) == chunk
+
+
+@pytest.mark.parametrize("engine", [planlines.PURE, pytest.param(COMPILED, marks=needs_compiled)],
+                         ids=lambda e: getattr(e, "name", "compiled"))
+@pytest.mark.parametrize("line", [
+    b"/store/unmerged/a/b/../c.root", b"/store/unmerged/a//c.root", b"/store/unmerged/a/./c.root",
+    b"/store/unmerged/a/..", b"/store/unmerged/a/.", b"/store/unmerged/a/", b"/store/unmergedx/a/c.root",
+    b"/store/merged/a/c.root", b"store/unmerged/a/c.root", b"/store/unmerged/a/b c.root",
+    b"/store/unmerged/a/\xc3\xa9.root", b"/store/unmerged/a/" + b"n" * 256, b"/store/unmerged/a/c.root\r",
+    b"/store/unmerged/a/c\x00.root", b"", b"/store/unmerged/" + b"d/" * 600 + b"f"])
+def test_a_chunk_with_one_odd_line_goes_line_by_line(engine, line):
+    chunk = b"/store/unmerged/a/ok.root\n" + line + b"\n"
+    assert engine.runs(chunk, 1024) is None
+
+
+@pytest.mark.parametrize("engine", [planlines.PURE, pytest.param(COMPILED, marks=needs_compiled)],
+                         ids=lambda e: getattr(e, "name", "compiled"))
+def test_runs_split_where_the_directory_changes(engine):
+    chunk = (b"/store/unmerged/a/1.root\n/store/unmerged/a/2.root\n/store/unmerged/a/b/3.root\n"
+             b"/store/unmerged/a/4.root\n/store/unmerged/5.root\n")
+    assert engine.runs(chunk, 1024) == [
+        (b"/store/unmerged/a", b"/store/unmerged/a/1.root\n/store/unmerged/a/2.root\n"),
+        (b"/store/unmerged/a/b", b"/store/unmerged/a/b/3.root\n"),
+        (b"/store/unmerged/a", b"/store/unmerged/a/4.root\n"),
+        (b"/store/unmerged", b"/store/unmerged/5.root\n")]
+    assert engine.runs(chunk, 25) is None  # '/store/unmerged/a/b/3.root' is 26 bytes
+
+
+@needs_compiled
+@settings(max_examples=800, deadline=None)
+@given(lines=st.lists(st.sampled_from([b"a", b"b", b"ab", b"ba", b"", b"x" * 70, b"y" * 70 + b"a", b"\xff"]),
+                      max_size=40), examples=st.integers(0, 6))
+def test_unique_agrees(lines, examples):
+    block = b"".join(line + b"\n" for line in lines)
+    got = COMPILED.unique(block, examples)
+    assert got == planlines.PURE.unique(block, examples)
+    kept = list(dict.fromkeys(lines))
+    assert got[:3] == (b"".join(line + b"\n" for line in kept), len(kept), len(lines) - len(kept))
+
+
+@needs_compiled
+def test_unique_refuses_a_partial_line():
+    with pytest.raises(ValueError, match="whole lines"):
+        COMPILED.unique(b"a\nb", 5)
+
+
+def test_pure_engine_on_request(monkeypatch):
+    monkeypatch.setenv(planlines.PURE_ENV, "1")
+    assert planlines.active() is planlines.PURE
+    monkeypatch.delenv(planlines.PURE_ENV)
+    assert planlines.active() is (COMPILED or planlines.PURE)
+
+
+def test_the_extension_is_built_where_a_compiler_exists():
+    """CI builds the package with a compiler: the compiled engine must be there, not silently skipped."""
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(compiler) is None:
+        pytest.skip(f"no C compiler ({compiler}) on this machine: the pure engine serves")
+    assert COMPILED is not None, "MSUnmerged._planfast is not built: run `python3 setup.py build_ext --inplace`"
+    assert planlines.active() is COMPILED or os.environ.get(planlines.PURE_ENV) == "1"
+
+
+def test_planning_without_the_extension_uses_the_pure_engine(tmp_path):
+    """An install where the extension failed to build imports and plans with the pure engine."""
+    probe = ("import sys; sys.modules['MSUnmerged._planfast'] = None\n"
+             "from MSUnmerged import planlines; print(planlines.active().name)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "pure"
