@@ -2,9 +2,13 @@
 """Planning benchmark: lines/s and peak RSS at 1M and 10M lines, plain and gzip, against a
 plain per-line Python loop (the baseline) run by the same command; for gzip dumps also the
 ratio of planning time to decompressing the same file (standard gzip module and ISA-L), in the same run.
+The planner runs with each planlines engine side by side: "compiled" (the C extension, when built)
+and "pure" (regular expressions, MSUNMERGED_PLANNER_PURE=1); the first listed is the one reported
+as lines/s and peak RSS.
 
 Each measurement runs in its own process so that its peak RSS (VmHWM) is its own.
 Usage: python3 bench/bench_plan.py [--sizes 1000000,10000000] [--formats plain,gzip] [--rounds 1]
+                                   [--engines compiled,pure]
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src" / "python"))
@@ -35,7 +40,7 @@ def peak_rss_mib() -> float:
 
 
 def measure_planner(dump: str, protected: str, stats: str, out: str) -> dict:
-    from MSUnmerged import planner
+    from MSUnmerged import planlines, planner
     from MSUnmerged.config import Config
     from MSUnmerged.dumpreader import INFLATER, iter_chunks
 
@@ -48,7 +53,7 @@ def measure_planner(dump: str, protected: str, stats: str, out: str) -> dict:
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     assert plan.guard is None, plan.guard_detail
     return {"lines": plan.files_total, "to_delete": plan.files_to_delete, "wall_s": wall, "cpu_s": cpu,
-            "peak_rss_mib": peak_rss_mib(), "inflater": INFLATER.__name__}
+            "peak_rss_mib": peak_rss_mib(), "inflater": INFLATER.__name__, "engine": planlines.active().name}
 
 
 def measure_baseline(dump: str, protected: str, stats: str, out: str) -> dict:
@@ -105,10 +110,25 @@ def inputs(data: Path, size: int, compress: bool = False) -> Path:
     return folder
 
 
-def in_child(kind: str, *args: str) -> dict:
+def in_child(kind: str, *args: str, env: Optional[dict[str, str]] = None) -> dict:
     res = subprocess.run([sys.executable, __file__, "--child", kind, *args], capture_output=True, text=True,
-                         check=True)
+                         check=True, env=env)
     return json.loads(res.stdout)
+
+
+def plan_in_child(engine: str, files: list[str]) -> dict:
+    """One planning run with `engine` ("compiled" or "pure"), which must be the one that ran."""
+    from MSUnmerged import planlines
+
+    env = {k: v for k, v in os.environ.items() if k != planlines.PURE_ENV}
+    if engine == planlines.PURE.name:
+        env[planlines.PURE_ENV] = "1"
+    shutil.rmtree(files[3], ignore_errors=True)  # the last run's plan: not this run's work
+    res = in_child("planner", *files, env=env)
+    if res["engine"] != engine:
+        raise SystemExit(f"bench_plan: asked for the {engine} engine, the planner ran {res['engine']} "
+                         "(build the extension: python3 setup.py build_ext --inplace)")
+    return res
 
 
 def main() -> None:
@@ -118,29 +138,35 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1, help="planning and decompression runs each; medians reported")
     ap.add_argument("--data", default=str(REPO / "bench" / "data"))
     ap.add_argument("--baseline-lines", type=int, default=1_000_000, help="baseline only at sizes up to this")
+    ap.add_argument("--engines", default="compiled,pure", help="planlines engines, side by side; the first is "
+                    "reported as lines/s and peak RSS")
     ap.add_argument("--child", nargs="+")
     args = ap.parse_args()
     if args.child:
         kind, *rest = args.child
         print(json.dumps(CHILDREN[kind](*rest)))
         return
+    engines = args.engines.split(",")
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
         for compress in [fmt == "gzip" for fmt in args.formats.split(",")]:
             folder = inputs(Path(args.data), size, compress)
             dump = str(folder / ("dump.gz" if compress else "dump.txt"))
             files = [dump, str(folder / "protected.json"), str(folder / "stats.json"), str(folder / "plan")]
-            runs, inflate = [], {"gzip": [], "isal": []}
+            runs: dict[str, list[dict]] = {engine: [] for engine in engines}
+            inflate: dict[str, list[dict]] = {"gzip": [], "isal": []}
             for _ in range(args.rounds):
                 for name in inflate if compress else ():
                     inflate[name].append(in_child("decompress", dump, name))
-                shutil.rmtree(files[3], ignore_errors=True)  # the last run's plan: not this run's work
-                runs.append(in_child("planner", *files))
-            res = sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2]
+                for engine in engines:
+                    runs[engine].append(plan_in_child(engine, files))
+            median = {engine: sorted(r, key=lambda r: r["wall_s"])[len(r) // 2] for engine, r in runs.items()}
+            res = median[engines[0]]
             base = in_child("baseline", *files) if size <= args.baseline_lines else None
             if base:
                 assert base["to_delete"] + 0 >= res["to_delete"] - res["lines"] // 10  # same job, same scale
-            row = {"lines": size, "format": "gzip" if compress else "plain",
+            assert len({r["to_delete"] for r in median.values()}) == 1, "the engines planned different files"
+            row = {"lines": size, "format": "gzip" if compress else "plain", "engine": engines[0],
                    "lines_per_s": round(res["lines"] / res["wall_s"]),
                    "lines_per_cpu_s": round(res["lines"] / res["cpu_s"]),
                    "peak_rss_mib": round(res["peak_rss_mib"], 1),
@@ -149,13 +175,16 @@ def main() -> None:
                    if base else None}
             if compress:
                 row["planner_inflater"] = res["inflater"]
-                row["plan_s"], row["plan_cpu_s"] = round(res["wall_s"], 2), round(res["cpu_s"], 2)
                 for name, times in inflate.items():
-                    wall = statistics.median(t["wall_s"] for t in times)
-                    cpu = statistics.median(t["cpu_s"] for t in times)
-                    row[f"decompress_{name}_s"], row[f"decompress_{name}_cpu_s"] = round(wall, 2), round(cpu, 2)
-                    row[f"ratio_vs_{name}"] = round(res["wall_s"] / wall, 2)
-                    row[f"cpu_ratio_vs_{name}"] = round(res["cpu_s"] / cpu, 2)
+                    row[f"decompress_{name}_s"] = round(statistics.median(t["wall_s"] for t in times), 2)
+                    row[f"decompress_{name}_cpu_s"] = round(statistics.median(t["cpu_s"] for t in times), 2)
+            for engine, r in median.items():
+                row[f"{engine}_plan_s"], row[f"{engine}_plan_cpu_s"] = round(r["wall_s"], 2), round(r["cpu_s"], 2)
+                row[f"{engine}_plan_walls_s"] = [round(x["wall_s"], 2) for x in runs[engine]]
+                row[f"{engine}_peak_rss_mib"] = round(r["peak_rss_mib"], 1)
+                for name in inflate if compress else ():
+                    row[f"{engine}_ratio_vs_{name}"] = round(r["wall_s"] / row[f"decompress_{name}_s"], 2)
+                    row[f"{engine}_cpu_ratio_vs_{name}"] = round(r["cpu_s"] / row[f"decompress_{name}_cpu_s"], 2)
             row["loadavg"] = round(os.getloadavg()[0], 2)
             rows.append(row)
             print(json.dumps(row), flush=True)

@@ -212,8 +212,9 @@ def _line_chunks(first: bytes, stream: BinaryIO, chunk_bytes: int) -> Iterator[b
         if not cut:
             rest += block
             continue
-        # Copy only the partial lines at the edges; a whole block passes through as it is.
-        yield (rest + block[:cut]) if rest else (block if cut == len(block) else block[:cut])
+        # One copy at most: a whole block passes through as it is; otherwise the partial line left
+        # from the last block and this block's whole lines are joined from a view, not a slice.
+        yield block if not rest and cut == len(block) else b"".join((rest, memoryview(block)[:cut]))
         rest = block[cut:]
     if rest:
         yield rest if rest.endswith(b"\n") else rest + b"\n"

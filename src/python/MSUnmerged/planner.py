@@ -115,11 +115,17 @@ class _Spill:
         directory.mkdir(parents=True, exist_ok=True)
         self.paths = [directory / f"part-{i:03d}" for i in range(partitions)]
         buffering = min(256 * 1024, max(64 * 1024, _SPILL_BUFFERS_BYTES // partitions))
-        self.files = [open(p, "wb", buffering=buffering) for p in self.paths]
         self._batch: list[tuple[int, bytes, bytes]] = []
         self._batch_bytes = 0
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="spill")
+        # Creating hundreds of files can wait on the file system's journal: the writer thread
+        # does it first, while the dump starts to be read.
+        self._opening = self._writer.submit(lambda: [open(p, "wb", buffering=buffering) for p in self.paths])
         self._in_flight: Optional[Future[None]] = None
+
+    @property
+    def files(self) -> list[Any]:
+        return self._opening.result()
 
     def key(self, directory: bytes) -> bytes:
         cut = -1
@@ -132,7 +138,7 @@ class _Spill:
     def write(self, directory: bytes, block: bytes, salt: int = 0) -> None:
         """Append one run as a record: b"<dir>\\0<bytes>\\n" then the run's lines."""
         key = self.key(directory)
-        index = (zlib.adler32(key) if salt else zlib.crc32(key)) % len(self.files)
+        index = (zlib.adler32(key) if salt else zlib.crc32(key)) % len(self.paths)
         self._batch.append((index, b"%b\0%d\n" % (directory, len(block)), block))
         self._batch_bytes += len(block)
         if self._batch_bytes >= _SPILL_BATCH_BYTES:
