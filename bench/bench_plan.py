@@ -3,7 +3,7 @@
 plain per-line Python loop (the baseline) run by the same command; for gzip dumps also the
 ratio of planning time to decompressing the same file (standard gzip module and ISA-L), in the same run.
 The planner runs with each planlines engine side by side: "compiled" (the C extension, when built)
-and "pure" (regular expressions, MSUNMERGED_PLANNER_PURE=1); the first listed is the one reported
+and "pure" (regular expressions: planner.engine = "pure"); the first listed is the one reported
 as lines/s and peak RSS.
 
 Each measurement runs in its own process so that its peak RSS (VmHWM) is its own.
@@ -22,7 +22,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src" / "python"))
@@ -39,13 +38,14 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def measure_planner(dump: str, protected: str, stats: str, out: str) -> dict:
+def measure_planner(dump: str, protected: str, stats: str, out: str, engine: str) -> dict:
     from MSUnmerged import planlines, planner
     from MSUnmerged.config import Config
     from MSUnmerged.dumpreader import INFLATER, iter_chunks
 
     config = Config()
     config.guards.max_delete_fraction = 1.0
+    config.planner.engine = engine
     prot = json.loads(Path(protected).read_text())["result"]
     st = json.loads(Path(stats).read_text())[RSE]
     wall, cpu = time.perf_counter(), time.process_time()
@@ -53,7 +53,7 @@ def measure_planner(dump: str, protected: str, stats: str, out: str) -> dict:
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     assert plan.guard is None, plan.guard_detail
     return {"lines": plan.files_total, "to_delete": plan.files_to_delete, "wall_s": wall, "cpu_s": cpu,
-            "peak_rss_mib": peak_rss_mib(), "inflater": INFLATER.__name__, "engine": planlines.active().name}
+            "peak_rss_mib": peak_rss_mib(), "inflater": INFLATER.__name__, "engine": planlines.engine(engine).name}
 
 
 def measure_baseline(dump: str, protected: str, stats: str, out: str) -> dict:
@@ -110,25 +110,17 @@ def inputs(data: Path, size: int, compress: bool = False) -> Path:
     return folder
 
 
-def in_child(kind: str, *args: str, env: Optional[dict[str, str]] = None) -> dict:
-    res = subprocess.run([sys.executable, __file__, "--child", kind, *args], capture_output=True, text=True,
-                         check=True, env=env)
+def in_child(kind: str, *args: str) -> dict:
+    res = subprocess.run([sys.executable, __file__, "--child", kind, *args], capture_output=True, text=True)
+    if res.returncode:
+        raise SystemExit(f"bench_plan: {kind} {' '.join(args)} failed: {res.stderr.strip().splitlines()[-1]}")
     return json.loads(res.stdout)
 
 
 def plan_in_child(engine: str, files: list[str]) -> dict:
-    """One planning run with `engine` ("compiled" or "pure"), which must be the one that ran."""
-    from MSUnmerged import planlines
-
-    env = {k: v for k, v in os.environ.items() if k != planlines.PURE_ENV}
-    if engine == planlines.PURE.name:
-        env[planlines.PURE_ENV] = "1"
+    """One planning run with `engine` ("compiled": build it with python3 setup.py build_ext --inplace)."""
     shutil.rmtree(files[3], ignore_errors=True)  # the last run's plan: not this run's work
-    res = in_child("planner", *files, env=env)
-    if res["engine"] != engine:
-        raise SystemExit(f"bench_plan: asked for the {engine} engine, the planner ran {res['engine']} "
-                         "(build the extension: python3 setup.py build_ext --inplace)")
-    return res
+    return in_child("planner", *files, engine)
 
 
 def main() -> None:

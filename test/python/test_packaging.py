@@ -36,10 +36,9 @@ def test_installed_wheel_loads_the_shipped_defaults(tmp_path: Path, compiler: st
     probe = ("import MSUnmerged, MSUnmerged.config as c; print(MSUnmerged.__file__); "
              "print(c.DEFAULT_CONFIG.is_file()); "  # load_config refuses a missing file: no silent built-in defaults
              "cfg = c.load_config(env={}); print(cfg.planner.exclude[0], cfg.jobs.credential); "
-             "from MSUnmerged import planlines; print(planlines.active().name)")
+             "from MSUnmerged import planlines; print(planlines.engine(cfg.planner.engine).name)")
     env = {**os.environ, "PYTHONPATH": str(target)}
     env.pop("MSUNMERGED_CONFIG", None)
-    env.pop("MSUNMERGED_PLANNER_PURE", None)
     out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=tmp_path, check=True, capture_output=True,
                          text=True).stdout.split("\n")
     assert out[0].startswith(str(target))  # the installed copy, not the checkout

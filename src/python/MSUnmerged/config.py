@@ -11,6 +11,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from MSUnmerged import planlines
 from MSUnmerged.worker.pfn import LAYOUTS as PFN_LAYOUTS
 
 ENV_PREFIX = "MSUNMERGED_"
@@ -65,6 +66,7 @@ class PlannerConfig:
     dir_floor_depth: int = 7
     spill_partitions: int = 64
     partition_max_bytes: int = 8 * 1024 * 1024
+    engine: str = planlines.AUTO  # the per-line work: compiled when built ("auto"), "compiled" or "pure"
 
 
 @dataclass
@@ -356,6 +358,9 @@ def _validate(cfg: Config) -> None:
     need(p.dir_floor_depth >= 4, "planner.dir_floor_depth", "must be >= 4 (never remove /store/unmerged/<x>)")
     need(1 <= p.spill_partitions <= 512, "planner.spill_partitions", "must be between 1 and 512")
     need(p.partition_max_bytes >= 1024 * 1024, "planner.partition_max_bytes", "must be >= 1 MiB")
+    need(p.engine in planlines.ENGINES, "planner.engine", f"must be one of {', '.join(planlines.ENGINES)}")
+    need(p.engine != planlines.COMPILED_NAME or planlines.COMPILED is not None, "planner.engine",
+         "compiled, but the C extension MSUnmerged._planfast is not built (no compiler at install?)")
     for key, paths in (("planner.include", p.include), ("planner.exclude", p.exclude)):
         for i, path in enumerate(paths):
             need(path.startswith("/"), f"{key}[{i}]", f"must be an absolute path, got {path!r}")

@@ -1,12 +1,11 @@
 """The planner's per-line work on whole chunks: same-directory runs of valid lines, repeated lines.
 
 Two engines give identical answers: `COMPILED` (the optional C extension `_planfast`, built by
-setup.py when a compiler exists) and `PURE` (regular expressions and bytes methods). `ACTIVE` is
-the compiled one unless it is missing or MSUNMERGED_PLANNER_PURE=1 is set.
+setup.py when a compiler exists) and `PURE` (regular expressions and bytes methods); the
+configuration's `planner.engine` chooses (`engine`).
 """
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -18,7 +17,9 @@ try:
 except ImportError:  # pragma: no cover - no compiler where the package was installed
     _planfast = None
 
-PURE_ENV = "MSUNMERGED_PLANNER_PURE"
+# The names `planner.engine` accepts: the compiled engine when built, else the pure one; or either.
+AUTO, COMPILED_NAME, PURE_NAME = "auto", "compiled", "pure"
+ENGINES = (AUTO, COMPILED_NAME, PURE_NAME)
 MAX_NAME = 255
 
 # One match = consecutive lines in the same directory; group 1 is the directory with its slash.
@@ -101,12 +102,16 @@ class Engine:
     unique: Callable[[bytes, int], tuple[bytes, int, int, list[bytes]]]
 
 
-PURE = Engine("pure", regex_runs, python_unique)
-COMPILED: Optional[Engine] = Engine("compiled", _planfast.runs, _planfast.unique) if _planfast else None
+PURE = Engine(PURE_NAME, regex_runs, python_unique)
+COMPILED: Optional[Engine] = Engine(COMPILED_NAME, _planfast.runs, _planfast.unique) if _planfast else None
 
 
-def active() -> Engine:
-    """The engine planners use: compiled when built, unless MSUNMERGED_PLANNER_PURE=1."""
-    if COMPILED is None or os.environ.get(PURE_ENV) == "1":
+def engine(name: str) -> Engine:
+    """The engine `planner.engine` names (validated with the configuration)."""
+    if name not in ENGINES:
+        raise ValueError(f"unknown planner engine {name!r}")
+    if name == PURE_NAME or (name == AUTO and COMPILED is None):
         return PURE
+    if COMPILED is None:
+        raise ValueError("the compiled planner engine is not built")
     return COMPILED

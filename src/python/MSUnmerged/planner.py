@@ -1,9 +1,10 @@
 """Turns a dump, a protected list and the configuration into a reviewable deletion plan on disk.
 
 The work is batched: dump chunks are validated and split into runs of lines that share a
-directory by planlines (in C when built), so Python-level work is per directory, not per line. Deletable runs are spilled to partition files keyed by the dataset
-base (the first `dir_floor_depth` path elements), then each partition is grouped, de-duplicated
-and written out as job files. Memory depends on the partition size, not on the dump size.
+directory by planlines (in C when built), so Python-level work is per directory, not per line.
+Deletable runs are spilled to partition files keyed by the dataset base (the first
+`dir_floor_depth` path elements), then each partition is grouped, de-duplicated and written out
+as job files. Memory depends on the partition size, not on the dump size.
 """
 from __future__ import annotations
 
@@ -253,7 +254,7 @@ class Planner:
         self.floor = pcfg.dir_floor_depth
         self.progress = progress
         self.counts = _Counts()
-        self.engine = planlines.active()
+        self.engine = planlines.engine(pcfg.engine)
         self.described: dict[str, dict[str, Any]] = {}  # seal entries of the job files, by finish
         if self.out_dir.exists():
             for stale in (seal.SEAL_NAME, seal.JOBS_DIR, ".spill", seal.DIRS_NAME, seal.SUMMARY_NAME):

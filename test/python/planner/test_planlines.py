@@ -1,7 +1,6 @@
 """The compiled and the pure planlines engines give the same answers, on clean and hostile chunks."""
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -12,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from MSUnmerged import planlines
+from MSUnmerged.config import ConfigError, load_config
 from planner_kit import CLEAN_LINES, HOSTILE_LINES
 
 COMPILED = planlines.COMPILED
@@ -85,11 +85,17 @@ def test_unique_refuses_a_partial_line():
         COMPILED.unique(b"a\nb", 5)
 
 
-def test_pure_engine_on_request(monkeypatch):
-    monkeypatch.setenv(planlines.PURE_ENV, "1")
-    assert planlines.active() is planlines.PURE
-    monkeypatch.delenv(planlines.PURE_ENV)
-    assert planlines.active() is (COMPILED or planlines.PURE)
+def test_engines_by_name():
+    assert planlines.engine("pure") is planlines.PURE
+    assert planlines.engine("auto") is (COMPILED or planlines.PURE)
+    with pytest.raises(ValueError, match="unknown planner engine 'fast'"):
+        planlines.engine("fast")
+
+
+def test_the_configuration_names_the_engine():
+    with pytest.raises(ConfigError, match="planner.engine.*one of auto, compiled, pure"):
+        load_config(env={"MSUNMERGED_PLANNER__ENGINE": "fast"})
+    assert load_config(env={"MSUNMERGED_PLANNER__ENGINE": "pure"}).planner.engine == "pure"
 
 
 def test_the_extension_is_built_where_a_compiler_exists():
@@ -98,12 +104,16 @@ def test_the_extension_is_built_where_a_compiler_exists():
     if shutil.which(compiler) is None:
         pytest.skip(f"no C compiler ({compiler}) on this machine: the pure engine serves")
     assert COMPILED is not None, "MSUnmerged._planfast is not built: run `python3 setup.py build_ext --inplace`"
-    assert planlines.active() is COMPILED or os.environ.get(planlines.PURE_ENV) == "1"
+    assert planlines.engine("auto") is planlines.engine("compiled") is COMPILED
 
 
 def test_planning_without_the_extension_uses_the_pure_engine(tmp_path):
     """An install where the extension failed to build imports and plans with the pure engine."""
     probe = ("import sys; sys.modules['MSUnmerged._planfast'] = None\n"
-             "from MSUnmerged import planlines; print(planlines.active().name)")
+             "from MSUnmerged import planlines; from MSUnmerged.config import ConfigError, load_config\n"
+             "print(planlines.engine(load_config(env={}).planner.engine).name)\n"
+             "try:\n    load_config(env={'MSUNMERGED_PLANNER__ENGINE': 'compiled'})\n"
+             "except ConfigError as exc:\n    print(exc)")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "pure"
+    assert out.stdout.split("\n")[:2] == ["pure", "configuration key 'planner.engine': compiled, but the C "
+                                         "extension MSUnmerged._planfast is not built (no compiler at install?)"]

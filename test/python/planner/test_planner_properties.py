@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -94,8 +93,8 @@ def test_compiled_and_pure_engines_write_the_same_plan(valid, hostile, data, pro
     with tempfile.TemporaryDirectory() as tmp:
         for engine in (planlines.COMPILED, planlines.PURE):
             out = Path(tmp) / engine.name
-            with mock.patch.object(planlines, "active", lambda engine=engine: engine):
-                plan = planner.plan("T2_XX_Test", chunks, protected, cfg, out, require_scan=False)
+            cfg.planner.engine = engine.name
+            plan = planner.plan("T2_XX_Test", chunks, protected, cfg, out, require_scan=False)
             outputs.append(plan_output(out))
             # Safety, whatever the engine: only canonical unprotected LFNs under /store/unmerged/.
             for f in planned_lfns(out):
