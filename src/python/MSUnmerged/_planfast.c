@@ -1,8 +1,9 @@
 /* The planner's per-byte loops in C (optional: planlines.py holds the same in Python).
  *
- * runs(chunk, max_length): the chunk's same-directory runs when every line is a canonical LFN
- *     of printable ASCII under /store/unmerged/ (names of 1..255 bytes, not '.' or '..', lines
- *     of at most max_length bytes), else None; exactly what planlines.regex_runs accepts.
+ * runs(chunk, max_length): the chunk's same-directory runs, (directory, lines, line count), when
+ *     every line is a canonical LFN of printable ASCII under /store/unmerged/ (names of 1..255
+ *     bytes, not '.' or '..', lines of at most max_length bytes), else None; exactly what
+ *     planlines.regex_runs accepts.
  * unique(block, examples): the block's lines without repeats (first occurrences, in order), and up
  *     to `examples` of the repeats.
  *
@@ -17,15 +18,32 @@
 #define UNMERGED_LEN 16
 #define MAX_NAME 255
 
-/* Byte classes of a line: anything not listed here refuses the chunk. */
-enum { BAD = 0, OK = 1, SLASH = 2, EOL = 3 };
-static unsigned char byte_class[256];
-
 typedef struct {
     Py_ssize_t start;    /* the run's first byte (its first line) */
     Py_ssize_t dir_len;  /* its directory's length, trailing slash included */
     Py_ssize_t end;      /* one past the last line's '\n' */
+    Py_ssize_t lines;
 } Run;
+
+/* Every byte of s[0:len] is printable ASCII but space (0x21..0x7e). No early exit, so that the
+ * compiler vectorises the loop. */
+static int printable(const unsigned char *s, Py_ssize_t len)
+{
+    unsigned char bad = 0;
+    for (Py_ssize_t i = 0; i < len; i++)
+        bad |= (unsigned char)(s[i] - 0x21) > 0x7e - 0x21;
+    return !bad;
+}
+
+/* The last '/' of s[0:len], or NULL. */
+static const unsigned char *last_slash(const unsigned char *s, Py_ssize_t len)
+{
+    while (len > 0) {
+        if (s[--len] == '/')
+            return s + len;
+    }
+    return NULL;
+}
 
 /* Every component between the slashes of `dir` (which ends with '/') is non-empty and not '.' or
  * '..', and `dir` starts with /store/unmerged/. */
@@ -53,18 +71,15 @@ static Py_ssize_t scan_runs(const unsigned char *buf, Py_ssize_t n, Py_ssize_t m
     if (runs == NULL)
         return -2;
     while (pos < n) {
-        Py_ssize_t i = pos, slash = -1;
-        unsigned char cls;
-        while ((cls = byte_class[buf[i]]) != EOL) {  /* the chunk ends with '\n': checked by the caller */
-            if (cls == BAD)
-                goto refused;
-            if (cls == SLASH)
-                slash = i;
-            i++;
-        }
+        /* the chunk ends with '\n' (checked by the caller): every line has one */
+        Py_ssize_t i = (const unsigned char *)memchr(buf + pos, '\n', n - pos) - buf;
         Py_ssize_t len = i - pos;
+        const unsigned char *slash_at = last_slash(buf + pos, len);
+        if (slash_at == NULL || len > max_length || buf[pos] != '/' || !printable(buf + pos, len))
+            goto refused;
+        Py_ssize_t slash = slash_at - buf;
         Py_ssize_t name = i - slash - 1;
-        if (len > max_length || buf[pos] != '/' || name < 1 || name > MAX_NAME)
+        if (name < 1 || name > MAX_NAME)
             goto refused;
         if (buf[slash + 1] == '.' && (name == 1 || (name == 2 && buf[slash + 2] == '.')))
             goto refused;
@@ -72,6 +87,7 @@ static Py_ssize_t scan_runs(const unsigned char *buf, Py_ssize_t n, Py_ssize_t m
         Run *last = count ? &runs[count - 1] : NULL;
         if (last != NULL && last->dir_len == dir_len && memcmp(buf + last->start, buf + pos, dir_len) == 0) {
             last->end = i + 1;
+            last->lines++;
         } else {
             if (!dir_ok(buf + pos, dir_len))
                 goto refused;
@@ -87,6 +103,7 @@ static Py_ssize_t scan_runs(const unsigned char *buf, Py_ssize_t n, Py_ssize_t m
             runs[count].start = pos;
             runs[count].dir_len = dir_len;
             runs[count].end = i + 1;
+            runs[count].lines = 1;
             count++;
         }
         pos = i + 1;
@@ -122,12 +139,13 @@ static PyObject *planfast_runs(PyObject *self, PyObject *args)
     } else if ((result = PyList_New(count)) != NULL) {
         for (Py_ssize_t k = 0; k < count; k++) {
             const char *start = (const char *)buf + runs[k].start;
-            PyObject *pair = Py_BuildValue("(y#y#)", start, runs[k].dir_len - 1, start, runs[k].end - runs[k].start);
-            if (pair == NULL) {
+            PyObject *run = Py_BuildValue("(y#y#n)", start, runs[k].dir_len - 1, start, runs[k].end - runs[k].start,
+                                           runs[k].lines);
+            if (run == NULL) {
                 Py_CLEAR(result);
                 break;
             }
-            PyList_SET_ITEM(result, k, pair);
+            PyList_SET_ITEM(result, k, run);
         }
     }
     PyMem_RawFree(runs);
@@ -261,7 +279,7 @@ done:
 
 static PyMethodDef methods[] = {
     {"runs", planfast_runs, METH_VARARGS,
-     "runs(chunk, max_length) -> [(directory, block), ...] when every line is a plain canonical LFN, else None"},
+     "runs(chunk, max_length) -> [(directory, lines, count), ...] when every line is a plain canonical LFN, else None"},
     {"unique", planfast_unique, METH_VARARGS,
      "unique(block, examples) -> (block without repeated lines, lines kept, repeats, the first `examples` repeats)"},
     {NULL, NULL, 0, NULL},
@@ -272,9 +290,5 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_planfast", "The pla
 
 PyMODINIT_FUNC PyInit__planfast(void)
 {
-    for (int c = 0x21; c < 0x7f; c++)
-        byte_class[c] = OK;
-    byte_class['/'] = SLASH;
-    byte_class['\n'] = EOL;
     return PyModule_Create(&module);
 }

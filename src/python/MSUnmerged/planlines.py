@@ -31,8 +31,8 @@ MAX_NAME = 255
 _RUN = re.compile(rb"(/(?:[!-.0-~]*+/)++)(?!\.\.?\n)[!-.0-~]{1,255}+\n(?:\1(?!\.\.?\n)[!-.0-~]{1,255}+\n)*+")
 _BAD_IN_DIR = (b"//", b"/./", b"/../")
 
-# (directory without its slash, the run's lines), in chunk order.
-Runs = list[tuple[bytes, bytes]]
+# (directory without its slash, the run's lines, how many), in chunk order.
+Runs = list[tuple[bytes, bytes, int]]
 
 
 def _dir_is_canonical(directory: bytes) -> bool:
@@ -56,7 +56,7 @@ def regex_runs(chunk: bytes, max_length: int) -> Optional[Runs]:
             return None
         if len(directory) > longest_ok and max(map(len, block.split(b"\n"))) > max_length:
             return None
-        runs.append((directory[:-1], block))
+        runs.append((directory[:-1], block, block.count(b"\n")))
     return runs
 
 
@@ -67,12 +67,12 @@ def split_runs(lines: list[bytes]) -> Runs:
     for line in lines:
         directory = line[:line.rfind(b"/")]
         if directory != current and block:
-            runs.append((current, b"\n".join(block) + b"\n"))
+            runs.append((current, b"\n".join(block) + b"\n", len(block)))
             block = []
         current = directory
         block.append(line)
     if block:
-        runs.append((current, b"\n".join(block) + b"\n"))
+        runs.append((current, b"\n".join(block) + b"\n", len(block)))
     return runs
 
 

@@ -275,12 +275,15 @@ class Planner:
             chunk = chunk.replace(b"\r\n", b"\n")
         if not chunk.endswith(b"\n"):
             chunk += b"\n"
-        self.counts.total += chunk.count(b"\n")
         runs = self.engine.runs(chunk, self.max_length)
         if runs is None:  # anything odd in the chunk: check it line by line
-            runs = planlines.split_runs(self._clean(chunk.split(b"\n")[:-1]))
-        for directory, block in runs:
-            self._run(directory, block)
+            lines = chunk.split(b"\n")[:-1]
+            self.counts.total += len(lines)
+            runs = planlines.split_runs(self._clean(lines))
+        else:
+            self.counts.total += sum(run[2] for run in runs)
+        for directory, block, files in runs:
+            self._run(directory, block, files)
         if self.progress is not None:
             self.progress(self.counts.total)
 
@@ -297,16 +300,16 @@ class Planner:
                 self.counts.total -= 1  # blank lines are not files
         return keep
 
-    def _run(self, directory: bytes, block: bytes) -> None:
-        """Classify a run of files that share `directory`; spill the deletable ones (counted later)."""
+    def _run(self, directory: bytes, block: bytes, files: int) -> None:
+        """Classify a run of `files` files that share `directory`; spill the deletable ones (counted later)."""
         prot = self.protection.dir_state(directory)
         if prot == PrefixSet.ALL:
-            self.counts.protected += block.count(b"\n")
+            self.counts.protected += files
             return
         excl = self.exclude.dir_state(directory)
         incl = self.include.dir_state(directory) if self.include is not None else PrefixSet.ALL
         if excl == PrefixSet.ALL or incl == PrefixSet.NONE:
-            self.counts.excluded += block.count(b"\n")
+            self.counts.excluded += files
             return
         if PrefixSet.SOME in (prot, excl, incl):
             block = self._filter_files(block, prot, excl, incl)

@@ -38,7 +38,8 @@ def test_clean_chunks_are_runs_of_their_lines(lines):
     chunk = chunk_of(lines, True)
     expected = planlines.split_runs(lines)
     assert COMPILED.runs(chunk, 1024) == planlines.PURE.runs(chunk, 1024) == expected
-    assert b"".join(block for _, block in expected) == chunk
+    assert b"".join(block for _, block, _ in expected) == chunk
+    assert [count for _, _, count in expected] == [block.count(b"\n") for _, block, _ in expected]
 
 
 @pytest.mark.parametrize("engine", [planlines.PURE, pytest.param(COMPILED, marks=needs_compiled)],
@@ -60,10 +61,10 @@ def test_runs_split_where_the_directory_changes(engine):
     chunk = (b"/store/unmerged/a/1.root\n/store/unmerged/a/2.root\n/store/unmerged/a/b/3.root\n"
              b"/store/unmerged/a/4.root\n/store/unmerged/5.root\n")
     assert engine.runs(chunk, 1024) == [
-        (b"/store/unmerged/a", b"/store/unmerged/a/1.root\n/store/unmerged/a/2.root\n"),
-        (b"/store/unmerged/a/b", b"/store/unmerged/a/b/3.root\n"),
-        (b"/store/unmerged/a", b"/store/unmerged/a/4.root\n"),
-        (b"/store/unmerged", b"/store/unmerged/5.root\n")]
+        (b"/store/unmerged/a", b"/store/unmerged/a/1.root\n/store/unmerged/a/2.root\n", 2),
+        (b"/store/unmerged/a/b", b"/store/unmerged/a/b/3.root\n", 1),
+        (b"/store/unmerged/a", b"/store/unmerged/a/4.root\n", 1),
+        (b"/store/unmerged", b"/store/unmerged/5.root\n", 1)]
     assert engine.runs(chunk, 25) is None  # '/store/unmerged/a/b/3.root' is 26 bytes
 
 
