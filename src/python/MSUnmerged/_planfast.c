@@ -117,17 +117,15 @@ refused:
 
 static PyObject *planfast_runs(PyObject *self, PyObject *args)
 {
-    Py_buffer view;
+    PyObject *chunk;  /* bytes, immutable: unchanged while the GIL is released */
     Py_ssize_t max_length;
-    if (!PyArg_ParseTuple(args, "y*n:runs", &view, &max_length))
+    if (!PyArg_ParseTuple(args, "Sn:runs", &chunk, &max_length))
         return NULL;
-    const unsigned char *buf = view.buf;
-    Py_ssize_t n = view.len, count;
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(chunk);
+    Py_ssize_t n = PyBytes_GET_SIZE(chunk), count;
     Run *runs = NULL;
-    if (n == 0 || buf[n - 1] != '\n') {
-        PyBuffer_Release(&view);
+    if (n == 0 || buf[n - 1] != '\n')
         Py_RETURN_NONE;
-    }
     Py_BEGIN_ALLOW_THREADS
     count = scan_runs(buf, n, max_length, &runs);
     Py_END_ALLOW_THREADS
@@ -149,7 +147,6 @@ static PyObject *planfast_runs(PyObject *self, PyObject *args)
         }
     }
     PyMem_RawFree(runs);
-    PyBuffer_Release(&view);
     return result;
 }
 
