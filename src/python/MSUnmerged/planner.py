@@ -14,6 +14,7 @@ import os
 import shutil
 import time
 import zlib
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ _PARTITION_HEADROOM = 1.5
 _MAX_PARTITIONS = 512
 _SPILL_BUFFERS_BYTES = 16 * 1024 * 1024
 _SPILL_BATCH_BYTES = 1024 * 1024
+_JOBS_CREATED_AHEAD = 8
 
 
 @dataclass
@@ -180,11 +182,12 @@ def _records(data: bytes) -> Iterable[tuple[bytes, bytes]]:
 
 
 class _JobWriter:
-    """Writes planned LFNs into job files of at most `per_job` lines. A thread creates each file
-    ahead of its use (a create can wait on the file system's journal) and reads each one back for
-    the seal once it is closed, while the next ones are planned."""
+    """Writes planned LFNs into job files of at most `per_job` lines. A thread creates the files
+    ahead of their use (a create can wait on the file system's journal), as many as `most_lines`
+    can fill; another reads each one back for the seal once it is closed, while the next ones
+    are planned."""
 
-    def __init__(self, directory: Path, per_job: int) -> None:
+    def __init__(self, directory: Path, per_job: int, most_lines: int) -> None:
         self.directory = directory
         self.per_job = per_job
         directory.mkdir(parents=True, exist_ok=True)
@@ -192,9 +195,17 @@ class _JobWriter:
         self.sizes: list[int] = []
         self._fh: Any = None
         self._room = 0
-        self._helper = ThreadPoolExecutor(1, thread_name_prefix="job-files")
-        self._next: Future[Any] = self._helper.submit(open, self._path(1), "wb")
+        self._creator = ThreadPoolExecutor(1, thread_name_prefix="job-create")
+        self._describer = ThreadPoolExecutor(1, thread_name_prefix="seal-describe")
+        self._most_jobs = -(-most_lines // per_job)
+        self._created: deque[Future[Any]] = deque()
+        self._create_ahead()
         self._described: dict[str, Future[dict[str, Any]]] = {}
+
+    def _create_ahead(self) -> None:
+        while len(self._created) < _JOBS_CREATED_AHEAD and len(self.names) + len(self._created) < self._most_jobs:
+            self._created.append(self._creator.submit(open, self._path(len(self.names) + len(self._created) + 1),
+                                                      "wb"))
 
     def _path(self, number: int) -> Path:
         return self.directory / f"job-{number:06d}.txt"
@@ -216,9 +227,11 @@ class _JobWriter:
 
     def _open(self) -> None:
         self.close()
-        self._fh = self._next.result()
+        if not self._created:  # cannot happen: the spill holds no more files than were counted
+            raise RuntimeError("internal error: more planned files than spilled")
+        self._fh = self._created.popleft().result()
         self.names.append(self._path(len(self.names) + 1).name)
-        self._next = self._helper.submit(open, self._path(len(self.names) + 1), "wb")
+        self._create_ahead()
         self.sizes.append(0)
         self._room = self.per_job
 
@@ -227,14 +240,17 @@ class _JobWriter:
             self._fh.close()
             self._fh = None
             name = self.names[-1]
-            self._described[f"{seal.JOBS_DIR}/{name}"] = self._helper.submit(seal.describe_file,
-                                                                             self.directory / name)
+            self._described[f"{seal.JOBS_DIR}/{name}"] = self._describer.submit(seal.describe_file,
+                                                                                self.directory / name)
 
     def described(self) -> dict[str, dict[str, Any]]:
-        """The seal entries of the job files written (after `close`); the file created ahead is removed."""
-        self._next.result().close()
-        self._path(len(self.names) + 1).unlink()
-        self._helper.shutdown()
+        """The seal entries of the job files written (after `close`); files created but not needed
+        (repeated lines made fewer jobs) are removed."""
+        for number, unused in enumerate(self._created, len(self.names) + 1):
+            unused.result().close()
+            self._path(number).unlink()
+        self._creator.shutdown()
+        self._describer.shutdown()
         return {rel: future.result() for rel, future in self._described.items()}
 
 
@@ -255,6 +271,7 @@ class Planner:
         self.progress = progress
         self.counts = _Counts()
         self.engine = planlines.engine(pcfg.engine)
+        self.spilled = 0  # files spilled, repeats included
         self.described: dict[str, dict[str, Any]] = {}  # seal entries of the job files, by finish
         if self.out_dir.exists():
             for stale in (seal.SEAL_NAME, seal.JOBS_DIR, ".spill", seal.DIRS_NAME, seal.SUMMARY_NAME):
@@ -315,6 +332,8 @@ class Planner:
             block = self._filter_files(block, prot, excl, incl)
             if not block:
                 return
+            files = block.count(b"\n")
+        self.spilled += files
         self.spill.write(directory, block)
 
     def _filter_files(self, block: bytes, prot: int, excl: int, incl: int) -> bytes:
@@ -337,7 +356,7 @@ class Planner:
         """Write jobs/, dirs.txt and summary.json; apply the guards that need the whole dump."""
         started = time.time()
         self.spill.close()
-        jobs = _JobWriter(self.out_dir / seal.JOBS_DIR, self.config.planner.files_per_job)
+        jobs = _JobWriter(self.out_dir / seal.JOBS_DIR, self.config.planner.files_per_job, self.spilled)
         n_dirs = 0
         with open(self.out_dir / seal.DIRS_NAME, "wb") as dirs_out:
             # A thread reads and de-duplicates the next group (file reads and the compiled engine

@@ -9,6 +9,8 @@ import pytest
 from MSUnmerged import guards, lfn, planner
 from planner_kit import permissive, planned_lfns, removable_dirs, run_plan, summary
 
+pytestmark = pytest.mark.usefixtures("each_engine")  # both engines plan alike
+
 BASE = "/store/unmerged/Era/Prim/TIER/proc-v1"
 
 
@@ -101,6 +103,18 @@ def test_invalid_lines_counted_with_examples_never_planned(tmp_path):
     assert plan.files_total == len(good) + len(bad)  # the blank line is not a file
     assert plan.invalid_examples[lfn.NON_UTF8] == ["/store/unmerged/\\xff.root"]
     assert plan.invalid_examples[lfn.DUPLICATE] == [good[3].decode()]
+
+
+def test_lfns_only_the_line_by_line_path_accepts_are_planned(tmp_path):
+    """Non-ASCII UTF-8 and names over 255 bytes are valid LFNs (lfn.classify_line): the chunk
+    that holds them is checked line by line, and they are planned with its other files."""
+    plain = [f"{BASE}/0000/{i}.root".encode() for i in range(5)]
+    odd = [f"{BASE}/0000/é.root".encode(), f"{BASE}/0000/{'n' * 256}".encode()]
+    plan = run_plan(tmp_path, plain[:2] + odd + [f"{BASE}/../x.root".encode()] + plain[2:],
+                    ["/store/unmerged/Other"], per_chunk=100)
+    assert planned_lfns(tmp_path) == plain[:2] + odd + plain[2:]  # one directory: in dump order
+    assert plan.files_invalid == {lfn.DOT_COMPONENT: 1} and plan.files_total == 8
+    assert plan.invalid_examples[lfn.DOT_COMPONENT] == [f"{BASE}/../x.root"]
 
 
 def test_dot_named_file_in_fast_path_is_rejected(tmp_path):

@@ -6,6 +6,8 @@ import pytest
 from MSUnmerged import planner
 from planner_kit import permissive, planned_lfns, removable_dirs, run_plan
 
+pytestmark = pytest.mark.usefixtures("each_engine")  # both engines plan alike
+
 
 def test_partitions_grow_with_the_announced_dump_and_stay_bounded():
     assert planner.spill_partitions(64, 8 << 20, None) == 64
