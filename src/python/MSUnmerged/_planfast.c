@@ -4,10 +4,12 @@
  *     every line is a canonical LFN of printable ASCII under /store/unmerged/ (names of 1..255
  *     bytes, not '.' or '..', lines of at most max_length bytes), else None; exactly what
  *     planlines.regex_runs accepts.
- * unique(block, examples): the block's lines without repeats (first occurrences, in order), and up
- *     to `examples` of the repeats.
+ * names(prefix, block): the block's lines without `prefix` (a directory and its slash), which each
+ *     of them must hold, followed by a name; how the spill stores a run (fewer bytes to write).
+ * unique(prefix, names, examples): prefix + each name, without repeats (first occurrences, in
+ *     order), and up to `examples` of the repeats.
  *
- * Both release the GIL while they scan.
+ * They release the GIL while they scan.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -215,12 +217,60 @@ static int mark_repeats(const unsigned char *buf, Py_ssize_t n, Lines *L)
     return 0;
 }
 
+/* Copies the names of buf[0:n] (lines, each prefix[0:plen] + a name without '/') to out; returns
+ * the bytes written, or -1 when a line is not prefix + name. */
+static Py_ssize_t strip_prefix(const unsigned char *buf, Py_ssize_t n, const unsigned char *prefix, Py_ssize_t plen,
+                               unsigned char *out)
+{
+    Py_ssize_t pos = 0, used = 0;
+    while (pos < n) {
+        Py_ssize_t eol = (const unsigned char *)memchr(buf + pos, '\n', n - pos) - buf;
+        Py_ssize_t name = eol - pos - plen;
+        if (name < 1 || memcmp(buf + pos, prefix, plen) != 0 || memchr(buf + pos + plen, '/', name) != NULL)
+            return -1;
+        memcpy(out + used, buf + pos + plen, name + 1);
+        used += name + 1;
+        pos = eol + 1;
+    }
+    return used;
+}
+
+static PyObject *planfast_names(PyObject *self, PyObject *args)
+{
+    PyObject *prefix, *block;
+    if (!PyArg_ParseTuple(args, "SS:names", &prefix, &block))
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(block);
+    Py_ssize_t n = PyBytes_GET_SIZE(block), used;
+    if (n && buf[n - 1] != '\n') {
+        PyErr_SetString(PyExc_ValueError, "names() takes whole lines, each ending with '\\n'");
+        return NULL;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n);
+    if (out == NULL)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    used = strip_prefix(buf, n, (const unsigned char *)PyBytes_AS_STRING(prefix), PyBytes_GET_SIZE(prefix),
+                        (unsigned char *)PyBytes_AS_STRING(out));
+    Py_END_ALLOW_THREADS
+    if (used < 0) {
+        Py_DECREF(out);
+        PyErr_SetString(PyExc_ValueError, "names(): a line is not the directory's prefix followed by a name");
+        return NULL;
+    }
+    if (_PyBytes_Resize(&out, used) < 0)
+        return NULL;
+    return out;
+}
+
 static PyObject *planfast_unique(PyObject *self, PyObject *args)
 {
-    PyObject *arg;
+    PyObject *prefix_obj, *arg;
     Py_ssize_t max_examples;
-    if (!PyArg_ParseTuple(args, "Sn:unique", &arg, &max_examples))
+    if (!PyArg_ParseTuple(args, "SSn:unique", &prefix_obj, &arg, &max_examples))
         return NULL;
+    const char *prefix = PyBytes_AS_STRING(prefix_obj);
+    Py_ssize_t plen = PyBytes_GET_SIZE(prefix_obj);
     const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(arg);
     Py_ssize_t n = PyBytes_GET_SIZE(arg);
     if (n && buf[n - 1] != '\n') {
@@ -239,30 +289,39 @@ static PyObject *planfast_unique(PyObject *self, PyObject *args)
     }
     if ((examples = PyList_New(0)) == NULL)
         goto done;
-    if (L.repeats == 0) {
+    Py_ssize_t kept_bytes = 0;
+    for (Py_ssize_t k = 0; k < L.lines; k++) {
+        if (!L.seen_before[k])
+            kept_bytes += L.ends[k] - L.starts[k] + 1;
+        else if (PyList_GET_SIZE(examples) < max_examples) {
+            PyObject *line = PyBytes_FromStringAndSize(NULL, plen + L.ends[k] - L.starts[k]);
+            if (line == NULL)
+                goto done;
+            memcpy(PyBytes_AS_STRING(line), prefix, plen);
+            memcpy(PyBytes_AS_STRING(line) + plen, buf + L.starts[k], L.ends[k] - L.starts[k]);
+            int appended = PyList_Append(examples, line);
+            Py_DECREF(line);
+            if (appended < 0)
+                goto done;
+        }
+    }
+    if (L.repeats == 0 && plen == 0) {
         block = Py_NewRef(arg);
     } else {
-        block = PyBytes_FromStringAndSize(NULL, n);
+        block = PyBytes_FromStringAndSize(NULL, kept_bytes + plen * (L.lines - L.repeats));
         if (block == NULL)
             goto done;
         char *out = PyBytes_AS_STRING(block);
-        Py_ssize_t used = 0;
+        Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t k = 0; k < L.lines; k++) {
-            Py_ssize_t len = L.ends[k] - L.starts[k];
-            if (!L.seen_before[k]) {
-                memcpy(out + used, buf + L.starts[k], len + 1);
-                used += len + 1;
-            } else if (PyList_GET_SIZE(examples) < max_examples) {
-                PyObject *line = PyBytes_FromStringAndSize((const char *)buf + L.starts[k], len);
-                if (line == NULL || PyList_Append(examples, line) < 0) {
-                    Py_XDECREF(line);
-                    goto done;
-                }
-                Py_DECREF(line);
-            }
+            if (L.seen_before[k])
+                continue;
+            Py_ssize_t len = L.ends[k] - L.starts[k] + 1;
+            memcpy(out, prefix, plen);
+            memcpy(out + plen, buf + L.starts[k], len);
+            out += plen + len;
         }
-        if (_PyBytes_Resize(&block, used) < 0)
-            goto done;
+        Py_END_ALLOW_THREADS
     }
     result = Py_BuildValue("(OnnO)", block, L.lines - L.repeats, L.repeats, examples);
 done:
@@ -277,8 +336,10 @@ done:
 static PyMethodDef methods[] = {
     {"runs", planfast_runs, METH_VARARGS,
      "runs(chunk, max_length) -> [(directory, lines, count), ...] when every line is a plain canonical LFN, else None"},
+    {"names", planfast_names, METH_VARARGS, "names(prefix, block) -> the block's lines without their common prefix"},
     {"unique", planfast_unique, METH_VARARGS,
-     "unique(block, examples) -> (block without repeated lines, lines kept, repeats, the first `examples` repeats)"},
+     "unique(prefix, names, examples) -> (prefix + each name without repeats, names kept, repeats, the first "
+     "`examples` repeats)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -76,8 +76,14 @@ def split_runs(lines: list[bytes]) -> Runs:
     return runs
 
 
-def python_unique(block: bytes, examples_max: int) -> tuple[bytes, int, int, list[bytes]]:
-    """(the block without repeated lines, lines kept, lines dropped, the first `examples_max` dropped)."""
+def as_they_are(prefix: bytes, block: bytes) -> bytes:
+    """The pure engine spills runs as they are."""
+    return block
+
+
+def python_unique(prefix: bytes, block: bytes, examples_max: int) -> tuple[bytes, int, int, list[bytes]]:
+    """(the block without repeated lines, lines kept, lines dropped, the first `examples_max` dropped);
+    the block holds whole LFNs (`as_they_are`), so `prefix` is not needed."""
     files = block.split(b"\n")
     files.pop()
     unique = list(dict.fromkeys(files))
@@ -95,15 +101,23 @@ def python_unique(block: bytes, examples_max: int) -> tuple[bytes, int, int, lis
 
 @dataclass(frozen=True)
 class Engine:
-    """One implementation of the planner's chunk-level work."""
+    """One implementation of the planner's chunk-level work.
+
+    `runs(chunk, max_length)`: see `regex_runs`. `spill(prefix, lines)`: how a run whose lines all
+    start with `prefix` (its directory and slash) is stored in the spill. `unique(prefix, stored,
+    examples)`: the LFNs of runs stored so, joined, without repeats: see `python_unique`.
+    """
 
     name: str
     runs: Callable[[bytes, int], Optional[Runs]]
-    unique: Callable[[bytes, int], tuple[bytes, int, int, list[bytes]]]
+    spill: Callable[[bytes, bytes], bytes]
+    unique: Callable[[bytes, bytes, int], tuple[bytes, int, int, list[bytes]]]
 
 
-PURE = Engine(PURE_NAME, regex_runs, python_unique)
-COMPILED: Optional[Engine] = Engine(COMPILED_NAME, _planfast.runs, _planfast.unique) if _planfast else None
+PURE = Engine(PURE_NAME, regex_runs, as_they_are, python_unique)
+# The compiled engine spills file names only (about a third of the bytes of CMS LFNs).
+COMPILED: Optional[Engine] = (Engine(COMPILED_NAME, _planfast.runs, _planfast.names, _planfast.unique)
+                              if _planfast else None)
 
 
 def engine(name: str) -> Engine:

@@ -112,13 +112,15 @@ class _Spill:
     flight): a write that waits for the page cache or the disk does not hold up the planning.
     """
 
-    def __init__(self, directory: Path, partitions: int, floor: int) -> None:
+    def __init__(self, directory: Path, partitions: int, floor: int,
+                 encode: Callable[[bytes, bytes], bytes] = planlines.as_they_are) -> None:
         self.directory = directory
         self.floor = floor
+        self.encode = encode  # how a run is stored: (its directory and slash, its lines) -> bytes
         directory.mkdir(parents=True, exist_ok=True)
         self.paths = [directory / f"part-{i:03d}" for i in range(partitions)]
         buffering = min(256 * 1024, max(64 * 1024, _SPILL_BUFFERS_BYTES // partitions))
-        self._batch: list[tuple[int, bytes, bytes]] = []
+        self._batch: list[tuple[int, bytes, bytes]] = []  # (partition, directory, lines)
         self._batch_bytes = 0
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="spill")
         # Creating hundreds of files can wait on the file system's journal: the writer thread
@@ -139,10 +141,10 @@ class _Spill:
         return directory[:cut]
 
     def write(self, directory: bytes, block: bytes, salt: int = 0) -> None:
-        """Append one run as a record: b"<dir>\\0<bytes>\\n" then the run's lines."""
+        """Append one run as a record: b"<dir>\\0<bytes>\\n" then the run's lines, encoded."""
         key = self.key(directory)
         index = (zlib.adler32(key) if salt else zlib.crc32(key)) % len(self.paths)
-        self._batch.append((index, b"%b\0%d\n" % (directory, len(block)), block))
+        self._batch.append((index, directory, block))
         self._batch_bytes += len(block)
         if self._batch_bytes >= _SPILL_BATCH_BYTES:
             self._hand_over()
@@ -157,10 +159,11 @@ class _Spill:
             self._batch, self._batch_bytes = [], 0
 
     def _write_batch(self, batch: list[tuple[int, bytes, bytes]]) -> None:
-        for index, header, block in batch:
+        for index, directory, block in batch:
+            stored = self.encode(directory + b"/", block)
             out = self.files[index]
-            out.write(header)
-            out.write(block)
+            out.write(b"%b\0%d\n" % (directory, len(stored)))
+            out.write(stored)
 
     def close(self) -> None:
         self._hand_over()
@@ -282,7 +285,7 @@ class Planner:
                     target.unlink()
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.spill = _Spill(self.out_dir / ".spill", spill_partitions(pcfg.spill_partitions, pcfg.partition_max_bytes,
-                                                                      expected_files), self.floor)
+                                                                      expected_files), self.floor, self.engine.spill)
 
     # -- phase 1: classify every line, spill the deletable runs ---------------------------------
 
@@ -446,7 +449,8 @@ class Planner:
                     for directory, block in _records(data):
                         by_dir.setdefault(directory, []).append(block)
                     del data
-                    yield [(directory, *self.engine.unique(blocks[0] if len(blocks) == 1 else b"".join(blocks),
+                    yield [(directory, *self.engine.unique(directory + b"/",
+                                                           blocks[0] if len(blocks) == 1 else b"".join(blocks),
                                                            EXAMPLES_PER_REASON))
                            for directory, blocks in sorted(by_dir.items())]
                 unlinked.append(unlinker.submit(path.unlink))

@@ -70,20 +70,31 @@ def test_runs_split_where_the_directory_changes(engine):
 
 @needs_compiled
 @settings(max_examples=800, deadline=None)
-@given(lines=st.lists(st.sampled_from([b"a", b"b", b"ab", b"ba", b"", b"x" * 70, b"y" * 70 + b"a", b"\xff"]),
-                      max_size=40), examples=st.integers(0, 6))
-def test_unique_agrees(lines, examples):
+@given(names=st.lists(st.sampled_from([b"a", b"b", b"ab", b"ba", b"x" * 70, b"y" * 70 + b"a", b"\xff", b"."]),
+                      max_size=40), examples=st.integers(0, 6), prefix=st.sampled_from([b"/", b"/store/unmerged/a/"]))
+def test_spilled_and_deduplicated_alike(names, examples, prefix):
+    lines = [prefix + name for name in names]
     block = b"".join(line + b"\n" for line in lines)
-    got = COMPILED.unique(block, examples)
-    assert got == planlines.PURE.unique(block, examples)
+    got = COMPILED.unique(prefix, COMPILED.spill(prefix, block), examples)
+    assert got == planlines.PURE.unique(prefix, planlines.PURE.spill(prefix, block), examples)
     kept = list(dict.fromkeys(lines))
-    assert got[:3] == (b"".join(line + b"\n" for line in kept), len(kept), len(lines) - len(kept))
+    assert got == (b"".join(line + b"\n" for line in kept), len(kept), len(lines) - len(kept),
+                   [line for i, line in enumerate(lines) if line in lines[:i]][:examples])
+
+
+@needs_compiled
+@pytest.mark.parametrize("block", [b"/a/b/x\n/a/c/y\n", b"/a/b/x\n/a/b/\n", b"/a/b/x\n/a/b/c/y\n", b"/a/b\n",
+                                   b"/a/bx/y\n", b"/a/b/x"])
+def test_spilling_names_refuses_a_line_of_another_directory(block):
+    """Only the prefix is left out of each line: a line it does not start would come back wrong."""
+    with pytest.raises(ValueError, match="names"):
+        COMPILED.spill(b"/a/b/", block)
 
 
 @needs_compiled
 def test_unique_refuses_a_partial_line():
     with pytest.raises(ValueError, match="whole lines"):
-        COMPILED.unique(b"a\nb", 5)
+        COMPILED.unique(b"/", b"a\nb", 5)
 
 
 def test_engines_by_name():

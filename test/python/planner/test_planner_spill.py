@@ -29,9 +29,9 @@ def test_a_sized_spill_plans_the_same_files(tmp_path, monkeypatch):
     sized = []
     make = planner._Spill.__init__
 
-    def record(self, directory, partitions, floor):
+    def record(self, directory, partitions, *args):
         sized.append(partitions)
-        make(self, directory, partitions, floor)
+        make(self, directory, partitions, *args)
 
     monkeypatch.setattr(planner._Spill, "__init__", record)
     plan = run_plan(tmp_path / "sized", lines, ["/store/unmerged/E/P7"], cfg, stats=stats, per_chunk=50)
