@@ -39,7 +39,7 @@ def peak_rss_mib() -> float:
 
 
 def measure_planner(dump: str, protected: str, stats: str, out: str, engine: str) -> dict:
-    from MSUnmerged import planlines, planner
+    from MSUnmerged import planlines, planner, seal
     from MSUnmerged.config import Config
     from MSUnmerged.dumpreader import INFLATER, iter_chunks
 
@@ -52,7 +52,10 @@ def measure_planner(dump: str, protected: str, stats: str, out: str, engine: str
     plan = planner.plan(RSE, iter_chunks(dump), prot, config, out, stats=st)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     assert plan.guard is None, plan.guard_detail
+    sealed = seal.read_seal(out).files
+    sealed.pop(seal.SUMMARY_NAME)  # its timings differ from run to run
     return {"lines": plan.files_total, "to_delete": plan.files_to_delete, "wall_s": wall, "cpu_s": cpu,
+            "plan_sha256": seal.sha256(json.dumps(sealed, sort_keys=True).encode()),
             "peak_rss_mib": peak_rss_mib(), "inflater": INFLATER.__name__, "engine": planlines.engine(engine).name}
 
 
@@ -127,7 +130,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="1000000,10000000")
     ap.add_argument("--formats", default="plain,gzip")
-    ap.add_argument("--rounds", type=int, default=1, help="planning and decompression runs each; medians reported")
+    ap.add_argument("--rounds", type=int, default=1, help="planning and decompression runs each; medians of wall "
+                    "and CPU times, the largest peak RSS reported")
     ap.add_argument("--data", default=str(REPO / "bench" / "data"))
     ap.add_argument("--baseline-lines", type=int, default=1_000_000, help="baseline only at sizes up to this")
     ap.add_argument("--engines", default="compiled,pure", help="planlines engines, side by side; the first is "
@@ -152,13 +156,18 @@ def main() -> None:
                     inflate[name].append(in_child("decompress", dump, name))
                 for engine in engines:
                     runs[engine].append(plan_in_child(engine, files))
-            median = {engine: sorted(r, key=lambda r: r["wall_s"])[len(r) // 2] for engine, r in runs.items()}
+            median = {engine: {"wall_s": statistics.median(x["wall_s"] for x in r),
+                               "cpu_s": statistics.median(x["cpu_s"] for x in r),
+                               "peak_rss_mib": max(x["peak_rss_mib"] for x in r),
+                               **{k: r[0][k] for k in ("lines", "to_delete", "inflater")}} for engine, r in runs.items()}
+            digests = {x["plan_sha256"] for r in runs.values() for x in r}
+            assert len(digests) == 1, f"the engines' plans differ: {digests}"
             res = median[engines[0]]
             base = in_child("baseline", *files) if size <= args.baseline_lines else None
             if base:
                 assert base["to_delete"] + 0 >= res["to_delete"] - res["lines"] // 10  # same job, same scale
-            assert len({r["to_delete"] for r in median.values()}) == 1, "the engines planned different files"
             row = {"lines": size, "format": "gzip" if compress else "plain", "engine": engines[0],
+                   "plans_identical": True,
                    "lines_per_s": round(res["lines"] / res["wall_s"]),
                    "lines_per_cpu_s": round(res["lines"] / res["cpu_s"]),
                    "peak_rss_mib": round(res["peak_rss_mib"], 1),
