@@ -42,6 +42,9 @@ EVENTS_KEPT = 50
 BATCH = 10_000
 BUCKET_BATCH = 500  # buckets per insert (each up to a job's files)
 COUNT_JOBS = 50  # round-1 jobs whose buckets are read per query when counting
+# The `meta` document naming the latest cycles and the last good one, so that the status page reads a few
+# cycles by _id instead of sorting them all (SecantusDB reads every match before a limit).
+CYCLES_META, RECENT_CYCLES = "cycles", 50
 PROTECTED_SINCE_PLANNING = "protected_since_planning"
 
 
@@ -113,9 +116,10 @@ def _needs_row(state: str, error_class: str, error: str) -> bool:
 class Ledger:
     """All reads and writes of the ledger; writes are idempotent and retried on transient errors."""
 
-    def __init__(self, db: Database, generations_kept: int = 3) -> None:
+    def __init__(self, db: Database, generations_kept: int = 3, cycles_kept_days: float = 30.0) -> None:
         self.db = db
         self.generations_kept = generations_kept
+        self.cycles_kept_days = cycles_kept_days
         self.rses: Collection = db["rses"]
         self.buckets: Collection = db["buckets"]
         self.files: Collection = db["files"]  # rows
@@ -683,6 +687,9 @@ class Ledger:
         with_retry(lambda: self.cycles.update_one({"_id": cid}, {"$setOnInsert": {
             "instance": instance, "slot": slot, "started": time.time(), "rses": list(rses), "results": {}}},
             upsert=True), "start cycle")
+        with_retry(lambda: self.db["meta"].update_one(
+            {"_id": CYCLES_META}, {"$push": {"recent": {"$each": [cid], "$slice": -RECENT_CYCLES}}}, upsert=True),
+            "recent cycles")
         return cid
 
     def record_cycle_result(self, cycle_id: str, rse: str, result: Mapping[str, Any]) -> None:
@@ -693,14 +700,27 @@ class Ledger:
     def end_cycle(self, cycle_id: str, failures: Sequence[Mapping[str, Any]] = (), **fields: Any) -> None:
         """The cycle is over; `failures` ({source, reason, detail, rse}) say what went wrong. A cycle is `ok`
         when nothing failed; its day's aggregate counts it (history)."""
-        ok = not failures
+        ok, finished = not failures, time.time()
         doc = with_retry(lambda: self.cycles.find_one_and_update(
-            {"_id": cycle_id}, {"$set": {"finished": time.time(), "failures": list(failures), "ok": ok, **fields}}),
+            {"_id": cycle_id}, {"$set": {"finished": finished, "failures": list(failures), "ok": ok, **fields}}),
             "end cycle") or {}
-        history.record_cycle(self.db, cycle_id, doc.get("started") or time.time(), ok, failures)
+        started = doc.get("started") or finished
+        history.record_cycle(self.db, cycle_id, started, ok, failures)
+        if ok:
+            good = {"_id": cycle_id, "started": started, "finished": finished, "ok": True}
+            with_retry(lambda: self.db["meta"].update_one(
+                {"_id": CYCLES_META, "$or": [{"last_good": {"$exists": False}}, {"last_good.started": {"$lt": started}}]},
+                {"$set": {"last_good": good}}), "last good cycle")
+        with_retry(lambda: self.cycles.delete_many({"started": {"$lt": finished - self.cycles_kept_days * 86400}}),
+                   "prune cycles")
 
     def last_good_cycle(self) -> dict[str, Any]:
-        """The most recent cycle that finished with no failure ({} when none)."""
+        """The most recent cycle that finished with no failure ({} when none); once pruned, what `meta` kept of
+        it (_id, started, finished)."""
+        good = (with_retry(lambda: self.db["meta"].find_one({"_id": CYCLES_META}), "cycles meta") or {}).get("last_good")
+        if good:
+            return with_retry(lambda: self.cycles.find_one({"_id": good["_id"]}), "last good cycle") or good
+        # A ledger from before the meta document: sorted on the server.
         docs = with_retry(lambda: list(self.cycles.find({"ok": True}).sort("started", DESCENDING).limit(1)),
                           "last good cycle")
         return docs[0] if docs else {}
@@ -811,4 +831,13 @@ class Ledger:
         return {"items": docs, "next": docs[-1]["_id"] if len(docs) == limit else None}
 
     def query_cycles(self, limit: int = 20) -> list[dict[str, Any]]:
+        """The latest `limit` cycles, newest first."""
+        recent = (with_retry(lambda: self.db["meta"].find_one({"_id": CYCLES_META}), "cycles meta") or {}).get("recent")
+        if recent and limit <= len(recent):
+            # A few more than asked: instances starting together may have pushed out of order.
+            ids = recent[-(limit + 5):]
+            docs = with_retry(lambda: list(self.cycles.find({"_id": {"$in": ids}})), "recent cycles")
+            if len(docs) >= limit:
+                return sorted(docs, key=lambda d: d["started"], reverse=True)[:limit]
+        # Fewer recorded (pruned, or a ledger from before the meta document): sorted on the server.
         return with_retry(lambda: list(self.cycles.find().sort("started", DESCENDING).limit(limit)), "cycles")
