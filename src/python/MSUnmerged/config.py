@@ -127,6 +127,7 @@ class MongoConfig:
     username: str = ""
     password_file: str = ""
     generations_kept: int = 3
+    cycles_kept_days: float = 30.0  # polling-cycle records; the daily aggregates are kept for ever
     embedded_port: int = 0  # 0: pick a free loopback port
 
 
@@ -393,6 +394,7 @@ def _validate(cfg: Config) -> None:
     need(j.retries >= 0, "jobs.retries", "must be >= 0")
     need(j.submit_batch >= 1, "jobs.submit_batch", "must be >= 1")
     need(cfg.mongo.generations_kept >= 1, "mongo.generations_kept", "must be >= 1")
+    need(cfg.mongo.cycles_kept_days > 0, "mongo.cycles_kept_days", "must be > 0")
     need(1 <= cfg.rest.port <= 65535, "rest.port", "must be a TCP port")
     need(0 <= cfg.rest.metrics_port <= 65535 and cfg.rest.metrics_port != cfg.rest.port, "rest.metrics_port",
          "must be 0 (none) or a TCP port other than rest.port")

@@ -28,7 +28,7 @@ def build_service(config: Config, sources: Optional[Sources] = None,
         if sources is None:
             from MSUnmerged.sources.live import LiveSources
             sources = LiveSources(config)
-        ledger = Ledger(client[config.mongo.database], config.mongo.generations_kept)
+        ledger = Ledger(client[config.mongo.database], config.mongo.generations_kept, config.mongo.cycles_kept_days)
         ledger.ensure_indexes()
         service = Service(config, ledger, sources, make_router(config, ledger.instance_id(), sources),
                           instance=instance)

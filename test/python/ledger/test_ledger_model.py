@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -99,18 +99,38 @@ def paged(ledger: Ledger, limit: int, **query: Any) -> list[dict[str, Any]]:
             return out
 
 
+def fence_variants(ledger: Ledger, records: list[dict[str, Any]]) -> Iterator[str]:
+    """Puts each fence list the pages may meet in the ledger's cache: the recorded one, none (a generation
+    recorded before fences), and stale ones (every file id and odd strings, some outside the generation)."""
+    recorded = ledger.fences.get(RSE, GEN)
+    assert recorded == sorted(d["_id"] for d in ledger.buckets.find({"rse": RSE, "gen": GEN}, {"_id": 1}))
+    ids = [d["_id"] for d in records]
+    prefix = file_id(RSE, GEN, "")
+    for name, fences in (("recorded", recorded), ("none", []), ("stale", sorted(ids[::2] + [
+            prefix[:-1], prefix, prefix + ROOT, prefix + ROOT + "/000/s", prefix + "\U0010ffff", "~"]))):
+        ledger.fences._lists[(RSE, GEN)] = fences
+        yield name
+    ledger.fences._lists.pop((RSE, GEN))
+
+
 def check(ledger: Ledger, model: Model, limit: int, prefix: str) -> None:
     want = {lfn: (f["state"], f["job"], f["attempts"], f["error_class"]) for lfn, f in model.files.items()}
     assert answers(ledger) == want
     records = ledger.file_records()
     assert [d["_id"] for d in records] == sorted(file_id(RSE, GEN, x) for x in model.files)
-    assert paged(ledger, limit) == records
-    assert paged(ledger, limit, dir_prefix=prefix) == [d for d in records if d["lfn"].startswith(prefix)]
+    for fences in fence_variants(ledger, records):
+        assert paged(ledger, limit) == records, fences
+        assert paged(ledger, limit, dir_prefix=prefix) == [d for d in records if d["lfn"].startswith(prefix)], fences
+        for state in FileState:
+            assert paged(ledger, limit, state=state.value) == [d for d in records if d["state"] == state], fences
+        for cls in ("e", "no_report"):  # an error class alone asks for failed files
+            assert paged(ledger, limit, error_class=cls) == [
+                d for d in records if d["state"] == FileState.FAILED and d.get("error_class") == cls], fences
+        for job in model.rounds:
+            assert paged(ledger, limit, job=job) == [d for d in records if d["job"] == job], fences
     for state in FileState:
-        assert paged(ledger, limit, state=state.value) == [d for d in records if d["state"] == state]
         assert ledger.count_files(RSE, GEN, [state]) == sum(1 for d in records if d["state"] == state)
     for job in model.rounds:
-        assert paged(ledger, limit, job=job) == [d for d in records if d["job"] == job]
         assert ledger.job_lfns(job, None) == sorted(d["lfn"] for d in records if d["job"] == job)
     for d in records[::5]:
         assert ledger.file_history(RSE, d["lfn"]) == [d]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import tempfile
 import zipapp
@@ -37,7 +38,10 @@ def build_worker(dest: Path) -> Path:
             shutil.copyfile(path, pkg / path.name)
         (pkg / "VERSION").write_text(worker_version())
         (Path(tmp) / "__main__.py").write_text(_MAIN)
-        partial = dest.with_name(dest.name + ".tmp")
+        # A name of its own: services sharing a batch folder build the worker at the same time.
+        fd, partial = tempfile.mkstemp(prefix=dest.name + ".", suffix=".tmp", dir=dest.parent)
+        os.close(fd)
         zipapp.create_archive(tmp, partial, interpreter="/usr/bin/env python3")
-        partial.replace(dest)  # a job never ships a half-written worker
+        os.chmod(partial, 0o755)
+        os.replace(partial, dest)  # a job never ships a half-written worker
     return dest

@@ -5,16 +5,20 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-from typing import Any, Iterable, Iterator, Mapping, Optional
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 from pymongo import ASCENDING
 from pymongo.collection import Collection
 
 from MSUnmerged.ledger import buckets as bk
+from MSUnmerged.ledger import fences
 from MSUnmerged.ledger.retry import with_retry
 
 BUCKETS_PER_READ = 20
-CHECK = 1000  # bucket entries checked for rows per query
+MIN_CHECK = 50  # bucket entries checked for rows per query, at least
+# Buckets in a page's first window (fences.Windows): ~250 files each, so one window fills most pages; a page of
+# rows alone (failed files by class) starts wider, rows being a few percent of the files.
+FIRST_BUCKETS, FIRST_ROW_BUCKETS = 2, 16
 
 
 def with_rows(rows: Collection, ids: Iterable[str]) -> set[str]:
@@ -34,70 +38,100 @@ def _ancestors(lo: str) -> list[str]:
     return [path[:i] for i, c in enumerate(path) if c == "/" and i > 0]
 
 
-def _entries_in_order(coll: Collection, flt: Mapping[str, Any], codes: str, lo: str, lo_inclusive: bool,
-                      hi: str) -> Iterator[dict[str, Any]]:
-    """Records of bucket entries with codes in `codes` and lo < _id < hi (lo <= _id if inclusive), in _id order.
+class _Pending:
+    """Bucket entries read but not yet given, in _id order. A bucket's _id sorts before all its files, so once
+    every bucket below a window's end is read, the entries below that end are final."""
 
-    A bucket's _id sorts before all its files, so a file can be given once it sorts before the next
-    bucket's _id; the buckets of lo's own ancestor directories sort before lo but may hold later files."""
-    heap: list[tuple[str, int, Mapping[str, Any], int, str]] = []
-    tie = itertools.count()
+    def __init__(self, codes: str, lo: str, lo_inclusive: bool, hi: str) -> None:
+        self.codes, self.lo, self.lo_inclusive, self.hi = codes, lo, lo_inclusive, hi
+        self.heap: list[tuple[str, int, Mapping[str, Any], int, str]] = []
+        self.tie = itertools.count()
 
-    def push(doc: Mapping[str, Any]) -> None:
-        for fid, i, name in bk.entries(doc, codes):
-            if (fid >= lo if lo_inclusive else fid > lo) and fid < hi:
-                heapq.heappush(heap, (fid, next(tie), doc, i, name))
+    def push(self, doc: Mapping[str, Any]) -> None:
+        for fid, i, name in bk.entries(doc, self.codes):
+            if (fid >= self.lo if self.lo_inclusive else fid > self.lo) and fid < self.hi:
+                heapq.heappush(self.heap, (fid, next(self.tie), doc, i, name))
 
-    dirs = _ancestors(lo)
-    if dirs:
-        for doc in with_retry(lambda: list(coll.find({**flt, "dir": {"$in": dirs}})), "ancestor buckets"):
-            if doc["_id"] < lo:
-                push(doc)
-    rng: dict[str, str] = {"$gte" if lo_inclusive else "$gt": lo, "$lt": hi}
+    def below(self, end: str) -> list[tuple[str, Mapping[str, Any], int, str]]:
+        out = []
+        while self.heap and self.heap[0][0] < end:
+            fid, _, doc, i, name = heapq.heappop(self.heap)
+            out.append((fid, doc, i, name))
+        return out
+
+
+def _window_entries(coll: Collection, flt: Mapping[str, Any], rng: Mapping[str, str],
+                    pending: _Pending) -> Iterator[tuple[str, Mapping[str, Any], int, str]]:
+    """The entries below the window's end in _id order, reading its buckets BUCKETS_PER_READ at a time as the
+    entries are asked for (on MongoDB a query stops at its limit)."""
     while True:
         q = {**flt, "_id": rng}
         docs = with_retry(lambda: list(coll.find(q).sort("_id", ASCENDING).limit(BUCKETS_PER_READ)), "read buckets")
         for doc in docs:
-            while heap and heap[0][0] < doc["_id"]:
-                _, _, d, i, name = heapq.heappop(heap)
-                yield bk.record(d, i, name)
-            push(doc)
+            yield from pending.below(doc["_id"])
+            pending.push(doc)
         if len(docs) < BUCKETS_PER_READ:
             break
-        rng = {"$gt": docs[-1]["_id"], "$lt": hi}
-    while heap:
-        _, _, d, i, name = heapq.heappop(heap)
-        yield bk.record(d, i, name)
+        rng = {"$gt": docs[-1]["_id"], "$lt": rng["$lt"]}
+    yield from pending.below(rng["$lt"])
 
 
-def bucket_records(buckets: Collection, rows: Collection, flt: Mapping[str, Any], codes: str, lo: str,
-                   lo_inclusive: bool, hi: str) -> Iterator[dict[str, Any]]:
-    """_entries_in_order without the entries that have a row (the row is their record)."""
-    it = _entries_in_order(buckets, flt, codes, lo, lo_inclusive, hi)
-    while True:
-        chunk = list(itertools.islice(it, CHECK))
-        if not chunk:
-            return
-        shadowed = with_rows(rows, (r["_id"] for r in chunk))
-        yield from (r for r in chunk if r["_id"] not in shadowed)
-        if len(chunk) < CHECK:
-            return
+def _unshadowed(rows: Collection, entries: Iterator[tuple[str, Mapping[str, Any], int, str]],
+                chunk: int) -> Iterator[dict[str, Any]]:
+    """The records of these entries (in order) that have no row (the row is their record), checked `chunk` at
+    a time as they are asked for."""
+    while part := list(itertools.islice(entries, chunk)):
+        shadowed = with_rows(rows, (fid for fid, *_ in part))
+        yield from (bk.record(doc, i, name) for fid, doc, i, name in part if fid not in shadowed)
 
 
 def page(rows: Collection, row_flt: Optional[Mapping[str, Any]], buckets: Collection,
          bucket_flt: Optional[Mapping[str, Any]], codes: str, lo: str, lo_inclusive: bool, hi: str,
-         limit: int) -> list[dict[str, Any]]:
+         limit: int, fence_ids: Sequence[str] = (), all_rows: bool = False, bucket_floor: str = "") -> list[dict[str, Any]]:
     """The first `limit` records in _id order in the range: rows matching row_flt merged with bucket entries
-    (buckets matching bucket_flt, codes in `codes`); a None filter leaves that side out."""
-    rng = {"$gte" if lo_inclusive else "$gt": lo, "$lt": hi}
-    row_docs: list[dict[str, Any]] = []
-    if row_flt is not None:
-        q = {**row_flt, "_id": rng}
-        row_docs = with_retry(lambda: list(rows.find(q).sort("_id", ASCENDING).limit(limit)), "query records")
-    if bucket_flt is None or not codes:
-        return row_docs
-    entries = bucket_records(buckets, rows, bucket_flt, codes, lo, lo_inclusive, hi)
-    return list(itertools.islice(heapq.merge(row_docs, entries, key=lambda d: d["_id"]), limit))
+    (buckets matching bucket_flt, codes in `codes`); a None filter leaves that side out. `all_rows`: row_flt
+    selects every row of the range, so the rows read are all those that can stand for a bucket entry;
+    `bucket_floor`: no bucket matching bucket_flt sorts below it.
+
+    Read in windows over [lo, hi) whose ends are fences (fences.Windows), until the page is full: each query
+    then matches one window, not the rest of the range."""
+    with_buckets = bucket_flt is not None and bool(codes)
+    pending = _Pending(codes, lo, lo_inclusive, hi)
+    if with_buckets and lo > bucket_floor:
+        # The buckets of lo's own ancestor directories sort before lo but may hold later files.
+        dirs = _ancestors(lo)
+        if dirs:
+            for doc in with_retry(lambda: list(buckets.find({**bucket_flt, "dir": {"$in": dirs}})),
+                                  "ancestor buckets"):
+                if doc["_id"] < lo:
+                    pending.push(doc)
+    out: list[dict[str, Any]] = []
+    start, inclusive = lo, lo_inclusive
+    windows = fences.Windows(fence_ids, lo, hi, FIRST_BUCKETS if with_buckets else FIRST_ROW_BUCKETS)
+    while True:
+        end = windows.end()
+        rng = {"$gte" if inclusive else "$gt": start, "$lt": end}
+        need = limit - len(out)
+        window_rows: list[dict[str, Any]] = []
+        if row_flt is not None:
+            q = {**row_flt, "_id": rng}
+            window_rows = with_retry(lambda: list(rows.find(q).sort("_id", ASCENDING).limit(need)), "query records")
+        found: Iterator[dict[str, Any]] = iter(window_rows)
+        if with_buckets:
+            listed = _window_entries(buckets, bucket_flt, rng, pending)
+            if all_rows:
+                # Complete up to the last row read, and only entries up to it can make the page then.
+                have = {r["_id"] for r in window_rows}
+                entries = (bk.record(doc, i, name) for fid, doc, i, name in listed if fid not in have)
+            else:
+                entries = _unshadowed(rows, listed, max(need, MIN_CHECK))
+            found = heapq.merge(found, entries, key=lambda d: d["_id"])
+        taken = list(itertools.islice(found, need))
+        out += taken
+        if len(out) >= limit or end == hi:
+            return out
+        windows.resize(len(taken), need - len(taken))
+        start, inclusive = end, True
 
 
 def find_entry(buckets: Collection, rse: str, generation: float, lfn: str) -> Optional[dict[str, Any]]:

@@ -3,6 +3,7 @@
 Collections (see docs/ledger.md):
   rses     one document per RSE: state, reason, current generation, counters, last events
   buckets  one per (RSE, generation, directory, round-1 job): its files' names and outcome codes
+  fences   a generation's bucket ids in order, a few documents per generation: they bound the pages' reads
   files    a row per file that needs one (failures, unknown, protected since planning, retries);
            _id "<rse>|<generation>|<lfn>". A file's record is its row, else its bucket entry (records.py)
   dirs     one per (RSE, generation, directory) a job reported on; _id "<rse>|<generation>|<dir>"
@@ -21,7 +22,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Protocol, Sequence
 
-from pymongo import ASCENDING, DESCENDING, InsertOne, ReturnDocument, UpdateMany, UpdateOne, errors
+from pymongo import ASCENDING, DESCENDING, DeleteMany, InsertOne, ReplaceOne, ReturnDocument, UpdateMany, UpdateOne, errors
 from pymongo.collection import Collection
 from pymongo.database import Database
 
@@ -29,7 +30,7 @@ from MSUnmerged.config import PlannerConfig
 from MSUnmerged.guards import check_plan_lines, split_lines
 from MSUnmerged.jobs.backend import JobState
 from MSUnmerged.ledger import buckets as bk
-from MSUnmerged.ledger import history, records
+from MSUnmerged.ledger import fences, history, records
 from MSUnmerged.ledger.retry import LedgerError, with_retry
 from MSUnmerged.ledger.states import (BACKEND_JOB_STATES, DIR_RANK, LIVE_JOB_STATES, NOT_DELETED, OUTCOME_STATES,
                                       RETRIABLE, SUBMITTED, DirState, FileState, dir_failed)
@@ -41,6 +42,9 @@ EVENTS_KEPT = 50
 BATCH = 10_000
 BUCKET_BATCH = 500  # buckets per insert (each up to a job's files)
 COUNT_JOBS = 50  # round-1 jobs whose buckets are read per query when counting
+# The `meta` document naming the latest cycles and the last good one, so that the status page reads a few
+# cycles by _id instead of sorting them all (SecantusDB reads every match before a limit).
+CYCLES_META, RECENT_CYCLES = "cycles", 50
 PROTECTED_SINCE_PLANNING = "protected_since_planning"
 
 
@@ -86,6 +90,12 @@ def _prefix_range(prefix: str) -> dict[str, str]:
     return {"$gte": prefix, "$lt": prefix + "\U0010ffff"}
 
 
+def span(first: str, ids: Sequence[str]) -> list[str]:
+    """A job's `span`, [first, last]: every _id of its records (its files, and its buckets for a round-1 job)
+    lies in it, so the job's pages read only that range."""
+    return [first, max(ids)]
+
+
 def _first_try_matches(extra: Mapping[str, Any]) -> bool:
     """Whether a bucket entry (attempts 1) matches count_files' extra filter; only `attempts` is known."""
     ops = {"$lt": lambda a, b: a < b, "$lte": lambda a, b: a <= b, "$gt": lambda a, b: a > b,
@@ -106,15 +116,17 @@ def _needs_row(state: str, error_class: str, error: str) -> bool:
 class Ledger:
     """All reads and writes of the ledger; writes are idempotent and retried on transient errors."""
 
-    def __init__(self, db: Database, generations_kept: int = 3) -> None:
+    def __init__(self, db: Database, generations_kept: int = 3, cycles_kept_days: float = 30.0) -> None:
         self.db = db
         self.generations_kept = generations_kept
+        self.cycles_kept_days = cycles_kept_days
         self.rses: Collection = db["rses"]
         self.buckets: Collection = db["buckets"]
         self.files: Collection = db["files"]  # rows
         self.dirs: Collection = db["dirs"]
         self.jobs: Collection = db["jobs"]
         self.cycles: Collection = db["cycles"]
+        self.fences = fences.FenceCache(db["fences"])
 
     def instance_id(self) -> str:
         """This ledger's id, made once and kept in the database: batch jobs carry it, so that services with
@@ -137,6 +149,7 @@ class Ledger:
             b.create_index([("rse", ASCENDING), ("gen", ASCENDING), ("_id", ASCENDING)])
             b.create_index([("job", ASCENDING), ("_id", ASCENDING)])
             b.create_index([("rse", ASCENDING), ("gen", ASCENDING), ("dir", ASCENDING)])
+            self.fences.coll.create_index([("rse", ASCENDING), ("gen", ASCENDING)])
 
         def make() -> None:
             for old in ("rse_1_gen_1_state_1", "job_1"):  # prefixes of the indexes below
@@ -203,9 +216,9 @@ class Ledger:
                            "$setOnInsert": {"created": now, "state": RSEState.NEW}}, upsert=True), "mark recording")
         with_retry(lambda: self.rses.update_one({"_id": rse, "generations.gen": {"$ne": generation}},
                                                 {"$push": {"generations": entry}}), "add generation")
-        n = self._insert_buckets(rse, generation, plan_dir, plan.job_files, max_lfn_length, sealed)
+        n, spans = self._insert_buckets(rse, generation, plan_dir, plan.job_files, max_lfn_length, sealed)
         jobs = [{"_id": job_id(rse, generation, 1, i), "rse": rse, "gen": generation, "round": 1, "n": i,
-                 "state": JobState.PLANNED, "files": size, "plan_file": name, "created": now}
+                 "state": JobState.PLANNED, "files": size, "plan_file": name, "created": now, "span": spans[i - 1]}
                 for i, (name, size) in enumerate(zip(plan.job_files, plan.job_sizes), 1)]
         self._insert_ignoring_duplicates(self.jobs, jobs)
         with_retry(lambda: self.rses.update_one(
@@ -228,13 +241,16 @@ class Ledger:
         return next((g for g in self.rse(rse).get("generations", []) if g["gen"] == generation), {})
 
     def _insert_buckets(self, rse: str, generation: float, plan_dir: Path, job_files: Sequence[str],
-                        max_lfn_length: int, sealed: Optional[Seal]) -> int:
-        """Every line of the jobs files, read as bytes and split on b"\\n" only, into buckets. A file that
-        differs from its seal, or holds a line that is not exactly a canonical LFN below /store/unmerged, is
-        refused (GuardTripped) before any of it is recorded. Returns the files recorded."""
+                        max_lfn_length: int, sealed: Optional[Seal]) -> tuple[int, list[list[str]]]:
+        """Every line of the jobs files, read as bytes and split on b"\\n" only, into buckets, then the
+        generation's fences. A file that differs from its seal, or holds a line that is not exactly a canonical
+        LFN below /store/unmerged, is refused (GuardTripped) before any of it is recorded. Returns the files
+        recorded and each job's span."""
         prefix = f"{rse}|{gen_key(generation)}|"
         now = time.time()
         batch: list[dict[str, Any]] = []
+        ids: list[str] = []
+        spans: list[list[str]] = []
         n = 0
         for i, name in enumerate(job_files, 1):
             data = (plan_dir / JOBS_DIR / name).read_bytes()
@@ -243,12 +259,19 @@ class Ledger:
             check_plan_lines(data, max_lfn_length, f"{JOBS_DIR}/{name}")
             lfns = [raw.decode("utf-8", errors="surrogateescape") for raw in split_lines(data)]
             n += len(lfns)
-            batch += bk.build(rse, generation, prefix, job_id(rse, generation, 1, i), i, lfns, now)
+            built = bk.build(rse, generation, prefix, job_id(rse, generation, 1, i), i, lfns, now)
+            ids += [d["_id"] for d in built]
+            spans.append(span(min(d["_id"] for d in built), [prefix + lfn for lfn in lfns]) if built else [])
+            batch += built
             if len(batch) >= BUCKET_BATCH:
                 self._insert_ignoring_duplicates(self.buckets, batch)
                 batch = []
         self._insert_ignoring_duplicates(self.buckets, batch)
-        return n
+        # After every bucket: a complete fence list is never short of a bucket (fences.FenceCache).
+        with_retry(lambda: self.fences.coll.bulk_write(
+            [ReplaceOne({"_id": d["_id"]}, d, upsert=True) for d in fences.documents(rse, generation, ids)]
+            or [DeleteMany({"rse": rse, "gen": generation})]), "write fences")
+        return n, spans
 
     @classmethod
     def _insert_ignoring_duplicates(cls, coll: Collection, docs: list[dict[str, Any]]) -> None:
@@ -365,6 +388,7 @@ class Ledger:
         if not old:
             return []
         with_retry(lambda: self.buckets.delete_many({"rse": rse, "gen": {"$in": old}}), "prune buckets")
+        with_retry(lambda: self.fences.coll.delete_many({"rse": rse, "gen": {"$in": old}}), "prune fences")
         with_retry(lambda: self.files.delete_many({"rse": rse, "gen": {"$in": old}}), "prune files")
         with_retry(lambda: self.dirs.delete_many({"rse": rse, "gen": {"$in": old}}), "prune dirs")
         with_retry(lambda: self.jobs.delete_many({"rse": rse, "gen": {"$in": old},
@@ -562,7 +586,7 @@ class Ledger:
             jid = job_id(rse, generation, round_, n)
             self._insert_ignoring_duplicates(self.jobs, [{
                 "_id": jid, "rse": rse, "gen": generation, "round": round_, "n": n, "state": JobState.PLANNED,
-                "files": len(chunk), "created": time.time()}])
+                "files": len(chunk), "created": time.time(), "span": span(chunk[0], chunk)}])
             assign = {"state": FileState.PLANNED, "job": jid, "attempts": round_}
             with_retry(lambda: self.files.update_many(
                 {"_id": {"$in": [i for i in chunk if i not in entries]}, "state": {"$in": states}},
@@ -663,6 +687,9 @@ class Ledger:
         with_retry(lambda: self.cycles.update_one({"_id": cid}, {"$setOnInsert": {
             "instance": instance, "slot": slot, "started": time.time(), "rses": list(rses), "results": {}}},
             upsert=True), "start cycle")
+        with_retry(lambda: self.db["meta"].update_one(
+            {"_id": CYCLES_META}, {"$push": {"recent": {"$each": [cid], "$slice": -RECENT_CYCLES}}}, upsert=True),
+            "recent cycles")
         return cid
 
     def record_cycle_result(self, cycle_id: str, rse: str, result: Mapping[str, Any]) -> None:
@@ -673,14 +700,27 @@ class Ledger:
     def end_cycle(self, cycle_id: str, failures: Sequence[Mapping[str, Any]] = (), **fields: Any) -> None:
         """The cycle is over; `failures` ({source, reason, detail, rse}) say what went wrong. A cycle is `ok`
         when nothing failed; its day's aggregate counts it (history)."""
-        ok = not failures
+        ok, finished = not failures, time.time()
         doc = with_retry(lambda: self.cycles.find_one_and_update(
-            {"_id": cycle_id}, {"$set": {"finished": time.time(), "failures": list(failures), "ok": ok, **fields}}),
+            {"_id": cycle_id}, {"$set": {"finished": finished, "failures": list(failures), "ok": ok, **fields}}),
             "end cycle") or {}
-        history.record_cycle(self.db, cycle_id, doc.get("started") or time.time(), ok, failures)
+        started = doc.get("started") or finished
+        history.record_cycle(self.db, cycle_id, started, ok, failures)
+        if ok:
+            good = {"_id": cycle_id, "started": started, "finished": finished, "ok": True}
+            with_retry(lambda: self.db["meta"].update_one(
+                {"_id": CYCLES_META, "$or": [{"last_good": {"$exists": False}}, {"last_good.started": {"$lt": started}}]},
+                {"$set": {"last_good": good}}), "last good cycle")
+        with_retry(lambda: self.cycles.delete_many({"started": {"$lt": finished - self.cycles_kept_days * 86400}}),
+                   "prune cycles")
 
     def last_good_cycle(self) -> dict[str, Any]:
-        """The most recent cycle that finished with no failure ({} when none)."""
+        """The most recent cycle that finished with no failure ({} when none); once pruned, what `meta` kept of
+        it (_id, started, finished)."""
+        good = (with_retry(lambda: self.db["meta"].find_one({"_id": CYCLES_META}), "cycles meta") or {}).get("last_good")
+        if good:
+            return with_retry(lambda: self.cycles.find_one({"_id": good["_id"]}), "last good cycle") or good
+        # A ledger from before the meta document: sorted on the server.
         docs = with_retry(lambda: list(self.cycles.find({"ok": True}).sort("started", DESCENDING).limit(1)),
                           "last good cycle")
         return docs[0] if docs else {}
@@ -714,12 +754,19 @@ class Ledger:
         flt: dict[str, Any]
         bucket_flt: dict[str, Any]
         stored = None if state == SUBMITTED else state
+        gen_prefix = f"{rse}|{gen_key(generation)}|"
+        lo = gen_prefix + (dir_prefix or "")
+        hi, inclusive = lo + "\U0010ffff", True
+        bucket_floor = ""
         if state == SUBMITTED:
             live = [j["_id"] for j in self.jobs_in(rse, LIVE_JOB_STATES, generation) if not job or j["_id"] == job]
             flt = {"job": {"$in": live}, "rse": rse, "gen": generation, "state": FileState.PLANNED}
             bucket_flt, stored = {"job": {"$in": live}, "states": FileState.PLANNED.value}, FileState.PLANNED
         elif job:
             flt, bucket_flt = {"job": job}, {"job": job}
+            job_span = (self.job(job).get("span") or []) if not dirs else []
+            if job_span:
+                lo, hi, bucket_floor = max(lo, job_span[0]), min(hi, job_span[1] + "\0"), job_span[0]
         else:
             flt, bucket_flt = {"rse": rse, "gen": generation}, {"rse": rse, "gen": generation}
         if stored and state != SUBMITTED:
@@ -728,7 +775,6 @@ class Ledger:
                 bucket_flt["states"] = str(stored)
         if error_class is not None:
             flt["error_class"] = error_class
-        gen_prefix = f"{rse}|{gen_key(generation)}|"
         if dirs:
             id_range = _prefix_range(gen_prefix + dir_prefix) if dir_prefix else {}
             if after:
@@ -737,14 +783,14 @@ class Ledger:
                 flt["_id"] = id_range
             docs = with_retry(lambda: list(self.dirs.find(flt).sort("_id", ASCENDING).limit(limit)), "query records")
         else:
-            lo = gen_prefix + (dir_prefix or "")
-            hi, inclusive = lo + "\U0010ffff", True
             if after and after >= lo:
                 lo, inclusive = after, False
             # Bucket entries are planned, or have an outcome without error class (error_class "").
             codes = "".join(c for s, c in bk.CODES.items() if (stored is None or s == stored)
                             and (error_class is None or error_class == "" and s != FileState.PLANNED))
-            docs = records.page(self.files, flt, self.buckets, bucket_flt, codes, lo, inclusive, hi, limit)
+            docs = records.page(self.files, flt, self.buckets, bucket_flt, codes, lo, inclusive, hi, limit,
+                                self.fences.get(rse, generation), all_rows=flt.keys() == {"rse", "gen"},
+                                bucket_floor=bucket_floor)
         return {"items": docs, "next": docs[-1]["_id"] if len(docs) == limit else None, "generation": generation}
 
     def file_history(self, rse: str, lfn: str) -> list[dict[str, Any]]:
@@ -785,4 +831,13 @@ class Ledger:
         return {"items": docs, "next": docs[-1]["_id"] if len(docs) == limit else None}
 
     def query_cycles(self, limit: int = 20) -> list[dict[str, Any]]:
+        """The latest `limit` cycles, newest first."""
+        recent = (with_retry(lambda: self.db["meta"].find_one({"_id": CYCLES_META}), "cycles meta") or {}).get("recent")
+        if recent and limit <= len(recent):
+            # A few more than asked: instances starting together may have pushed out of order.
+            ids = recent[-(limit + 5):]
+            docs = with_retry(lambda: list(self.cycles.find({"_id": {"$in": ids}})), "recent cycles")
+            if len(docs) >= limit:
+                return sorted(docs, key=lambda d: d["started"], reverse=True)[:limit]
+        # Fewer recorded (pruned, or a ledger from before the meta document): sorted on the server.
         return with_retry(lambda: list(self.cycles.find().sort("started", DESCENDING).limit(limit)), "cycles")

@@ -1,0 +1,83 @@
+"""Fences: a generation's bucket ids in order, kept in a few `fences` documents, so that the per-file pages
+read bounded `_id` windows instead of the rest of the generation.
+
+SecantusDB reads and sorts every match of an index range before it applies a limit, so a page's cost is
+the size of the range it asks for (docs/ledger.md, "Pages"). The readers walk [lo, hi) in windows whose
+ends are fences, each sized from what the one before gave, and stop once the page is full. Fences only
+bound the windows: the windows always tile [lo, hi) and end at hi, so a missing, partial or stale fence
+list gives the same answers, only slower. A generation's bucket set is fixed once recorded, so a complete
+list is cached per process.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+import threading
+from collections import OrderedDict
+from typing import Any, Sequence
+
+from pymongo.collection import Collection
+
+from MSUnmerged.ledger.retry import with_retry
+from MSUnmerged.worker.ids import gen_key
+
+CHUNK = 4096  # ids per document: ~0.4 MB
+CACHED = 32  # generations whose fences a process keeps
+
+
+def documents(rse: str, generation: float, ids: Sequence[str]) -> list[dict[str, Any]]:
+    """The fence documents of a generation whose buckets have these ids (any order)."""
+    ordered = sorted(ids)
+    chunks = [ordered[i:i + CHUNK] for i in range(0, len(ordered), CHUNK)]
+    return [{"_id": f"{rse}|{gen_key(generation)}|{k:05d}", "rse": rse, "gen": generation, "k": k,
+             "of": len(chunks), "ids": chunk} for k, chunk in enumerate(chunks)]
+
+
+class Windows:
+    """Consecutive windows over (lo, hi) whose ends are fences; the last one ends at hi. The first holds
+    `first` buckets; each next one is sized from how many records the last one gave (x4 when none)."""
+
+    def __init__(self, fences: Sequence[str], lo: str, hi: str, first: int) -> None:
+        self.fences, self.hi = fences, hi
+        self.i, self.step = bisect.bisect_right(fences, lo), max(1, first)
+
+    def end(self) -> str:
+        """The end of the window after the last one (exclusive)."""
+        self.i += self.step
+        if self.i >= len(self.fences) or self.fences[self.i] >= self.hi:
+            self.i = len(self.fences)
+            return self.hi
+        return self.fences[self.i]
+
+    def resize(self, found: int, wanted: int) -> None:
+        """The last window gave `found` records and `wanted` more are needed: the next one should give them."""
+        self.step = self.step * 4 if found == 0 else max(1, math.ceil(self.step * wanted * 1.25 / found))
+
+
+class FenceCache:
+    """The complete fence lists of recently read generations, read once per process."""
+
+    def __init__(self, coll: Collection, size: int = CACHED) -> None:
+        self.coll = coll
+        self.size = size
+        self._lists: OrderedDict[tuple[str, float], list[str]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, rse: str, generation: float) -> list[str]:
+        """The generation's bucket ids in order; [] when it has no complete fence list (recorded before fences,
+        or its recording is not finished): not kept, so the list is used once it is written."""
+        key = (rse, generation)
+        with self._lock:
+            if key in self._lists:
+                self._lists.move_to_end(key)
+                return self._lists[key]
+        docs = with_retry(lambda: list(self.coll.find({"rse": rse, "gen": generation})), "read fences")
+        docs.sort(key=lambda d: d["k"])
+        if not docs or [d["k"] for d in docs] != list(range(docs[0]["of"])):
+            return []
+        ids = [i for d in docs for i in d["ids"]]
+        with self._lock:
+            self._lists[key] = ids
+            while len(self._lists) > self.size:
+                self._lists.popitem(last=False)
+        return ids

@@ -1,0 +1,117 @@
+"""Fences: the windows they cut, and their documents on a real SecantusDB (written with the plan, read once per
+process only when complete, pruned with their generation, never changing a page's answer)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pymongo import MongoClient, monitoring
+from pymongo.database import Database
+
+from MSUnmerged.ledger import Ledger, fences, records
+from test_ledger_store import GEN, RSE, make_plan
+
+IDS = [f"b{i:03d}" for i in range(100)]
+
+
+def walk(windows: fences.Windows, hi: str, found: int = 0) -> list[str]:
+    out = []
+    while True:
+        out.append(windows.end())
+        if out[-1] == hi:
+            return out
+        windows.resize(found, 10)
+
+
+def test_windows_start_past_lo_grow_and_end_at_hi() -> None:
+    assert walk(fences.Windows(IDS, "b010", "c", 2), "c") == ["b013", "b021", "b053", "c"]
+    # lo between fences, hi inside the list: the last window stops at hi, not at a fence past it.
+    assert walk(fences.Windows(IDS, "b0105", "b030", 1), "b030") == ["b012", "b016", "b030"]
+    assert walk(fences.Windows([], "a", "z", 4), "z") == ["z"]
+    assert walk(fences.Windows(IDS, "c", "d", 1), "d") == ["d"]
+
+
+def test_windows_are_sized_from_what_the_last_one_gave() -> None:
+    w = fences.Windows(IDS, "", "z", 4)
+    assert w.end() == "b004"
+    w.resize(found=2, wanted=10)  # 2 records from 4 buckets: 10 more need ~20, with a quarter to spare
+    assert w.end() == "b029"
+    w.resize(found=50, wanted=1)
+    assert w.end() == "b030"
+
+
+def test_documents_hold_every_id_in_order_in_chunks() -> None:
+    ids = [f"x{i:05d}" for i in range(fences.CHUNK * 2 + 3)][::-1]
+    docs = fences.documents(RSE, GEN, ids)
+    assert [d["k"] for d in docs] == [0, 1, 2] and {d["of"] for d in docs} == {3}
+    assert [i for d in docs for i in d["ids"]] == sorted(ids)
+    assert len({d["_id"] for d in docs}) == 3
+
+
+@pytest.mark.integration
+def test_recorded_plan_has_complete_fences_read_once_and_pruned(tmp_path: Path, mongo_db: Database) -> None:
+    plan = make_plan(tmp_path)
+    ledger = Ledger(mongo_db, generations_kept=1)
+    ledger.ensure_indexes()
+    ledger.record_plan(tmp_path / "plan", plan, GEN)
+    bucket_ids = sorted(d["_id"] for d in mongo_db.buckets.find({}, {"_id": 1}))
+    reader = fences.FenceCache(mongo_db.fences)
+    assert reader.get(RSE, GEN) == bucket_ids
+    mongo_db.fences.delete_many({})
+    assert reader.get(RSE, GEN) == bucket_ids  # a generation's buckets never change: kept
+    assert fences.FenceCache(mongo_db.fences).get(RSE, GEN) == []
+    # Each job's span holds all its records.
+    for job in mongo_db.jobs.find():
+        first, last = job["span"]
+        ids = [d["_id"] for d in ledger.file_records() if d["job"] == job["_id"]]
+        ids += [d["_id"] for d in mongo_db.buckets.find({"job": job["_id"]}, {"_id": 1})]
+        assert ids and first == min(ids) and last == max(ids)
+    ledger.record_plan(tmp_path / "plan", plan, GEN)  # repeated after a crash: written again
+    ledger.record_plan(tmp_path / "2" / "plan", make_plan(tmp_path / "2"), GEN + 1)
+    assert {d["gen"] for d in mongo_db.fences.find()} == {GEN + 1}
+
+
+@pytest.mark.integration
+def test_an_incomplete_fence_list_is_not_used_nor_kept(tmp_path: Path, mongo_db: Database) -> None:
+    docs = fences.documents(RSE, GEN, [f"{RSE}|x|{i:06d}" for i in range(fences.CHUNK + 1)])
+    mongo_db.fences.insert_one(docs[1])  # a recording cut short: the first chunk is missing
+    reader = fences.FenceCache(mongo_db.fences)
+    assert reader.get(RSE, GEN) == []
+    mongo_db.fences.insert_one(docs[0])
+    assert len(reader.get(RSE, GEN)) == fences.CHUNK + 1
+
+
+class BucketReads(monitoring.CommandListener):
+    """Buckets each `find` on the buckets collection returned."""
+
+    def __init__(self) -> None:
+        self.asked: dict[int, bool] = {}
+        self.returned: list[int] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        self.asked[event.request_id] = event.command_name == "find" and event.command.get("find") == "buckets"
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        if self.asked.pop(event.request_id, False):
+            self.returned.append(len(event.reply["cursor"]["firstBatch"]))
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        self.asked.pop(event.request_id, None)
+
+
+@pytest.mark.integration
+def test_a_page_reads_one_window_not_the_rest_of_the_generation(tmp_path: Path, mongo_url: str,
+                                                                 mongo_db: Database) -> None:
+    """What the fences are for: the first page of 10 files reads a few buckets, not the whole generation."""
+    Ledger(mongo_db).ensure_indexes()
+    Ledger(mongo_db).record_plan(tmp_path / "plan", make_plan(tmp_path, files=3000), GEN)
+    reads = BucketReads()
+    with MongoClient(mongo_url, event_listeners=[reads]) as client:
+        ledger = Ledger(client[mongo_db.name])
+        page = ledger.query_files(RSE, limit=10)
+        fenced, reads.returned = reads.returned, []
+        ledger.fences._lists[(RSE, GEN)] = []  # as for a generation recorded before fences
+        assert ledger.query_files(RSE, limit=10) == page
+    assert len(page["items"]) == 10
+    assert sum(fenced) <= records.FIRST_BUCKETS < mongo_db.buckets.count_documents({}) / 4
+    assert reads.returned == [records.BUCKETS_PER_READ]  # one read up to the end of the generation, limited
