@@ -159,7 +159,8 @@ def main() -> None:
             median = {engine: {"wall_s": statistics.median(x["wall_s"] for x in r),
                                "cpu_s": statistics.median(x["cpu_s"] for x in r),
                                "peak_rss_mib": max(x["peak_rss_mib"] for x in r),
-                               **{k: r[0][k] for k in ("lines", "to_delete", "inflater")}} for engine, r in runs.items()}
+                               **{k: r[0][k] for k in ("lines", "to_delete", "inflater")}}
+                      for engine, r in runs.items()}
             digests = {x["plan_sha256"] for r in runs.values() for x in r}
             assert len(digests) == 1, f"the engines' plans differ: {digests}"
             res = median[engines[0]]

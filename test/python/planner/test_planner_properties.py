@@ -41,6 +41,7 @@ def test_planner_matches_reference(files, protected, exclude, per_chunk, per_job
         out = Path(tmp)
         plan = run_plan(out, [f.encode() for f in files], protected, cfg, per_chunk=per_chunk)
         got = [x.decode() for x in planned_lfns(out)]
+        jobs_on_disk = sorted(p.name for p in (out / "jobs").iterdir())
         dirs = [d.decode() for d in removable_dirs(out)]
 
     expected = [f for f in dict.fromkeys(files) if not covered(f, protected) and not covered(f, exclude)]
@@ -52,6 +53,7 @@ def test_planner_matches_reference(files, protected, exclude, per_chunk, per_job
     assert plan.files_total == len(files)
     assert plan.files_to_delete + plan.files_protected + plan.files_excluded + plan.invalid_total == len(files)
     assert plan.files_to_delete == len(got) and all(size <= per_job for size in plan.job_sizes)
+    assert jobs_on_disk == plan.job_files  # no file created ahead and left unused
     # No removable directory has a protected base (or an excluded prefix) at or below it.
     for d in dirs:
         for base in protected + exclude:
