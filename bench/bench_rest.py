@@ -211,9 +211,10 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def load(ledger: Ledger, n_files: int, work: Path) -> tuple[float, Target]:
+def load(ledger: Ledger, n_files: int, work: Path, n_cycles: int) -> tuple[float, Target]:
     """About n_files deletable files over N_RSES RSEs (dumps of n_files / 0.7 / N_RSES lines), 3/4 of each RSE's
-    jobs collected; returns the seconds taken and a Target in the first RSE with files."""
+    jobs collected, then `n_cycles` polling cycles; returns the seconds taken and a Target in the first RSE with
+    files."""
     start = time.time()
     ledger.ensure_indexes()
     gen = time.time() - 86400
@@ -227,6 +228,7 @@ def load(ledger: Ledger, n_files: int, work: Path) -> tuple[float, Target]:
         if target is None and jobs:
             target = find_target(ledger, rse, jobs[0])
         print(f"  loaded {rse}: {plan.files_to_delete:,} files, {time.time() - start:.0f} s", flush=True)
+    ledgersim.cycles(ledger, n_cycles, [f"T2_BE_Bench{r:02d}" for r in range(N_RSES)])
     if target is None:
         raise SystemExit(f"bench_rest: {n_files:,} files give no deletable file in any RSE: use --files 100000 or more")
     return time.time() - start, target
@@ -239,6 +241,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=10.0, help="per query")
     ap.add_argument("--requests", type=int, default=50_000, help="per query, at most")
     ap.add_argument("--cache-ttl", type=float, default=2.0, help="rest.cache_ttl_s of the served app")
+    ap.add_argument("--cycles", type=int, default=720, help="polling cycles recorded (720: 30 days, hourly)")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="bench-rest-"))
@@ -252,7 +255,7 @@ def main() -> int:
         wait_port(db_port, procs[0])
         db = MongoClient(url).msunmerged
         print(f"recording ~{args.files:,} files through the Ledger API ...", flush=True)
-        load_s, target = load(Ledger(db), args.files, work)
+        load_s, target = load(Ledger(db), args.files, work, args.cycles)
         proc, port = start_serve({"MSUNMERGED_MONGO__URL": url}, work / "serve.log", args.cache_ttl)
         procs.append(proc)
         rows = measure(MongoLedgerView(db), port, target, args.clients, args.seconds, args.requests)

@@ -23,7 +23,7 @@ def run(script: str, *argv: str) -> str:
 def test_bench_scale_tiny(tmp_path: Path) -> None:
     """run_once plans, records and submits; jobs are collected; every query answers via REST and the CLI path."""
     run("bench_scale.py", "--sizes", "10000,20000", "--queries", "20000", "--collect-jobs", "1", "--clients", "2",
-        "--seconds", "0.3", "--data", str(tmp_path))
+        "--seconds", "0.3", "--cycles", "20", "--data", str(tmp_path))
     small, big = json.loads((tmp_path / "results-scale.json").read_text())
     for row in (small, big):
         assert row["files_to_delete"] > 0 and row["jobs"] >= 1
