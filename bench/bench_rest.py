@@ -124,6 +124,18 @@ def operator_queries(t: Target) -> list[tuple[str, str, Callable[[MongoLedgerVie
     ]
 
 
+def engine_floor(view: MongoLedgerView, t: Target) -> list[tuple[str, Callable[[], Any]]]:
+    """The database alone, no MSUnmerged code: what a page's documents cost read in one query each, the same
+    run's baseline for the per-file pages. 100 rows: a page of failed files; one bucket: a directory's files."""
+    db = view.db
+    flt = {"rse": t.rse, "gen": view.ledger.rse(t.rse)["generation"], "state": "failed", "error_class": t.error_class}
+    ids = [d["_id"] for d in db.files.find(flt, {"_id": 1}).sort("_id", 1).limit(100)]
+    rows = {**flt, "_id": {"$gte": ids[0], "$lte": ids[-1]}}
+    bucket = {"_id": db.buckets.find_one({"job": t.job}, {"_id": 1})["_id"]}
+    return [(f"{len(ids)} rows, one read", lambda: list(db.files.find(rows).sort("_id", 1).limit(100))),
+            ("one bucket, one read", lambda: list(db.buckets.find(bucket)))]
+
+
 def hammer(make_call: Callable[[], Callable[[], bool]], clients: int, seconds: float,
            max_requests: int) -> dict[str, Any]:
     """Closed loop: each client (its own callable from `make_call`) sends its next request when the previous
@@ -189,7 +201,8 @@ def http_get(port: int, path: str) -> Callable[[], Callable[[], bool]]:
 
 def measure(view: MongoLedgerView, port: Optional[int], target: Target, clients: int, seconds: float,
             max_requests: int = 50_000) -> list[dict[str, Any]]:
-    """Every operator query through REST (when `port`) and the CLI path, one JSON-ready row each."""
+    """Every operator query through REST (when `port`) and the CLI path, then the engine floor (engine_floor),
+    one JSON-ready row each."""
     rows = []
     if port:
         hammer(http_get(port, f"{BASE}/status"), 5, 1.0, 200)  # warm-up
@@ -201,6 +214,11 @@ def measure(view: MongoLedgerView, port: Optional[int], target: Target, clients:
                    **hammer(make, clients, seconds, max_requests)}
             print(json.dumps(row), flush=True)
             rows.append(row)
+    for name, read in engine_floor(view, target):
+        row = {"query": name, "via": "database", "request": name, "clients": clients,
+               **hammer(lambda read=read: lambda: read() is not None, clients, seconds, max_requests)}
+        print(json.dumps(row), flush=True)
+        rows.append(row)
     return rows
 
 
