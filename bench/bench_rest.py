@@ -124,6 +124,18 @@ def operator_queries(t: Target) -> list[tuple[str, str, Callable[[MongoLedgerVie
     ]
 
 
+def engine_floor(view: MongoLedgerView, t: Target) -> list[tuple[str, Callable[[], Any]]]:
+    """The database alone, no MSUnmerged code: what a page's documents cost read in one query each, the same
+    run's baseline for the per-file pages. 100 rows: a page of failed files; one bucket: a directory's files."""
+    db = view.db
+    flt = {"rse": t.rse, "gen": view.ledger.rse(t.rse)["generation"], "state": "failed", "error_class": t.error_class}
+    ids = [d["_id"] for d in db.files.find(flt, {"_id": 1}).sort("_id", 1).limit(100)]
+    rows = {**flt, "_id": {"$gte": ids[0], "$lte": ids[-1]}}
+    bucket = {"_id": db.buckets.find_one({"job": t.job}, {"_id": 1})["_id"]}
+    return [(f"{len(ids)} rows, one read", lambda: list(db.files.find(rows).sort("_id", 1).limit(100))),
+            ("one bucket, one read", lambda: list(db.buckets.find(bucket)))]
+
+
 def hammer(make_call: Callable[[], Callable[[], bool]], clients: int, seconds: float,
            max_requests: int) -> dict[str, Any]:
     """Closed loop: each client (its own callable from `make_call`) sends its next request when the previous
@@ -189,7 +201,8 @@ def http_get(port: int, path: str) -> Callable[[], Callable[[], bool]]:
 
 def measure(view: MongoLedgerView, port: Optional[int], target: Target, clients: int, seconds: float,
             max_requests: int = 50_000) -> list[dict[str, Any]]:
-    """Every operator query through REST (when `port`) and the CLI path, one JSON-ready row each."""
+    """Every operator query through REST (when `port`) and the CLI path, then the engine floor (engine_floor),
+    one JSON-ready row each."""
     rows = []
     if port:
         hammer(http_get(port, f"{BASE}/status"), 5, 1.0, 200)  # warm-up
@@ -201,6 +214,11 @@ def measure(view: MongoLedgerView, port: Optional[int], target: Target, clients:
                    **hammer(make, clients, seconds, max_requests)}
             print(json.dumps(row), flush=True)
             rows.append(row)
+    for name, read in engine_floor(view, target):
+        row = {"query": name, "via": "database", "request": name, "clients": clients,
+               **hammer(lambda read=read: lambda: read() is not None, clients, seconds, max_requests)}
+        print(json.dumps(row), flush=True)
+        rows.append(row)
     return rows
 
 
@@ -211,9 +229,10 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def load(ledger: Ledger, n_files: int, work: Path) -> tuple[float, Target]:
+def load(ledger: Ledger, n_files: int, work: Path, n_cycles: int) -> tuple[float, Target]:
     """About n_files deletable files over N_RSES RSEs (dumps of n_files / 0.7 / N_RSES lines), 3/4 of each RSE's
-    jobs collected; returns the seconds taken and a Target in the first RSE with files."""
+    jobs collected, then `n_cycles` polling cycles; returns the seconds taken and a Target in the first RSE with
+    files."""
     start = time.time()
     ledger.ensure_indexes()
     gen = time.time() - 86400
@@ -227,6 +246,7 @@ def load(ledger: Ledger, n_files: int, work: Path) -> tuple[float, Target]:
         if target is None and jobs:
             target = find_target(ledger, rse, jobs[0])
         print(f"  loaded {rse}: {plan.files_to_delete:,} files, {time.time() - start:.0f} s", flush=True)
+    ledgersim.cycles(ledger, n_cycles, [f"T2_BE_Bench{r:02d}" for r in range(N_RSES)])
     if target is None:
         raise SystemExit(f"bench_rest: {n_files:,} files give no deletable file in any RSE: use --files 100000 or more")
     return time.time() - start, target
@@ -239,6 +259,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=10.0, help="per query")
     ap.add_argument("--requests", type=int, default=50_000, help="per query, at most")
     ap.add_argument("--cache-ttl", type=float, default=2.0, help="rest.cache_ttl_s of the served app")
+    ap.add_argument("--cycles", type=int, default=720, help="polling cycles recorded (720: 30 days, hourly)")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="bench-rest-"))
@@ -252,7 +273,7 @@ def main() -> int:
         wait_port(db_port, procs[0])
         db = MongoClient(url).msunmerged
         print(f"recording ~{args.files:,} files through the Ledger API ...", flush=True)
-        load_s, target = load(Ledger(db), args.files, work)
+        load_s, target = load(Ledger(db), args.files, work, args.cycles)
         proc, port = start_serve({"MSUNMERGED_MONGO__URL": url}, work / "serve.log", args.cache_ttl)
         procs.append(proc)
         rows = measure(MongoLedgerView(db), port, target, args.clients, args.seconds, args.requests)

@@ -88,7 +88,8 @@ def run_cli(state: Path, *argv: str) -> float:
     return time.perf_counter() - t
 
 
-def one_size(lines: int, data: Path, collect_jobs: int, queries: bool, clients: int, seconds: float) -> dict[str, Any]:
+def one_size(lines: int, data: Path, collect_jobs: int, queries: bool, clients: int, seconds: float,
+             cycles: int) -> dict[str, Any]:
     inputs = bench_plan.inputs(data, lines)
     work = data / f"scale-{lines}"
     shutil.rmtree(work, ignore_errors=True)
@@ -133,6 +134,7 @@ def one_size(lines: int, data: Path, collect_jobs: int, queries: bool, clients: 
                               "refresh_counters_s": row["refresh_counters_s"]}), flush=True)
             if queries:
                 target = bench_rest.find_target(ledger, RSE, jobs[0])
+                ledgersim.cycles(ledger, cycles, [RSE])
                 row["cli_process_s"] = {"status --rse": round(run_cli(state, "status", "--rse", RSE), 2),
                                         "files --error-class": round(run_cli(state, "files", "--rse", RSE,
                                                                              "--error-class", target.error_class), 2)}
@@ -180,14 +182,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--collect-jobs", type=int, default=50, help="jobs collected (outcomes recorded) per size")
     ap.add_argument("--clients", type=int, default=20)
     ap.add_argument("--seconds", type=float, default=10.0, help="per query and path")
+    ap.add_argument("--cycles", type=int, default=720, help="polling cycles recorded before the queries "
+                                                            "(720: 30 days, hourly)")
     ap.add_argument("--data", default=str(REPO / "bench" / "data"))
     ap.add_argument("--quick", action="store_true", help="sizes 100,000 and 1,000,000, 5 s per query")
     args = ap.parse_args(argv)
     if args.quick:
-        args.sizes, args.seconds, args.collect_jobs = "100000,1000000", 5.0, 10
+        args.sizes, args.seconds, args.collect_jobs, args.cycles = "100000,1000000", 5.0, 10, 100
     sizes = [int(s) for s in args.sizes.split(",")]
     with_queries = {int(s) for s in args.queries.split(",") if s} or {max(sizes)}
-    rows = [one_size(n, Path(args.data), args.collect_jobs, n in with_queries, args.clients, args.seconds)
+    rows = [one_size(n, Path(args.data), args.collect_jobs, n in with_queries, args.clients, args.seconds,
+                     args.cycles)
             for n in sizes]
     Path(args.data, "results-scale.json").write_text(json.dumps(rows, indent=1))
     print(summary(rows))

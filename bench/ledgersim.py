@@ -75,3 +75,14 @@ def record_sample(ledger: Ledger, rse: str, lines: int, work: Path, generation: 
     t = time.perf_counter()
     ledger.record_plan(work / f"plan-{rse}", plan, generation)
     return plan, time.perf_counter() - t
+
+
+def cycles(ledger: Ledger, n: int, rses: Sequence[str], instances: int = 2) -> None:
+    """`n` polling cycles of `instances` instances over the RSEs (a result each), one in ten with a failure: the
+    history an operator's status page sits on (30 days of hourly cycles: 720)."""
+    for i in range(n):
+        cid = ledger.start_cycle(f"bench-{i % instances}", i, list(rses))
+        for rse in rses:
+            ledger.record_cycle_result(cid, rse, {"action": "poll", "state": "submitted", "reason": "", "source": ""})
+        ledger.end_cycle(cid, [{"source": "rucio", "reason": "timeout", "detail": "bench", "rse": ""}] if i % 10 == 0
+                         else [], dry_run=True, unfinished=[])

@@ -115,3 +115,31 @@ def test_a_page_reads_one_window_not_the_rest_of_the_generation(tmp_path: Path, 
     assert len(page["items"]) == 10
     assert sum(fenced) <= records.FIRST_BUCKETS < mongo_db.buckets.count_documents({}) / 4
     assert reads.returned == [records.BUCKETS_PER_READ]  # one read up to the end of the generation, limited
+
+
+@pytest.mark.integration
+def test_directory_pages_read_in_windows_give_every_record_once(tmp_path: Path, mongo_db: Database) -> None:
+    ledger = Ledger(mongo_db)
+    ledger.ensure_indexes()
+    ledger.record_plan(tmp_path / "plan", make_plan(tmp_path, files=3000), GEN)
+    for n, job in enumerate(mongo_db.jobs.find()):
+        lfns = ledger.job_lfns(job["_id"], states=None)
+        dirs = sorted({lfn.rsplit("/", 1)[0] for lfn in lfns} | {lfn.rsplit("/", 2)[0] for lfn in lfns})
+        ledger.record_dirs(job["_id"], [{"dir": d, "state": ("removed", "not_empty")[(n + i) % 2]}
+                                        for i, d in enumerate(dirs)])
+    everything = list(mongo_db.dirs.find().sort("_id", 1))
+    assert len(everything) > 10
+
+    def paged(**query: str) -> list[str]:
+        out, after = [], None
+        while True:
+            page = ledger.query_files(RSE, dirs=True, after=after, limit=4, **query)
+            out += [d["_id"] for d in page["items"]]
+            if not (after := page["next"]):
+                return out
+    for fence_ids in (ledger.fences.get(RSE, GEN), []):
+        ledger.fences._lists[(RSE, GEN)] = fence_ids
+        assert paged() == [d["_id"] for d in everything]
+        assert paged(state="not_empty") == [d["_id"] for d in everything if d["state"] == "not_empty"]
+        prefix = everything[5]["dir"].rsplit("/", 1)[0] + "/"
+        assert paged(dir_prefix=prefix) == [d["_id"] for d in everything if d["dir"].startswith(prefix)]

@@ -137,11 +137,12 @@ def test_trigger_apply_cleans_the_rse_and_the_ledger_shows_it(served: Served) ->
     before = count_files(served.storage)
     rec = trigger(served, "apply")
     assert rec["result"]["action"] == "new_generation" and rec["result"]["submitted"] > 0, rec
-    submitted = rec["result"]["submitted"]
+    submitted, triggers = rec["result"]["submitted"], 1
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:  # each apply polls the local jobs and collects the finished ones
         time.sleep(1)
         rec = trigger(served, "apply")
+        triggers += 1
         if rec["result"]["state"] in ("clean", "done_with_errors"):
             break
     assert rec["result"]["state"] == "clean", rec
@@ -156,7 +157,7 @@ def test_trigger_apply_cleans_the_rse_and_the_ledger_shows_it(served: Served) ->
     _, body, _ = get(served, f"data/files?rse={DEMO_RSE}&state=deleted&limit=5")
     assert len(body["result"]) == 5 and {f["state"] for f in body["result"]} == {"deleted"}
     audit = (served.storage.parent / "audit.jsonl").read_text().splitlines()
-    assert sum(json.loads(a)["outcome"] == "accepted" for a in audit) >= 3
+    assert sum(json.loads(a)["outcome"] == "accepted" for a in audit) >= triggers >= 2
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import threading
 import zipapp
 from pathlib import Path
 
@@ -39,9 +40,7 @@ def build_worker(dest: Path) -> Path:
         (pkg / "VERSION").write_text(worker_version())
         (Path(tmp) / "__main__.py").write_text(_MAIN)
         # A name of its own: services sharing a batch folder build the worker at the same time.
-        fd, partial = tempfile.mkstemp(prefix=dest.name + ".", suffix=".tmp", dir=dest.parent)
-        os.close(fd)
+        partial = dest.with_name(f"{dest.name}.{os.getpid()}-{threading.get_ident()}.tmp")
         zipapp.create_archive(tmp, partial, interpreter="/usr/bin/env python3")
-        os.chmod(partial, 0o755)
-        os.replace(partial, dest)  # a job never ships a half-written worker
+        partial.replace(dest)  # a job never ships a half-written worker
     return dest

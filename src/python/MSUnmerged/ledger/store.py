@@ -775,22 +775,14 @@ class Ledger:
                 bucket_flt["states"] = str(stored)
         if error_class is not None:
             flt["error_class"] = error_class
-        if dirs:
-            id_range = _prefix_range(gen_prefix + dir_prefix) if dir_prefix else {}
-            if after:
-                id_range["$gt"] = after
-            if id_range:
-                flt["_id"] = id_range
-            docs = with_retry(lambda: list(self.dirs.find(flt).sort("_id", ASCENDING).limit(limit)), "query records")
-        else:
-            if after and after >= lo:
-                lo, inclusive = after, False
-            # Bucket entries are planned, or have an outcome without error class (error_class "").
-            codes = "".join(c for s, c in bk.CODES.items() if (stored is None or s == stored)
-                            and (error_class is None or error_class == "" and s != FileState.PLANNED))
-            docs = records.page(self.files, flt, self.buckets, bucket_flt, codes, lo, inclusive, hi, limit,
-                                self.fences.get(rse, generation), all_rows=flt.keys() == {"rse", "gen"},
-                                bucket_floor=bucket_floor)
+        if after and after >= lo:
+            lo, inclusive = after, False
+        # Bucket entries are planned, or have an outcome without error class (error_class "").
+        codes = "" if dirs else "".join(c for s, c in bk.CODES.items() if (stored is None or s == stored) and (
+            error_class is None or error_class == "" and s != FileState.PLANNED))
+        docs = records.page(self.dirs if dirs else self.files, flt, self.buckets, bucket_flt, codes, lo, inclusive, hi,
+                            limit, self.fences.get(rse, generation), all_rows=flt.keys() == {"rse", "gen"},
+                            bucket_floor=bucket_floor)
         return {"items": docs, "next": docs[-1]["_id"] if len(docs) == limit else None, "generation": generation}
 
     def file_history(self, rse: str, lfn: str) -> list[dict[str, Any]]:

@@ -86,17 +86,22 @@ def health_of(cycles: list[dict[str, Any]], last_good: dict[str, Any], stale_aft
             "alert": alert}
 
 
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
 def _clean(doc: dict[str, Any]) -> dict[str, Any]:
     """Mongo document -> JSON-ready dict (ObjectId and datetimes become strings)."""
     out = {}
     for k, v in doc.items():
-        if isinstance(v, dict):
-            v = _clean(v)
+        kind = type(v)
+        if kind in _PLAIN:  # most values: records are built from these (pages of thousands of records)
+            out[k] = v
+        elif isinstance(v, dict):
+            out[k] = _clean(v)
         elif isinstance(v, list):
-            v = [_clean(x) if isinstance(x, dict) else _scalar(x) for x in v]
+            out[k] = [_clean(x) if isinstance(x, dict) else _scalar(x) for x in v]
         else:
-            v = _scalar(v)
-        out[k] = v
+            out[k] = _scalar(v)
     return out
 
 
