@@ -98,6 +98,9 @@ def test_compiled_and_pure_engines_write_the_same_plan(valid, hostile, data, pro
             cfg.planner.engine = engine.name
             plan = planner.plan("T2_XX_Test", chunks, protected, cfg, out, require_scan=False)
             outputs.append(plan_output(out))
+            if plan.guard is None:  # every line is counted once
+                assert (plan.files_to_delete + plan.files_protected + plan.files_excluded + plan.invalid_total
+                        == plan.files_total)
             # Safety, whatever the engine: only canonical unprotected LFNs under /store/unmerged/.
             for f in planned_lfns(out):
                 assert lfn.classify_line(f, max_length) == (f, None)
