@@ -22,7 +22,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Protocol, Sequence
 
-from pymongo import ASCENDING, DESCENDING, DeleteMany, InsertOne, ReplaceOne, ReturnDocument, UpdateMany, UpdateOne, errors
+from pymongo import (ASCENDING, DESCENDING, InsertOne, ReplaceOne, ReturnDocument, UpdateMany, UpdateOne,
+                     errors)
 from pymongo.collection import Collection
 from pymongo.database import Database
 
@@ -83,11 +84,6 @@ class Protection(Protocol):
     """The current protected list (lfn.PrefixSet)."""
 
     def covers(self, path: bytes) -> bool: ...
-
-
-def _prefix_range(prefix: str) -> dict[str, str]:
-    # Every id starting with `prefix` sorts between it and prefix + U+10FFFF.
-    return {"$gte": prefix, "$lt": prefix + "\U0010ffff"}
 
 
 def span(first: str, ids: Sequence[str]) -> list[str]:
@@ -268,9 +264,10 @@ class Ledger:
                 batch = []
         self._insert_ignoring_duplicates(self.buckets, batch)
         # After every bucket: a complete fence list is never short of a bucket (fences.FenceCache).
-        with_retry(lambda: self.fences.coll.bulk_write(
-            [ReplaceOne({"_id": d["_id"]}, d, upsert=True) for d in fences.documents(rse, generation, ids)]
-            or [DeleteMany({"rse": rse, "gen": generation})]), "write fences")
+        fence_docs = fences.documents(rse, generation, ids)
+        if fence_docs:
+            with_retry(lambda: self.fences.coll.bulk_write(
+                [ReplaceOne({"_id": d["_id"]}, d, upsert=True) for d in fence_docs]), "write fences")
         return n, spans
 
     @classmethod
