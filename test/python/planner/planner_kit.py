@@ -5,10 +5,20 @@ import json
 from pathlib import Path
 from typing import Iterable, Optional
 
+import pytest
 from hypothesis import strategies as st
 
-from MSUnmerged import lfn, planner
+from MSUnmerged import lfn, planlines, planner
 from MSUnmerged.config import Config
+
+
+@pytest.fixture(params=[e.name for e in (planlines.COMPILED, planlines.PURE) if e is not None])
+def each_engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> planlines.Engine:
+    """The test runs once per planlines engine built here, whatever `planner.engine` says (a test
+    module uses it with `pytestmark = pytest.mark.usefixtures(each_engine.__name__)`)."""
+    chosen = planlines.engine(request.param)
+    monkeypatch.setattr(planlines, "engine", lambda name: chosen)
+    return chosen
 
 
 def chunked(lines: Iterable[bytes], per_chunk: int = 7) -> list[bytes]:

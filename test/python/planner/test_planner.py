@@ -7,9 +7,9 @@ import time
 import pytest
 
 from MSUnmerged import guards, lfn, planner
-from planner_kit import permissive, planned_lfns, removable_dirs, run_plan, summary
+from planner_kit import each_engine, permissive, planned_lfns, removable_dirs, run_plan, summary
 
-pytestmark = pytest.mark.usefixtures("each_engine")  # both engines plan alike
+pytestmark = pytest.mark.usefixtures(each_engine.__name__)  # both engines plan alike
 
 BASE = "/store/unmerged/Era/Prim/TIER/proc-v1"
 

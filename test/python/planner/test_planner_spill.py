@@ -4,9 +4,9 @@ import time
 import pytest
 
 from MSUnmerged import planner
-from planner_kit import permissive, planned_lfns, removable_dirs, run_plan
+from planner_kit import each_engine, permissive, planned_lfns, removable_dirs, run_plan
 
-pytestmark = pytest.mark.usefixtures("each_engine")  # both engines plan alike
+pytestmark = pytest.mark.usefixtures(each_engine.__name__)  # both engines plan alike
 
 
 def test_partitions_grow_with_the_announced_dump_and_stay_bounded():
