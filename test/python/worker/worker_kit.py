@@ -13,6 +13,7 @@ from typing import Any, Optional, Sequence
 
 from MSUnmerged.jobs.workerpkg import build_worker
 from MSUnmerged.worker.cleanup import MANIFEST_VERSION
+from servers import session_dir
 
 SITE = "T2_XX_Test"
 RSE = "T2_XX_Test"
@@ -21,8 +22,9 @@ _BUILT: dict[str, Path] = {}
 
 
 def world_dir(prefix: str) -> Path:
-    """A temporary folder other users can enter (tests run the worker as nobody)."""
-    path = Path(tempfile.mkdtemp(prefix=prefix))
+    """A temporary folder other users can enter (tests run the worker as nobody), in this session's folder:
+    removed with it at the end, kept when the session failed."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=session_dir()))
     path.chmod(0o755)
     return path
 
