@@ -87,7 +87,8 @@ def _unshadowed(rows: Collection, entries: Iterator[tuple[str, Mapping[str, Any]
 
 def page(rows: Collection, row_flt: Optional[Mapping[str, Any]], buckets: Collection,
          bucket_flt: Optional[Mapping[str, Any]], codes: str, lo: str, lo_inclusive: bool, hi: str,
-         limit: int, fence_ids: Sequence[str] = (), all_rows: bool = False, bucket_floor: str = "") -> list[dict[str, Any]]:
+         limit: int, fence_ids: Sequence[str] = (), all_rows: bool = False,
+         bucket_floor: str = "") -> list[dict[str, Any]]:
     """The first `limit` records in _id order in the range: rows matching row_flt merged with bucket entries
     (buckets matching bucket_flt, codes in `codes`); a None filter leaves that side out. `all_rows`: row_flt
     selects every row of the range, so the rows read are all those that can stand for a bucket entry;

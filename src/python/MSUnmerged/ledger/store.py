@@ -86,10 +86,10 @@ class Protection(Protocol):
     def covers(self, path: bytes) -> bool: ...
 
 
-def span(first: str, ids: Sequence[str]) -> list[str]:
-    """A job's `span`, [first, last]: every _id of its records (its files, and its buckets for a round-1 job)
-    lies in it, so the job's pages read only that range."""
-    return [first, max(ids)]
+def span(first: str, last: str) -> list[str]:
+    """A job's `span`: every _id of its records (its files, and its buckets for a round-1 job) lies in
+    [first, last], so the job's pages read only that range."""
+    return [first, last]
 
 
 def _first_try_matches(extra: Mapping[str, Any]) -> bool:
@@ -122,12 +122,13 @@ class Ledger:
         self.dirs: Collection = db["dirs"]
         self.jobs: Collection = db["jobs"]
         self.cycles: Collection = db["cycles"]
+        self._meta: Collection = db["meta"]
         self.fences = fences.FenceCache(db["fences"])
 
     def instance_id(self) -> str:
         """This ledger's id, made once and kept in the database: batch jobs carry it, so that services with
         different ledgers sharing a batch system never take each other's jobs (job ids repeat across ledgers)."""
-        doc = with_retry(lambda: self.db["meta"].find_one_and_update(
+        doc = with_retry(lambda: self._meta.find_one_and_update(
             {"_id": "ledger"}, {"$setOnInsert": {"instance_id": uuid.uuid4().hex, "created": time.time()}},
             upsert=True, return_document=ReturnDocument.AFTER), "ledger id")
         return str(doc["instance_id"])
@@ -257,7 +258,7 @@ class Ledger:
             n += len(lfns)
             built = bk.build(rse, generation, prefix, job_id(rse, generation, 1, i), i, lfns, now)
             ids += [d["_id"] for d in built]
-            spans.append(span(min(d["_id"] for d in built), [prefix + lfn for lfn in lfns]) if built else [])
+            spans.append(span(min(d["_id"] for d in built), prefix + max(lfns)) if built else [])
             batch += built
             if len(batch) >= BUCKET_BATCH:
                 self._insert_ignoring_duplicates(self.buckets, batch)
@@ -583,7 +584,7 @@ class Ledger:
             jid = job_id(rse, generation, round_, n)
             self._insert_ignoring_duplicates(self.jobs, [{
                 "_id": jid, "rse": rse, "gen": generation, "round": round_, "n": n, "state": JobState.PLANNED,
-                "files": len(chunk), "created": time.time(), "span": span(chunk[0], chunk)}])
+                "files": len(chunk), "created": time.time(), "span": span(chunk[0], chunk[-1])}])
             assign = {"state": FileState.PLANNED, "job": jid, "attempts": round_}
             with_retry(lambda: self.files.update_many(
                 {"_id": {"$in": [i for i in chunk if i not in entries]}, "state": {"$in": states}},
@@ -684,7 +685,7 @@ class Ledger:
         with_retry(lambda: self.cycles.update_one({"_id": cid}, {"$setOnInsert": {
             "instance": instance, "slot": slot, "started": time.time(), "rses": list(rses), "results": {}}},
             upsert=True), "start cycle")
-        with_retry(lambda: self.db["meta"].update_one(
+        with_retry(lambda: self._meta.update_one(
             {"_id": CYCLES_META}, {"$push": {"recent": {"$each": [cid], "$slice": -RECENT_CYCLES}}}, upsert=True),
             "recent cycles")
         return cid
@@ -705,16 +706,19 @@ class Ledger:
         history.record_cycle(self.db, cycle_id, started, ok, failures)
         if ok:
             good = {"_id": cycle_id, "started": started, "finished": finished, "ok": True}
-            with_retry(lambda: self.db["meta"].update_one(
-                {"_id": CYCLES_META, "$or": [{"last_good": {"$exists": False}}, {"last_good.started": {"$lt": started}}]},
-                {"$set": {"last_good": good}}), "last good cycle")
+            newer = {"$or": [{"last_good": {"$exists": False}}, {"last_good.started": {"$lt": started}}]}
+            with_retry(lambda: self._meta.update_one({"_id": CYCLES_META, **newer}, {"$set": {"last_good": good}}),
+                       "last good cycle")
         with_retry(lambda: self.cycles.delete_many({"started": {"$lt": finished - self.cycles_kept_days * 86400}}),
                    "prune cycles")
+
+    def _cycles_meta(self) -> dict[str, Any]:
+        return with_retry(lambda: self._meta.find_one({"_id": CYCLES_META}), "cycles meta") or {}
 
     def last_good_cycle(self) -> dict[str, Any]:
         """The most recent cycle that finished with no failure ({} when none); once pruned, what `meta` kept of
         it (_id, started, finished)."""
-        good = (with_retry(lambda: self.db["meta"].find_one({"_id": CYCLES_META}), "cycles meta") or {}).get("last_good")
+        good = self._cycles_meta().get("last_good")
         if good:
             return with_retry(lambda: self.cycles.find_one({"_id": good["_id"]}), "last good cycle") or good
         # A ledger from before the meta document: sorted on the server.
@@ -821,7 +825,7 @@ class Ledger:
 
     def query_cycles(self, limit: int = 20) -> list[dict[str, Any]]:
         """The latest `limit` cycles, newest first."""
-        recent = (with_retry(lambda: self.db["meta"].find_one({"_id": CYCLES_META}), "cycles meta") or {}).get("recent")
+        recent = self._cycles_meta().get("recent")
         if recent and limit <= len(recent):
             # A few more than asked: instances starting together may have pushed out of order.
             ids = recent[-(limit + 5):]
