@@ -12,14 +12,14 @@ from servers import keep_session_dir
 pytest_plugins: list[str] = ["servers.rest", "servers.condor", "servers.slurm", "servers.rucio", "servers.mongo", "servers.xrootd"]
 
 REPO = Path(__file__).resolve().parents[2]
-FIXTURES = (REPO.parent / "shared" / "fixtures" / "wmcore").resolve()
+FIXTURES = REPO / "test" / "fixtures" / "wmcore"  # real samples, copied into the repository (test/fixtures/README.md)
 
 
 @pytest.fixture(scope="session")
 def wmcore_fixtures() -> Path:
-    """The real samples in ../shared/fixtures/wmcore (protected list, ConMon answers, site configs)."""
+    """The real samples in test/fixtures/wmcore (protected list, ConMon answers, site configs)."""
     if not FIXTURES.is_dir():
-        pytest.fail(f"shared fixtures not found at {FIXTURES}")
+        pytest.fail(f"fixtures not found at {FIXTURES}")
     return FIXTURES
 
 

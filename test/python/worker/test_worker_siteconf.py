@@ -1,4 +1,4 @@
-"""Site configuration parsing on the real samples in shared/fixtures/wmcore/siteconf, used as they are."""
+"""Site configuration parsing on the real samples in test/fixtures/wmcore/siteconf, used as they are."""
 from __future__ import annotations
 
 import shutil
