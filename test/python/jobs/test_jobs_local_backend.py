@@ -87,3 +87,32 @@ def test_restart_finds_jobs_and_removal_stops_a_running_one(tmp_path: Path) -> N
         assert sum(parsed.counters().values()) == len(lfns)
     assert backend.poll({big.job_id: ids[big.job_id]})[big.job_id].state == JobState.REMOVED
     assert again.poll({"x": "local:nothing-here"})["x"].state == JobState.VANISHED
+
+
+def test_queued_jobs_start_as_slots_free_up_without_being_polled(tmp_path: Path) -> None:
+    """More jobs than slots: the supervisor starts every one of them as earlier ones end, while nobody polls
+    (between two cycles of the service), never more than `local_parallel` at once."""
+    storage, sc = make_site(tmp_path)
+    cfg = Config()
+    cfg.jobs.local_parallel = 2
+    jobs = []
+    for n in range(7):
+        lfns = [f"{B}/{n:05d}/f{i}.root" for i in range(30)]
+        for lfn in lfns:
+            (storage / lfn.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+            (storage / lfn.lstrip("/")).write_bytes(b"")
+        jobs.append(job(n, lfns))
+    backend = LocalBackend(cfg, tmp_path / "work", siteconfig=str(sc))
+    ids = backend.submit(jobs)
+    reports = [backend.job_dir(j.job_id) / "report.jsonl" for j in jobs]
+    deadline = time.monotonic() + 120
+    while not all(r.exists() and parse_report(r).complete for r in reports):
+        assert time.monotonic() < deadline, "queued jobs were never started without a poll"
+        time.sleep(0.05)
+    # Each worker's own start time and duration: never more than two at once.
+    spans = [(rep.start["time"], rep.start["time"] + rep.summary["seconds"]) for rep in map(parse_report, reports)]
+    assert max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans) <= 2
+    assert not any((storage / "store").rglob("*.root"))  # every job ran, none was polled
+    states = wait_for(backend, ids, timeout=60)  # a worker that wrote its summary may still be exiting
+    assert {s.state for s in states.values()} == {JobState.FINISHED}
+

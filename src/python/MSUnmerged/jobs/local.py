@@ -3,8 +3,9 @@
 Each job gets a folder <work_dir>/<job>/ (0700) with manifest.json and, when the RSE's jobs carry one, a copy
 of the storage credential (0600); the worker zipapp runs there as `python3 worker.pyz manifest.json` with the
 job environment (SITECONFIG_PATH, the credential's file), writes report.jsonl and worker.log.
-At most `jobs.local_parallel` run at once; the rest wait in submission order and are started by
-`poll`. Everything needed to answer `poll` and `find` after a restart is on disk: the pid file of a
+At most `jobs.local_parallel` run at once; the rest wait in submission order and a supervisor thread starts
+them as slots free up, between the service's cycles too (it ends when nothing waits; a submit starts it
+again). Everything needed to answer `poll` and `find` after a restart is on disk: the pid file of a
 running worker and the report's final summary line, which holds the worker's exit code.
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
@@ -30,6 +32,7 @@ LOG_NAME = "worker.log"
 PID_NAME = "worker.pid"
 ENV_NAME = "env.json"
 BATCH_PREFIX = "local:"
+PUMP_INTERVAL_S = 0.2  # how often the supervisor looks for a free slot while jobs wait
 
 
 class LocalBackend:
@@ -50,6 +53,9 @@ class LocalBackend:
         self._procs: dict[str, subprocess.Popen] = {}  # job dir name -> running worker
         self._queue: list[str] = []  # job dir names waiting to start
         self._removed: set[str] = set()
+        # The supervisor thread and the service's calls share the queue: every use of it holds this lock.
+        self._lock = threading.RLock()
+        self._supervisor: Optional[threading.Thread] = None
 
     @classmethod
     def from_config(cls, config: Config, site: str, ledger_id: str = "") -> "LocalBackend":
@@ -100,7 +106,11 @@ class LocalBackend:
             raise BackendError("unreachable", f"local worker cannot run: {exc}") from None
 
     def submit(self, jobs: Sequence[CleanupJob]) -> dict[str, str]:
-        """Write each job's folder and queue it; up to `local_parallel` start at once."""
+        """Write each job's folder and queue it; up to `local_parallel` start at once, the others as slots free up."""
+        with self._lock:
+            return self._submit(jobs)
+
+    def _submit(self, jobs: Sequence[CleanupJob]) -> dict[str, str]:
         out = {}
         worker = self.worker()
         for job in jobs:
@@ -120,12 +130,25 @@ class LocalBackend:
         return out
 
     def _pump(self) -> None:
-        """Reap finished workers and start queued ones while there is room."""
+        """Reap finished workers and start queued ones while there is room; the supervisor starts the rest."""
         for name, proc in list(self._procs.items()):
             if proc.poll() is not None:
                 del self._procs[name]
         while self._queue and len(self._procs) < self.parallel:
             self._start(self._queue.pop(0))
+        if self._queue and (self._supervisor is None or not self._supervisor.is_alive()):
+            self._supervisor = threading.Thread(target=self._supervise, name="local-jobs", daemon=True)
+            self._supervisor.start()
+
+    def _supervise(self) -> None:
+        """Start waiting jobs as running ones end, until none waits."""
+        while True:
+            time.sleep(PUMP_INTERVAL_S)
+            with self._lock:
+                self._pump()
+                if not self._queue:
+                    self._supervisor = None
+                    return
 
     def _start(self, name: str) -> None:
         jdir = self.work_dir / name
@@ -138,8 +161,9 @@ class LocalBackend:
         self._procs[name] = proc
 
     def poll(self, batch_ids: Mapping[str, str]) -> dict[str, JobStatus]:
-        self._pump()
-        return {job_id: self._status(job_id, batch_id) for job_id, batch_id in batch_ids.items()}
+        with self._lock:
+            self._pump()
+            return {job_id: self._status(job_id, batch_id) for job_id, batch_id in batch_ids.items()}
 
     def _status(self, job_id: str, batch_id: str) -> JobStatus:
         name = self._dir_of(batch_id)
@@ -163,7 +187,7 @@ class LocalBackend:
         if (jdir / MANIFEST_NAME).exists():
             self._queue.append(name)  # queued by an earlier instance that stopped before starting it
             self._pump()
-            return JobStatus(job_id, JobState.QUEUED, batch_id)
+            return self._status(job_id, batch_id)
         return JobStatus(job_id, JobState.VANISHED, batch_id, "no such local job")
 
     def find(self, job_ids: Sequence[str]) -> dict[str, str]:
@@ -176,11 +200,17 @@ class LocalBackend:
         return deliver_report(report, dest)
 
     def remove_pending(self, batch_ids: Mapping[str, str], reason: str) -> list[str]:
-        return remove_queued(self, batch_ids, reason)
+        """Exact: under the lock the supervisor takes, a job reported queued cannot start before it is removed."""
+        with self._lock:
+            return remove_queued(self, batch_ids, reason)
 
     def remove(self, job_id: str, batch_id: str, reason: str) -> None:
         """Queued: dropped. Running: SIGTERM (the worker stops, reports the rest not attempted), then
         SIGKILL after 10 s. Finished: its folder is deleted (call after the report was fetched)."""
+        with self._lock:
+            self._remove(batch_id)
+
+    def _remove(self, batch_id: str) -> None:
         name = self._dir_of(batch_id)
         jdir = self.work_dir / name
         if name in self._queue:
