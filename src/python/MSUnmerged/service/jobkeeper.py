@@ -18,10 +18,11 @@ from MSUnmerged.guards import PLAN_MODIFIED, GuardTripped, check_plan_lines, che
 from MSUnmerged.jobs.backend import BackendError, BatchBackend, JobState, JobStatus
 from MSUnmerged.jobs.router import backend_name
 from MSUnmerged.jobs.spec import CleanupJob, ProtectedBases, make_job
-from MSUnmerged.ledger import LIVE_JOB_STATES, Leases, Ledger
+from MSUnmerged.ledger import LIVE_JOB_STATES, Leases, Ledger, slices
 from MSUnmerged.ledger.states import BACKEND_JOB_STATES
 from MSUnmerged.lfn import PrefixSet
 from MSUnmerged.service.result import Hook
+from MSUnmerged.sitelimits import limits_for
 from MSUnmerged.sites import resolve_site
 from MSUnmerged.sources import Sources
 
@@ -56,10 +57,18 @@ class JobKeeper:
     # -- submission ----------------------------------------------------------------------------
 
     def submit_planned(self, rse: str, generation: float, protected: Sequence[str]) -> int:
-        """Submit the generation's planned jobs, `jobs.submit_batch` at a time: for each batch intent first,
-        then submit, then mark (see `reconcile`). Returns how many were submitted."""
-        return self._submit_batches(rse, self.ledger.jobs_in(rse, [JobState.PLANNED], generation), protected,
-                                    intent=True)
+        """Submit the generation's planned jobs of the released slices (ledger/slices.py), as many as the RSE's
+        `max_in_flight` leaves room for, `jobs.submit_batch` at a time: for each batch intent first, then submit,
+        then mark (see `reconcile`). Returns how many were submitted."""
+        entry = self.ledger.generation_entry(rse, generation)
+        ready = [doc for doc in self.ledger.jobs_in(rse, [JobState.PLANNED], generation)
+                 if slices.is_released(doc, entry)]
+        return self._submit_batches(rse, ready[:self.room(rse, len(ready))], protected, intent=True)
+
+    def room(self, rse: str, wanted: int) -> int:
+        """How many of `wanted` jobs the RSE may have submitted now: its `max_in_flight` less its live jobs."""
+        cap = limits_for(self.config, rse).max_in_flight
+        return wanted if not cap else max(0, min(wanted, cap - len(self.live(rse))))
 
     def reconcile(self, rse: str) -> None:
         """Jobs left in `submitting` by a crash: adopt the ones the batch system has, submit the rest."""

@@ -20,10 +20,11 @@ from MSUnmerged.config import Config
 from MSUnmerged.dumpreader import iter_chunks
 from MSUnmerged.guards import PLAN_MODIFIED, PLAN_OUTDATED, UNKNOWN_RSE, GuardTripped, check_counts
 from MSUnmerged.jobs.backend import BatchBackend, JobState
-from MSUnmerged.ledger import RETRIABLE, FileState, LeaseLost, Leases, Ledger, LedgerError, gen_key
+from MSUnmerged.ledger import RETRIABLE, FileState, LeaseLost, Leases, Ledger, LedgerError, ages, gen_key, slices
 from MSUnmerged.service.jobkeeper import JobKeeper
 from MSUnmerged.service.result import INTERNAL_ERROR, LEASE_LOST, Hook, RunAction, RunResult, failure_of
 from MSUnmerged.service.rses import InstanceRSEs, UnknownRSE
+from MSUnmerged.sitelimits import limits_for
 from MSUnmerged.sources import Sources
 from MSUnmerged.sources.errors import SourceError
 from MSUnmerged.statemachine import JOBS_RUNNING, Action, Decision, Progress, RSEState, decide
@@ -176,7 +177,7 @@ class Runner:
             # generations rotate out (workflows finish); an operator's list at apply never does.
             self.ledger.record_plan(plan_dir, plan, decision.generation, baseline_count=len(protection),
                                     sealed=sealed, max_lfn_length=self.config.planner.max_lfn_length,
-                                    scan_started=plan.scan_started)
+                                    scan_started=plan.scan_started, floor_depth=self.config.planner.dir_floor_depth)
             self.hook("recorded", rse)
         else:
             result.dropped_protected += self.ledger.drop_protected(rse, decision.generation, protection)
@@ -186,6 +187,7 @@ class Runner:
                 self.ledger.new_round(rse, decision.generation, 1 + self.config.jobs.retries,
                                       self.config.planner.files_per_job,
                                       redo_dry_run=not self.config.service.dry_run)
+        slices.release_next(self.ledger, rse, decision.generation)  # a throttled plan: this cycle's slice
         result.submitted = self.jobs.submit_planned(rse, decision.generation, protected)
         result.state = RSEState.RUNNING if result.submitted else RSEState.PLANNED
         self.ledger.set_rse_state(rse, result.state, detail=f"{result.submitted} jobs submitted",
@@ -194,6 +196,8 @@ class Runner:
             while time.monotonic() < deadline and self.jobs.live(rse):
                 time.sleep(0.2)
                 result.collected += self.jobs.poll(rse)
+                # More of the released jobs as the RSE's max_in_flight leaves room.
+                result.submitted += self.jobs.submit_planned(rse, decision.generation, protected)
             if not self.jobs.live(rse):  # every job collected: say where the RSE stands
                 settled = self._decide(rse, self.ledger.rse(rse), scan)
                 if settled.action is Action.FINISH:
@@ -250,9 +254,11 @@ class Runner:
     def _plan_dump(self, rse: str, scan: Any, protected: Sequence[str], baseline: Optional[int], out: Path,
                    progress: Optional[planner.ProgressFn] = None) -> planner.Plan:
         """Open the RSE's dump and plan it into `out` with the configuration in force."""
+        # A throttled RSE releases its oldest dataset directories first: when the ledger first saw each.
+        first_seen = ages.first_seen(self.ledger.db, rse) if limits_for(self.config, rse).max_files_per_cycle else None
         with self.sources.open_dump(rse) as dump:
             return planner.plan(rse, iter_chunks(dump), protected, self.config, out, stats=scan,
-                                previous_protected_count=baseline, progress=progress)
+                                previous_protected_count=baseline, progress=progress, ages=first_seen)
 
     def preview(self, rse: str, progress: Optional[planner.ProgressFn] = None) -> planner.Plan:
         """Plan the RSE now from the sources into <state_dir>/previews/<rse>.
@@ -325,15 +331,16 @@ class Runner:
             if entry and not same:
                 raise GuardTripped(PLAN_OUTDATED, f"generation {gen_key(generation)} is recorded already with "
                                                   f"another plan ({entry.get('plan_dir')})")
-            check_counts(plan.files_total, plan.files_to_delete, self.config.guards)
+            check_counts(plan.files_total, plan.files_to_delete, self.config.guards, max(plan.slice_sizes, default=None))
             protection, baseline = self.jobs.protection(rse, protected)
         except GuardTripped as guard:
             return self._guarded(rse, result, guard.reason, guard.detail)
         # An operator's list never lowers the baseline (the plan's own count is never used).
         self.ledger.record_plan(plan_dir, plan, generation, baseline_count=max(baseline or 0, len(protection)),
                                 sealed=sealed, max_lfn_length=self.config.planner.max_lfn_length,
-                                scan_started=plan.scan_started)
+                                scan_started=plan.scan_started, floor_depth=self.config.planner.dir_floor_depth)
         result.dropped_protected = self.ledger.drop_protected(rse, generation, protection)
+        slices.release_next(self.ledger, rse, generation)
         result.submitted = self.jobs.submit_planned(rse, generation, protected)
         result.state = RSEState.RUNNING if result.submitted else RSEState.PLANNED
         self.ledger.set_rse_state(rse, result.state, detail=f"applied {plan_dir}: {result.submitted} jobs, "

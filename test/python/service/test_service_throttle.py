@@ -1,0 +1,70 @@
+"""The throttle and the in-flight cap end to end: a real SecantusDB ledger, the real LocalBackend running the
+worker on a POSIX site. A backlog larger than the count guard drains over several cycles of one dump without
+a guard; no more than `max_in_flight` jobs of an RSE are ever in the batch system."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pymongo.database import Database
+
+from MSUnmerged.config import SiteConfig
+from MSUnmerged.ledger import Ledger
+from service_kit import files_left, write_sources
+from test_service_run import RSE, make_service
+
+pytestmark = pytest.mark.integration
+
+
+def most_at_once(spans: list[tuple[float, float]]) -> int:
+    """The most intervals [start, end) that overlap at one moment."""
+    return max((sum(1 for a, b in spans if a <= t < b) for t, _ in spans), default=0)
+
+
+def test_a_backlog_larger_than_the_guard_drains_over_several_cycles(tmp_path: Path, mongo_db: Database) -> None:
+    src = write_sources(tmp_path / "src", [RSE], files=1200)
+    svc = make_service(tmp_path, mongo_db, src)
+    svc.config.guards.max_delete_files = 300  # the dump holds ~1,000 deletable files: too many for one plan
+    svc.config.planner.max_files_per_cycle = 300
+    svc.config.planner.files_per_job = 100
+    all_files = set((src / "dumps" / f"{RSE}.txt").read_text().split())
+    shares, results = [], []
+    for _ in range(8):
+        result = svc.run_once(RSE, wait_s=60)
+        results.append(result)
+        if result.action == "finish":
+            break
+        c = svc.ledger.rse(RSE)["counters"]
+        shares.append((c["slice"], c["cycle_files"], c["to_delete"], c["slices"]))
+    assert [r.state for r in results if r.state == "guarded"] == [] and results[-1].state == "clean"
+    assert results[0].action == "new_generation" and {r.action for r in results[1:-1]} == {"resume"}
+    assert len({r.generation for r in results}) == 1  # one dump, several cycles
+    to_delete = shares[0][2]
+    assert to_delete > 300 and shares[0][3] >= 4
+    # One slice per cycle, in order, each at most 300 files, together the whole plan.
+    assert [s[0] for s in shares] == list(range(1, shares[0][3] + 1))
+    assert all(0 < s[1] <= 300 for s in shares) and sum(s[1] for s in shares) == to_delete
+    deleted = {d["lfn"] for d in Ledger(mongo_db).file_records(state="deleted")}
+    assert len(deleted) == to_delete and files_left(tmp_path / "storage" / RSE) == all_files - deleted
+    # Each cycle submitted only its own slice's jobs.
+    jobs = list(mongo_db.jobs.find({"rse": RSE}))
+    assert {j["slice"] for j in jobs} == set(range(1, shares[0][3] + 1))
+    cycle_of = {j["_id"]: j["slice"] for j in jobs}
+    starts = sorted((j["submitted_at"], cycle_of[j["_id"]]) for j in jobs)
+    assert [sl for _, sl in starts] == sorted(sl for _, sl in starts)
+
+
+def test_no_more_than_max_in_flight_jobs_at_once(tmp_path: Path, mongo_db: Database) -> None:
+    src = write_sources(tmp_path / "src", [RSE], files=1200)
+    svc = make_service(tmp_path, mongo_db, src)
+    svc.config.planner.files_per_job = 100
+    svc.config.jobs.local_parallel = 4
+    svc.backend.parallel = 4
+    svc.config.jobs.sites.setdefault(RSE, SiteConfig()).max_in_flight = 2
+    first = svc.run_once(RSE, wait_s=120)
+    assert first.action == "new_generation" and first.submitted >= 9  # topped up while waiting
+    jobs = list(mongo_db.jobs.find({"rse": RSE}))
+    assert {j["state"] for j in jobs} == {"finished"} and len(jobs) == first.submitted
+    # A job is in flight from its intent until it is collected.
+    assert most_at_once([(j["intent_at"], j["finished_at"]) for j in jobs]) <= 2
+    assert svc.run_once(RSE).state == "clean"
