@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from MSUnmerged.config import Config
+from MSUnmerged.config import Config, JobsConfig
 from MSUnmerged.lfn import normalise_base
 
 
@@ -44,6 +44,11 @@ def intersect(first: list[str], second: list[str]) -> list[str]:
     return sorted({p for p in a if under(p, b)} | {p for p in b if under(p, a)})
 
 
+def in_flight_cap(jobs: JobsConfig, rse: str) -> int:
+    """The RSE's `max_in_flight` (0: no limit): what the batch backends and the service both keep."""
+    return int(_own(jobs.for_rse(rse).max_in_flight, jobs.max_in_flight))
+
+
 def limits_for(config: Config, rse: str) -> RSELimits:
     """The RSE's limits: `jobs.sites.<rse>` where it sets them, else the service-wide settings."""
     site, j, p = config.jobs.for_rse(rse), config.jobs, config.planner
@@ -53,7 +58,7 @@ def limits_for(config: Config, rse: str) -> RSELimits:
         include = p.include or site.include or None
     return RSELimits(
         max_files_per_cycle=_own(site.max_files_per_cycle, p.max_files_per_cycle),
-        max_in_flight=_own(site.max_in_flight, j.max_in_flight),
+        max_in_flight=in_flight_cap(j, rse),
         max_ops_per_s=_own(site.max_ops_per_s, j.max_ops_per_s),
         look_before_delete=_own(site.look_before_delete, j.look_before_delete),
         remove_empty_dirs=site.remove_empty_dirs,

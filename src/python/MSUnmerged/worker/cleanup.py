@@ -10,10 +10,11 @@ import sys
 import time
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from . import credentials, deleters, paths, pfn, siteconf, storage
+from . import credentials, deleters, paths, pfn, siteconf, storage, sweep
 from .deleters import AUTH_FAILED, DELETED, DENIED, MISSING, REFUSED, Deleter, Result, Seen
 from .ids import MANIFEST_VERSION
-from .report import (ABOVE_FLOOR, INVALID_LFN, KEPT, MAPPING_DISAGREES, MODIFIED_SINCE_SCAN, NO_PFN,
+from .pace import Pacer
+from .report import (ABOVE_FLOOR, EXCLUDED, INVALID_LFN, KEPT, MAPPING_DISAGREES, MODIFIED_SINCE_SCAN, NO_PFN,
                      NOT_JOB_DIR, PFN_OUTSIDE_UNMERGED, PROTECTED, ReportWriter)
 
 # Exit codes (docs/jobs.md).
@@ -33,7 +34,9 @@ _NONE = type(None)
 _STEP_TYPES = {"lfns": list, "remove_dirs": list, "keep_dirs": list, "protected": list, "dry_run": bool,
                "file_timeout_s": (int, float), "retries": int, "backoff_s": (int, float),
                "max_consecutive_denied": int, "unmerged_pfn": (str, _NONE), "mapping_check": str,
-               "pfn_layout": str, "scan_started": (int, float, _NONE)}
+               "pfn_layout": str, "scan_started": (int, float, _NONE), "retry_dirs": list, "sweep_empty_dirs": bool,
+               "dir_floor_depth": int, "include": (list, _NONE), "exclude": list, "max_ops_per_s": (int, float),
+               "look_before_delete": bool}
 Refusal = Tuple[str, str]  # (report.REASONS code, error text)
 
 
@@ -91,6 +94,17 @@ class Job:
         self.pfn_layout = step.get("pfn_layout", "standard")
         started = step.get("scan_started")
         self.scan_started: Optional[float] = None if started is None else float(started)
+        # Directories an earlier plan of the RSE gave as removable and that are not removed yet: removed when
+        # empty, with every directory check but that they hold a file of this job.
+        self.retry_dirs: List[Any] = step.get("retry_dirs", [])
+        self.sweep = bool(step.get("sweep_empty_dirs", False))
+        self.floor = max(paths.MIN_DIR_DEPTH, int(step.get("dir_floor_depth", paths.MIN_DIR_DEPTH)))
+        include = step.get("include")
+        self.include: Optional[paths.PathSet] = None if include is None else paths.PathSet(
+            [x for x in include if isinstance(x, str)])
+        self.exclude = paths.PathSet([x for x in step.get("exclude", []) if isinstance(x, str)])
+        self.max_ops_per_s = max(0.0, float(step.get("max_ops_per_s", 0.0)))
+        self.look = bool(step.get("look_before_delete", True))
         if self.pfn_layout not in pfn.LAYOUTS:
             raise JobRefused("DeleteFiles.pfn_layout %r is not one of %s" % (self.pfn_layout, ", ".join(pfn.LAYOUTS)))
         if self.mapping_check != ("rucio" if self.unmerged_pfn is not None else "site_config_only"):
@@ -189,6 +203,7 @@ class Cleanup:
         self.duplicates = 0
         self.credential = credentials.NONE
         self.auth_refused = False  # the storage refused the credential: the job stopped
+        self.pacer = Pacer(job.max_ops_per_s)
 
     def info(self) -> Dict[str, Any]:
         return {"job_id": self.job.job_id, "rse": self.job.rse, "site": self.job.site, "dry_run": self.dry_run,
@@ -215,8 +230,10 @@ class Cleanup:
             return self._refuse_all(EXIT_CONFIG, str(exc))
         root = pfn.unmerged_root(lambda path: map_path(mapper, path)[0])
         deleter.root = root or ""
-        self.method = dict(method.describe(), deleter=deleter.name, unmerged_pfn=root, checks=deleter.checks(),
-                           pfn_layout=job.pfn_layout, mapping_check=job.mapping_check)
+        self.method = dict(method.describe(), deleter=deleter.name, unmerged_pfn=root,
+                           checks=deleter.checks() if self._looks(deleter) else "none",
+                           pfn_layout=job.pfn_layout, mapping_check=job.mapping_check,
+                           sweep=("on" if deleter.lists() else "unsupported") if job.sweep else "off")
         self.report.start(dict(self.info(), method=self.method))
         if job.unmerged_pfn is not None and (root is None or not pfn.same_place(root, job.unmerged_pfn)):
             return self._refuse_all(EXIT_CONFIG, "the site config's PFN of %s is %s, Rucio's is %s" % (
@@ -235,6 +252,8 @@ class Cleanup:
         try:
             self._delete(todo, deleter)
             self._rmdirs(mapper, deleter, [lfn for lfn, why in checked if why is None], bad_root)
+            if self.method["sweep"] == "on":
+                self._sweep(mapper, deleter, [lfn for lfn, why in checked if why is None], bad_root)
         finally:
             signal.signal(signal.SIGTERM, old)
         return self._finish()
@@ -251,6 +270,8 @@ class Cleanup:
             refusal = None if why is None else (INVALID_LFN, why)
             if refusal is None and protected.covers(lfn):
                 refusal = (PROTECTED, REFUSED_PROTECTED)
+            if refusal is None and self._excluded(lfn):
+                refusal = (EXCLUDED, "outside the RSE's path filters")
             if refusal is None and lfn in seen:
                 self.duplicates += 1  # one outcome per file: a repeated LFN gets no second line
                 continue
@@ -268,18 +289,26 @@ class Cleanup:
         why = bad_root or pfn.pfn_problem(got, path, deleter.root, self.job.pfn_layout)
         return got, None if why is None else (PFN_OUTSIDE_UNMERGED, why)
 
-    def _dir_problem(self, directory: Any, file_dirs: set, protected: paths.PathSet,
+    def _excluded(self, path: str) -> bool:
+        """Outside the RSE's path filters: under an excluded prefix, or (include set) under no included one."""
+        job = self.job
+        return job.exclude.covers(path) or job.include is not None and not job.include.covers(path)
+
+    def _dir_problem(self, directory: Any, file_dirs: Optional[set], protected: paths.PathSet,
                      keep: paths.PathSet) -> Optional[Refusal]:
+        """Why a directory must not be removed; `file_dirs` None: it need not hold a file of this job."""
         why = paths.problem(directory)
         if why is not None:
             return INVALID_LFN, why
-        if paths.depth(directory) < paths.MIN_DIR_DEPTH:
+        if paths.depth(directory) < self.job.floor:
             return ABOVE_FLOOR, "above the lowest removable level"
         if protected.at_or_above(directory) or keep.at_or_above(directory):
             return KEPT, "a directory that must be kept (a protected or kept path at or below it)"
         if protected.covers(directory):
             return PROTECTED, REFUSED_PROTECTED
-        if directory not in file_dirs:
+        if self.job.exclude.covers(directory) or self.job.exclude.at_or_above(directory):
+            return EXCLUDED, "an excluded path at, above or below it"
+        if file_dirs is not None and directory not in file_dirs:
             return NOT_JOB_DIR, "not a directory of this job's files"
         return None
 
@@ -293,11 +322,18 @@ class Cleanup:
 
     # -- deletion ---------------------------------------------------------------------------------
 
+    def _looks(self, deleter: Deleter) -> bool:
+        """Whether files are looked at before deletion: always on local storage (it is the walk that refuses
+        links), elsewhere unless the RSE turned the look off (docs/jobs.md)."""
+        return self.job.look or deleters.is_local(deleter.root)
+
     def _delete(self, todo: List[Tuple[str, str]], deleter: Deleter) -> None:
         """Each batch is inspected first (links, size, mtime); a dry run stops there."""
         job = self.job
         denied_run = 0
         start = 0
+        batch_size = self.pacer.batch(deleter.batch_size)
+        looks = self._looks(deleter)
         while start < len(todo):
             if self.stop.reason is None and time.time() > job.deadline:
                 self.stop.reason = "deadline passed during the job"
@@ -307,10 +343,12 @@ class Cleanup:
                 return
             # The first batch probes the storage; once it refuses, batches shrink so that the job stops
             # after exactly max_denied refusals in a row.
-            size = job.max_denied - denied_run if start == 0 or denied_run else deleter.batch_size
-            batch = todo[start:start + max(1, min(size, deleter.batch_size))]
+            size = job.max_denied - denied_run if start == 0 or denied_run else batch_size
+            batch = todo[start:start + max(1, min(size, batch_size))]
             start += len(batch)
-            seen = deleter.inspect([p for _, p in batch])
+            if looks and deleter.checks() != "none":
+                self.pacer.take(len(batch))
+            seen = deleter.inspect([p for _, p in batch]) if looks else [Seen()] * len(batch)
             final: List[Optional[Tuple[Result, int]]] = []
             go = []
             for i, look in enumerate(seen):
@@ -343,6 +381,7 @@ class Cleanup:
         attempt = 0
         while pending:
             attempt += 1
+            self.pacer.take(len(pending))
             results = deleter.unlink([batch[i][1] for i in pending])
             retry = []
             for i, result in zip(pending, results):
@@ -366,13 +405,20 @@ class Cleanup:
         for lfn in lfns:
             file_dirs.update(paths.ancestors(lfn))
         valid = []
-        for directory in job.remove_dirs:
-            refusal = self._dir_problem(directory, file_dirs, protected, keep)
+        given = [(d, file_dirs) for d in job.remove_dirs]
+        given += [(d, None) for d in job.retry_dirs if d not in job.remove_dirs]
+        for directory, must_hold in given:
+            refusal = self._dir_problem(directory, must_hold, protected, keep)
             if refusal is not None:
                 self.report.directory(str(directory), None, REFUSED, refusal[1], refusal[0])
             else:
                 valid.append(directory)
-        # Leaf first, whatever order the manifest used.
+        self._remove_dirs(mapper, deleter, valid, bad_root)
+
+    def _remove_dirs(self, mapper: storage.Mapper, deleter: Deleter, valid: List[str],
+                     bad_root: Optional[str]) -> None:
+        """rmdir of checked directories, leaf first (whatever order they came in), each reported."""
+        job = self.job
         for directory in sorted(set(valid), key=lambda d: (-paths.depth(d), d)):
             got, refusal = self._place(mapper, deleter, directory, bad_root)
             stopped = self.stop.reason is not None and not self.dry_run
@@ -388,6 +434,7 @@ class Cleanup:
             elif not deleter.can_rmdir:
                 self.report.directory(directory, got, "not_attempted", "%s has no non-recursive rmdir" % deleter.name)
             else:
+                self.pacer.take(1)
                 result = deleter.rmdir(got)  # type: ignore[arg-type]
                 for attempt in range(job.retries):
                     if not result.transient:
@@ -396,6 +443,35 @@ class Cleanup:
                     result = deleter.rmdir(got)  # type: ignore[arg-type]
                 self.report.directory(directory, got, result.outcome, result.error, result.reason)
 
+    def _sweep(self, mapper: storage.Mapper, deleter: Deleter, lfns: List[str], bad_root: Optional[str]) -> None:
+        """Remove old empty directories below the dataset directories of the job's files (worker/sweep.py)."""
+        job = self.job
+        protected, keep = paths.PathSet(job.protected), paths.PathSet(job.keep_dirs)
+        started = job.scan_started
+        tops = sorted({d for lfn in lfns for d in paths.ancestors(lfn) if paths.depth(d) == job.floor})
+        if started is None or self.stop.reason is not None:
+            return  # the age of a directory cannot be judged, or the job stops
+
+        def listing(directory: str) -> sweep.Listing:
+            got, refusal = self._place(mapper, deleter, directory, bad_root)
+            if refusal is not None:
+                return None, None  # a directory the job may not act on is not looked into
+            self.pacer.take(1)
+            return deleter.list_dir(got)  # type: ignore[arg-type]
+
+        def descend(directory: str) -> bool:
+            return not (protected.covers(directory) or job.exclude.covers(directory))
+
+        def eligible(directory: str, mtime: float) -> bool:
+            return (mtime + deleter.mtime_step <= started  # type: ignore[operator]
+                    and self._dir_problem(directory, None, protected, keep) is None
+                    and (job.include is None or job.include.covers(directory)))
+
+        def failed(directory: str, error: Result) -> None:
+            self.report.directory(directory, None, error.outcome, error.error, error.reason)
+        found = [d for top in tops if descend(top) for d in sweep.empty_below(top, listing, descend, eligible, failed)]
+        self._remove_dirs(mapper, deleter, found, bad_root)
+
     # -- endings ----------------------------------------------------------------------------------
 
     def _refuse_all(self, code: int, why: str, outcome: str = "not_attempted", reason: Optional[str] = None) -> int:
@@ -403,7 +479,7 @@ class Cleanup:
         self.errors.append(why)
         for lfn in self.job.lfns:
             self.report.file(str(lfn), None, outcome, why, 0, reason)
-        for directory in self.job.remove_dirs:
+        for directory in self.job.remove_dirs + self.job.retry_dirs:
             self.report.directory(str(directory), None, outcome, why, reason)
         return self._finish(code)
 

@@ -154,6 +154,19 @@ class Deleter:
     def rmdir(self, pfn: str) -> Result:
         raise NotImplementedError
 
+    def lists(self) -> bool:
+        """Whether `list_dir` can list a directory without following links (the sweep of empty directories)."""
+        return False
+
+    def list_dir(self, pfn: str) -> "tuple[Optional[List[localfs.Child]], Optional[Result]]":
+        """(entries, None) of a directory without following a link, or (None, why not)."""
+        raise NotImplementedError
+
+
+def is_local(pfn: str) -> bool:
+    """A PFN of a locally mounted file system (a path or file://)."""
+    return _local_path(pfn) is not None
+
 
 def _local_path(pfn: str) -> Optional[str]:
     if pfn.startswith("file://"):
@@ -248,6 +261,16 @@ class PosixDeleter(Deleter):
 
     def rmdir(self, pfn: str) -> Result:
         return watched_map(lambda p: self._act(localfs.rmdir, p, Result(REMOVED), True), [pfn], self.timeout)[0]
+
+    def lists(self) -> bool:
+        return is_local(self.root)
+
+    def list_dir(self, pfn: str) -> "tuple[Optional[List[localfs.Child]], Optional[Result]]":
+        def one(p: str) -> "tuple[Optional[List[localfs.Child]], Optional[Result]]":
+            found: List[List[localfs.Child]] = []
+            got = self._act(lambda root, below: found.append(localfs.children(root, below)), p, OK, True)
+            return (found[0], None) if found else (None, got)
+        return watched_map(one, [pfn], self.timeout, lambda r: (None, r))[0]  # type: ignore[arg-type,return-value]
 
 
 def _run(argv: List[str], env: Mapping[str, str], timeout: float,
