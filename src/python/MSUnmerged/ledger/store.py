@@ -30,7 +30,7 @@ from pymongo.database import Database
 from MSUnmerged.config import PlannerConfig
 from MSUnmerged.guards import check_plan_lines, split_lines
 from MSUnmerged.jobs.backend import JobState
-from MSUnmerged.ledger import ages, fences, history, records, slices
+from MSUnmerged.ledger import ages, fences, history, pending_dirs, records, slices
 from MSUnmerged.ledger import buckets as bk
 from MSUnmerged.ledger.retry import LedgerError, with_retry
 from MSUnmerged.ledger.states import (BACKEND_JOB_STATES, DIR_RANK, LIVE_JOB_STATES, NOT_DELETED, OUTCOME_STATES,
@@ -164,6 +164,7 @@ class Ledger:
             self.jobs.create_index([("state", ASCENDING)])
             self.cycles.create_index([("started", DESCENDING)])
             self.db[ages.COLLECTION].create_index([("rse", ASCENDING)])
+            self.db[pending_dirs.COLLECTION].create_index([("rse", ASCENDING), ("tries", ASCENDING)])
             bucket_indexes()
         with_retry(make, "create indexes")
 

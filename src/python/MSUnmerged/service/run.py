@@ -20,7 +20,8 @@ from MSUnmerged.config import Config
 from MSUnmerged.dumpreader import iter_chunks
 from MSUnmerged.guards import PLAN_MODIFIED, PLAN_OUTDATED, UNKNOWN_RSE, GuardTripped, check_counts
 from MSUnmerged.jobs.backend import BatchBackend, JobState
-from MSUnmerged.ledger import RETRIABLE, FileState, LeaseLost, Leases, Ledger, LedgerError, ages, gen_key, slices
+from MSUnmerged.ledger import (RETRIABLE, FileState, LeaseLost, Leases, Ledger, LedgerError, ages, gen_key,
+                                pending_dirs, slices)
 from MSUnmerged.service.jobkeeper import JobKeeper
 from MSUnmerged.service.result import INTERNAL_ERROR, LEASE_LOST, Hook, RunAction, RunResult, failure_of
 from MSUnmerged.service.rses import InstanceRSEs, UnknownRSE
@@ -160,7 +161,7 @@ class Runner:
             return result
         assert decision.generation is not None
         if decision.action is Action.FINISH:
-            return self._finish(rse, result, decision)
+            return self._retry_dirs(rse, self._finish(rse, result, decision))
 
         protected = self.sources.protected()
         try:
@@ -168,6 +169,8 @@ class Runner:
         except GuardTripped as guard:
             return self._guarded(rse, result, guard.reason, guard.detail)
         if decision.action is Action.NEW_GENERATION:
+            if doc.get("generation") is not None:  # its directories not removed are retried from now on
+                pending_dirs.remember(self.ledger, rse, doc["generation"])
             plan_dir = self.config.state_dir / "plans" / rse / gen_key(decision.generation)
             plan, sealed = self._plan(rse, scan, protected, plan_dir, decision.generation, doc, baseline)
             self.hook("planned", rse)
@@ -187,6 +190,7 @@ class Runner:
                 self.ledger.new_round(rse, decision.generation, 1 + self.config.jobs.retries,
                                       self.config.planner.files_per_job,
                                       redo_dry_run=not self.config.service.dry_run)
+        self.jobs.plan_directory_jobs(rse, decision.generation, protection)
         slices.release_next(self.ledger, rse, decision.generation)  # a throttled plan: this cycle's slice
         result.submitted = self.jobs.submit_planned(rse, decision.generation, protected)
         result.state = RSEState.RUNNING if result.submitted else RSEState.PLANNED
@@ -217,6 +221,24 @@ class Runner:
         self.ledger.set_rse_state(rse, decision.state, decision.reason, decision.detail, finished=time.time())
         self.ledger.refresh_counters(rse)
         result.state, result.reason, result.detail = decision.state, decision.reason, decision.detail
+        return result
+
+    def _retry_dirs(self, rse: str, result: RunResult) -> RunResult:
+        """The dump's work is over: its directories not removed are remembered, and directory jobs go out for
+        those of any generation still to remove (ledger/pending_dirs.py). The RSE keeps its final state; a
+        protected list that cannot be had or trusted now only postpones them to a later cycle."""
+        assert result.generation is not None
+        pending_dirs.remember(self.ledger, rse, result.generation)
+        if not pending_dirs.due(self.ledger, rse, 1 + self.config.jobs.retries):
+            return result
+        try:
+            protected = self.sources.protected()
+            protection, _ = self.jobs.protection(rse, protected)
+        except (SourceError, GuardTripped) as exc:
+            log.warning("%s: directories still to remove wait for a later cycle: %s", rse, exc)
+            return result
+        if self.jobs.plan_directory_jobs(rse, result.generation, protection):
+            result.submitted = self.jobs.submit_planned(rse, result.generation, protected)
         return result
 
     def _guarded(self, rse: str, result: RunResult, reason: str, detail: str) -> RunResult:
