@@ -3,6 +3,8 @@ worker on a POSIX site. A backlog larger than the count guard drains over severa
 a guard; no more than `max_in_flight` jobs of an RSE are ever in the batch system."""
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ from pymongo.database import Database
 
 from MSUnmerged.config import SiteConfig
 from MSUnmerged.ledger import Ledger
+from MSUnmerged.service.drain import Drainer
 from service_kit import files_left, write_sources
 from test_service_run import RSE, make_service
 
@@ -66,5 +69,42 @@ def test_no_more_than_max_in_flight_jobs_at_once(tmp_path: Path, mongo_db: Datab
     jobs = list(mongo_db.jobs.find({"rse": RSE}))
     assert {j["state"] for j in jobs} == {"finished"} and len(jobs) == first.submitted
     # A job is in flight from its intent until it is collected.
+    assert most_at_once([(j["intent_at"], j["finished_at"]) for j in jobs]) <= 2
+    assert svc.run_once(RSE).state == "clean"
+
+
+def test_between_cycles_the_drainer_collects_and_tops_up(tmp_path: Path, mongo_db: Database) -> None:
+    """One cycle submits as many jobs as the cap allows; without another cycle the drainer collects them and
+    submits the rest under the same cap; an RSE a cycle holds, or a protected list it cannot trust, submits
+    nothing."""
+    src = write_sources(tmp_path / "src", [RSE], files=1200)
+    svc = make_service(tmp_path, mongo_db, src)
+    svc.config.planner.files_per_job = 200
+    svc.config.jobs.sites.setdefault(RSE, SiteConfig()).max_in_flight = 2
+    first = svc.run_once(RSE)
+    planned = mongo_db.jobs.count_documents({"rse": RSE})
+    assert first.submitted == 2 and planned >= 5
+    drainer = Drainer(svc.config, svc.ledger, svc.sources, svc.backend, "test-1", lambda: [RSE])
+    try:
+        assert svc.leases.acquire(RSE)  # a cycle works on the RSE: left alone
+        assert drainer.once() == {}
+        svc.leases.release(RSE)
+        prot = json.loads((src / "protected.json").read_text())
+        (src / "protected.json").write_text(json.dumps({"result": []}))  # WMStats restarting: not to be trusted
+        deadline = time.monotonic() + 60
+        while mongo_db.jobs.count_documents({"rse": RSE, "state": "queued"}) + \
+                mongo_db.jobs.count_documents({"rse": RSE, "state": "running"}):
+            assert time.monotonic() < deadline
+            drainer.once()
+            time.sleep(0.2)
+        assert mongo_db.jobs.count_documents({"rse": RSE, "state": "planned"}) == planned - 2  # guard: none more
+        (src / "protected.json").write_text(json.dumps(prot))
+        while mongo_db.jobs.count_documents({"rse": RSE, "state": {"$ne": "finished"}}):
+            assert time.monotonic() < deadline + 120
+            drainer.once()
+            time.sleep(0.2)
+    finally:
+        drainer.stop()
+    jobs = list(mongo_db.jobs.find({"rse": RSE}))
     assert most_at_once([(j["intent_at"], j["finished_at"]) for j in jobs]) <= 2
     assert svc.run_once(RSE).state == "clean"

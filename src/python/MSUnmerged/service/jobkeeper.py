@@ -61,10 +61,14 @@ class JobKeeper:
         """Submit the generation's planned jobs of the released slices (ledger/slices.py), as many as the RSE's
         `max_in_flight` leaves room for, `jobs.submit_batch` at a time: for each batch intent first, then submit,
         then mark (see `reconcile`). Returns how many were submitted."""
+        return self._submit_batches(rse, self.ready(rse, generation), protected, intent=True)
+
+    def ready(self, rse: str, generation: float) -> list[dict[str, Any]]:
+        """The generation's planned jobs that may be submitted now: of released slices, within max_in_flight."""
         entry = self.ledger.generation_entry(rse, generation)
-        ready = [doc for doc in self.ledger.jobs_in(rse, [JobState.PLANNED], generation)
-                 if slices.is_released(doc, entry)]
-        return self._submit_batches(rse, ready[:self.room(rse, len(ready))], protected, intent=True)
+        released = [doc for doc in self.ledger.jobs_in(rse, [JobState.PLANNED], generation)
+                    if slices.is_released(doc, entry)]
+        return released[:self.room(rse, len(released))]
 
     def plan_directory_jobs(self, rse: str, generation: float, protection: PrefixSet) -> list[str]:
         """Directory jobs for the RSE's directories still to remove from earlier plans (ledger/pending_dirs.py);
