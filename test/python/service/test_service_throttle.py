@@ -108,3 +108,27 @@ def test_between_cycles_the_drainer_collects_and_tops_up(tmp_path: Path, mongo_d
     jobs = list(mongo_db.jobs.find({"rse": RSE}))
     assert most_at_once([(j["intent_at"], j["finished_at"]) for j in jobs]) <= 2
     assert svc.run_once(RSE).state == "clean"
+
+
+def test_a_per_site_exclusion_is_honoured(tmp_path: Path, mongo_db: Database) -> None:
+    """jobs.sites.<RSE>.exclude: its files are never planned, their jobs' manifests carry it for the worker's
+    own check, the plan summary shows it, and the files stay at the site."""
+    src = write_sources(tmp_path / "src", [RSE], files=300)
+    svc = make_service(tmp_path, mongo_db, src)
+    lines = (src / "dumps" / f"{RSE}.txt").read_text().split()
+    wmagent_logs = lines[3].rsplit("/", 3)[0]  # one dataset directory, e.g. where a site keeps job logs
+    svc.config.jobs.sites.setdefault(RSE, SiteConfig()).exclude = [wmagent_logs]
+    result = svc.run_once(RSE)
+    assert result.action == "new_generation"
+    manifests = list((tmp_path / "batch").rglob("manifest.json"))  # before collection removes the job folders
+    assert manifests and all(wmagent_logs in json.loads(m.read_text())["task"]["steps"][0]["exclude"]
+                             for m in manifests)
+    assert svc.run_once(RSE, wait_s=60).action in ("poll", "finish")
+    under = [x for x in lines if x.startswith(wmagent_logs + "/")]
+    storage = tmp_path / "storage" / RSE
+    assert under and all((storage / x.lstrip("/")).exists() for x in under)
+    assert not [r for r in Ledger(mongo_db).file_records(RSE) if r["lfn"].startswith(wmagent_logs + "/")]
+    entry = svc.ledger.generation_entry(RSE, result.generation)
+    assert entry["excluded"] == len(under)
+    summary = json.loads((Path(entry["plan_dir"]) / "summary.json").read_text())
+    assert wmagent_logs in summary["filters"]["exclude"]
