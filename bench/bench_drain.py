@@ -37,7 +37,7 @@ from MSUnmerged.sources.offline import OfflineSources  # noqa: E402
 from MSUnmerged.wiring import build_service  # noqa: E402
 
 RSE = "T2_XX_Backlog"
-FILES_PER_DIR, DIRS_PER_DATASET, PROTECTED_DATASETS = 100, 10, 5
+FILES_PER_DIR, DIRS_PER_DATASET, PROTECTED_DATASETS = 100, 10, 5  # at most 5 of them, and 1 in 20 of all
 
 
 def make_inputs(data: Path, files: int) -> Path:
@@ -54,8 +54,8 @@ def make_inputs(data: Path, files: int) -> Path:
             out.write(f"/store/unmerged/Run2024{'ABCDEFG'[d % 7]}/Prim{d:05d}/AODSIM/Proc{d:05d}-v1/"
                       f"{r:05d}/f{i:07d}.root\n")
     protected = [f"/store/unmerged/Run2024{'ABCDEFG'[d % 7]}/Prim{d:05d}/AODSIM/Proc{d:05d}-v1"
-                 for d in range(min(PROTECTED_DATASETS, files // per_dataset))]
-    (src / "protected.json").write_text(json.dumps({"result": protected or ["/store/unmerged/none"]}))
+                 for d in range(max(1, min(PROTECTED_DATASETS, files // per_dataset // 20)))]
+    (src / "protected.json").write_text(json.dumps({"result": protected}))
     (src / "rses.json").write_text(json.dumps([RSE]))
     (src / "stats.json").write_text(json.dumps(sample.stats_for(RSE, files, time.time() - 60)))
     return src
