@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -85,6 +86,11 @@ def most_at_once(spans: list[tuple[float, float]]) -> int:
     return most
 
 
+def worker_seconds(reports: Path) -> list[float]:
+    """Each collected job's own run time, from its report's summary line."""
+    return [json.loads(p.read_text().splitlines()[-1])["summary"]["seconds"] for p in reports.rglob("*.jsonl")]
+
+
 def drain(src: Path, work: Path, cap: int, per_cycle: int, top_up: float) -> dict[str, Any]:
     """One full drain at `cap`; the storage folder is filled first (not timed)."""
     shutil.rmtree(work, ignore_errors=True)
@@ -113,9 +119,13 @@ def drain(src: Path, work: Path, cap: int, per_cycle: int, top_up: float) -> dic
         row["drain_s"] = round(time.perf_counter() - start, 1)
         doc = service.ledger.rse(RSE)
         jobs = list(service.ledger.jobs.find({"rse": RSE}))
+        spans = [(j["intent_at"], j["finished_at"]) for j in jobs if "intent_at" in j]
         row.update(cycles=cycles, guarded=guarded, state=doc.get("state"), slices=doc["counters"].get("slices"),
                    deleted=doc["counters"].get("deleted"), to_delete=doc["counters"].get("to_delete"), jobs=len(jobs),
-                   most_in_flight=most_at_once([(j["intent_at"], j["finished_at"]) for j in jobs if "intent_at" in j]))
+                   most_in_flight=most_at_once(spans),
+                   # Where a job's time goes: the worker's own run (its report), and intent to collection.
+                   worker_median_s=round(statistics.median(worker_seconds(work / "state" / "reports")), 2),
+                   in_flight_median_s=round(statistics.median(b - a for a, b in spans), 2))
     left = sum(len(files) for _, _, files in os.walk(storage / "store"))
     row.update(files_left=left, files_per_s=round((row["deleted"] or 0) / row["drain_s"]),
                load_after=round(os.getloadavg()[0], 2))
@@ -142,13 +152,14 @@ def raw_unlink(src: Path, work: Path) -> dict[str, Any]:
 def summary(files: int, base: dict[str, Any], rows: list[dict[str, Any]], interval_s: float) -> str:
     out = [f"{files:,} files; baseline os.unlink loop: {base['s']} s ({base['files_per_s']:,} files/s)\n",
            "| cap (jobs in flight) | files per cycle | slices | cycles | first cycle | drain | files/s | "
-           "x unlink loop | most in flight | guarded | files left | at interval_s " + f"{interval_s:.0f} | load |",
-           "|" + "---|" * 13]
+           "x unlink loop | most in flight | guarded | files left | job: worker / in flight (median) | at interval_s "
+           + f"{interval_s:.0f} | load |", "|" + "---|" * 14]
     for r in rows:
         calendar = max(r["drain_s"], (r["slices"] or 1) * interval_s)
         out.append(f"| {r['cap']} | {r['per_cycle']:,} | {r['slices']} | {r['cycles']} | {r['first_cycle_s']} s | "
                    f"{r['drain_s']} s | {r['files_per_s']:,} | {r['drain_s'] / base['s']:.1f} | {r['most_in_flight']} | "
-                   f"{r['guarded']} | {r['files_left']:,} | {calendar / 3600:.1f} h | {r['load_before']}-{r['load_after']} |")
+                   f"{r['guarded']} | {r['files_left']:,} | {r['worker_median_s']} / {r['in_flight_median_s']} s | "
+                   f"{calendar / 3600:.1f} h | {r['load_before']}-{r['load_after']} |")
     if len(rows) > 1:
         out.append(f"\ncap {rows[-1]['cap']} against cap {rows[0]['cap']}: "
                    f"{rows[0]['drain_s'] / rows[-1]['drain_s']:.2f}x as fast")

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from MSUnmerged.config import Config, SiteConfig
+from MSUnmerged.guards import GuardTripped
+from MSUnmerged.ledger import slices
 from planner_kit import each_engine, permissive, planned_lfns, run_plan, summary
 
 pytestmark = pytest.mark.usefixtures(each_engine.__name__)
@@ -144,3 +146,17 @@ def test_disjoint_includes_plan_nothing(tmp_path: Path) -> None:
     plan = run_plan(tmp_path, dump(datasets=2, runs=1, files=2), ["/store/unmerged/none"], config)
     assert plan.files_to_delete == 0 and plan.files_excluded == 4
     assert summary(tmp_path)["filters"]["include"] == []
+
+
+def test_slices_that_do_not_fit_the_jobs_are_refused(tmp_path: Path) -> None:
+    """What apply checks before the count guard judges the largest slice."""
+    plan = run_plan(tmp_path, dump(), ["/store/unmerged/none"], throttled(50))
+    slices.check(plan.job_sizes, plan.job_slices, plan.slice_sizes)
+    slices.check([5, 5], [], [])  # not throttled
+    for job_slices, slice_sizes in ((plan.job_slices, [sum(plan.slice_sizes)]),  # one slice claimed for all
+                                    ([1] * len(plan.job_sizes), plan.slice_sizes),
+                                    (list(reversed(plan.job_slices)), plan.slice_sizes),
+                                    (plan.job_slices[:-1], plan.slice_sizes)):
+        with pytest.raises(GuardTripped) as refused:
+            slices.check(plan.job_sizes, job_slices, slice_sizes)
+        assert refused.value.reason == "plan_modified"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,35 @@ def test_a_per_site_exclusion_is_honoured(tmp_path: Path, mongo_db: Database) ->
     assert entry["excluded"] == len(under)
     summary = json.loads((Path(entry["plan_dir"]) / "summary.json").read_text())
     assert wmagent_logs in summary["filters"]["exclude"]
+
+
+def test_after_a_dry_run_the_real_deletions_stay_throttled(tmp_path: Path, mongo_db: Database) -> None:
+    """A throttled RSE worked in dry run, then for real: the files the dry run left go out N a cycle, never
+    the whole plan at once, each counted as its own first real try."""
+    src = write_sources(tmp_path / "src", [RSE], files=1200)
+    svc = make_service(tmp_path, mongo_db, src)
+    svc.config.service.dry_run = True
+    svc.config.guards.max_delete_files = 300
+    svc.config.planner.max_files_per_cycle = 300
+    svc.config.planner.files_per_job = 100
+    for _ in range(8):
+        if svc.run_once(RSE, wait_s=60).state == "dry_run_done":
+            break
+    to_delete = svc.ledger.rse(RSE)["counters"]["would_delete"]
+    assert to_delete > 300 and not Ledger(mongo_db).file_records(state="deleted")
+    svc.config.service.dry_run = False
+    rounds = []
+    for _ in range(10):
+        result = svc.run_once(RSE, wait_s=60)
+        if result.action == "finish":
+            break
+        assert result.action == "resume" and result.state != "guarded"
+        rounds.append(result.submitted)
+    assert result.state == "clean" and len(rounds) >= 4
+    real = [j for j in mongo_db.jobs.find({"rse": RSE}) if j["round"] > 1]
+    per_round = Counter()
+    for job in real:
+        per_round[job["round"]] += job["files"]
+    assert max(per_round.values()) <= 300 and sum(per_round.values()) == to_delete
+    deleted = Ledger(mongo_db).file_records(state="deleted")
+    assert len(deleted) == to_delete and {d["attempts"] for d in deleted} == {2}

@@ -3,13 +3,31 @@ has been submitted (throttle.py cuts them; `record_plan` keeps each job's `slice
 `slice_sizes`; `released` on the generation entry counts the slices released so far)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from MSUnmerged.guards import PLAN_MODIFIED, GuardTripped
 from MSUnmerged.jobs.backend import JobState
 from MSUnmerged.ledger.retry import with_retry
 
 if TYPE_CHECKING:  # the store reads the counters from here
     from MSUnmerged.ledger.store import Ledger
+
+
+def check(job_sizes: Sequence[int], job_slices: Sequence[int], slice_sizes: Sequence[int]) -> None:
+    """A plan's slices fit its jobs: one slice per job, numbered 1, 2, ... in job order, and each slice's size the
+    sum of its jobs' (the count guard judges the largest); GuardTripped plan_modified otherwise."""
+    if not job_slices and not slice_sizes:
+        return
+    sums = [0] * len(slice_sizes)
+    ordered = len(job_slices) == len(job_sizes) and list(job_slices) == sorted(job_slices)
+    for sl, size in zip(job_slices, job_sizes):
+        if not ordered or not 1 <= sl <= len(sums):
+            raise GuardTripped(PLAN_MODIFIED, f"the plan's job slices {list(job_slices)[:20]} do not fit its "
+                                              f"{len(job_sizes)} jobs and {len(slice_sizes)} slices")
+        sums[sl - 1] += size
+    if sums != list(slice_sizes) or 0 in sums:
+        raise GuardTripped(PLAN_MODIFIED, f"the plan's slice sizes {list(slice_sizes)[:20]} are not the sums of "
+                                          f"their jobs' files {sums[:20]}")
 
 
 def released(entry: Mapping[str, Any]) -> int:

@@ -575,9 +575,11 @@ class Ledger:
         return n
 
     def new_round(self, rse: str, generation: float, max_attempts: int, files_per_job: int,
-                  redo_dry_run: bool = False) -> list[str]:
+                  redo_dry_run: bool = False, limit: Optional[int] = None) -> list[str]:
         """Put retriable files (failed, unknown, fewer than `max_attempts` tries), and with `redo_dry_run` the
-        files a dry run left (would_delete), into new planned jobs."""
+        files a dry run left (would_delete), into new planned jobs. A throttled generation's round takes at most
+        `limit` of them (in path order; the rest wait for the next rounds), and each file's attempts then count
+        its own tries (one more than before; a would_delete entry's first real try is its second look)."""
         # A crash between creating a job and assigning its files leaves an empty planned job: drop it.
         for job in self.jobs_in(rse, [JobState.PLANNED], generation):
             if not self._has_files(job["_id"]):
@@ -594,7 +596,7 @@ class Ledger:
                 {"rse": rse, "gen": generation, "states": wd.value}, bk.CODES[wd])}
         ids = sorted([d["_id"] for q in queries
                       for d in with_retry(lambda: list(self.files.find(q, {"_id": 1})), "files for a new round")]
-                     + list(entries))
+                     + list(entries))[:limit]
         states = [*RETRIABLE, FileState.WOULD_DELETE] if redo_dry_run else list(RETRIABLE)
         created = []
         for n, start in enumerate(range(0, len(ids), files_per_job), 1):
@@ -604,9 +606,13 @@ class Ledger:
                 "_id": jid, "rse": rse, "gen": generation, "round": round_, "n": n, "state": JobState.PLANNED,
                 "files": len(chunk), "created": time.time(), "span": span(chunk[0], chunk[-1])}])
             assign = {"state": FileState.PLANNED, "job": jid, "attempts": round_}
+            rows = {"$set": {**assign, "t": time.time()}}
+            if limit is not None:  # rounds no longer take every file: attempts count each file's own tries
+                del rows["$set"]["attempts"]
+                rows["$inc"], assign = {"attempts": 1}, {**assign, "attempts": 2}
             with_retry(lambda: self.files.update_many(
-                {"_id": {"$in": [i for i in chunk if i not in entries]}, "state": {"$in": states}},
-                {"$set": {**assign, "t": time.time()}}), "assign retry")
+                {"_id": {"$in": [i for i in chunk if i not in entries]}, "state": {"$in": states}}, rows),
+                "assign retry")
             self._move_to_rows([(entries[i], assign) for i in chunk if i in entries], {"state": {"$in": states}})
             created.append(jid)
         return created

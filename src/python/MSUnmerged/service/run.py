@@ -187,9 +187,11 @@ class Runner:
             # Jobs a crash left planned between two submission batches go out before a new round starts, so
             # that a file's round (its attempts) counts its tries.
             if not self.ledger.jobs_in(rse, [JobState.PLANNED], decision.generation):
+                # A throttled RSE also retries, and deletes what a dry run left, N files a cycle at most.
                 self.ledger.new_round(rse, decision.generation, 1 + self.config.jobs.retries,
                                       self.config.planner.files_per_job,
-                                      redo_dry_run=not self.config.service.dry_run)
+                                      redo_dry_run=not self.config.service.dry_run,
+                                      limit=limits_for(self.config, rse).max_files_per_cycle or None)
         self.jobs.plan_directory_jobs(rse, decision.generation, protection)
         slices.release_next(self.ledger, rse, decision.generation)  # a throttled plan: this cycle's slice
         result.submitted = self.jobs.submit_planned(rse, decision.generation, protected)
@@ -353,6 +355,7 @@ class Runner:
             if entry and not same:
                 raise GuardTripped(PLAN_OUTDATED, f"generation {gen_key(generation)} is recorded already with "
                                                   f"another plan ({entry.get('plan_dir')})")
+            slices.check(plan.job_sizes, plan.job_slices, plan.slice_sizes)  # the count guard judges the largest
             check_counts(plan.files_total, plan.files_to_delete, self.config.guards, max(plan.slice_sizes, default=None))
             protection, baseline = self.jobs.protection(rse, protected)
         except GuardTripped as guard:
