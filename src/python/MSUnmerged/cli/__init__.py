@@ -16,6 +16,7 @@ from MSUnmerged import __version__
 from MSUnmerged.config import LOG_LEVELS, ConfigError, load_config
 from MSUnmerged.embedded_mongo import EmbeddedMongoError
 from MSUnmerged.ledger.connect import DatabaseUnreachable, first_error
+from MSUnmerged.redact import redact, redact_logs
 from MSUnmerged.sources.errors import AUTHENTICATION, SourceError
 
 log = logging.getLogger("MSUnmerged.cli")
@@ -83,6 +84,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         config = load_config(args.config)
         logging.basicConfig(level=args.log_level or config.service.log_level.upper(), force=True,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+        for handler in logging.getLogger().handlers:
+            redact_logs(handler)
         with terminate_as_interrupt():
             return int(args.run(args, config))
     except (BadInput, ConfigError) as exc:
@@ -120,7 +123,7 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 
 def fail(name: str, message: str, code: int) -> int:
-    print(f"{name}: {message}", file=sys.stderr)
+    print(f"{name}: {redact(message)}", file=sys.stderr)
     return code
 
 
