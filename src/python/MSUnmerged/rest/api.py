@@ -32,6 +32,8 @@ RSE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}")
 ERROR_CLASS_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 JOB_RE = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
 REQUEST_ID_RE = re.compile(r"[A-Za-z0-9_.:\-]{8,128}")
+# A page's cursor: a record's _id, "<rse>|<generation>|<path>" (worker.ids.file_id), as `next` gave it.
+CURSOR_RE = re.compile(RSE_RE.pattern + r"\|[0-9]+\.[0-9]{3}\|/[^\n]{0,4096}")
 RSE_TYPE_RE = re.compile(r"[A-Za-z0-9_\-]{1,32}")
 ALL_DOCS = "all_docs"  # data/info?rse=ALL_DOCS, compared in lower case as WMCore does
 MAX_PAGE = 10_000
@@ -399,7 +401,7 @@ class DataApi:
         error_class = one(params, "error_class", pattern=ERROR_CLASS_RE)
         dir_prefix = one(params, "dir")
         job = one(params, "job", pattern=JOB_RE)
-        after = one(params, "after")
+        after = one(params, "after", pattern=CURSOR_RE)
         stream = boolean(params, "stream", False)
         limit = integer(params, "limit", 100, 1, MAX_PAGE)
         no_more(params)
@@ -407,8 +409,6 @@ class DataApi:
             raise BadParam("rse", "required unless 'job' is given (and always with state=submitted)")
         if dir_prefix is not None and not dir_prefix.startswith("/store/unmerged/"):
             raise BadParam("dir", "must start with /store/unmerged/")
-        if after is not None and len(after) > 4096:
-            raise BadParam("after", "too long")
         query = (rse, state, error_class, dir_prefix, job)
         if stream:
             records = fetch(*query, after, 0)
