@@ -15,7 +15,7 @@ REDACTED = "<redacted>"
 # (token, access_token, X-Amz-Security-Token, password, api_key, sig, X-Amz-Signature, authz, ...).
 SECRET_NAME_ENDINGS = ("token", "secret", "password", "passwd", "pwd", "key", "sig", "signature", "credential",
                        "auth", "authz", "session", "sessionid")
-_QUERY = re.compile(r"(?i)([?&;][A-Za-z0-9_.\-]*?(?:" + "|".join(SECRET_NAME_ENDINGS) + r")=)[^&#\s'\"<>]*")
+_QUERY = re.compile(r"(?i)([?&;][A-Za-z0-9_.\-]*?(?:" + "|".join(SECRET_NAME_ENDINGS) + r")=)[^&;#\s'\"<>]*")
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s@?#'\"<>]+@")
 _BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9\-._~+/]+=*")
 # A cheap test first: most text (LFNs, reasons) holds none of these and is returned as it is.
