@@ -52,14 +52,22 @@ TEXT = st.one_of(st.text(max_size=40), st.text(st.characters(max_codepoint=0x7f)
 RAW = st.sampled_from(["%ff%fe", "%", "%zz", "%00", "%c3%28", "a=b=c", "&&", "=x", "%e2%82"])
 
 
+# Values that are wrong for most parameters, each tried on every parameter with the others valid.
+HOSTILE = ["", "zz", " ", "\n", "-1", "1e999", "NaN", "0x1f", "\x00", "%", "é", "a" * 5000, "true\n",
+           f"{RSE}|1.000|", f"{RSE}|x|/store/unmerged/", "|||", "/store/unmerged/../x", "[]", "{}"]
+
+
 @st.composite
 def queries(draw: Any, endpoint: str) -> str:
-    """A query string: known parameters with meaningful or arbitrary values, some repeated, some unknown."""
+    """A query string: each known parameter present or not, with a meaningful value mostly (so that a
+    wrong one is reached past the others), else any text; sometimes repeated, unknown ones, raw bytes."""
     known = ENDPOINTS[endpoint]
-    names = draw(st.lists(st.sampled_from(sorted(known) or ["x"]), max_size=4))
-    pairs = [(n, draw(st.sampled_from(known[n]) | TEXT) if n in known else draw(TEXT)) for n in names]
+    pairs = []
+    for name in sorted(known):
+        for _ in range(draw(st.sampled_from([0, 0, 1, 1, 1, 2]))):
+            pairs.append((name, draw(st.one_of(*[st.sampled_from(known[name])] * 3, TEXT))))
     pairs += [(draw(TEXT), draw(TEXT)) for _ in range(draw(st.integers(0, 1)))]
-    query = urllib.parse.urlencode(pairs)
+    query = urllib.parse.urlencode(draw(st.permutations(pairs)))
     return "&".join(filter(None, [query, *draw(st.lists(RAW, max_size=2))]))
 
 
@@ -90,6 +98,18 @@ def test_no_parameter_makes_a_5xx(fuzzed: Any, endpoint: str) -> None:
         check(status, body, path)
 
     one()
+
+
+@pytest.mark.parametrize("endpoint, name", [(e, n) for e, params in sorted(ENDPOINTS.items()) for n in sorted(params)])
+def test_each_parameter_with_hostile_values(fuzzed: Any, endpoint: str, name: str) -> None:
+    """Every parameter of every endpoint with each HOSTILE value, beside every other parameter valid, and
+    beside the RSE alone (other valid parameters can keep a bad one from mattering)."""
+    others = [(n, values[0]) for n, values in ENDPOINTS[endpoint].items() if n != name]
+    for value in HOSTILE:
+        for beside in (others, [(n, v) for n, v in others if n in ("rse", "name")]):
+            path = f"{endpoint}?{urllib.parse.urlencode([*beside, (name, value)])}"
+            status, body = request(fuzzed, "GET", path, {})
+            check(status, body, path)
 
 
 def test_a_malformed_cursor_is_400(fuzzed: Any) -> None:
