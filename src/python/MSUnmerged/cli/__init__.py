@@ -19,7 +19,7 @@ log = logging.getLogger("MSUnmerged.cli")
 
 # Exit codes, documented in the README.
 EXIT_OK = 0
-EXIT_FAILED = 1  # internal error
+EXIT_FAILED = 1  # an internal error, or the RSE could not be worked (the reason is printed)
 EXIT_GUARD = 2  # a guard refused: nothing will be deleted
 EXIT_BAD_INPUT = 3  # unusable input or configuration
 EXIT_AUTH = 4  # a batch system or source refused our credentials (token, certificate, proxy)
