@@ -12,7 +12,7 @@ from typing import Any, Iterator, NoReturn, Optional, Sequence
 
 from pymongo.errors import PyMongoError
 
-from MSUnmerged import __version__
+from MSUnmerged import __version__, logfiles
 from MSUnmerged.config import LOG_LEVELS, ConfigError, load_config
 from MSUnmerged.embedded_mongo import EmbeddedMongoError
 from MSUnmerged.ledger.connect import DatabaseUnreachable, first_error
@@ -81,8 +81,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     name = f"msunmerged {args.command}"
     try:
         config = load_config(args.config)
-        logging.basicConfig(level=args.log_level or config.service.log_level.upper(), force=True,
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+        level = args.log_level or config.service.log_level.upper()
+        logging.basicConfig(level=level, force=True, format=logfiles.FORMAT, stream=sys.stderr)
+        logfiles.add_file_log(config.service.log_dir, level)
         with terminate_as_interrupt():
             return int(args.run(args, config))
     except (BadInput, ConfigError) as exc:

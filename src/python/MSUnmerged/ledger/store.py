@@ -47,6 +47,8 @@ COUNT_JOBS = 50  # round-1 jobs whose buckets are read per query when counting
 # cycles by _id instead of sorting them all (SecantusDB reads every match before a limit).
 CYCLES_META, RECENT_CYCLES = "cycles", 50
 PROTECTED_SINCE_PLANNING = "protected_since_planning"
+# Files with a final outcome: more of them than at the last count is progress.
+PROGRESS_STATES = (FileState.DELETED, FileState.MISSING, FileState.WOULD_DELETE, FileState.SKIPPED_PROTECTED)
 
 
 class PlanSummary(Protocol):
@@ -674,8 +676,13 @@ class Ledger:
                     "dirs_refused": dirs_by_state.get(DirState.REFUSED, 0),
                     "dirs_failed": dirs_failed,
                     "dirs_by_state": dirs_by_state, "dirs_refused_by_reason": refused_by_reason}
-        with_retry(lambda: self.rses.update_one({"_id": rse}, {"$set": {"counters": counters,
-                                                                        "counted_at": time.time()}}), "counters")
+        now = time.time()
+        done = sum(counters[s.value] for s in PROGRESS_STATES)
+        # Progress: a new generation, or more files done than at the last count (the stall alert reads it).
+        progress = {"progress_at": now} if gen != doc.get("counted_gen") or done != doc.get("counted_done") else {}
+        with_retry(lambda: self.rses.update_one({"_id": rse}, {"$set": {
+            "counters": counters, "counted_at": now, "counted_gen": gen, "counted_done": done, **progress}}),
+            "counters")
         return counters
 
     # -- cycles ------------------------------------------------------------------------------------
@@ -686,7 +693,8 @@ class Ledger:
             "instance": instance, "slot": slot, "started": time.time(), "rses": list(rses), "results": {}}},
             upsert=True), "start cycle")
         with_retry(lambda: self._meta.update_one(
-            {"_id": CYCLES_META}, {"$push": {"recent": {"$each": [cid], "$slice": -RECENT_CYCLES}}}, upsert=True),
+            {"_id": CYCLES_META}, {"$push": {"recent": {"$each": [cid], "$slice": -RECENT_CYCLES}},
+                                   "$min": {"first_started": time.time()}}, upsert=True),
             "recent cycles")
         return cid
 
@@ -725,6 +733,16 @@ class Ledger:
         docs = with_retry(lambda: list(self.cycles.find({"ok": True}).sort("started", DESCENDING).limit(1)),
                           "last good cycle")
         return docs[0] if docs else {}
+
+    def first_cycle_started(self) -> Optional[float]:
+        """When the ledger's first polling cycle started (None before any): the failing-cycles alert counts its
+        delay from there until a cycle succeeds."""
+        first = self._cycles_meta().get("first_started")
+        if first is None:  # a ledger from before the meta field: its oldest kept cycle
+            docs = with_retry(lambda: list(self.cycles.find({}, {"started": 1}).sort("started", ASCENDING).limit(1)),
+                              "first cycle")
+            first = docs[0].get("started") if docs else None
+        return first
 
     # -- queries for the REST API and the CLI ------------------------------------------------------
 
