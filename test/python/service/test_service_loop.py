@@ -1,6 +1,6 @@
 """The polling cycle as operators follow it: each RSE's result is on the cycle document as soon as that RSE
-finishes (not in name order at the end), and the log has one INFO line per cycle start and end, per RSE
-result and per submission batch."""
+finishes (not in name order at the end), the log has one INFO line per cycle start and end, per RSE
+result and per submission batch, and after each cycle the alerts are pushed to a real AlertManager."""
 from __future__ import annotations
 
 import logging
@@ -11,6 +11,10 @@ from pathlib import Path
 import pytest
 from pymongo.database import Database
 
+from MSUnmerged.alerts import Notifier
+from MSUnmerged.ledger.view import MongoLedgerView
+from MSUnmerged.service import Service
+from servers.alertmanager import AlertManagerServer
 from service_kit import make_site, write_sources
 from test_service_run import RSE, make_service
 
@@ -64,3 +68,36 @@ def test_results_are_recorded_as_rses_finish_and_logged(tmp_path: Path, mongo_db
         batches = [ln for ln in lines if ln.startswith(f"{rse}: submitted ") and "jobs (" in ln]
         assert len(batches) == res.submitted > 1  # submit_batch = 1: one line per job
         assert all(f"for site {rse}" in ln and "to local" in ln for ln in batches)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_the_service_loop_pushes_after_its_cycles(tmp_path: Path, mongo_db: Database,
+                                                  alertmanager: AlertManagerServer) -> None:
+    src = write_sources(tmp_path / "src", [RSE], files=100)
+    svc = make_service(tmp_path, mongo_db, src, interval_s=1, alert_after_cycles=1, instance="ms-unmer-loop")
+    svc.config.alerts.alertmanager_url = alertmanager.push_url
+    svc.notifier = Notifier(svc.config, MongoLedgerView(mongo_db))  # as the constructor builds it from the URL
+    (src / "rses.json").write_text("<html>Rucio is down</html>")
+    loop = threading.Thread(target=svc.serve)
+    loop.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not alertmanager.alerts(instance="ms-unmer-loop") and time.monotonic() < deadline:
+            time.sleep(0.5)
+    finally:
+        svc.stop()
+        loop.join(30)
+    (alert,) = alertmanager.alerts(instance="ms-unmer-loop")
+    assert alert["labels"]["alertname"] == "ms-unmerged: cycles_failing"
+    assert "rucio_bad_content" in alert["annotations"]["description"]
+
+
+@pytest.mark.integration
+def test_the_service_builds_its_notifier_from_the_url(tmp_path: Path, mongo_db: Database) -> None:
+    src = write_sources(tmp_path / "src", [RSE], files=10)
+    assert make_service(tmp_path, mongo_db, src).notifier is None
+    svc = make_service(tmp_path, mongo_db, src, interval_s=600)
+    svc.config.alerts.alertmanager_url = "http://127.0.0.1:9/api/v2/alerts"
+    rebuilt = Service(svc.config, svc.ledger, svc.sources, svc.backend)
+    assert rebuilt.notifier is not None and rebuilt.notifier.manager.expire_s == 3 * 600
