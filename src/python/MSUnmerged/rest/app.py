@@ -74,11 +74,12 @@ class Root:
         self.data = DataApi(config, view, triggers)
 
     @cherrypy.expose
-    def index(self) -> bytes:
+    def index(self, **params: Any) -> bytes:
+        """The operator page; the query selects the RSE table's filter, order and page (page.Selection)."""
         _html_headers()
         try:
             with deadline(self.db_timeout_s):
-                return page.index_page(self.view, self.ctx).encode()
+                return page.index_page(self.view, self.ctx, params).encode()
         except DB_ERRORS:
             return self._db_down()
 
