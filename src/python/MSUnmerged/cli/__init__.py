@@ -116,6 +116,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     from pymongo.errors import PyMongoError
 
+    from MSUnmerged import logfiles
     from MSUnmerged.config import ConfigError, load_config
     from MSUnmerged.embedded_mongo import EmbeddedMongoError
     from MSUnmerged.ledger.connect import DatabaseUnreachable, first_error
@@ -124,8 +125,9 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     name = f"msunmerged {args.command}"
     try:
         config = load_config(args.config)
-        logging.basicConfig(level=args.log_level or config.service.log_level.upper(), force=True,
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+        level = args.log_level or config.service.log_level.upper()
+        logging.basicConfig(level=level, force=True, format=logfiles.FORMAT, stream=sys.stderr)
+        logfiles.add_file_log(config.service.log_dir, level)
         return int(args.run(args, config))
     except (BadInput, ConfigError) as exc:
         return fail(name, str(exc), EXIT_BAD_INPUT)
