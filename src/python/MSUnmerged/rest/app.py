@@ -12,9 +12,9 @@ from MSUnmerged.config import Config
 from MSUnmerged.dbwatch import DatabaseWatch
 from MSUnmerged.ledger.retry import deadline
 from MSUnmerged.ledger.view import LedgerView
+from MSUnmerged.redact import REDACTED
 from MSUnmerged.rest import metrics, page
 from MSUnmerged.rest.api import DB_ERRORS, DataApi
-from MSUnmerged.redact import REDACTED
 from MSUnmerged.rest.auth import is_signed, parse_role
 from MSUnmerged.rest.server import GuardedServer
 from MSUnmerged.rest.triggers import TriggerQueue
@@ -51,6 +51,7 @@ class Root:
 
     def __init__(self, config: Config, view: LedgerView, triggers: Optional[TriggerQueue],
                  watch: Optional[DatabaseWatch]) -> None:
+        self.config = config
         self.base = config.rest.base.rstrip("/")
         self.ctx = page.Context.from_config(config)
         self.db_timeout_s = config.rest.db_timeout_s
@@ -59,11 +60,12 @@ class Root:
         self.data = DataApi(config, view, triggers, watch)
 
     @cherrypy.expose
-    def index(self) -> bytes:
+    def index(self, **params: Any) -> bytes:
+        """The operator page; the query selects the RSE table's filter, order and page (page.Selection)."""
         _html_headers()
         try:
             with deadline(self.db_timeout_s):
-                return page.index_page(self.view, self.ctx).encode()
+                return page.index_page(self.view, self.ctx, params).encode()
         except DB_ERRORS:
             return self._db_down()
 
@@ -93,7 +95,7 @@ class Root:
         extra = () if self.watch is None else (self.watch,)
         try:
             with deadline(self.db_timeout_s):
-                return metrics.render(self.view, self.ctx.dry_run, self.ctx.stale_after_s, *extra).encode()
+                return metrics.render(self.view, self.config, *extra).encode()
         except DB_ERRORS:
             return metrics.render_down(self.ctx.dry_run, *extra).encode()
 
