@@ -17,12 +17,14 @@ from servers import free_port
 @pytest.mark.parametrize("text, shown", [
     ("https://alice:pw@cmsweb.cern.ch/x", f"https://{REDACTED}@cmsweb.cern.ch/x"),
     ("mongodb://msunmerged:pw@db-0:27017,db-1/", f"mongodb://{REDACTED}@db-0:27017,db-1/"),
-    ("GET https://h/files?rse=T2_A&format=raw&token=abc.def-ghi", f"GET https://h/files?rse=T2_A&format=raw&token={REDACTED}"),
+    ("GET https://h/files?rse=T2_A&format=raw&token=abc.def-ghi",
+     f"GET https://h/files?rse=T2_A&format=raw&token={REDACTED}"),
     ("url: /files?access_token=xyz (Caused by ...)", f"url: /files?access_token={REDACTED} (Caused by ...)"),
     ("?password=p&Key=k;sig=s&X-Amz-Signature=S&X-Amz-Credential=C&authz=A#frag",
      f"?password={REDACTED}&Key={REDACTED};sig={REDACTED}&X-Amz-Signature={REDACTED}&X-Amz-Credential={REDACTED}"
      f"&authz={REDACTED}#frag"),
-    ("davs://se.example:2880/store/unmerged/x.root?authz=MDAxY2xvY2F0aW9u", f"davs://se.example:2880/store/unmerged/x.root?authz={REDACTED}"),
+    ("davs://se.example:2880/store/unmerged/x.root?authz=MDAxY2xvY2F0aW9u",
+     f"davs://se.example:2880/store/unmerged/x.root?authz={REDACTED}"),
     ("Authorization: Bearer eyJhbGciOi.JIUzI1.NiJ9", f"Authorization: Bearer {REDACTED}"),
     ("'https://h/x?client_secret=s'", f"'https://h/x?client_secret={REDACTED}'"),
 ])
@@ -70,4 +72,5 @@ def test_log_records_are_redacted() -> None:
     finally:
         log.removeHandler(handler)
     text = out.getvalue()
-    assert "SECRET" not in text and "token=<redacted> failed" in text and "ValueError: bad answer from https://<redacted>@h/x" in text
+    assert "SECRET" not in text and "token=<redacted> failed" in text
+    assert "ValueError: bad answer from https://<redacted>@h/x" in text

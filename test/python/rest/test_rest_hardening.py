@@ -274,7 +274,8 @@ def test_slow_clients_do_not_starve_the_server(hard: Any) -> None:
     per_address = hard.config.rest.max_connections_per_client  # from several addresses: none is refused
     try:
         for n in range(2 * hard.config.rest.thread_pool):
-            s = socket.create_connection((url.hostname, url.port), source_address=(f"127.0.0.{2 + n // per_address}", 0))
+            source = (f"127.0.0.{2 + n // per_address}", 0)
+            s = socket.create_connection((url.hostname, url.port), source_address=source)
             s.sendall(b"GET /ms-unmerged/data/status HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
             stalled.append(s)
         time.sleep(0.3)

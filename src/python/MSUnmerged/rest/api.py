@@ -542,10 +542,12 @@ class DataApi:
             return error
 
         # Before the body is read only the query string says what is asked: audited as claimed, like the identity.
-        what.update({k: v[:200] for k, v in params.items() if k in ("rse", "mode", "request_id") and isinstance(v, str)})
+        what.update({k: v[:200] for k, v in params.items()
+                     if k in ("rse", "mode", "request_id") and isinstance(v, str)})
         origin = headers.get("origin", b"").decode("latin-1")
         if origin and origin not in self.config.rest.allowed_origins:
-            raise refuse(f"foreign origin {origin[:100]}", AuthError(f"requests from origin {origin[:100]!r} are refused"))
+            raise refuse(f"foreign origin {origin[:100]}",
+                         AuthError(f"requests from origin {origin[:100]!r} are refused"))
         if cherrypy.request.headers.get("Content-Type", "").split(";")[0].strip().lower() != "application/json":
             raise refuse("not a JSON body", AuthError("the body must be a JSON object (Content-Type: "
                                                       "application/json)", 415))
@@ -556,9 +558,11 @@ class DataApi:
         what.update(login=user.login, dn=user.dn)
         rest = self.config.rest
         if not has_role(user, rest.operator_roles):
-            raise refuse("no operator role", AuthError("an operator role is required: " + ", ".join(rest.operator_roles)))
+            raise refuse("no operator role",
+                         AuthError("an operator role is required: " + ", ".join(rest.operator_roles)))
         if rest.operator_logins and user.login not in rest.operator_logins:
-            raise refuse("login not in rest.operator_logins", AuthError("this login may not trigger (rest.operator_logins)"))
+            raise refuse("login not in rest.operator_logins",
+                         AuthError("this login may not trigger (rest.operator_logins)"))
         try:
             params = self._merge_body(params, rest.max_body_bytes)
             rse = one(params, "rse", required=True, pattern=RSE_RE)
