@@ -11,10 +11,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from MSUnmerged.embedded_mongo import EmbeddedMongo, EmbeddedMongoError
+from MSUnmerged.ledger.connect import first_error
 
 log = logging.getLogger(__name__)
 
 EVERY_S = 2.0  # between two pings
+LOG_EVERY_S = 60.0  # while the database stays silent, one line a minute (a ping fails every EVERY_S)
 
 
 class DatabaseWatch(Collector):
@@ -27,6 +29,7 @@ class DatabaseWatch(Collector):
         self.dead_after_s = dead_after_s
         self.restarts = 0
         self.last_answer = time.monotonic()
+        self._logged: Optional[float] = None  # when the silence was last logged; None while the database answers
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="msunmerged-dbwatch", daemon=True)
 
@@ -43,22 +46,32 @@ class DatabaseWatch(Collector):
         """One round: ping; when it fails and the embedded server is gone, start it again."""
         try:
             self.ping()
-            self.last_answer = time.monotonic()
-            return
         except Exception as exc:  # any failure to answer is what is watched for
-            failure = f"{type(exc).__name__}: {exc}"
+            failure = f"{type(exc).__name__}: {first_error(exc)}"
+        else:
+            if self._logged is not None:
+                log.warning("ledger database answers again after %.0f s", self.silent_s())
+            self.last_answer, self._logged = time.monotonic(), None
+            return
         if self.embedded is None:
-            log.warning("ledger database not answering for %.0f s: %s", self.silent_s(), failure[:300])
+            self._log("ledger database not answering for %.0f s: %s", self.silent_s(), failure)
             return
         try:
             restarted = self.embedded.revive()
         except EmbeddedMongoError as exc:
-            log.error("embedded database not answering for %.0f s and not restarted: %s", self.silent_s(), exc)
+            self._log("embedded database not answering for %.0f s and not restarted: %s", self.silent_s(), exc)
             return
         if restarted:
             self.restarts += 1
             log.error("embedded database was gone (%s): started again on its port and data (restart %d)",
-                      failure[:300], self.restarts)
+                      failure, self.restarts)
+
+    def _log(self, message: str, *args: object) -> None:
+        """An error line when the silence begins, then one a minute."""
+        now = time.monotonic()
+        if self._logged is None or now - self._logged >= LOG_EVERY_S:
+            self._logged = now
+            log.error(message, *args)
 
     def silent_s(self) -> float:
         """Seconds since the database last answered."""
