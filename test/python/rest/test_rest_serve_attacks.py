@@ -65,7 +65,8 @@ cache_ttl_s = 0
         env = {"PYTHONPATH": f"{REPO / 'src' / 'python'}:{os.environ.get('PYTHONPATH', '')}"}
         self.proc = Process("serve", ["python3", "-c", SERVE, str(self.config), str(self.sources), str(self.port)],
                             self.work, env=env)
-        wait_port(self.port, timeout=120, proc=self.proc)
+        for port in (self.port, self.metrics_port):  # the servers start one after the other
+            wait_port(port, timeout=120, proc=self.proc)
         return self
 
     def stop(self) -> None:
@@ -75,9 +76,6 @@ cache_ttl_s = 0
 
     def db_pid(self) -> int:
         return int(json.loads((self.work / "state" / "db.json").read_text())["pid"])
-
-    def db_port(self) -> int:
-        return int(json.loads((self.work / "state" / "db.json").read_text())["port"])
 
 
 @pytest.fixture(scope="module")
@@ -237,24 +235,25 @@ def test_serve_restarts_its_embedded_database(served: Serve) -> None:
 
 def test_liveness_fails_once_the_database_is_gone_for_db_dead_s() -> None:
     """Before: the liveness probe answered 200 whatever became of the database. Here the embedded one is
-    killed and its port taken by another program, so it cannot be started again."""
+    killed with its data folder moved away (a file in its place), so it cannot be started again, until
+    the folder is put back."""
     serve = Serve(server_dir(f"serve-dead-{uuid.uuid4().hex[:6]}"), "db_dead_s = 10").start()
+    data = serve.work / "state" / "db"
+    away = data.with_name("db.away")
     try:
         assert get(serve, "data/health?probe=live")[0] == 200
-        port, pid = serve.db_port(), serve.db_pid()
-        squatter = socket.socket()
-        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        os.kill(pid, signal.SIGKILL)
-        wait_for("the database gone", lambda: not Path(f"/proc/{pid}/cmdline").read_bytes(), 10)
-        squatter.bind(("127.0.0.1", port))
-        squatter.listen(8)
+        data.rename(away)
+        data.write_text("not a data folder")
+        os.kill(serve.db_pid(), signal.SIGKILL)
         try:
             status, body, _ = wait_for("liveness failing", lambda: (lambda r: r if r[0] == 503 else None)(
                 get(serve, "data/health?probe=live")), 40)
             assert "rest.db_dead_s" in body["error"], body
             assert metric(serve, "msunmerged_ledger_silent_seconds") > 10
+            assert metric(serve, "msunmerged_embedded_db_restarts_total") == 0.0
         finally:
-            squatter.close()
+            data.unlink()
+            away.rename(data)
         wait_for("liveness back once the database could start again",
                  lambda: get(serve, "data/health?probe=live")[0] == 200, 60)
         assert metric(serve, "msunmerged_embedded_db_restarts_total") == 1.0
