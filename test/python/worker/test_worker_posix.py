@@ -15,7 +15,7 @@ import pytest
 from MSUnmerged.collector import parse_report
 from MSUnmerged.worker import deleters
 from MSUnmerged.worker.cleanup import Cleanup, Job
-from MSUnmerged.worker.deleters import Result
+from MSUnmerged.worker.deleters import Result, Seen
 from MSUnmerged.worker.report import ReportWriter
 from worker_kit import (AS_NOBODY, put, SYSTEM_PYTHON, dirs, files, make_site, manifest, posix_site, run_worker,
                         summary, world_dir, worker_pyz)
@@ -242,7 +242,7 @@ class _Flaky(deleters.Deleter):
         self.truth = truth
         self.calls = 0
 
-    def unlink(self, pfns: list[str]) -> list[Result]:
+    def unlink(self, pfns: list[str], looks: list[deleters.Seen]) -> list[Result]:
         self.calls += 1
         if self.calls == 1:
             return [Result(deleters.TIMEOUT, "expired", True)] * len(pfns)
@@ -254,7 +254,7 @@ def test_transient_errors_are_retried_with_bounded_attempts(tmp_path: Path) -> N
     cleanup = Cleanup(job, ReportWriter.open(str(tmp_path / "r.jsonl")), {})
     flaky = _Flaky({"x": deleters.DELETED, "gone": deleters.MISSING, "bad": deleters.STORAGE_ERROR,
                     "no": deleters.DENIED})
-    got = cleanup._with_retries(flaky, [("l1", "x"), ("l2", "gone"), ("l3", "bad"), ("l4", "no")])
+    got = cleanup._with_retries(flaky, [("l1", "x"), ("l2", "gone"), ("l3", "bad"), ("l4", "no")], [Seen(size=1)] * 4)
     assert [(r.outcome, n) for r, n in got] == [("deleted", 2), ("deleted", 2), ("storage_error", 3),
                                                 ("permission_denied", 2)]
     # Missing after an attempt that timed out: that attempt deleted it.

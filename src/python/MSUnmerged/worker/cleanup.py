@@ -290,7 +290,7 @@ class Cleanup:
         (which moves on a rename into place or a utime too, and cannot be set back) where the storage gives it."""
         started = self.job.scan_started
         for what, when in (("modified", seen.mtime), ("changed", seen.ctime)):
-            if when is not None and when + deleter.mtime_step > started:
+            if when is not None and when + deleter.time_step() > started:
                 return Result(REFUSED, "%s at %.3f, after the scan started at %.3f" % (what, when, started),
                               reason=MODIFIED_SINCE_SCAN)
         return None

@@ -144,7 +144,7 @@ class Deleter:
     name = "base"
     batch_size = 100
     can_rmdir = True
-    mtime_step = 0.0  # the resolution of the mtimes `inspect` gives (xrootd and gfal2: whole seconds)
+    mtime_step = 0.0  # the resolution of the times a remote `inspect` gives (xrootd and gfal2: whole seconds)
     remote_checks = "none"  # what `inspect` learns of a PFN that is not local
 
     def __init__(self, timeout: float, env: Optional[Mapping[str, str]] = None) -> None:
@@ -157,6 +157,10 @@ class Deleter:
         if _local_path(self.root):
             return watched_map(lambda p: look_local(self.root, p, directory), pfns, self.timeout, Seen)
         return [Seen()] * len(pfns)
+
+    def time_step(self) -> float:
+        """The resolution of the times `inspect` gives: a local lstat's are exact."""
+        return 0.0 if _local_path(self.root) else self.mtime_step
 
     def checks(self) -> str:
         """What `inspect` checks, for the report's start line."""
