@@ -47,13 +47,26 @@ class LoggedLocalBackend(LocalBackend):
 
 def make_site(base: Path, sources: Path, rse: str, config: Config) -> Path:
     """The RSE's storage folder holding every file of its dump, and its site configuration, registered
-    in config.jobs.sites; returns the storage folder."""
+    in config.jobs.sites; returns the storage folder. The RSE's scan in the sources, when there, is then
+    `rescan`ned: it lists files that exist when it starts."""
     storage = base / "storage" / rse
     fill_storage(storage, sources / "dumps" / f"{rse}.txt")
     siteconf = write_site(base / "siteconf", storage, site=resolve_site(config.jobs, rse, OfflineSources(sources)), rse=rse,
                           volume=f"{rse}_posix")
     config.jobs.sites.setdefault(rse, SiteConfig()).siteconfig = str(siteconf)
+    rescan(sources, rse)
     return storage
+
+
+def rescan(sources: Path, rse: str) -> None:
+    """The RSE's scan in sources/stats.json starts now (after its site's files were made: workers refuse files
+    changed after the scan started, by their ctime, which cannot be dated back) and ends no earlier."""
+    path = sources / "stats.json"
+    stats = json.loads(path.read_text()) if path.exists() else {}
+    if isinstance(stats.get(rse), dict):
+        stats[rse]["start_time"] = time.time()
+        stats[rse]["end_time"] = max(stats[rse].get("end_time") or 0, stats[rse]["start_time"])
+        path.write_text(json.dumps(stats))
 
 
 def as_nobody(base: Path) -> str:

@@ -44,6 +44,7 @@ class Site:
         self.config.planner.files_per_job = 60
         self.config.guards.max_delete_fraction = 1.0  # a short protected list leaves almost all deletable
         self.storage = make_site(tmp_path, src, RSE, self.config)
+        self.filled = time.time()  # the scans start after the files exist: workers refuse files changed since
         self.db = db
         self.ledger = Ledger(db)
         self.ledger.ensure_indexes()
@@ -52,9 +53,11 @@ class Site:
 
     def plan(self, name: str, protected: Optional[list[str]] = None, end_time: Optional[float] = None) -> Path:
         """A sealed plan of the dump in tmp/<name>, from a scan that ended at `end_time` (its generation;
-        default a minute ago). That scan and the site's protected list are what run_once reads too."""
+        default now) and started once the site was filled. That scan and the site's protected list are what
+        run_once and apply read too."""
         out = self.tmp / name
-        stats = sample.stats_for(RSE, len(self.lines), time.time() - 60 if end_time is None else end_time)
+        end = time.time() if end_time is None else end_time
+        stats = sample.stats_for(RSE, len(self.lines), end, min(self.filled, end))
         (self.src / "stats.json").write_text(json.dumps(stats))
         (self.src / "protected.json").write_text(json.dumps(self.protected))
         made = planner.plan(RSE, iter_chunks(str(self.dump)), protected or self.protected, self.config, out,
@@ -261,7 +264,7 @@ def test_a_plan_file_changed_after_the_check_is_refused_where_it_is_read(tmp_pat
     original = first_job(plan_dir).read_bytes()
     append(first_job(plan_dir), PROTECTED_FILE.encode() + b"\n")
     with pytest.raises(guards.GuardTripped, match="plan_modified"):
-        site.ledger.record_plan(plan_dir, plan, plan.dump_version, sealed=sealed)
+        site.ledger.record_plan(plan_dir, plan, plan.dump_version, sealed=sealed, scan_started=plan.scan_started)
     assert not Ledger(mongo_db).file_records()
     first_job(plan_dir).write_bytes(original)
     assert site.apply(plan_dir).submitted > 0
