@@ -59,11 +59,13 @@ def make_site(base: Path, sources: Path, rse: str, config: Config) -> Path:
 
 
 def rescan(sources: Path, rse: str) -> None:
-    """The RSE's scan in sources/stats.json starts now (after its site's files were made: workers refuse files
-    changed after the scan started, by their ctime, which cannot be dated back) and ends no earlier."""
+    """The RSE's finished scan in sources/stats.json (one with a start_time) starts now, after its site's files
+    were made (workers refuse files changed after the scan started, by their ctime, which cannot be dated
+    back), and ends no earlier."""
     path = sources / "stats.json"
     stats = json.loads(path.read_text()) if path.exists() else {}
-    if isinstance(stats.get(rse), dict):
+    scan = stats.get(rse)
+    if isinstance(scan, dict) and scan.get("status") == "done" and "start_time" in scan:
         stats[rse]["start_time"] = time.time()
         stats[rse]["end_time"] = max(stats[rse].get("end_time") or 0, stats[rse]["start_time"])
         path.write_text(json.dumps(stats))

@@ -260,3 +260,25 @@ def test_transient_errors_are_retried_with_bounded_attempts(tmp_path: Path) -> N
     # Missing after an attempt that timed out: that attempt deleted it.
     assert "gone after an earlier attempt" in got[1][0].error  # type: ignore[operator]
     assert flaky.calls == 3
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_line_naming_a_directory_or_a_fifo_is_not_a_file(site: tuple[Path, Path], tmp_path: Path,
+                                                           dry_run: bool) -> None:
+    """Issue 23: a plan line may name a directory (or a fifo): the look refuses it as not_a_file and nothing in
+    it is touched; a link to a directory is a link and only the link goes. A dry run reports the same."""
+    storage, sc = site
+    inside = put(storage, f"{BASE}/000/380/001/inside.root")
+    fifo = storage / f"{BASE}/000/fifo".lstrip("/")
+    os.mkfifo(fifo)
+    plain = put(storage, f"{BASE}/000/plain.root")
+    link = storage / f"{BASE}/000/link".lstrip("/")
+    link.symlink_to(inside.parent, target_is_directory=True)
+    lfns = [f"{BASE}/000/380", f"{BASE}/000/380/001", f"{BASE}/000/fifo", f"{BASE}/000/plain.root", f"{BASE}/000/link"]
+    rc, lines = run_worker(tmp_path / "job", manifest(lfns, dry_run=dry_run), sc)
+    out = files(lines)
+    assert rc == 1
+    assert [(out[x]["outcome"], out[x]["reason"]) for x in lfns[:3]] == [("refused", "not_a_file")] * 3
+    assert "is a directory, not a file" in out[lfns[0]]["error"] and "is a fifo" in out[lfns[2]]["error"]
+    assert [out[x]["outcome"] for x in lfns[3:]] == ["dry_run" if dry_run else "deleted"] * 2
+    assert inside.exists() and fifo.exists() and plain.exists() == dry_run and link.is_symlink() == dry_run

@@ -162,3 +162,25 @@ def test_files_modified_since_the_scan_on_xrootd(xrootd_server, tmp_path: Path, 
     assert "changed at" in out[rewritten]["error"]
     assert out[f"{base}/00000/gone.root"]["outcome"] == "missing"
     assert all((xrootd_server.data / x.lstrip("/")).exists() == (x not in old or dry_run) for x in old + new)
+
+
+@pytest.mark.parametrize("command,python,deleter", [("xrdcp", sys.executable, "xrootd"), ("gfal2", SYSTEM_PYTHON, "gfal2"),
+                                                    ("gfal2", sys.executable, "gfal-rm")])
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_line_naming_a_directory_is_not_a_file_on_xrootd(xrootd_server, tmp_path: Path, command: str, python: str,
+                                                           deleter: str, dry_run: bool) -> None:
+    """Issue 23: the look of every deleter (xrdfs stat flags, gfal2 stat, gfal-stat) refuses a directory or a
+    fifo named as a file; nothing in the directory is touched. A dry run reports the same."""
+    base = f"{BASE}-notafile-{deleter}-{dry_run}"
+    inside = xrootd_server.put(f"{base}/00000/run/inside.root")
+    os.mkfifo(inside.parent.parent / "fifo")
+    plain = xrootd_server.put(f"{base}/00000/plain.root")
+    lfns = [f"{base}/00000/run", f"{base}/00000/fifo", f"{base}/00000/plain.root"]
+    sc = xrootd_site(world_dir("msunmerged-xrd-"), xrootd_server.url, command)
+    rc, lines = run_worker(tmp_path / "job", manifest(lfns, dry_run=dry_run, scan_started=scan_start()), sc,
+                           python=python, prefix=["nsenter", "-t", str(xrootd_server.pid), "-n"])
+    out = files(lines)
+    assert lines[0]["start"]["method"]["deleter"] == deleter and rc == 1
+    assert [(out[x]["outcome"], out[x]["reason"]) for x in lfns[:2]] == [("refused", "not_a_file")] * 2
+    assert out[lfns[2]]["outcome"] == ("dry_run" if dry_run else "deleted")
+    assert inside.exists() and (inside.parent.parent / "fifo").exists() and plain.exists() == dry_run
