@@ -17,6 +17,7 @@ from MSUnmerged.config import Config, SiteConfig
 from MSUnmerged.ledger import Ledger, gen_key
 from MSUnmerged.service import STEPS, Service
 from MSUnmerged.sources.offline import OfflineSources
+from MSUnmerged.worker.ids import job_folder
 from service_kit import LoggedLocalBackend, files_left, make_site, write_sources
 
 pytestmark = pytest.mark.integration
@@ -54,7 +55,9 @@ def snapshot(db: Database, submissions: list[str]) -> dict[str, Any]:
     """The ledger's records and the jobs submitted, the generation written as "<gen>": each run fills its own site,
     and its scan starts after that (workers refuse files changed after the scan started), so generations differ."""
     files = {d["_id"]: (d["state"], d["job"], d["attempts"], d.get("error_class")) for d in Ledger(db).file_records()}
-    jobs = {d["_id"]: (d["state"], d["files"], d.get("batch_id"), d.get("summary")) for d in db.jobs.find()}
+    # A local batch id is the job's folder, which holds a hash of its id: compared as "its own folder".
+    jobs = {d["_id"]: (d["state"], d["files"], d.get("batch_id") == f"local:{job_folder(d['_id'])}", d.get("summary"))
+            for d in db.jobs.find()}
     rse = db.rses.find_one({"_id": RSE})
     gens = [g["gen"] for g in rse["generations"]]
     snap = {"files": files, "jobs": jobs, "state": rse["state"], "counters": rse["counters"],
