@@ -17,7 +17,7 @@ from MSUnmerged import sample
 from MSUnmerged.config import Config, SiteConfig
 from MSUnmerged.jobs.local import LocalBackend
 from MSUnmerged.jobs.spec import CleanupJob
-from MSUnmerged.samplesite import fill_storage, write_site
+from MSUnmerged.samplesite import fill_storage, rescan, write_site
 from MSUnmerged.sources.offline import OfflineSources
 from MSUnmerged.sites import resolve_site
 from MSUnmerged.worker.ids import MANIFEST_NAME
@@ -56,19 +56,6 @@ def make_site(base: Path, sources: Path, rse: str, config: Config) -> Path:
     config.jobs.sites.setdefault(rse, SiteConfig()).siteconfig = str(siteconf)
     rescan(sources, rse)
     return storage
-
-
-def rescan(sources: Path, rse: str) -> None:
-    """The RSE's finished scan in sources/stats.json (one with a start_time) starts now, after its site's files
-    were made (workers refuse files changed after the scan started, by their ctime, which cannot be dated
-    back), and ends no earlier."""
-    path = sources / "stats.json"
-    stats = json.loads(path.read_text()) if path.exists() else {}
-    scan = stats.get(rse)
-    if isinstance(scan, dict) and scan.get("status") == "done" and "start_time" in scan:
-        stats[rse]["start_time"] = time.time()
-        stats[rse]["end_time"] = max(stats[rse].get("end_time") or 0, stats[rse]["start_time"])
-        path.write_text(json.dumps(stats))
 
 
 def as_nobody(base: Path) -> str:

@@ -19,8 +19,9 @@ from MSUnmerged.service import Service
 from MSUnmerged.sources.offline import OfflineSources
 from MSUnmerged.jobs.local import LocalBackend
 from MSUnmerged.jobs.router import RoutingBackend
-from service_kit import (NOBODY, LoggedLocalBackend, as_nobody, chown_tree, files_left, make_site, rescan,
-                      world_readable_dir, write_sources)
+from MSUnmerged.samplesite import rescan
+from service_kit import (NOBODY, LoggedLocalBackend, as_nobody, chown_tree, files_left, make_site, world_readable_dir,
+                         write_sources)
 
 pytestmark = pytest.mark.integration
 RSE = "T2_CH_Test"
