@@ -1,6 +1,10 @@
 """Configuration: defaults, file, environment overrides, errors that name the key."""
+import dataclasses
+import tomllib
+
 import pytest
 
+from conftest import REPO
 from MSUnmerged.config import DEFAULT_CONFIG, Config, ConfigError, load_config
 
 
@@ -64,3 +68,20 @@ def test_good_log_levels_and_mongo_urls(tmp_path):
                 {"MSUNMERGED_MONGO__URL": "mongodb://a:b@h1:27017,h2:27017/?replicaSet=rs0"},
                 {"MSUNMERGED_MONGO__URL": "mongodb+srv://cluster0.example.cern.ch/"}):
         assert load_config(tmp_path / "none.toml", env=env)
+
+
+def test_the_shipped_file_documents_every_default() -> None:
+    """etc/msunmerged.toml shows every key of every section with its default (tables are shown as examples)."""
+    shipped = tomllib.loads((REPO / "etc" / "msunmerged.toml").read_text())
+    text = (REPO / "etc" / "msunmerged.toml").read_text()
+    defaults = Config()
+    for section in dataclasses.fields(defaults):
+        values = getattr(defaults, section.name)
+        for key in dataclasses.fields(values):
+            default = getattr(values, key.name)
+            where = f"{section.name}.{key.name}"
+            if isinstance(default, dict):
+                assert f"[{where}." in text or f"[{where}]" in text, f"{where}: no example in etc/msunmerged.toml"
+                continue
+            assert key.name in shipped.get(section.name, {}), f"{where} is not in etc/msunmerged.toml"
+            assert shipped[section.name][key.name] == default, f"{where}: the file shows another value"
