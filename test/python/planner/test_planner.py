@@ -241,3 +241,15 @@ def test_summary_round_trip(tmp_path):
     plan = run_plan(tmp_path, LINES, ["/store/unmerged/Other"])
     again = planner.read_summary(tmp_path)
     assert again == plan
+
+
+def test_a_shared_protection_index_is_still_checked_against_each_baseline():
+    bases = [f"/store/unmerged/era/p/AOD/v{i}" for i in range(10)]
+    index = guards.check_protection(bases, None, 0.5)
+    assert guards.check_protection(list(bases), 10, 0.5) is index  # prepared once for every caller
+    with pytest.raises(guards.GuardTripped) as tripped:  # another RSE's baseline: the same list shrank for it
+        guards.check_protection(list(bases), 30, 0.5)
+    assert tripped.value.reason == guards.GUARD_PROTECTED_SHRANK
+    with pytest.raises(guards.GuardTripped) as empty:
+        guards.check_protection([], None, 0.5)
+    assert empty.value.reason == guards.GUARD_PROTECTED_EMPTY

@@ -50,6 +50,7 @@ class LocalBackend:
         self._procs: dict[str, subprocess.Popen] = {}  # job dir name -> running worker
         self._queue: list[str] = []  # job dir names waiting to start
         self._removed: set[str] = set()
+        self._started_ok: Optional[tuple[str, int, int, int]] = None  # the worker file `preflight` saw start
 
     @classmethod
     def from_config(cls, config: Config, site: str, ledger_id: str = "") -> "LocalBackend":
@@ -95,7 +96,12 @@ class LocalBackend:
         try:
             self.work_dir.mkdir(parents=True, exist_ok=True)
             worker = self.worker()
-            subprocess.run([self.python, str(worker), "--help"], capture_output=True, check=True, timeout=60)
+            # Once per built worker file (its identity and size), not per RSE: a rebuilt or replaced file is run again.
+            seen = os.stat(worker)
+            key = (str(worker), seen.st_ino, seen.st_mtime_ns, seen.st_size)
+            if key != self._started_ok:
+                subprocess.run([self.python, str(worker), "--help"], capture_output=True, check=True, timeout=60)
+                self._started_ok = key
         except (OSError, subprocess.SubprocessError) as exc:
             raise BackendError("unreachable", f"local worker cannot run: {exc}") from None
 
