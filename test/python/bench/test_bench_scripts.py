@@ -52,3 +52,10 @@ def test_bench_sizing_tiny(tmp_path: Path) -> None:
     assert all(c["plan"] for q in m["plans"] for c in q["commands"])
     cms = result["cms_wide"]
     assert cms["documents"] > 0 and cms["data_gib"] > 0 and cms["writes_per_cycle"]["bytes_sent"] > 0
+
+
+def test_bench_metrics_tiny() -> None:
+    """RSEs with jobs recorded; the jobs gauge sums to the job documents (the script checks); every timing comes out."""
+    row = json.loads(run("bench_metrics.py", "--rses", "12", "--scrapes", "2", "--cycles", "3").splitlines()[-1])
+    assert row["jobs"] > 0 and row["rses"] == 12
+    assert all(row[k]["median_ms"] > 0 for k in ("render", "rses_only", "jobs_aggregate"))
