@@ -4,7 +4,7 @@ import tomllib
 
 import pytest
 
-from conftest import REPO
+from servers import REPO
 from MSUnmerged.config import DEFAULT_CONFIG, Config, ConfigError, load_config
 
 

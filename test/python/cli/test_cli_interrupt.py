@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cli_kit import LAUNCHER, cli_env
-from conftest import REPO
+from servers import REPO
 from MSUnmerged import sample
 from MSUnmerged.cli import EXIT_INTERRUPTED
 
