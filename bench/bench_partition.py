@@ -5,7 +5,7 @@ submitted by one Service.cycle (the `serve` loop's code path: `service.parallel_
 embedded default database, dry run, local backend, with a protected list of ~4,500 bases (issue 29's size).
 
 Measured: the cycle's wall time; each RSE's run and its time to first submitted job (from the start of its run);
-peak RSS of this process (`serve`'s part), of SecantusDB and of the largest worker (children reaped); the
+peak RSS of this process (`serve`'s part) and of SecantusDB (not of the workers, short dry-run processes); the
 database folder's size; `/metrics` render time after the cycle. With `--before SRC` the same cycle first runs
 with another checkout's code (e.g. /work/main/src/python) in a child process: before/after in one command.
 
@@ -24,7 +24,6 @@ sys.path.insert(1, str(REPO / "bench"))
 import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
-import resource  # noqa: E402
 import shutil  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
@@ -140,8 +139,8 @@ def one_cycle(data: Path, spread: list[tuple[int, int]]) -> dict[str, Any]:
                                       "first_job_s_median": round(statistics.median(v["first_job_s"]), 2),
                                       "run_s_sum": round(sum(v["run_s"]), 1)}
                               for lines, v in sorted(per_size.items(), reverse=True)}
-            row["peak_rss_mib"] = {"serve": vm_hwm_mib("self"), "secantusdb": vm_hwm_mib(db_pid),
-                                   "largest_worker": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)}
+            # Workers are not counted: a forked child's ru_maxrss starts at its parent's, so it says nothing of them.
+            row["peak_rss_mib"] = {"serve": vm_hwm_mib("self"), "secantusdb": vm_hwm_mib(db_pid)}
             view = MongoLedgerView(service.ledger.db)
             walls = []
             for _ in range(10):
