@@ -37,6 +37,10 @@ def test_preflight_starts_each_built_worker_once_and_a_replaced_one_again(tmp_pa
     backend = LocalBackend(Config(), tmp_path / "work", python=str(python))
     for rse in ("T2_A", "T2_B", "T2_C"):
         backend.preflight(rse)
+    # Another site's backend on the same folder (the router makes one per site): the same worker, not run again.
+    other = LocalBackend(Config(), tmp_path / "work", python=str(python))
+    other.preflight("T2_D")
+    assert other.worker() == backend.worker()
     assert len(calls.read_text().splitlines()) == 1
     worker = backend.worker()
     worker.write_bytes(b"not a zipapp")  # replaced under the service: checked again, and refused
@@ -45,6 +49,9 @@ def test_preflight_starts_each_built_worker_once_and_a_replaced_one_again(tmp_pa
     with pytest.raises(BackendError):  # a refusal is never remembered as a success
         backend.preflight("T2_A")
     assert len(calls.read_text().splitlines()) == 3
+    fresh = LocalBackend(Config(), tmp_path / "work", python=str(python))  # a new backend rebuilds the replaced file
+    fresh.preflight("T2_B")
+    assert len(calls.read_text().splitlines()) == 4 and fresh.worker().read_bytes() != b"not a zipapp"
 
 
 def test_runs_jobs_with_bounded_parallelism_and_collects(tmp_path: Path) -> None:
