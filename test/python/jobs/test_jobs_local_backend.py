@@ -26,7 +26,8 @@ def make_site(root: Path) -> tuple[Path, Path]:
 
 def job(n: int, lfns: list[str], dry_run: bool = False) -> CleanupJob:
     return CleanupJob(job_id=f"{RSE}:1:{n}", rse=RSE, site=SITE, deadline=time.time() + 600,
-                      step=DeleteFilesStep(lfns=lfns, remove_dirs=[f"{B}/{n:05d}"], dry_run=dry_run, retries=0))
+                      step=DeleteFilesStep(lfns=lfns, remove_dirs=[f"{B}/{n:05d}"], dry_run=dry_run, retries=0,
+                                           scan_started=time.time()))  # after the site's files were made
 
 
 def test_preflight_starts_each_built_worker_once_and_a_replaced_one_again(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ import enum
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional
 
-from MSUnmerged.guards import PLAN_MODIFIED, GuardTripped
+from MSUnmerged.guards import PLAN_MODIFIED, SCAN_GUARDS, GuardTripped
 from MSUnmerged.jobs.backend import BackendError
 from MSUnmerged.ledger import LedgerError
 from MSUnmerged.sources.errors import SourceError
@@ -89,5 +89,6 @@ def failure_of(exc: Exception) -> Failure:
         return Failure("wmstats" if exc.source.startswith("wmstats") else exc.source, f"{exc.source}_{exc.kind}",
                        exc.message)
     if isinstance(exc, GuardTripped):  # re-checking protection (resubmit, revalidation), a changed plan file
-        return Failure("internal" if exc.reason == PLAN_MODIFIED else "wmstats", exc.reason, exc.detail)
+        source = "internal" if exc.reason == PLAN_MODIFIED else "conmon" if exc.reason in SCAN_GUARDS else "wmstats"
+        return Failure(source, exc.reason, exc.detail)
     return Failure("internal", INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
