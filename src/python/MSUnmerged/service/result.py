@@ -8,6 +8,7 @@ from typing import Any, Callable, Optional
 from MSUnmerged.guards import PLAN_MODIFIED, SCAN_GUARDS, GuardTripped
 from MSUnmerged.jobs.backend import BackendError
 from MSUnmerged.ledger import LedgerError
+from MSUnmerged.redact import redact
 from MSUnmerged.sources.errors import SourceError
 
 # Steps of run_once, in order; `hook(step, rse)` is called after each (fault injection in tests).
@@ -73,6 +74,9 @@ class Failure:
     source: str
     reason: str
     detail: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "detail", redact(self.detail))  # a URL in it may carry a credential
 
     def entry(self, rse: str = "") -> dict[str, Any]:
         """One entry of a cycle document's `failures`."""
