@@ -8,7 +8,7 @@ from typing import Any, Iterable, Mapping, NamedTuple, Optional
 
 from MSUnmerged import lfn
 from MSUnmerged.config import GuardConfig
-from MSUnmerged.lfn import PrefixSet
+from MSUnmerged.lfn import PrefixSet, PreparedByDigest
 
 # Guard reasons (values are stable: they appear in plans, the ledger and the docs).
 GUARD_PROTECTED_EMPTY = "protected_list_empty"
@@ -51,6 +51,11 @@ class GuardTripped(Exception):
         self.detail = detail
 
 
+# The index of each protected list, built once per list (its digest) for every caller and RSE; the guards below
+# still check it against each caller's baseline.
+_indexes: PreparedByDigest[PrefixSet] = PreparedByDigest(PrefixSet)
+
+
 def check_protection(protected: Iterable[str], baseline: Optional[int], max_shrink: float) -> PrefixSet:
     """Build the protection index, or raise GuardTripped when the list cannot be trusted.
 
@@ -60,7 +65,7 @@ def check_protection(protected: Iterable[str], baseline: Optional[int], max_shri
     if not bases:
         raise GuardTripped(GUARD_PROTECTED_EMPTY, "the protected LFN list is empty")
     try:
-        index = PrefixSet(bases)
+        index = _indexes(bases)
     except lfn.ProtectionListError as exc:
         raise GuardTripped(GUARD_PROTECTED_INVALID, str(exc)) from None
     if baseline and len(index) < baseline * (1.0 - max_shrink):

@@ -1,12 +1,15 @@
 """LocalBackend: the real worker zipapp as local processes, bounded parallelism, reports, removal, restart."""
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from MSUnmerged.collector import Collector, MemorySink, parse_report
 from MSUnmerged.config import Config
-from MSUnmerged.jobs.backend import JobState, wait_for
+from MSUnmerged.jobs.backend import BackendError, JobState, wait_for
 from MSUnmerged.jobs.local import LocalBackend
 from MSUnmerged.jobs.spec import CleanupJob, DeleteFilesStep
 from MSUnmerged.samplesite import write_siteconf
@@ -25,6 +28,31 @@ def job(n: int, lfns: list[str], dry_run: bool = False) -> CleanupJob:
     return CleanupJob(job_id=f"{RSE}:1:{n}", rse=RSE, site=SITE, deadline=time.time() + 600,
                       step=DeleteFilesStep(lfns=lfns, remove_dirs=[f"{B}/{n:05d}"], dry_run=dry_run, retries=0,
                                            scan_started=time.time()))  # after the site's files were made
+
+
+def test_preflight_starts_each_built_worker_once_and_a_replaced_one_again(tmp_path: Path) -> None:
+    calls = tmp_path / "calls"
+    python = tmp_path / "python"  # the real interpreter, counting its starts
+    python.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\nexec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    backend = LocalBackend(Config(), tmp_path / "work", python=str(python))
+    for rse in ("T2_A", "T2_B", "T2_C"):
+        backend.preflight(rse)
+    # Another site's backend on the same folder (the router makes one per site): the same worker, not run again.
+    other = LocalBackend(Config(), tmp_path / "work", python=str(python))
+    other.preflight("T2_D")
+    assert other.worker() == backend.worker()
+    assert len(calls.read_text().splitlines()) == 1
+    worker = backend.worker()
+    worker.write_bytes(b"not a zipapp")  # replaced under the service: checked again, and refused
+    with pytest.raises(BackendError, match="local worker cannot run"):
+        backend.preflight("T2_A")
+    with pytest.raises(BackendError):  # a refusal is never remembered as a success
+        backend.preflight("T2_A")
+    assert len(calls.read_text().splitlines()) == 3
+    fresh = LocalBackend(Config(), tmp_path / "work", python=str(python))  # a new backend rebuilds the replaced file
+    fresh.preflight("T2_B")
+    assert len(calls.read_text().splitlines()) == 4 and fresh.worker().read_bytes() != b"not a zipapp"
 
 
 def test_runs_jobs_with_bounded_parallelism_and_collects(tmp_path: Path) -> None:

@@ -243,6 +243,18 @@ def test_summary_round_trip(tmp_path):
     assert again == plan
 
 
+def test_a_shared_protection_index_is_still_checked_against_each_baseline():
+    bases = [f"/store/unmerged/era/p/AOD/v{i}" for i in range(10)]
+    index = guards.check_protection(bases, None, 0.5)
+    assert guards.check_protection(list(bases), 10, 0.5) is index  # prepared once for every caller
+    with pytest.raises(guards.GuardTripped) as tripped:  # another RSE's baseline: the same list shrank for it
+        guards.check_protection(list(bases), 30, 0.5)
+    assert tripped.value.reason == guards.GUARD_PROTECTED_SHRANK
+    with pytest.raises(guards.GuardTripped) as empty:
+        guards.check_protection([], None, 0.5)
+    assert empty.value.reason == guards.GUARD_PROTECTED_EMPTY
+
+
 def test_a_line_naming_a_directory_above_a_protected_base_is_never_planned(tmp_path):
     """Issue 23: any dump line may name a directory (a WebDAV DELETE of a collection is recursive). A line that
     is a protected base or an ancestor of one, at any depth, is protected; one above an excluded prefix is

@@ -14,6 +14,7 @@ import pytest
 from pymongo.database import Database
 
 from MSUnmerged.config import Config
+from MSUnmerged.jobs.backend import wait_for
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.service import Service
 from MSUnmerged.sources.offline import OfflineSources
@@ -209,6 +210,33 @@ def test_preflight_refusal_is_recorded_and_other_rses_go_on(tmp_path: Path, mong
     assert not [j for j in backends[fine].submissions() if j.startswith(broken)]
     assert results[fine].action == "new_generation" and results[fine].submitted > 0
     svc.stop()
+
+
+def test_job_counts_on_the_rse_document_follow_every_way_a_run_ends(tmp_path: Path, mongo_db: Database) -> None:
+    """The `msunmerged_jobs` gauge reads counters.jobs_by_state: recounted when a run submits, and when a later
+    run collects the jobs and then skips the RSE (a path that refreshes no other counter)."""
+    src = write_sources(tmp_path / "src", [RSE], files=1200)
+    svc = make_service(tmp_path, mongo_db, src)
+
+    def actual() -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for doc in mongo_db.jobs.find({"rse": RSE}):
+            counts[doc["state"]] = counts.get(doc["state"], 0) + 1
+        return counts
+
+    first = svc.run_once(RSE)
+    assert first.submitted >= 3
+    assert svc.ledger.rse(RSE)["counters"]["jobs_by_state"] == actual()
+    ids = {j["_id"]: j["batch_id"] for j in mongo_db.jobs.find({"rse": RSE})}
+    wait_for(svc.backend, ids, timeout=120)  # finished in the batch system, not yet collected
+    stats = json.loads((src / "stats.json").read_text())
+    stats.pop(RSE)  # the next run collects, then skips: scan_missing
+    (src / "stats.json").write_text(json.dumps(stats))
+    second = svc.run_once(RSE)
+    assert (second.action, second.reason, second.collected) == ("skip", "scan_missing", first.submitted)
+    counts = svc.ledger.rse(RSE)["counters"]["jobs_by_state"]
+    assert counts == actual() and sum(counts.values()) == first.submitted
+    assert not set(counts) & {"queued", "running", "submitting"}
 
 
 @pytest.mark.parametrize("start", ["absent", None, "1700000000", "after_end", "in_the_future"])

@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
@@ -30,6 +31,19 @@ LOG_NAME = "worker.log"
 PID_NAME = "worker.pid"
 ENV_NAME = "env.json"
 BATCH_PREFIX = "local:"
+
+# Per process, shared by the backends of every site (they share the work folder): the worker zipapp built into
+# each folder, and the (python, worker file) pairs `preflight` saw start. A file is known by its path, inode,
+# mtime and size: a worker rebuilt or replaced by anyone is built or checked again.
+FileKey = tuple[str, int, int, int]
+_built: dict[Path, FileKey] = {}
+_started_ok: set[tuple[str, FileKey]] = set()
+_lock = threading.Lock()
+
+
+def _file_key(path: Path) -> FileKey:
+    seen = os.stat(path)
+    return str(path), seen.st_ino, seen.st_mtime_ns, seen.st_size
 
 
 class LocalBackend:
@@ -66,8 +80,12 @@ class LocalBackend:
     def worker(self) -> Path:
         """The worker zipapp every job runs (built once into the work folder)."""
         if self._worker is None:
-            self.work_dir.mkdir(parents=True, exist_ok=True)
-            self._worker = build_worker(self.work_dir / "msunmerged-worker.pyz")
+            dest = self.work_dir / "msunmerged-worker.pyz"
+            with _lock:  # once per folder and process, not per site's backend
+                if not dest.exists() or _built.get(dest) != _file_key(dest):
+                    self.work_dir.mkdir(parents=True, exist_ok=True)
+                    _built[dest] = _file_key(build_worker(dest))
+            self._worker = dest
         return self._worker.resolve()
 
     def _environment(self, rse: str, jdir: Path) -> dict[str, str]:
@@ -95,7 +113,11 @@ class LocalBackend:
         try:
             self.work_dir.mkdir(parents=True, exist_ok=True)
             worker = self.worker()
-            subprocess.run([self.python, str(worker), "--help"], capture_output=True, check=True, timeout=60)
+            key = (self.python, _file_key(worker))  # once per worker file and python, not per RSE
+            if key not in _started_ok:
+                subprocess.run([self.python, str(worker), "--help"], capture_output=True, check=True, timeout=60)
+                with _lock:
+                    _started_ok.add(key)
         except (OSError, subprocess.SubprocessError) as exc:
             raise BackendError("unreachable", f"local worker cannot run: {exc}") from None
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
 from MSUnmerged.config import Config
-from MSUnmerged.lfn import normalise_base
+from MSUnmerged.lfn import PreparedByDigest, normalise_base
 from MSUnmerged.worker.ids import MANIFEST_VERSION
 from MSUnmerged.worker.paths import MIN_DIR_DEPTH, ancestors, depth
 
@@ -129,6 +129,10 @@ class ProtectedBases:
         for d in hits + [f for f in lfns if f in self._by_dir]:  # a file line naming a directory above a base
             bases |= self._by_dir[d]
         return sorted(bases), sorted(d for d in hits if depth(d) >= MIN_DIR_DEPTH)
+
+
+# Each protected list prepared once (by its digest) for every submission of every RSE.
+protected_bases: PreparedByDigest[ProtectedBases] = PreparedByDigest(ProtectedBases)
 
 
 def make_job(job_id: str, rse: str, site: str, lfns: list[str], removable: set[str],

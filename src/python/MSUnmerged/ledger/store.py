@@ -667,6 +667,18 @@ class Ledger:
             by_state[s] += n
         return by_state
 
+    def _job_counts(self, rse: str) -> dict[str, int]:
+        """The RSE's job documents per state (every generation), read through the (rse, ...) index."""
+        return {r["_id"]: r["n"] for r in with_retry(lambda: list(self.jobs.aggregate([
+            {"$match": {"rse": rse}}, {"$group": {"_id": "$state", "n": {"$sum": 1}}}])), "jobs by state")}
+
+    def refresh_job_counts(self, rse: str) -> None:
+        """Recount the RSE's jobs per state into `counters.jobs_by_state` (the `msunmerged_jobs` gauge reads it
+        there, not from every job document at each scrape); the service does it at the end of each RSE's run."""
+        counts = self._job_counts(rse)
+        with_retry(lambda: self.rses.update_one({"_id": rse}, {"$set": {"counters.jobs_by_state": counts}}),
+                   "job counts")
+
     def refresh_counters(self, rse: str) -> dict[str, Any]:
         """Recompute the RSE's counters for its current generation from the records (idempotent)."""
         doc = self.rse(rse)
@@ -708,7 +720,8 @@ class Ledger:
                     "dirs_removed": dirs_by_state.get(DirState.REMOVED, 0),
                     "dirs_refused": dirs_by_state.get(DirState.REFUSED, 0),
                     "dirs_failed": dirs_failed,
-                    "dirs_by_state": dirs_by_state, "dirs_refused_by_reason": refused_by_reason}
+                    "dirs_by_state": dirs_by_state, "dirs_refused_by_reason": refused_by_reason,
+                    "jobs_by_state": self._job_counts(rse)}
         now = time.time()
         done = sum(counters[s.value] for s in PROGRESS_STATES)
         # Progress: a new generation, or more files done than at the last count (the stall alert reads it).

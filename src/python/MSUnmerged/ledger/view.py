@@ -48,9 +48,6 @@ class LedgerView(Protocol):
     def jobs(self, rse: Optional[str], state: Optional[str], limit: int) -> list[dict[str, Any]]:
         """`jobs` records (`id` for their _id), most recent first."""
 
-    def jobs_by_state(self) -> list[dict[str, Any]]:
-        """[{rse, state, count}] over all jobs."""
-
     def cycles(self, limit: int) -> list[dict[str, Any]]:
         """`cycles` records (`id` for their _id) plus `duration_s`, most recent first."""
 
@@ -193,11 +190,6 @@ class MongoLedgerView:
         # Job ids are "<rse>:<gen>:<round>-<n>": descending id order is newest first within an RSE.
         docs = self.db.jobs.find(query).sort("_id", -1).limit(limit)
         return [redact_all(_clean({"id": d.pop("_id"), **d})) for d in docs]  # batch reasons may quote URLs
-
-    def jobs_by_state(self) -> list[dict[str, Any]]:
-        pipeline = [{"$group": {"_id": {"rse": "$rse", "state": "$state"}, "count": {"$sum": 1}}}]
-        return [{"rse": g["_id"]["rse"], "state": g["_id"]["state"], "count": g["count"]}
-                for g in self.db.jobs.aggregate(pipeline)]
 
     def cycles(self, limit: int) -> list[dict[str, Any]]:
         out = []

@@ -56,6 +56,8 @@ class LedgerCollector(Collector):
         progressed = GaugeMetricFamily("msunmerged_rse_progress_timestamp_seconds",
                                        "Last time more files of the RSE were done (or a new generation began).",
                                        labels=rse_label)
+        jobs = GaugeMetricFamily("msunmerged_jobs", "Cleanup jobs by RSE and state (as of the RSE's last run).",
+                                 labels=["rse", "state"])
         rses = self.view.rses()
         for rse in rses:
             name = rse["name"]
@@ -73,12 +75,9 @@ class LedgerCollector(Collector):
                 updated.add_metric([name], rse["updated"])
             if isinstance(rse.get("progress_at"), (int, float)):
                 progressed.add_metric([name], rse["progress_at"])
-        yield from (deleted, to_delete, would, failed, freed, state, updated, progressed)
-
-        jobs = GaugeMetricFamily("msunmerged_jobs", "Cleanup jobs by RSE and state.", labels=["rse", "state"])
-        for row in self.view.jobs_by_state():
-            jobs.add_metric([str(row["rse"]), str(row["state"])], row["count"])
-        yield jobs
+            for job_state, n in sorted((c.get("jobs_by_state") or {}).items()):  # counted per RSE (issue 29)
+                jobs.add_metric([name, str(job_state)], _value(n))
+        yield from (deleted, to_delete, would, failed, freed, state, updated, progressed, jobs)
         health = self.view.health(self.config.service.stale_after_s)
         yield from self._cycles(health)
         yield self._alerts(health, rses)

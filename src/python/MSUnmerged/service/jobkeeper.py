@@ -18,7 +18,7 @@ from MSUnmerged.guards import (GUARD_SCAN_START_MISSING, PLAN_MODIFIED, GuardTri
                                check_protection, split_lines)
 from MSUnmerged.jobs.backend import BackendError, BatchBackend, JobState, JobStatus
 from MSUnmerged.jobs.router import backend_name
-from MSUnmerged.jobs.spec import CleanupJob, ProtectedBases, make_job
+from MSUnmerged.jobs.spec import CleanupJob, make_job, protected_bases
 from MSUnmerged.ledger import LIVE_JOB_STATES, Leases, Ledger, gen_key
 from MSUnmerged.ledger.states import BACKEND_JOB_STATES
 from MSUnmerged.lfn import PrefixSet
@@ -103,7 +103,7 @@ class JobKeeper:
         gens = {doc["gen"] for doc in docs}
         removable = {gen: self.removable(rse, gen) for gen in gens}
         checks = {gen: self._checks(rse, gen) for gen in gens}
-        bases = ProtectedBases(protected)
+        bases = protected_bases(protected)
         site = ""  # asked once, for the first job that has files (it may ask Rucio)
         size = self.config.jobs.submit_batch
         for start in range(0, len(docs), size):

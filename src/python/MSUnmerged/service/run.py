@@ -106,8 +106,16 @@ class Runner:
         result = self._recorded(rse, lambda: self._run(rse, wait_s))
         result.seconds = round(time.time() - started, 3)
         if result.reason != LEASE_LOST:
+            self._count_jobs(rse)
             self.leases.release(rse, slot if result.action != RunAction.FAILED else None)
         return result
+
+    def _count_jobs(self, rse: str) -> None:
+        """The RSE's jobs per state on its document, whatever way its run ended (the metrics read them there)."""
+        try:
+            self.ledger.refresh_job_counts(rse)
+        except LedgerError as exc:  # a gauge a run late; the run's own outcome is recorded already
+            log.warning("%s: could not count its jobs: %s", rse, exc)
 
     def _recorded(self, rse: str, work: Callable[[], RunResult]) -> RunResult:
         """Run `work` for the RSE; any error is recorded on the RSE with its reason (never raised)."""
