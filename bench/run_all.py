@@ -20,6 +20,7 @@ HERE = Path(__file__).resolve().parent
 QUICK = {
     "bench_plan": ["--sizes", "1000000", "--baseline-lines", "1000000"],
     "bench_ledger": ["--files", "100000", "--no-readme"],
+    "bench_metrics": ["--rses", "20", "--scrapes", "10"],
     "bench_rest": ["--files", "100000", "--clients", "20", "--seconds", "5"],
     "bench_scale": ["--quick"],
     "bench_sizing": ["--rses", "1", "--lines", "50000"],

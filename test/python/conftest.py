@@ -9,7 +9,8 @@ import pytest
 from servers import keep_session_dir
 
 # Server fixtures live in servers/<name>.py; each is listed here once.
-pytest_plugins: list[str] = ["servers.rest", "servers.condor", "servers.slurm", "servers.rucio", "servers.mongo", "servers.xrootd"]
+pytest_plugins: list[str] = ["servers.rest", "servers.condor", "servers.slurm", "servers.rucio", "servers.mongo", "servers.xrootd",
+                               "servers.alertmanager"]
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "test" / "fixtures" / "wmcore"  # real samples, copied into the repository (test/fixtures/README.md)

@@ -1,6 +1,10 @@
 """Configuration: defaults, file, environment overrides, errors that name the key."""
+import dataclasses
+import tomllib
+
 import pytest
 
+from servers import REPO
 from MSUnmerged.config import DEFAULT_CONFIG, Config, ConfigError, load_config
 
 
@@ -52,6 +56,10 @@ def test_file_and_environment(tmp_path):
     ("", {"MSUNMERGED_JOBS__MAX_IN_FLIGHT": "-1"}, "jobs.max_in_flight"),
     ("", {"MSUNMERGED_JOBS__MAX_OPS_PER_S": "-0.5"}, "jobs.max_ops_per_s"),
     ("", {"MSUNMERGED_JOBS__TOP_UP_S": "0"}, "jobs.top_up_s"),
+    ("[rest]\nrequest_deadline_s = 0\n", {}, "rest.request_deadline_s"),
+    ("[rest]\nthread_pool = 16\nmax_connections_per_client = 16\n", {}, "rest.max_connections_per_client"),
+    ("[rest]\nmax_connections_per_client = 0\n", {}, "rest.max_connections_per_client"),
+    ("[rest]\ndb_dead_s = 5\n", {}, "rest.db_dead_s"),
 ])
 def test_errors_name_the_key(tmp_path, text, env, key):
     path = tmp_path / "c.toml"
@@ -99,3 +107,20 @@ def test_per_rse_limits_and_filters(tmp_path):
     assert "/store/unmerged/SAM" not in other.exclude
     assert intersect(["/store/unmerged/a/b"], ["/store/unmerged/ab"]) == []  # component-wise, not by characters
     assert intersect(["/"], ["/store/unmerged/a//"]) == ["/store/unmerged/a"]
+
+
+def test_the_shipped_file_documents_every_default() -> None:
+    """etc/msunmerged.toml shows every key of every section with its default (tables are shown as examples)."""
+    shipped = tomllib.loads((REPO / "etc" / "msunmerged.toml").read_text())
+    text = (REPO / "etc" / "msunmerged.toml").read_text()
+    defaults = Config()
+    for section in dataclasses.fields(defaults):
+        values = getattr(defaults, section.name)
+        for key in dataclasses.fields(values):
+            default = getattr(values, key.name)
+            where = f"{section.name}.{key.name}"
+            if isinstance(default, dict):
+                assert f"[{where}." in text or f"[{where}]" in text, f"{where}: no example in etc/msunmerged.toml"
+                continue
+            assert key.name in shipped.get(section.name, {}), f"{where} is not in etc/msunmerged.toml"
+            assert shipped[section.name][key.name] == default, f"{where}: the file shows another value"

@@ -1,7 +1,10 @@
 """LFN validation and the component-wise prefix sets used for protection and path filters."""
 from __future__ import annotations
 
-from typing import Iterable, Optional
+import hashlib
+import threading
+from collections import OrderedDict
+from typing import Callable, Generic, Iterable, Optional, Sequence, TypeVar
 
 UNMERGED = b"/store/unmerged/"
 
@@ -84,16 +87,13 @@ class PrefixSet:
         self.prefixes: frozenset[bytes] = frozenset(normalise_base(p) for p in prefixes)
         self.covers_everything = b"/" in self.prefixes
         ancestors: set[bytes] = set()
-        parents: set[bytes] = set()
         for p in self.prefixes:
             cut = p.rfind(b"/")
-            parents.add(p[:cut] or b"/")
             while cut > 0:
                 ancestors.add(p[:cut])
                 cut = p.rfind(b"/", 0, cut)
             ancestors.add(b"/")
         self._ancestors = frozenset(ancestors)
-        self._parents = frozenset(parents)
 
     def __len__(self) -> int:
         return len(self.prefixes)
@@ -110,11 +110,47 @@ class PrefixSet:
         return False
 
     def dir_state(self, directory: bytes) -> int:
-        """For the files directly in `directory`: ALL covered, NONE covered, or SOME (check each)."""
+        """For the entries directly in `directory`: ALL covered, NONE covered or holding a prefix, or SOME
+        (check each: a prefix is one of them or lies below one of them)."""
         if self.covers(directory):
             return self.ALL
-        return self.SOME if directory in self._parents else self.NONE
+        return self.SOME if directory in self._ancestors else self.NONE
 
-    def holds_below(self, directory: bytes) -> bool:
-        """True when a prefix is at or below `directory`: such a directory must never be removed."""
-        return directory in self._ancestors or self.covers(directory)
+    def holds_below(self, path: bytes) -> bool:
+        """True when a prefix covers `path` or lies below it: removing `path`, as a file or as a directory
+        with its content, could remove a prefix's path (never plan or remove it)."""
+        return path in self._ancestors or self.covers(path)
+
+
+T = TypeVar("T")
+
+
+def list_digest(items: Sequence[str]) -> str:
+    """sha256 of a list of strings, order and content exact (repr: no two lists share an encoding)."""
+    return hashlib.sha256(repr(list(items)).encode("utf-8")).hexdigest()
+
+
+class PreparedByDigest(Generic[T]):
+    """What `build` makes of a protected list, kept for the last `keep` lists by their digest: the same list
+    (every RSE of a cycle, its planner and its submission) is prepared once, and a changed list is built anew,
+    never served from another's. `build` must raise for a list it refuses; a refusal is never kept."""
+
+    def __init__(self, build: Callable[[list[str]], T], keep: int = 2) -> None:
+        self._build = build
+        self._keep = keep
+        self._made: OrderedDict[str, T] = OrderedDict()
+        self._lock = threading.Lock()  # the service plans RSEs in parallel threads
+
+    def __call__(self, items: Iterable[str]) -> T:
+        listed = list(items)
+        key = list_digest(listed)
+        with self._lock:
+            if key in self._made:
+                self._made.move_to_end(key)
+                return self._made[key]
+        made = self._build(listed)  # outside the lock: two threads may both build; either result is the same
+        with self._lock:
+            self._made[key] = made
+            while len(self._made) > self._keep:
+                self._made.popitem(last=False)
+        return made

@@ -65,3 +65,19 @@ def test_bench_drain_tiny(tmp_path: Path) -> None:
         assert row["slices"] >= 3 and row["cycles"] > row["slices"] and 1 <= row["most_in_flight"] <= cap
         assert row["deleted"] == row["to_delete"] and row["files_left"] == 6000 - row["deleted"]
     assert not list(tmp_path.glob("drain-*")), "the run's folders are left behind"
+
+
+def test_bench_metrics_tiny() -> None:
+    """RSEs with jobs recorded; the jobs gauge sums to the job documents (the script checks); every timing comes out."""
+    row = json.loads(run("bench_metrics.py", "--rses", "12", "--scrapes", "2", "--cycles", "3").splitlines()[-1])
+    assert row["jobs"] > 0 and row["rses"] == 12
+    assert all(row[k]["median_ms"] > 0 for k in ("render", "rses_only", "jobs_aggregate"))
+
+
+def test_bench_partition_tiny(tmp_path: Path) -> None:
+    """One cycle over RSEs of two sizes: every RSE submits (the script checks), each size has its figures."""
+    row = json.loads(run("bench_partition.py", "--spread", "10000x1,1000x2", "--data", str(tmp_path)).splitlines()[-1])
+    assert row["rses"] == 3 and row["jobs"] >= 3 and row["protected_bases"] > 4000
+    assert set(row["by_size"]) == {"10000", "1000"} and row["by_size"]["1000"]["rses"] == 2
+    assert all(v > 0 for v in row["peak_rss_mib"].values()) and row["db_mib"] > 0
+    assert not (tmp_path / "partition-run").exists(), "the run's state folder is left behind"

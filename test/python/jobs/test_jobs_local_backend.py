@@ -1,12 +1,15 @@
 """LocalBackend: the real worker zipapp as local processes, bounded parallelism, reports, removal, restart."""
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from MSUnmerged.collector import Collector, MemorySink, parse_report
 from MSUnmerged.config import Config
-from MSUnmerged.jobs.backend import JobState, wait_for
+from MSUnmerged.jobs.backend import BackendError, JobState, wait_for
 from MSUnmerged.jobs.local import LocalBackend
 from MSUnmerged.jobs.spec import CleanupJob, DeleteFilesStep
 from MSUnmerged.samplesite import write_siteconf
@@ -23,7 +26,33 @@ def make_site(root: Path) -> tuple[Path, Path]:
 
 def job(n: int, lfns: list[str], dry_run: bool = False) -> CleanupJob:
     return CleanupJob(job_id=f"{RSE}:1:{n}", rse=RSE, site=SITE, deadline=time.time() + 600,
-                      step=DeleteFilesStep(lfns=lfns, remove_dirs=[f"{B}/{n:05d}"], dry_run=dry_run, retries=0))
+                      step=DeleteFilesStep(lfns=lfns, remove_dirs=[f"{B}/{n:05d}"], dry_run=dry_run, retries=0,
+                                           scan_started=time.time()))  # after the site's files were made
+
+
+def test_preflight_starts_each_built_worker_once_and_a_replaced_one_again(tmp_path: Path) -> None:
+    calls = tmp_path / "calls"
+    python = tmp_path / "python"  # the real interpreter, counting its starts
+    python.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\nexec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    backend = LocalBackend(Config(), tmp_path / "work", python=str(python))
+    for rse in ("T2_A", "T2_B", "T2_C"):
+        backend.preflight(rse)
+    # Another site's backend on the same folder (the router makes one per site): the same worker, not run again.
+    other = LocalBackend(Config(), tmp_path / "work", python=str(python))
+    other.preflight("T2_D")
+    assert other.worker() == backend.worker()
+    assert len(calls.read_text().splitlines()) == 1
+    worker = backend.worker()
+    worker.write_bytes(b"not a zipapp")  # replaced under the service: checked again, and refused
+    with pytest.raises(BackendError, match="local worker cannot run"):
+        backend.preflight("T2_A")
+    with pytest.raises(BackendError):  # a refusal is never remembered as a success
+        backend.preflight("T2_A")
+    assert len(calls.read_text().splitlines()) == 3
+    fresh = LocalBackend(Config(), tmp_path / "work", python=str(python))  # a new backend rebuilds the replaced file
+    fresh.preflight("T2_B")
+    assert len(calls.read_text().splitlines()) == 4 and fresh.worker().read_bytes() != b"not a zipapp"
 
 
 def test_runs_jobs_with_bounded_parallelism_and_collects(tmp_path: Path) -> None:
@@ -116,3 +145,26 @@ def test_queued_jobs_start_as_slots_free_up_without_being_polled(tmp_path: Path)
     states = wait_for(backend, ids, timeout=60)  # a worker that wrote its summary may still be exiting
     assert {s.state for s in states.values()} == {JobState.FINISHED}
 
+
+
+def test_two_backends_on_one_work_folder_start_a_job_once(tmp_path: Path) -> None:
+    """A job queued by one backend (a crashed service's, still in memory) and found queued on disk by another
+    (its restart) runs once: whoever starts it first claims it; the other leaves it alone."""
+    storage, sc = make_site(tmp_path)
+    cfg = Config()
+    cfg.jobs.local_parallel = 1
+    slow = [f"{B}/00000/f{i}.root" for i in range(5000)]
+    quick = [f"{B}/00001/g{i}.root" for i in range(50)]
+    for lfn in slow + quick:
+        (storage / lfn.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        open(storage / lfn.lstrip("/"), "wb").close()
+    first = LocalBackend(cfg, tmp_path / "work", siteconfig=str(sc))
+    ids = first.submit([job(0, slow), job(1, quick)])  # the second waits in first's queue
+    second = LocalBackend(cfg, tmp_path / "work", siteconfig=str(sc))
+    second.parallel = 2
+    states = wait_for(second, ids, timeout=120)  # second finds the queued one on disk and starts it
+    wait_for(first, ids, timeout=120)  # first's supervisor meets the claim and leaves it
+    assert {s.state for s in states.values()} == {JobState.FINISHED}
+    report = parse_report(first.job_dir(job(1, quick).job_id) / "report.jsonl")
+    assert report.complete and report.counters() == {"deleted": 50}  # a second run would find them missing
+    assert (first.job_dir(job(1, quick).job_id) / "worker.log").read_text().count("Traceback") == 0

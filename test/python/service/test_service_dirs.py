@@ -5,7 +5,6 @@ old empty directories below the datasets cleaned and they count in dirs_removed.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ from pymongo.database import Database
 
 from MSUnmerged.config import SiteConfig
 from MSUnmerged.ledger import pending_dirs
+from MSUnmerged.samplesite import rescan
 from service_kit import dump_lines, write_sources
 from test_service_run import RSE, make_service
 
@@ -30,12 +30,13 @@ def failing_python(base: Path) -> str:
     return str(path)
 
 
-def new_dump(src: Path, keep: list[str], end_time: float) -> None:
-    """The next ConMon scan: only `keep` listed (the rest was deleted by someone else meanwhile)."""
+def new_dump(src: Path, keep: list[str]) -> None:
+    """The next ConMon scan, starting now: only `keep` listed (the rest was deleted by someone else meanwhile)."""
     (src / "dumps" / f"{RSE}.txt").write_text("\n".join(keep) + "\n")
     stats = json.loads((src / "stats.json").read_text())
-    stats[RSE].update(files=len(keep), end_time=end_time, start_time=end_time - 600)
+    stats[RSE].update(files=len(keep))
     (src / "stats.json").write_text(json.dumps(stats))
+    rescan(src, RSE)
 
 
 def test_a_directory_emptied_after_an_earlier_cycle_is_removed_by_a_later_one(tmp_path: Path,
@@ -56,7 +57,7 @@ def test_a_directory_emptied_after_an_earlier_cycle_is_removed_by_a_later_one(tm
         (storage / lfn.lstrip("/")).unlink()
     emptied = sorted(d for d in lost if "/Primary5/" in d)
     assert emptied and all((storage / d.lstrip("/")).is_dir() for d in emptied)
-    new_dump(src, [x for x in lines if x not in gone], time.time() - 60)
+    new_dump(src, [x for x in lines if x not in gone])
     svc.backend.python = sys.executable  # jobs run again
     second = svc.run_once(RSE, wait_s=60)
     assert second.action == "new_generation" and second.generation > gen1
@@ -95,17 +96,15 @@ def test_a_pending_directory_that_became_protected_is_forgotten(tmp_path: Path, 
 
 
 def test_sweep_removes_old_empty_directories_and_counts_them(tmp_path: Path, mongo_db: Database) -> None:
-    end = time.time() - 60
-    src = write_sources(tmp_path / "src", [RSE], files=100, end_time=end)
+    src = write_sources(tmp_path / "src", [RSE], files=100)
     svc = make_service(tmp_path, mongo_db, src)
     svc.config.jobs.sites.setdefault(RSE, SiteConfig()).remove_empty_dirs = True
     lines, _ = dump_lines(RSE, 100)
     dataset = lines[2].rsplit("/", 3)[0]  # /store/unmerged/<era>/<primary>/<tier>/<procstr>
     storage = tmp_path / "storage" / RSE
     old = [storage / f"{dataset}/999/empty".lstrip("/"), storage / f"{dataset}/999".lstrip("/")]
-    old[0].mkdir(parents=True)
-    for path in old:
-        os.utime(path, (end - 7200, end - 7200))
+    old[0].mkdir(parents=True)  # empty directories no dump lists, older than the scan (it starts now)
+    rescan(src, RSE)
     result = svc.run_once(RSE, wait_s=60)
     assert result.action == "new_generation" and not any(p.exists() for p in old)
     recorded = {d["dir"]: d["state"] for d in mongo_db.dirs.find({"rse": RSE})}

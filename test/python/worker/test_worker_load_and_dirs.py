@@ -28,12 +28,19 @@ def site() -> tuple[Path, Path]:
     shutil.rmtree(root, ignore_errors=True)
 
 
-def old_dir(storage: Path, lfn: str, when: float) -> Path:
-    """An empty directory (and its parents) at `lfn`, modified at `when`."""
+def make_dir(storage: Path, lfn: str) -> Path:
+    """A directory (and its parents) at `lfn`, made now."""
     path = storage / lfn.lstrip("/")
     path.mkdir(parents=True, exist_ok=True)
-    os.utime(path, (when, when))
     return path
+
+
+def scan_starts() -> float:
+    """A scan starting now: what exists is older than it, what is made next is newer (ctime cannot be dated back)."""
+    time.sleep(0.02)
+    started = time.time()
+    time.sleep(0.02)
+    return started
 
 
 def test_pacer_keeps_the_average_rate() -> None:
@@ -81,8 +88,7 @@ def test_path_filters_are_checked_again_at_the_site(site: tuple[Path, Path], tmp
 
 def test_directories_of_earlier_plans_are_retried(site: tuple[Path, Path], tmp_path: Path) -> None:
     storage, sc = site
-    now = time.time()
-    emptied, emptied_parent = old_dir(storage, f"{BASE}/000/111", now), f"{BASE}/000"
+    emptied, emptied_parent = make_dir(storage, f"{BASE}/000/111"), f"{BASE}/000"
     put(storage, f"{BASE}/001/still-here.root")
     put(storage, f"{BASE}/002/p/x.root")
     retry = [f"{BASE}/000/111", emptied_parent, f"{BASE}/001", f"{BASE}/002", "/store/unmerged/Run2024F"]
@@ -102,21 +108,19 @@ def test_directories_of_earlier_plans_are_retried(site: tuple[Path, Path], tmp_p
 def test_sweep_removes_old_empty_directories_below_the_dataset(site: tuple[Path, Path], tmp_path: Path,
                                                               dry_run: bool) -> None:
     storage, sc = site
-    scan = time.time() - 600
     job_file = f"{BASE}/000/100/f.root"
-    os.utime(put(storage, job_file), (scan - 900, scan - 900))
-    nested = [old_dir(storage, f"{BASE}/001/a/b/c", scan - 900), storage / f"{BASE}/001/a/b".lstrip("/"),
+    put(storage, job_file)
+    nested = [make_dir(storage, f"{BASE}/001/a/b/c"), storage / f"{BASE}/001/a/b".lstrip("/"),
               storage / f"{BASE}/001/a".lstrip("/"), storage / f"{BASE}/001".lstrip("/")]
-    for p in nested[1:]:
-        os.utime(p, (scan - 900, scan - 900))
-    young = old_dir(storage, f"{BASE}/002", scan + 100)  # made after the scan started: a job may write there
-    linked = old_dir(storage, f"{BASE}/003", scan - 900)
+    linked = make_dir(storage, f"{BASE}/003")
     os.symlink("/etc", linked / "link")
-    os.utime(linked, (scan - 900, scan - 900))
-    protected = old_dir(storage, f"{BASE}/004/keep", scan - 900)
-    os.utime(protected.parent, (scan - 900, scan - 900))
-    excluded = old_dir(storage, f"{BASE}/005", scan - 900)
-    other_dataset = old_dir(storage, "/store/unmerged/Run2024F/Muon0/AOD/Other-v1/000", scan - 900)
+    protected = make_dir(storage, f"{BASE}/004/keep")
+    excluded = make_dir(storage, f"{BASE}/005")
+    other_dataset = make_dir(storage, "/store/unmerged/Run2024F/Muon0/AOD/Other-v1/000")
+    moved = make_dir(storage, f"{BASE}/006/old")
+    scan = scan_starts()
+    young = make_dir(storage, f"{BASE}/002")  # made after the scan started: a job may be about to write there
+    os.rename(moved, storage / f"{BASE}/006/moved-in".lstrip("/"))  # renamed after the scan: its ctime moved
     man = manifest([job_file], remove_dirs=[f"{BASE}/000/100", f"{BASE}/000"], scan_started=scan, dry_run=dry_run,
                    sweep_empty_dirs=True, dir_floor_depth=7, protected=[f"{BASE}/004/keep"],
                    keep_dirs=[f"{BASE}/004"], exclude=[f"{BASE}/005"])
@@ -130,29 +134,29 @@ def test_sweep_removes_old_empty_directories_below_the_dataset(site: tuple[Path,
     order = [x["dir"] for x in lines if "dir" in x]
     assert order.index(f"{BASE}/001/a/b/c") < order.index(f"{BASE}/001/a/b") < order.index(f"{BASE}/001")
     assert all(p.is_dir() == dry_run for p in nested)
-    # Never touched or reported: too young, holding a link, protected, excluded, another dataset, the dataset.
-    for kept in (young, linked, protected, protected.parent, excluded, other_dataset, storage / BASE.lstrip("/")):
+    # Never touched or reported: too young, renamed in after the scan (and so its parent), holding a link,
+    # protected, excluded, another dataset, the dataset directory itself.
+    for kept in (young, storage / f"{BASE}/006/moved-in".lstrip("/"), linked, protected, protected.parent, excluded,
+                 other_dataset, storage / BASE.lstrip("/")):
         assert kept.is_dir() and not any(str(kept).endswith(x) for x in d), kept
     assert os.path.islink(linked / "link")
 
 
-def test_sweep_is_off_unless_asked_and_needs_the_scan_start(site: tuple[Path, Path], tmp_path: Path) -> None:
+def test_sweep_is_off_unless_asked(site: tuple[Path, Path], tmp_path: Path) -> None:
     storage, sc = site
-    scan = time.time() - 600
     job_file = f"{BASE}/000/f.root"
-    for n, step in enumerate([{"scan_started": scan}, {"sweep_empty_dirs": True}]):
-        os.utime(put(storage, job_file), (scan - 900, scan - 900))
-        empty = old_dir(storage, f"{BASE}/009", scan - 900)
-        rc, lines = run_worker(tmp_path / f"job{n}", manifest([job_file], **step), sc)
-        assert rc == 0 and empty.is_dir() and not dirs(lines)
+    put(storage, job_file)
+    empty = make_dir(storage, f"{BASE}/009")
+    rc, lines = run_worker(tmp_path / "job", manifest([job_file], scan_started=scan_starts()), sc)
+    assert rc == 0 and empty.is_dir() and not dirs(lines) and lines[0]["start"]["method"]["sweep"] == "off"
 
 
 def test_look_turned_off_skips_the_remote_stat_only(xrootd_server, site: tuple[Path, Path], tmp_path: Path) -> None:
     """Remote storage: no stat per file, so a file modified after the scan is deleted (docs/jobs.md says so);
     local storage keeps its look (the walk that refuses links), whatever the setting."""
-    started = time.time() - 100
+    started = scan_starts()
     new = f"{BASE}-look/00000/new.root"
-    xrootd_server.put(new)
+    xrootd_server.put(new)  # written after the scan started
     sc = xrootd_site(world_dir("msunmerged-xrd-"), xrootd_server.url, "xrdcp")
     rc, lines = run_worker(tmp_path / "remote", manifest([new], scan_started=started, look_before_delete=False), sc,
                            prefix=["nsenter", "-t", str(xrootd_server.pid), "-n"])

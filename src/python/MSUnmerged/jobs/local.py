@@ -33,6 +33,23 @@ PID_NAME = "worker.pid"
 ENV_NAME = "env.json"
 BATCH_PREFIX = "local:"
 PUMP_INTERVAL_S = 0.2  # how often the supervisor looks for a free slot while jobs wait
+# Made exclusively by whoever starts a job's worker, before it starts: two backends on one work folder (a
+# restarted service beside its predecessor's threads, `run` beside `serve`) never both start a job.
+CLAIM_NAME = "worker.claim"
+CLAIM_GRACE_S = 60.0  # a claim with no pid file after this: its starter died before starting the worker
+
+# Per process, shared by the backends of every site (they share the work folder): the worker zipapp built into
+# each folder, and the (python, worker file) pairs `preflight` saw start. A file is known by its path, inode,
+# mtime and size: a worker rebuilt or replaced by anyone is built or checked again.
+FileKey = tuple[str, int, int, int]
+_built: dict[Path, FileKey] = {}
+_started_ok: set[tuple[str, FileKey]] = set()
+_lock = threading.Lock()
+
+
+def _file_key(path: Path) -> FileKey:
+    seen = os.stat(path)
+    return str(path), seen.st_ino, seen.st_mtime_ns, seen.st_size
 
 
 class LocalBackend:
@@ -72,8 +89,12 @@ class LocalBackend:
     def worker(self) -> Path:
         """The worker zipapp every job runs (built once into the work folder)."""
         if self._worker is None:
-            self.work_dir.mkdir(parents=True, exist_ok=True)
-            self._worker = build_worker(self.work_dir / "msunmerged-worker.pyz")
+            dest = self.work_dir / "msunmerged-worker.pyz"
+            with _lock:  # once per folder and process, not per site's backend
+                if not dest.exists() or _built.get(dest) != _file_key(dest):
+                    self.work_dir.mkdir(parents=True, exist_ok=True)
+                    _built[dest] = _file_key(build_worker(dest))
+            self._worker = dest
         return self._worker.resolve()
 
     def _environment(self, rse: str, jdir: Path) -> dict[str, str]:
@@ -101,7 +122,11 @@ class LocalBackend:
         try:
             self.work_dir.mkdir(parents=True, exist_ok=True)
             worker = self.worker()
-            subprocess.run([self.python, str(worker), "--help"], capture_output=True, check=True, timeout=60)
+            key = (self.python, _file_key(worker))  # once per worker file and python, not per RSE
+            if key not in _started_ok:
+                subprocess.run([self.python, str(worker), "--help"], capture_output=True, check=True, timeout=60)
+                with _lock:
+                    _started_ok.add(key)
         except (OSError, subprocess.SubprocessError) as exc:
             raise BackendError("unreachable", f"local worker cannot run: {exc}") from None
 
@@ -116,7 +141,7 @@ class LocalBackend:
         for job in jobs:
             name = job_folder(job.job_id)
             jdir = self.work_dir / name
-            if (jdir / PID_NAME).exists() or (jdir / REPORT_NAME).exists():
+            if any((jdir / f).exists() for f in (CLAIM_NAME, PID_NAME, REPORT_NAME)):
                 out[job.job_id] = BATCH_PREFIX + name  # already submitted: never run a job twice
                 continue
             jdir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -152,6 +177,10 @@ class LocalBackend:
 
     def _start(self, name: str) -> None:
         jdir = self.work_dir / name
+        try:
+            os.close(os.open(jdir / CLAIM_NAME, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except FileExistsError:
+            return  # another backend on this work folder started it
         extra = json.loads((jdir / ENV_NAME).read_text())
         env = {**self.env, **extra}
         with open(jdir / LOG_NAME, "ab") as log:
@@ -184,6 +213,11 @@ class LocalBackend:
         if pid is not None:
             return JobStatus(job_id, JobState.FAILED, batch_id, "worker ended without a final report line "
                              "(killed?)", exit_code=None)
+        claimed = _age(jdir / CLAIM_NAME)
+        if claimed is not None:  # another backend is starting it
+            if claimed < CLAIM_GRACE_S:
+                return JobStatus(job_id, JobState.RUNNING, batch_id)
+            return JobStatus(job_id, JobState.FAILED, batch_id, "its starter stopped before starting the worker")
         if (jdir / MANIFEST_NAME).exists():
             self._queue.append(name)  # queued by an earlier instance that stopped before starting it
             self._pump()
@@ -244,6 +278,14 @@ def _summary_exit_code(report: Path) -> Optional[int]:
         return None
     code = last.get("exit_code") if isinstance(last, dict) and "summary" in last else None
     return code if isinstance(code, int) else None
+
+
+def _age(path: Path) -> Optional[float]:
+    """Seconds since the file was made, None when there is none."""
+    try:
+        return time.time() - path.stat().st_mtime
+    except OSError:
+        return None
 
 
 def _read_pid(path: Path) -> Optional[int]:

@@ -12,6 +12,7 @@ from MSUnmerged.jobs.backend import JobState
 from MSUnmerged.ledger import history
 from MSUnmerged.ledger.states import RETRIABLE, SUBMITTED, DirState, FileState
 from MSUnmerged.ledger.store import Ledger
+from MSUnmerged.redact import redact, redact_all
 
 # The states an operator may ask for: "submitted" = planned files whose job is live (Ledger.query_files).
 FILE_STATES = (*(s.value for s in FileState), SUBMITTED)
@@ -47,9 +48,6 @@ class LedgerView(Protocol):
     def jobs(self, rse: Optional[str], state: Optional[str], limit: int) -> list[dict[str, Any]]:
         """`jobs` records (`id` for their _id), most recent first."""
 
-    def jobs_by_state(self) -> list[dict[str, Any]]:
-        """[{rse, state, count}] over all jobs."""
-
     def cycles(self, limit: int) -> list[dict[str, Any]]:
         """`cycles` records (`id` for their _id) plus `duration_s`, most recent first."""
 
@@ -57,9 +55,11 @@ class LedgerView(Protocol):
         """The recorded plan of the current generation: counts and the first files still to delete by directory."""
 
     def health(self, stale_after_s: float) -> dict[str, Any]:
-        """How the polling goes: `last_cycle` (its `failures`, `ok`, `dry_run`), `last_good_cycle_at` and
-        `last_good_age_s` (None: never), `sources` ({source: 1 up / 0 failed in the last finished cycle}),
-        `alert` (a sentence when no cycle succeeded for `stale_after_s`, else "")."""
+        """How the polling goes: `last_cycle` (its `failures`, `ok`, `dry_run`), `last_good_cycle_at` (None:
+        never), `last_good_age_s` (since the last good cycle; before any, since the first cycle started; None
+        before any cycle), `never_good`, `sources` ({source: 1 up / 0 failed in the last finished cycle}),
+        `alert` (a sentence when no cycle succeeded for `stale_after_s`, counted from the first cycle on a new
+        ledger, else "")."""
 
     def history(self, rse: Optional[str], days: int) -> list[dict[str, Any]]:
         """Daily aggregates of the last `days` days, oldest first (history.rse_days)."""
@@ -68,20 +68,23 @@ class LedgerView(Protocol):
         """Every recorded cycle failure by (source, reason)."""
 
 
-def health_of(cycles: list[dict[str, Any]], last_good: dict[str, Any], stale_after_s: float,
-              now: float) -> dict[str, Any]:
-    """LedgerView.health from the recent cycles (newest first) and the last good one."""
+def health_of(cycles: list[dict[str, Any]], last_good: dict[str, Any], first_started: Optional[float],
+              stale_after_s: float, now: float) -> dict[str, Any]:
+    """LedgerView.health from the recent cycles (newest first), the last good one and the first cycle's start."""
     finished = [c for c in cycles if c.get("finished") is not None]
     last = finished[0] if finished else None
     failed_sources = {f.get("source") for f in (last or {}).get("failures") or []}
     good_at = last_good.get("finished")
-    age = round(now - good_at, 1) if isinstance(good_at, (int, float)) else None
+    good_at = good_at if isinstance(good_at, (int, float)) else None
+    # Before any good cycle the delay runs from the first cycle (a new ledger does not alert at its first failure).
+    since = good_at if good_at is not None else first_started
+    age = round(now - since, 1) if isinstance(since, (int, float)) else None
     alert = ""
-    if last is not None and (age is None or age > stale_after_s):
-        since = "ever" if age is None else f"for {age / 60:.0f} min"
-        alert = (f"no polling cycle succeeded {since} (alert after {stale_after_s / 60:.0f} min); "
+    if last is not None and age is not None and age > stale_after_s:
+        what = f"for {age / 60:.0f} min" if good_at is not None else f"since the first cycle {age / 60:.0f} min ago"
+        alert = (f"no polling cycle succeeded {what} (alert after {stale_after_s / 60:.0f} min); "
                  f"last cycle's failures: {', '.join(sorted(str(f.get('reason')) for f in last.get('failures') or [])) or 'none'}")
-    return {"last_cycle": last, "last_good_cycle_at": good_at, "last_good_age_s": age,
+    return {"last_cycle": last, "last_good_cycle_at": good_at, "last_good_age_s": age, "never_good": good_at is None,
             "sources": {s: int(s not in failed_sources) for s in history.FAILURE_SOURCES} if last else {},
             "alert": alert}
 
@@ -130,7 +133,8 @@ class MongoLedgerView:
         gen = doc.get("generation")
         entry = next((g for g in doc.get("generations") or [] if g.get("gen") == gen), {})
         fields = {k: v for k, v in doc.items() if k not in ("_id", "generations", "events")}
-        return _clean({"name": doc["_id"], **fields, "plan": entry, "events": (doc.get("events") or [])[-10:]})
+        events = (doc.get("events") or [])[-10:]
+        return redact_all(_clean({"name": doc["_id"], **fields, "plan": entry, "events": events}))
 
     def rses(self) -> list[dict[str, Any]]:
         return [self._rse_summary(d) for d in self.ledger.rse_docs()]
@@ -161,6 +165,8 @@ class MongoLedgerView:
             for doc in page["items"]:
                 out = _clean(doc)
                 out["cursor"] = out.pop("_id")
+                if out.get("error"):  # a worker's message may quote a URL with its credential
+                    out["error"] = redact(out["error"])
                 yield out
             if left is not None:
                 left -= len(page["items"])
@@ -183,17 +189,12 @@ class MongoLedgerView:
             query["state"] = state
         # Job ids are "<rse>:<gen>:<round>-<n>": descending id order is newest first within an RSE.
         docs = self.db.jobs.find(query).sort("_id", -1).limit(limit)
-        return [_clean({"id": d.pop("_id"), **d}) for d in docs]
-
-    def jobs_by_state(self) -> list[dict[str, Any]]:
-        pipeline = [{"$group": {"_id": {"rse": "$rse", "state": "$state"}, "count": {"$sum": 1}}}]
-        return [{"rse": g["_id"]["rse"], "state": g["_id"]["state"], "count": g["count"]}
-                for g in self.db.jobs.aggregate(pipeline)]
+        return [redact_all(_clean({"id": d.pop("_id"), **d})) for d in docs]  # batch reasons may quote URLs
 
     def cycles(self, limit: int) -> list[dict[str, Any]]:
         out = []
         for d in self.ledger.query_cycles(limit):
-            d = _clean({"id": d.pop("_id"), **d})
+            d = redact_all(_clean({"id": d.pop("_id"), **d}))  # failure details may quote a URL with its credential
             start, end = d.get("started"), d.get("finished")
             d["duration_s"] = round(end - start, 3) if isinstance(start, (int, float)) and \
                 isinstance(end, (int, float)) else None
@@ -202,8 +203,8 @@ class MongoLedgerView:
 
     def health(self, stale_after_s: float) -> dict[str, Any]:
         last_good = self.ledger.last_good_cycle()
-        return health_of(self.cycles(5), _clean({"id": last_good.pop("_id"), **last_good}) if last_good else {},
-                         stale_after_s, time.time())
+        good = redact_all(_clean({"id": last_good.pop("_id"), **last_good})) if last_good else {}
+        return health_of(self.cycles(5), good, self.ledger.first_cycle_started(), stale_after_s, time.time())
 
     def history(self, rse: Optional[str], days: int) -> list[dict[str, Any]]:
         return history.rse_days(self.db, rse, days)

@@ -14,11 +14,12 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 from MSUnmerged import seal
 from MSUnmerged.collector import Collector, Report, parse_report
 from MSUnmerged.config import Config
-from MSUnmerged.guards import PLAN_MODIFIED, GuardTripped, check_plan_lines, check_protection, split_lines
+from MSUnmerged.guards import (GUARD_SCAN_START_MISSING, PLAN_MODIFIED, GuardTripped, check_plan_lines,
+                               check_protection, split_lines)
 from MSUnmerged.jobs.backend import BackendError, BatchBackend, JobState, JobStatus
 from MSUnmerged.jobs.router import backend_name
-from MSUnmerged.jobs.spec import CleanupJob, ProtectedBases, file_dirs, job_dirs, make_job
-from MSUnmerged.ledger import LIVE_JOB_STATES, Leases, Ledger, pending_dirs, slices
+from MSUnmerged.jobs.spec import CleanupJob, file_dirs, job_dirs, make_job, protected_bases
+from MSUnmerged.ledger import LIVE_JOB_STATES, Leases, Ledger, gen_key, pending_dirs, slices
 from MSUnmerged.ledger.states import BACKEND_JOB_STATES
 from MSUnmerged.lfn import PrefixSet
 from MSUnmerged.lfn import depth as lfn_depth
@@ -128,7 +129,7 @@ class JobKeeper:
         gens = {doc["gen"] for doc in docs}
         removable = {gen: self.removable(rse, gen) for gen in gens}
         checks = {gen: self._checks(rse, gen) for gen in gens}
-        bases = ProtectedBases(protected)
+        bases = protected_bases(protected)
         site = ""  # asked once, for the first job that has files (it may ask Rucio)
         size = self.config.jobs.submit_batch
         for start in range(0, len(docs), size):
@@ -148,6 +149,8 @@ class JobKeeper:
     def _submit(self, rse: str, jobs: list[CleanupJob]) -> int:
         self.leases.check(rse)  # fencing: never submit for an RSE another instance took over
         ids = self.backend.submit(jobs)
+        log.info("%s: submitted %d jobs (%d files) to %s for site %s", rse, len(ids),
+                 sum(len(j.step.lfns) for j in jobs), backend_name(self.backend, rse), jobs[0].site)
         self.hook("submitted", rse)
         for jid, batch_id in ids.items():
             self.ledger.mark_submitted(jid, batch_id)
@@ -172,9 +175,13 @@ class JobKeeper:
 
     def _checks(self, rse: str, generation: float) -> dict[str, Any]:
         """What the jobs' workers check their site against: Rucio's PFN of /store/unmerged/ (a Rucio failure
-        raises SourceError: nothing is submitted) and the start of the scan the plan comes from."""
-        return {"unmerged_pfn": self.sources.unmerged_pfn(rse),
-                "scan_started": self.ledger.generation_entry(rse, generation).get("scan_started")}
+        raises SourceError: nothing is submitted) and the start of the scan the plan comes from (a generation
+        recorded without one raises GuardTripped: nothing is submitted)."""
+        started = self.ledger.generation_entry(rse, generation).get("scan_started")
+        if started is None:
+            raise GuardTripped(GUARD_SCAN_START_MISSING, f"generation {gen_key(generation)} was recorded without "
+                                                         "its scan's start_time: its files are not submitted")
+        return {"unmerged_pfn": self.sources.unmerged_pfn(rse), "scan_started": started}
 
     # -- jobs in the batch system --------------------------------------------------------------
 
@@ -241,7 +248,7 @@ class JobKeeper:
             return 0, 0
         protection, _ = self.protection(rse, self.sources.protected())
         hit = {j["_id"]: j["batch_id"] for j in waiting
-               if any(protection.covers(name.encode("utf-8", "surrogateescape"))
+               if any(protection.holds_below(name.encode("utf-8", "surrogateescape"))
                       for name in self.ledger.job_lfns(j["_id"]))}
         if not hit:
             return 0, 0

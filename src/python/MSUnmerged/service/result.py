@@ -5,9 +5,10 @@ import enum
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional
 
-from MSUnmerged.guards import PLAN_MODIFIED, GuardTripped
+from MSUnmerged.guards import PLAN_MODIFIED, SCAN_GUARDS, GuardTripped
 from MSUnmerged.jobs.backend import BackendError
 from MSUnmerged.ledger import LedgerError
+from MSUnmerged.redact import redact
 from MSUnmerged.sources.errors import SourceError
 
 # Steps of run_once, in order; `hook(step, rse)` is called after each (fault injection in tests).
@@ -52,6 +53,20 @@ class RunResult:
         return asdict(self)
 
 
+def describe(res: RunResult) -> str:
+    """One log line's worth of a result: the RSE, what was done, its state and why, the job counts."""
+    parts = [f"{res.rse}: {res.action}"]
+    if res.state:
+        parts.append(f"state {res.state}")
+    if res.reason:
+        parts.append(f"reason {res.reason}" + (f" ({res.source})" if res.source else ""))
+    parts += [f"{n} {what}" for what, n in (("submitted", res.submitted), ("collected", res.collected),
+                                            ("removed", res.removed_jobs)) if n]
+    if res.detail and res.source:
+        parts.append(res.detail[:300])
+    return ", ".join(parts) + f" in {res.seconds:.0f} s"
+
+
 @dataclass(frozen=True)
 class Failure:
     """An error as the ledger records it: which outside part failed, the reason name, the detail."""
@@ -59,6 +74,9 @@ class Failure:
     source: str
     reason: str
     detail: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "detail", redact(self.detail))  # a URL in it may carry a credential
 
     def entry(self, rse: str = "") -> dict[str, Any]:
         """One entry of a cycle document's `failures`."""
@@ -75,5 +93,6 @@ def failure_of(exc: Exception) -> Failure:
         return Failure("wmstats" if exc.source.startswith("wmstats") else exc.source, f"{exc.source}_{exc.kind}",
                        exc.message)
     if isinstance(exc, GuardTripped):  # re-checking protection (resubmit, revalidation), a changed plan file
-        return Failure("internal" if exc.reason == PLAN_MODIFIED else "wmstats", exc.reason, exc.detail)
+        source = "internal" if exc.reason == PLAN_MODIFIED else "conmon" if exc.reason in SCAN_GUARDS else "wmstats"
+        return Failure(source, exc.reason, exc.detail)
     return Failure("internal", INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")

@@ -15,7 +15,7 @@ from .deleters import AUTH_FAILED, DELETED, DENIED, MISSING, REFUSED, Deleter, R
 from .ids import MANIFEST_VERSION
 from .pace import Pacer
 from .report import (ABOVE_FLOOR, EXCLUDED, INVALID_LFN, KEPT, MAPPING_DISAGREES, MODIFIED_SINCE_SCAN, NO_PFN,
-                     NOT_JOB_DIR, PFN_OUTSIDE_UNMERGED, PROTECTED, ReportWriter)
+                     NOT_JOB_DIR, PATH_CHANGED, PFN_OUTSIDE_UNMERGED, PROTECTED, ReportWriter)
 
 # Exit codes (docs/jobs.md).
 EXIT_DONE = 0  # every file deleted, already missing, or (dry run) would be deleted
@@ -34,7 +34,7 @@ _NONE = type(None)
 _STEP_TYPES = {"lfns": list, "remove_dirs": list, "keep_dirs": list, "protected": list, "dry_run": bool,
                "file_timeout_s": (int, float), "retries": int, "backoff_s": (int, float),
                "max_consecutive_denied": int, "unmerged_pfn": (str, _NONE), "mapping_check": str,
-               "pfn_layout": str, "scan_started": (int, float, _NONE), "retry_dirs": list, "sweep_empty_dirs": bool,
+               "pfn_layout": str, "scan_started": (int, float), "retry_dirs": list, "sweep_empty_dirs": bool,
                "dir_floor_depth": int, "include": (list, _NONE), "exclude": list, "max_ops_per_s": (int, float),
                "look_before_delete": bool}
 Refusal = Tuple[str, str]  # (report.REASONS code, error text)
@@ -92,8 +92,9 @@ class Job:
         self.unmerged_pfn: Optional[str] = step.get("unmerged_pfn")
         self.mapping_check = step.get("mapping_check", "site_config_only")
         self.pfn_layout = step.get("pfn_layout", "standard")
-        started = step.get("scan_started")
-        self.scan_started: Optional[float] = None if started is None else float(started)
+        if step.get("scan_started") is None:  # fail closed: without it a file changed since the scan looks unchanged
+            raise JobRefused("DeleteFiles.scan_started is missing: the scan the plan comes from is unknown")
+        self.scan_started = float(step["scan_started"])
         # Directories an earlier plan of the RSE gave as removable and that are not removed yet: removed when
         # empty, with every directory check but that they hold a file of this job.
         self.retry_dirs: List[Any] = step.get("retry_dirs", [])
@@ -268,7 +269,8 @@ class Cleanup:
         for lfn in self.job.lfns:
             why = paths.problem(lfn)
             refusal = None if why is None else (INVALID_LFN, why)
-            if refusal is None and protected.covers(lfn):
+            # A line may name a directory: one holding a protected base is refused like one under it.
+            if refusal is None and (protected.covers(lfn) or protected.at_or_above(lfn)):
                 refusal = (PROTECTED, REFUSED_PROTECTED)
             if refusal is None and self._excluded(lfn):
                 refusal = (EXCLUDED, "outside the RSE's path filters")
@@ -313,19 +315,21 @@ class Cleanup:
         return None
 
     def _modified(self, seen: Seen, deleter: Deleter) -> Optional[Result]:
-        """A refusal when the entry may have changed after the scan the plan comes from."""
+        """A refusal when the entry may have changed after the scan the plan comes from: its mtime, or its ctime
+        (which moves on a rename into place or a utime too, and cannot be set back) where the storage gives it."""
         started = self.job.scan_started
-        if started is None or seen.mtime is None or seen.mtime + deleter.mtime_step <= started:
-            return None
-        return Result(REFUSED, "modified at %.3f, after the scan started at %.3f" % (seen.mtime, started),
-                      reason=MODIFIED_SINCE_SCAN)
+        for what, when in (("modified", seen.mtime), ("changed", seen.ctime)):
+            if when is not None and when + deleter.time_step() > started:
+                return Result(REFUSED, "%s at %.3f, after the scan started at %.3f" % (what, when, started),
+                              reason=MODIFIED_SINCE_SCAN)
+        return None
 
     # -- deletion ---------------------------------------------------------------------------------
 
     def _looks(self, deleter: Deleter) -> bool:
-        """Whether files are looked at before deletion: always on local storage (it is the walk that refuses
-        links), elsewhere unless the RSE turned the look off (docs/jobs.md)."""
-        return self.job.look or deleters.is_local(deleter.root)
+        """Whether files are looked at before deletion: unless the RSE turned the look off, and then still
+        everywhere but on xrootd, whose delete cannot take a directory's content (docs/jobs.md)."""
+        return self.job.look or not deleters.deletes_files_only(deleter.root)
 
     def _delete(self, todo: List[Tuple[str, str]], deleter: Deleter) -> None:
         """Each batch is inspected first (links, size, mtime); a dry run stops there."""
@@ -359,7 +363,7 @@ class Cleanup:
             if self.dry_run:
                 done = [(Result("dry_run"), 0)] * len(go)
             else:
-                done = self._with_retries(deleter, [batch[i] for i in go])
+                done = self._with_retries(deleter, [batch[i] for i in go], [seen[i] for i in go], looks)
             for i, answer in zip(go, done):
                 final[i] = answer
             for (lfn, pfn_), look, answer in zip(batch, seen, final):
@@ -373,8 +377,11 @@ class Cleanup:
                 if denied_run >= job.max_denied and self.stop.reason is None:
                     self.stop.reason = "storage refused %d deletions in a row" % denied_run
 
-    def _with_retries(self, deleter: Deleter, batch: List[Tuple[str, str]]) -> List[Tuple[Result, int]]:
-        """Final result and attempt count per file; transient failures are retried with backoff."""
+    def _with_retries(self, deleter: Deleter, batch: List[Tuple[str, str]],
+                      looks: List[Seen], looked: bool = True) -> List[Tuple[Result, int]]:
+        """Final result and attempt count per file; transient failures are retried with backoff. Every file
+        here was found by the look: gone at the unlink, it is `path_changed` (retried), never `missing`
+        (unless the RSE turned the look off: then a file not there is just missing)."""
         final: List[Optional[Tuple[Result, int]]] = [None] * len(batch)
         pending = list(range(len(batch)))
         ambiguous = set()  # an attempt that may have deleted the file before failing
@@ -382,11 +389,14 @@ class Cleanup:
         while pending:
             attempt += 1
             self.pacer.take(len(pending))
-            results = deleter.unlink([batch[i][1] for i in pending])
+            results = deleter.unlink([batch[i][1] for i in pending], [looks[i] for i in pending])
             retry = []
             for i, result in zip(pending, results):
                 if result.outcome == MISSING and i in ambiguous:
                     result = Result(DELETED, "gone after an earlier attempt that failed: %s" % result.error)
+                elif result.outcome == MISSING and looked:  # seen by the look, not reached now: moved, or swapped
+                    result = Result(REFUSED, "found by the look, not at the unlink: %s" % result.error,
+                                    reason=PATH_CHANGED)
                 if result.transient and attempt <= self.job.retries and self.stop.reason is None:
                     retry.append(i)
                     ambiguous.add(i)
@@ -447,10 +457,9 @@ class Cleanup:
         """Remove old empty directories below the dataset directories of the job's files (worker/sweep.py)."""
         job = self.job
         protected, keep = paths.PathSet(job.protected), paths.PathSet(job.keep_dirs)
-        started = job.scan_started
         tops = sorted({d for lfn in lfns for d in paths.ancestors(lfn) if paths.depth(d) == job.floor})
-        if started is None or self.stop.reason is not None:
-            return  # the age of a directory cannot be judged, or the job stops
+        if self.stop.reason is not None:
+            return
 
         def listing(directory: str) -> sweep.Listing:
             got, refusal = self._place(mapper, deleter, directory, bad_root)
@@ -462,8 +471,8 @@ class Cleanup:
         def descend(directory: str) -> bool:
             return not (protected.covers(directory) or job.exclude.covers(directory))
 
-        def eligible(directory: str, mtime: float) -> bool:
-            return (mtime + deleter.mtime_step <= started  # type: ignore[operator]
+        def eligible(directory: str, changed: float) -> bool:
+            return (changed + deleter.time_step() <= job.scan_started
                     and self._dir_problem(directory, None, protected, keep) is None
                     and (job.include is None or job.include.covers(directory)))
 

@@ -3,8 +3,9 @@ with `jobs.sites.<RSE>.remove_empty_dirs`): directories no dump lists, because t
 older than the scan start.
 
 A directory strictly below a dataset directory is removed when it holds nothing but directories removed the
-same way, its modification time as listed (before anything below it was removed) is not after the scan's
-start, and the job's directory checks pass (never protected, kept or excluded, never above the floor). The
+same way, its modification and change times as listed (before anything below it was removed; the change time
+moves on a rename into place and cannot be set back) are not after the scan's start, and the job's directory
+checks pass (never protected, kept or excluded, never above the floor). The
 listing follows no link: a link is an entry like a file, so its directory stays. Removal is rmdir only.
 """
 from __future__ import annotations
@@ -22,8 +23,9 @@ Listing = Tuple[Optional[List[Child]], Optional[Result]]
 def empty_below(top: str, list_dir: Callable[[str], Listing], descend: Callable[[str], bool],
                 eligible: Callable[[str, float], bool], failed: Callable[[str, Result], None]) -> List[str]:
     """The directories strictly below `top` that may be removed, deepest first (each before its parent).
-    `descend(dir)`: whether to look inside (not under a protected or excluded path); `eligible(dir, mtime)`: the
-    job's directory checks and the age; `failed`: a listing that did not work."""
+    `descend(dir)`: whether to look inside (not under a protected or excluded path); `eligible(dir, changed)`: the
+    job's directory checks and the age (the later of its modification and change times); `failed`: a listing
+    that did not work."""
     found: List[str] = []
 
     def visit(directory: str) -> bool:
@@ -38,7 +40,7 @@ def empty_below(top: str, list_dir: Callable[[str], Listing], descend: Callable[
             path = "%s/%s" % (directory, child.name)
             if not (child.is_dir and paths.problem(path) is None and descend(path)):
                 empty = False
-            elif visit(path) and eligible(path, child.mtime):
+            elif visit(path) and eligible(path, max(child.mtime, child.ctime)):
                 found.append(path)
             else:
                 empty = False

@@ -82,3 +82,36 @@ def test_dir_state_and_holds_below():
 def test_root_base_protects_everything():
     ps = PrefixSet(["/"])
     assert ps.covers(GOOD) and ps.dir_state(b"/store/unmerged/a") == PrefixSet.ALL
+
+
+def test_prepared_by_digest_builds_each_list_once_and_a_changed_list_anew():
+    built = []
+    prepared = lfn.PreparedByDigest(lambda items: built.append(items) or PrefixSet(items), keep=2)
+    first = ["/store/unmerged/a", "/store/unmerged/b"]
+    index = prepared(first)
+    assert prepared(list(first)) is index  # an equal list, another object: the same index
+    assert len(built) == 1
+    # Any change (an entry more, fewer, another order, one character) is never served the old index.
+    for changed in (first + ["/store/unmerged/c"], first[:1], first[::-1], ["/store/unmerged/a", "/store/unmerged/bb"]):
+        other = prepared(changed)
+        assert other is not index and other.prefixes == frozenset(normalise_base(p) for p in changed)
+    assert not prepared(["/store/unmerged/a", "/store/unmerged/bb"]).covers(b"/store/unmerged/b/x.root")
+    assert len(built) == 5
+
+
+def test_prepared_by_digest_keeps_no_refusal_and_only_the_last_lists():
+    calls = []
+    prepared = lfn.PreparedByDigest(lambda items: calls.append(1) or PrefixSet(items), keep=1)
+    for _ in range(2):  # a refused list is refused every time, never remembered as anything
+        with pytest.raises(ProtectionListError):
+            prepared(["relative/path"])
+    a = prepared(["/store/unmerged/a"])
+    prepared(["/store/unmerged/b"])
+    assert prepared(["/store/unmerged/a"]) is not a  # evicted: built again
+    assert len(calls) == 5
+
+
+def test_list_digest_tells_apart_lists_a_separator_would_join():
+    assert lfn.list_digest(["/a\n/b"]) != lfn.list_digest(["/a", "/b"])
+    assert lfn.list_digest(["/a\x00/b"]) != lfn.list_digest(["/a", "/b"])
+    assert lfn.list_digest(["/a", "/b"]) == lfn.list_digest(("/a", "/b"))

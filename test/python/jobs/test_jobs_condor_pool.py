@@ -28,7 +28,7 @@ from servers import free_port
 from servers.condor import JOB_UID, SITE, CondorPool
 from servers.testca import TestCA
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # starts the real HTCondor pool
 
 RSE = "T2_XX_Condor_Disk"
 # Only the test slot advertises this site: the requirement makes the job go there, as in production.
@@ -80,7 +80,8 @@ def backend(condor_pool: CondorPool, worker: Path, tmp_path: Path) -> CondorBack
 
 def make_jobs(tag: str, lfn_sets: list[list[str]], deadline_s: float = 3600) -> list[CleanupJob]:
     return [CleanupJob(job_id=f"{RSE}:{tag}:{i}", rse=RSE, site=SITE, deadline=time.time() + deadline_s,
-                       step=DeleteFilesStep(lfns=lfns, dry_run=False)) for i, lfns in enumerate(lfn_sets)]
+                       step=DeleteFilesStep(lfns=lfns, dry_run=False, scan_started=time.time()))
+            for i, lfns in enumerate(lfn_sets)]
 
 
 def wait_until(backend: CondorBackend, ids: Mapping[str, str], done: Callable[[JobStatus], bool],
@@ -183,7 +184,8 @@ from MSUnmerged.jobs.workerpkg import build_worker
 args = json.loads(sys.argv[1])
 backend = CondorBackend(CondorConfig(**args["condor"]), JobsConfig(), Path(args["workdir"]), worker=Path(args["worker"]))
 jobs = [CleanupJob(job_id=j, rse=args["rse"], site=args["site"], deadline=time.time() + 3600,
-                   step=DeleteFilesStep(lfns=["/store/unmerged/E/P/T/p-v1/x.root"])) for j in args["job_ids"]]
+                   step=DeleteFilesStep(lfns=["/store/unmerged/E/P/T/p-v1/x.root"], scan_started=time.time()))
+            for j in args["job_ids"]]
 out = {}
 for step in args["steps"]:
     try:

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""`/metrics` at partition scale: the time one scrape takes to render every family from the ledger
+(rest.metrics.render, what the REST server answers), over RSEs with their jobs in every state.
+
+Standalone: its own SecantusDB (on disk in a temporary folder), N RSEs recorded through the Ledger API
+(bench/ledgersim.py: a generated dump each, planned and recorded, a share of the jobs collected, counters
+refreshed as the service does at the end of each RSE's run), then `--cycles` polling cycles. Baselines in the
+same run, on the same database: the RSE documents alone (`view.rses()`, what any scrape reads), and the
+aggregate of every job document by RSE and state (what the `msunmerged_jobs` gauge did before issue 29), and
+with `--before SRC` the same scrape rendered by another checkout's code (e.g. /work/main/src/python) in a child
+process on the same database.
+
+    python3 bench/bench_metrics.py [--rses 150] [--jobs-per-rse 34] [--scrapes 30] [--before SRC]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from prometheus_client.parser import text_string_to_metric_families
+from pymongo import MongoClient
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src" / "python"))
+
+import bench_rest  # noqa: E402
+import ledgersim  # noqa: E402
+
+from MSUnmerged import embedded_mongo  # noqa: E402
+from MSUnmerged.config import Config  # noqa: E402
+from MSUnmerged.ledger import Ledger  # noqa: E402
+from MSUnmerged.ledger.view import MongoLedgerView  # noqa: E402
+from MSUnmerged.rest import metrics  # noqa: E402
+
+TARGET_MS = 50.0
+LINES_PER_RSE = 3000
+
+
+def timed(fn: Callable[[], Any], n: int) -> dict[str, float]:
+    """Median and worst milliseconds of n calls."""
+    walls = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        walls.append((time.perf_counter() - t) * 1000)
+    return {"median_ms": round(statistics.median(walls), 1), "max_ms": round(max(walls), 1)}
+
+
+def load(ledger: Ledger, rses: int, jobs_per_rse: int, work: Path, n_cycles: int) -> int:
+    """The RSEs recorded, half of each RSE's jobs collected, counters refreshed; returns the job documents."""
+    ledger.ensure_indexes()
+    gen = time.time() - 86400
+    names = [f"T2_BE_Metrics{r:03d}" for r in range(rses)]
+    for r, rse in enumerate(names):
+        ledgersim.record_sample(ledger, rse, LINES_PER_RSE, work, gen, seed=r,
+                                files_per_job=max(1, LINES_PER_RSE // 10 // jobs_per_rse))
+        jobs = [j["_id"] for j in ledger.query_jobs(rse, limit=10_000)["items"]]
+        ledgersim.collect(ledger, jobs[:len(jobs) // 2])
+        ledger.refresh_counters(rse)
+    ledgersim.cycles(ledger, n_cycles, names)
+    return ledger.db.jobs.count_documents({})
+
+
+def render_with(src: str, url: str, scrapes: int) -> dict[str, float]:
+    """metrics.render timed by the code under `src`, in a child process (its own imports) on the same database."""
+    code = ("import json, sys, time, statistics\n"
+            "from pymongo import MongoClient\n"
+            "from MSUnmerged.config import Config\n"
+            "from MSUnmerged.ledger.view import MongoLedgerView\n"
+            "from MSUnmerged.rest import metrics\n"
+            "view, config, walls = MongoLedgerView(MongoClient(sys.argv[1]).msunmerged), Config(), []\n"
+            "for _ in range(int(sys.argv[2])):\n"
+            "    t = time.perf_counter(); metrics.render(view, config); walls.append((time.perf_counter() - t) * 1000)\n"
+            "print(json.dumps({'median_ms': round(statistics.median(walls), 1), 'max_ms': round(max(walls), 1)}))\n")
+    out = subprocess.run([sys.executable, "-c", code, url, str(scrapes)], env={**os.environ, "PYTHONPATH": src},
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rses", type=int, default=150)
+    ap.add_argument("--jobs-per-rse", type=int, default=34, help="about; 150 x 34: the 5,146 jobs of issue 29's cycle")
+    ap.add_argument("--scrapes", type=int, default=30)
+    ap.add_argument("--before", help="a checkout's src/python whose metrics.render is timed too (child process)")
+    ap.add_argument("--cycles", type=int, default=48, help="polling cycles recorded (48: 2 days, hourly)")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-metrics-"))
+    port = bench_rest.free_port()
+    proc = None
+    try:
+        with open(work / "db.log", "wb") as log:
+            proc = subprocess.Popen(embedded_mongo.command(port, work / "db"), stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        bench_rest.wait_port(port, proc)
+        url = f"mongodb://127.0.0.1:{port}/?directConnection=true"
+        db = MongoClient(url).msunmerged
+        t = time.time()
+        jobs = load(Ledger(db), args.rses, args.jobs_per_rse, work, args.cycles)
+        view, config = MongoLedgerView(db), Config()
+        gauge = sum(x.value for f in text_string_to_metric_families(metrics.render(view, config))
+                    if f.name == "msunmerged_jobs" for x in f.samples)
+        if gauge != jobs:  # the counts per RSE must be the job documents, or the timing means nothing
+            raise SystemExit(f"bench_metrics: msunmerged_jobs sums to {gauge}, the ledger holds {jobs} jobs")
+        pipeline = [{"$group": {"_id": {"rse": "$rse", "state": "$state"}, "count": {"$sum": 1}}}]
+        row: dict[str, Any] = {"rses": args.rses, "jobs": jobs, "load_s": round(time.time() - t),
+                               "load_before": round(os.getloadavg()[0], 2)}
+        for _ in range(2):  # interleaved, so that a busy minute weighs on each alike
+            row["render"] = timed(lambda: metrics.render(view, config), args.scrapes)
+            if args.before:
+                row["render_before"] = render_with(args.before, url, args.scrapes)
+            row["rses_only"] = timed(view.rses, args.scrapes)
+            row["jobs_aggregate"] = timed(lambda: list(db.jobs.aggregate(pipeline)), args.scrapes)
+        row["render_vs_rses_only"] = round(row["render"]["median_ms"] / row["rses_only"]["median_ms"], 2)
+        if args.before:
+            row["before_vs_render"] = round(row["render_before"]["median_ms"] / row["render"]["median_ms"], 2)
+        row["target_ms"], row["met"] = TARGET_MS, row["render"]["median_ms"] < TARGET_MS
+        row["load_after"] = round(os.getloadavg()[0], 2)
+        print(json.dumps(row), flush=True)
+        return 0
+    finally:
+        if proc is not None:
+            bench_rest.stop(proc)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

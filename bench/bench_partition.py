@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""A partition in one `serve` cycle: RSEs of a stated spread of dump sizes (default 1 x 1M, 5 x 100k, 30 x 10k,
+114 x 1k lines: issue 29's partition scaled down ten times, so it runs in minutes here) planned, recorded and
+submitted by one Service.cycle (the `serve` loop's code path: `service.parallel_rses` RSEs at a time) on the
+embedded default database, dry run, local backend, with a protected list of ~4,500 bases (issue 29's size).
+
+Measured: the cycle's wall time; each RSE's run and its time to first submitted job (from the start of its run);
+peak RSS of this process (`serve`'s part) and of SecantusDB (not of the workers, short dry-run processes); the
+database folder's size; `/metrics` render time after the cycle. With `--before SRC` the same cycle first runs
+with another checkout's code (e.g. /work/main/src/python) in a child process: before/after in one command.
+
+    python3 bench/bench_partition.py [--spread 1000000x1,100000x5,10000x30,1000x114] [--before SRC]
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+_SRC = sys.argv[sys.argv.index("--src") + 1] if "--src" in sys.argv else str(REPO / "src" / "python")
+sys.path.insert(0, _SRC)
+sys.path.insert(1, str(REPO / "bench"))
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from typing import Any  # noqa: E402
+
+from MSUnmerged import sample  # noqa: E402
+from MSUnmerged.config import Config  # noqa: E402
+from MSUnmerged.ledger import LIVE_JOB_STATES  # noqa: E402
+from MSUnmerged.ledger.view import MongoLedgerView  # noqa: E402
+from MSUnmerged.rest import metrics  # noqa: E402
+from MSUnmerged.sources.offline import OfflineSources  # noqa: E402
+from MSUnmerged.wiring import build_service  # noqa: E402
+
+import bench_scale  # noqa: E402  (after MSUnmerged: the code of --src is the one imported)
+
+PROTECTED_BASES_OF = 30_000_000  # a sample of this many files has ~4,500 protected bases, issue 29's list
+
+
+def vm_hwm_mib(pid: int | str) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    raise RuntimeError(f"no VmHWM for {pid}")
+
+
+def spread_of(text: str) -> list[tuple[int, int]]:
+    """"1000000x1,1000x114" -> [(lines, RSEs), ...]."""
+    return [(int(lines), int(n)) for lines, n in (part.split("x") for part in text.split(","))]
+
+
+def deletable_sample(lines: int) -> tuple[sample.SampleSpec, sample.Sample]:
+    """A sample with a dataset not protected at all (small dumps: smaller datasets, so they hold several)."""
+    for seed in range(lines, lines + 1000):
+        spec = sample.SampleSpec(files=lines, seed=seed, files_per_block=250 if lines >= 100_000 else 25)
+        smp = sample.make_sample(spec)
+        if any(not any(p.rstrip("/").startswith(b) for p in smp.protected) for b in smp.dataset_bases):
+            return spec, smp
+    raise SystemExit(f"bench_partition: no seed gives a deletable {lines}-line dump")
+
+
+def inputs(data: Path, spread: list[tuple[int, int]]) -> tuple[Path, list[str], dict[str, int]]:
+    """OfflineSources' folder: one generated dump per size (RSEs of a size share it), the protected list, a scan
+    of each RSE that just finished. Returns it, the RSE names (largest first) and each RSE's lines."""
+    src = data / "partition-sources"
+    shutil.rmtree(src, ignore_errors=True)
+    (src / "dumps").mkdir(parents=True)
+    protected = set(sample.make_sample(sample.SampleSpec(files=PROTECTED_BASES_OF)).protected)
+    stats, lines_of, names = {}, {}, []
+    for lines, count in spread:
+        dump = data / f"partition-{lines}.txt"
+        spec, smp = deletable_sample(lines)
+        if not dump.exists():
+            sample.write_dump(spec, smp, dump)
+        protected.update(smp.protected)
+        for k in range(count):
+            rse = f"T2_XX_P{lines}_{k:03d}"
+            (src / "dumps" / f"{rse}.txt").symlink_to(dump.resolve())
+            stats.update(sample.stats_for(rse, lines))
+            lines_of[rse] = lines
+            names.append(rse)
+    (src / "protected.json").write_text(json.dumps({"result": sorted(protected)}))
+    (src / "stats.json").write_text(json.dumps(stats))
+    return src, names, lines_of
+
+
+def bench_config(state: Path) -> Config:
+    """bench_scale's setup (embedded database, dry run, local backend) with the shipped parallelism."""
+    config = bench_scale.bench_config(state)
+    config.jobs.local_parallel = Config().jobs.local_parallel
+    return config
+
+
+def du_mib(path: Path) -> float:
+    return round(sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2**20, 1)
+
+
+def one_cycle(data: Path, spread: list[tuple[int, int]]) -> dict[str, Any]:
+    src, names, lines_of = inputs(data, spread)
+    work = data / "partition-run"
+    shutil.rmtree(work, ignore_errors=True)
+    state = work / "state"
+    config = bench_config(state)
+    row: dict[str, Any] = {"code": _SRC, "spread": spread, "rses": len(names), "lines": sum(lines_of.values()),
+                           "protected_bases": len(json.loads((src / "protected.json").read_text())["result"]),
+                           "parallel_rses": config.service.parallel_rses, "load_before": round(os.getloadavg()[0], 2)}
+    marks: dict[tuple[str, str], float] = {}
+    lock = threading.Lock()
+
+    def hook(step: str, rse: str) -> None:
+        with lock:
+            marks.setdefault((step, rse), time.perf_counter())
+    try:
+        with build_service(config, sources=OfflineSources(src)) as service:
+            db_pid = json.loads((state / "db.json").read_text())["pid"]
+            service.hook = hook
+            t = time.perf_counter()
+            results = service.cycle(names)
+            row["cycle_s"] = round(time.perf_counter() - t, 1)
+            bad = {r: (res.action, res.reason) for r, res in results.items() if not res.submitted}
+            if bad or len(results) != len(names):
+                raise SystemExit(f"bench_partition: RSEs without jobs or unfinished: {bad or len(results)}")
+            row["jobs"] = sum(res.submitted for res in results.values())
+            per_size: dict[int, dict[str, list[float]]] = {}
+            for rse in names:
+                begin = marks[("reconciled", rse)]
+                got = per_size.setdefault(lines_of[rse], {"run_s": [], "first_job_s": []})
+                got["run_s"].append(results[rse].seconds)
+                got["first_job_s"].append(marks[("submitted", rse)] - begin)
+            row["by_size"] = {lines: {"rses": len(v["run_s"]), "run_s_median": round(statistics.median(v["run_s"]), 2),
+                                      "run_s_max": round(max(v["run_s"]), 2),
+                                      "first_job_s_median": round(statistics.median(v["first_job_s"]), 2),
+                                      "run_s_sum": round(sum(v["run_s"]), 1)}
+                              for lines, v in sorted(per_size.items(), reverse=True)}
+            # Workers are not counted: a forked child's ru_maxrss starts at its parent's, so it says nothing of them.
+            row["peak_rss_mib"] = {"serve": vm_hwm_mib("self"), "secantusdb": vm_hwm_mib(db_pid)}
+            view = MongoLedgerView(service.ledger.db)
+            walls = []
+            for _ in range(10):
+                m = time.perf_counter()
+                metrics.render(view, config)
+                walls.append((time.perf_counter() - m) * 1000)
+            row["metrics_ms_median"] = round(statistics.median(walls), 1)
+            for rse in names:  # nothing keeps running after the benchmark
+                for job in service.ledger.jobs_in(rse, LIVE_JOB_STATES):
+                    if job.get("batch_id"):
+                        service.backend.remove(job["_id"], job["batch_id"], "benchmark over")
+        row["db_mib"] = du_mib(state / "db") if (state / "db").exists() else du_mib(state)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    row["load_after"] = round(os.getloadavg()[0], 2)
+    return row
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--spread", default="1000000x1,100000x5,10000x30,1000x114", help="LINESxRSES,...")
+    ap.add_argument("--data", default=str(REPO / "bench" / "data"))
+    ap.add_argument("--src", help="the src/python whose code runs (default: this checkout's)")
+    ap.add_argument("--before", help="run the same cycle first with this src/python, in a child process")
+    args = ap.parse_args()
+    data = Path(args.data)
+    data.mkdir(parents=True, exist_ok=True)
+    if args.before:
+        subprocess.run([sys.executable, __file__, "--spread", args.spread, "--data", args.data, "--src", args.before],
+                       check=True)
+    print(json.dumps(one_cycle(data, spread_of(args.spread))), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
