@@ -151,8 +151,10 @@ class World:
         return done.stdout
 
     def our_condor_jobs(self, rse_prefix: str = "T2_XE_") -> list[dict[str, Any]]:
-        """Queue and history ads of this harness's jobs (MSUnmergedJobId starting with rse_prefix)."""
-        constraint = f'regexp("^{rse_prefix}", MSUnmergedJobId)'
+        """Queue and history ads of this harness's jobs (MSUnmergedJobId starting with rse_prefix), of this world's
+        ledger only: the pool is shared, and other sessions' runs of the same tests leave jobs of the same ids."""
+        ledger = (self.db().meta.find_one({"_id": "ledger"}) or {}).get("instance_id", "")
+        constraint = f'regexp("^{rse_prefix}", MSUnmergedJobId) && MSUnmergedLedger =?= "{ledger}"'
         out = []
         for cmd in (["condor_q", "-allusers"], ["condor_history"]):
             text = self.condor(*cmd, "-constraint", constraint, "-af", "MSUnmergedJobId", "ClusterId",
