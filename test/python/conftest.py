@@ -13,14 +13,23 @@ pytest_plugins: list[str] = ["servers.rest", "servers.condor", "servers.slurm", 
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "test" / "fixtures" / "wmcore"  # real samples, copied into the repository (test/fixtures/README.md)
+SITE_FIXTURES = REPO / "test" / "fixtures" / "sites"  # real sites' configuration files, one folder per site
 
 
 @pytest.fixture(scope="session")
 def wmcore_fixtures() -> Path:
-    """The real samples in test/fixtures/wmcore (protected list, ConMon answers, site configs)."""
+    """The real samples in test/fixtures/wmcore (protected list, ConMon answers)."""
     if not FIXTURES.is_dir():
         pytest.fail(f"fixtures not found at {FIXTURES}")
     return FIXTURES
+
+
+@pytest.fixture(scope="session")
+def site_fixtures() -> Path:
+    """Real sites' site-local-config.xml, storage.json and trivial file catalogs in test/fixtures/sites/<site>."""
+    if not SITE_FIXTURES.is_dir():
+        pytest.fail(f"fixtures not found at {SITE_FIXTURES}")
+    return SITE_FIXTURES
 
 
 @pytest.fixture(scope="session")

@@ -77,7 +77,9 @@ def classify(text: str, default: str = "bad_answer") -> str:
 
 
 def configure_security(cfg: CondorConfig) -> None:
-    """Point the bindings at our credentials (process-wide). A SciToken file wins over a token directory."""
+    """Point the bindings at our credentials (process-wide). A SciToken file wins over a token directory.
+    condor.delegate_proxy false: x509userproxy is copied to the schedd, not delegated (docs/condor.md)."""
+    htcondor2.param["DELEGATE_JOB_GSI_CREDENTIALS"] = str(cfg.delegate_proxy)
     if cfg.scitoken_file:
         htcondor2.param["SEC_CLIENT_AUTHENTICATION_METHODS"] = "SCITOKENS"
         htcondor2.param["SCITOKENS_FILE"] = cfg.scitoken_file
@@ -533,6 +535,10 @@ def _ping_main() -> None:
     try:
         collector = htcondor2.Collector(req["pool"]) if req["pool"] else htcondor2.Collector()
         ad = collector.locate(htcondor2.DaemonType.Schedd, req["schedd"] or None)
+        if ad is None:  # htcondor2 25.x: the collector answered but knows no such schedd (stopped, renamed)
+            print(json.dumps({"ok": False, "stage": stage, "kind": "unreachable",
+                              "message": f"no schedd {req['schedd'] or '(default)'} in the pool"}), flush=True)
+            return
         stage = "ping"
         started = time.monotonic()
         answer = htcondor2.ping(ad, "WRITE")

@@ -5,7 +5,8 @@ Rules follow WMCore's RucioFileCatalog: a `prefix` protocol maps `/<path>` to `<
 `pfn` taking the N-th group; a rule with `chain` first maps the LFN with the chained protocol and
 matches its own regex against that result. One difference, for safety: a regex must match the
 WHOLE path. A rule that matches only the start of it would map two different LFNs to one PFN, and
-a deletion through it could remove the wrong file.
+a deletion through it could remove the wrong file. Every PFN a method gives is normalised
+(pfn.normalise: `file:/p`, repeated slashes from a prefix ending in '/' or a template's join).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
+from .pfn import normalise
 from .siteconf import SiteConfigError, SiteLocalConfig, StageOutMethod, site_dir
 
 STORAGE_OVERRIDE_VAR = "MSUNMERGED_STORAGE_JSON"
@@ -155,7 +157,19 @@ def load_tfc(url: str, env: Mapping[str, str]) -> Tuple[Catalog, str]:
 
 def method_mapper(method: StageOutMethod, cfg: SiteLocalConfig, env: Mapping[str, str],
                   rse: str) -> Tuple[Optional[Mapper], str]:
-    """(mapper, "") when the method can map LFNs for `rse`, else (None, reason)."""
+    """(mapper, "") when the method can map LFNs for `rse` (its PFNs normalised), else (None, reason)."""
+    mapper, why = _raw_mapper(method, cfg, env, rse)
+    if mapper is None:
+        return None, why
+    return (lambda lfn: _normalised(mapper(lfn))), ""  # type: ignore[misc]
+
+
+def _normalised(got: Optional[str]) -> Optional[str]:
+    return None if got is None else normalise(got)
+
+
+def _raw_mapper(method: StageOutMethod, cfg: SiteLocalConfig, env: Mapping[str, str],
+                rse: str) -> Tuple[Optional[Mapper], str]:
     if method.kind == "method":
         if not method.volume or not method.protocol:
             return None, "stage-out method without volume or protocol"
