@@ -8,7 +8,7 @@ import pytest
 
 from MSUnmerged.worker import siteconf, storage
 from MSUnmerged.worker.cleanup import ConfigProblem, Job, choose_method
-from worker_kit import manifest
+from worker_kit import manifest, tool_path
 
 LFN = "/store/unmerged/Run3Summer23DRPremix/TTtoLNu2Q/AODSIM/130X_v2/00000/F00D.root"
 REL = LFN[1:]
@@ -130,13 +130,7 @@ def _layout(tmp_path: Path, fixtures: Path, xml: str, storage_json: str, site: s
 
 @pytest.fixture()
 def fake_tools(tmp_path: Path) -> str:
-    """A PATH where xrdfs and gfal-rm exist (method choice only checks that the tool is there)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for tool in ("xrdfs", "gfal-rm"):
-        (bin_dir / tool).write_text("#!/bin/sh\nexit 1\n")
-        (bin_dir / tool).chmod(0o755)
-    return str(bin_dir)
+    return tool_path(tmp_path / "bin")
 
 
 def _job(rse: str, site: str) -> Job:
