@@ -122,13 +122,15 @@ def _rules_with_chains(name: str, protos: list[dict[str, Any]]) -> list[dict[str
 
 
 def register(client: Any, case: SiteCase) -> None:
-    """The RSE in the test Rucio server as CMS has it (attributes, cmstfc, protocols); once per server."""
+    """The RSE in the test Rucio server as CMS has it (attributes, cmstfc, protocols); an RSE registered before
+    (another case of the same RSE) gets this case's protocols instead, as CMSRSE.py's update would give it."""
     from rucio.common.exception import Duplicate
 
     try:
         client.add_rse(case.rse, rse_type="DISK")
     except Duplicate:
-        return
+        for old in client.get_protocols(case.rse):
+            client.delete_protocols(case.rse, old["scheme"], old["hostname"], old["port"])
     tier, country = case.rse[1], case.rse.split("_")[1]
     for key, value in {"cms_type": "real", "tier": tier, "country": country, "site": case.site,
                        "lfn2pfn_algorithm": "cmstfc"}.items():

@@ -133,7 +133,7 @@ formatter = generic
 [formatter_generic]
 format = %%(levelname)s %%(message)s
 INI
-    RUCIO_CONFIG="$dir/rucio.cfg" "$VENV/bin/python" -c "
+    RUCIO_CONFIG="$dir/rucio.cfg" PYTHONPATH="$dir" "$VENV/bin/python" -c "
 from rucio.db.sqla.util import build_database, create_base_vo, create_root_account
 build_database(); create_base_vo(); create_root_account()"
 }
