@@ -336,15 +336,14 @@ def test_site_config_and_credential_reach_the_job(condor_pool: CondorPool, worke
     else:
         ca = TestCA(tmp_path / "pki", rsa_keys=True)
         source = ca.proxy(ca.issue("msunmerged robot"))
-        # The test pool's schedd (minicondor 23.9 in a chroot) fails to accept a delegated proxy
-        # ("X509Credential::Request() failed"): here the proxy is copied over the authenticated channel.
-        htcondor2.param["DELEGATE_JOB_GSI_CREDENTIALS"] = "False"
         request.addfinalizer(lambda: htcondor2.param.__setitem__("DELEGATE_JOB_GSI_CREDENTIALS", "True"))
     secret = max(source.read_text().splitlines(), key=len)  # the token, or a line of the proxy
     jobs = JobsConfig(credential=kind, token_file=str(source), proxy_file=str(source),
                       sites={RSE: SiteConfig(siteconfig=SERVICE_SITECONF)})
-    backend = CondorBackend(config(condor_pool, condor_pool.token_dir("submitter")), jobs, tmp_path / "work",
-                            worker=worker)
+    # The test pool's schedd (minicondor 23.9 in a chroot) fails to accept a delegated proxy
+    # ("X509Credential::Request() failed"): condor.delegate_proxy = false copies it over the authenticated channel.
+    backend = CondorBackend(config(condor_pool, condor_pool.token_dir("submitter"), delegate_proxy=False), jobs,
+                            tmp_path / "work", worker=worker)
     (job,) = make_jobs(t, [lfns])
     ids = backend.submit([job])
     jdir = backend.job_dir(job.job_id)
@@ -375,6 +374,15 @@ def test_a_schedd_the_collector_does_not_know_is_unreachable(condor_pool: Condor
     with pytest.raises(BackendError) as err:
         backend.find([f"{RSE}:x:0"])
     assert err.value.kind == "unreachable"
+    # Every other path says the same; before, the preflight of a new plan said bad_answer ('NoneType' ...).
+    batch = {f"{RSE}:x:0": "1.0@stopped-schedd@nowhere"}
+    for call in (lambda: backend.preflight(RSE), lambda: backend.poll(batch),
+                 lambda: backend.remove(f"{RSE}:x:0", batch[f"{RSE}:x:0"], "test"),
+                 lambda: backend.remove_pending(batch, "test"),
+                 lambda: backend.fetch_report(f"{RSE}:x:0", batch[f"{RSE}:x:0"], tmp_path / "r.jsonl")):
+        with pytest.raises(BackendError) as err:
+            call()
+        assert err.value.kind == "unreachable" and "stopped-schedd@nowhere" in err.value.message, err.value
 
 
 def test_two_ledgers_on_one_schedd_never_see_each_others_jobs(condor_pool: CondorPool, worker: Path,
@@ -390,3 +398,19 @@ def test_two_ledgers_on_one_schedd_never_see_each_others_jobs(condor_pool: Condo
     assert two.remove_pending(ids, "not mine") == []
     assert [s.state for s in one.poll(ids).values()] == [JobState.QUEUED]
     assert one.remove_pending(ids, "test cleanup") == [jobs[0].job_id]
+
+
+def test_a_proxy_the_schedd_cannot_take_by_delegation_is_a_classified_failure(condor_pool: CondorPool, worker: Path,
+                                                                              tmp_path: Path) -> None:
+    """condor.delegate_proxy = true (the default) on a schedd that cannot accept a delegated proxy: the submission
+    fails with a named kind and nothing stays queued (delegate_proxy = false is the remedy, tested above)."""
+    ca = TestCA(tmp_path / "pki", rsa_keys=True)
+    jobs = JobsConfig(credential="proxy", proxy_file=str(ca.proxy(ca.issue("msunmerged robot"))))
+    backend = CondorBackend(config(condor_pool, condor_pool.token_dir("submitter"), requirements="False"), jobs,
+                            tmp_path / "work", worker=worker)
+    assert htcondor2.param["DELEGATE_JOB_GSI_CREDENTIALS"] in (True, "True")
+    job = make_jobs(tag(), [["/store/unmerged/E/P/T/p-v1/x.root"]])
+    with pytest.raises(BackendError) as err:
+        backend.submit(job)
+    assert err.value.kind == "submit_failed", err.value
+    assert queue(condor_pool, f'MSUnmergedJobId == "{job[0].job_id}"') == []
