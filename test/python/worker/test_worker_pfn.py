@@ -126,19 +126,24 @@ FNAL_ROOTS = ["root://cmsdcadisk.fnal.gov//dcache/uscmsdisk/store/unmerged/",
 FNAL_RUCIO = "davs://cmsdcadisk.fnal.gov:2880/dcache/uscmsdisk/store/unmerged/"
 
 
-@pytest.mark.parametrize("roots,rucio,expected", [
-    (FNAL_ROOTS, FNAL_RUCIO, (2, pfn.SAME_PFN)),  # FNAL: the WebDAV method, third in its list
-    (FNAL_ROOTS, None, (0, pfn.FIRST_USABLE)),
-    (FNAL_ROOTS[:2], FNAL_RUCIO, (0, pfn.SAME_NAMESPACE)),  # no WebDAV method usable: same host and path
-    (FNAL_ROOTS[1:2], FNAL_RUCIO, (0, pfn.SAME_NAMESPACE)),  # SRM: the path after ?SFN=
-    (FNAL_ROOTS[:1], "https://cmsdcadisk.fnal.gov:2880/dcache/uscmsdisk/store/unmerged", (0, pfn.SAME_NAMESPACE)),
+# FNAL's storage.json volume: each of its protocols names the other doors of the same namespace.
+FNAL_DOORS = [[r for r in FNAL_ROOTS if r != root] for root in FNAL_ROOTS]
+
+
+@pytest.mark.parametrize("roots,rucio,doors,expected", [
+    (FNAL_ROOTS, FNAL_RUCIO, None, (2, pfn.SAME_PFN)),  # FNAL: the WebDAV method, third in its list
+    (FNAL_ROOTS, None, None, (0, pfn.FIRST_USABLE)),
+    (FNAL_ROOTS[:2], FNAL_RUCIO, FNAL_DOORS[:2], (0, pfn.SAME_NAMESPACE)),  # no WebDAV tool: same host and path
+    (FNAL_ROOTS[1:2], FNAL_RUCIO, FNAL_DOORS[1:2], (0, pfn.SAME_NAMESPACE)),  # SRM: the path after ?SFN=
+    (FNAL_ROOTS[:1], "https://cmsdcadisk.fnal.gov:2880/dcache/uscmsdisk/store/unmerged", FNAL_DOORS[:1],
+     (0, pfn.SAME_NAMESPACE)),
     # A wrong first method, a right later one of the same protocol.
-    (["davs://cmsdcadisk.fnal.gov:2880/dcache/other/store/unmerged/", FNAL_RUCIO], FNAL_RUCIO, (1, pfn.SAME_PFN)),
+    (["davs://cmsdcadisk.fnal.gov:2880/dcache/other/store/unmerged/", FNAL_RUCIO], FNAL_RUCIO, None, (1, pfn.SAME_PFN)),
     (["/data/elsewhere/store/unmerged/", "file:///data/store/unmerged/"], "file://localhost/data/store/unmerged/",
-     (1, pfn.SAME_PFN)),
+     None, (1, pfn.SAME_PFN)),
 ])
-def test_choose(roots: list, rucio: object, expected: tuple) -> None:
-    assert pfn.choose(roots, rucio) == expected  # type: ignore[arg-type]
+def test_choose(roots: list, rucio: object, doors: object, expected: tuple) -> None:
+    assert pfn.choose(roots, rucio, doors) == expected  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("roots", [
@@ -156,8 +161,17 @@ def test_choose(roots: list, rucio: object, expected: tuple) -> None:
     [],
 ])
 def test_choose_refuses_every_other_mapping(roots: list) -> None:
-    index, why = pfn.choose(roots, FNAL_RUCIO)
+    # Even with the site's catalog naming Rucio's PFN.
+    index, why = pfn.choose(roots, FNAL_RUCIO, [[FNAL_RUCIO]] * len(roots))
     assert index is None and why
+
+
+@pytest.mark.parametrize("doors", [None, [[]], [[None]], [["davs://cmsdcadisk.fnal.gov:2880/dcache/other/store/unmerged/"]],
+                                   [["davs://other.fnal.gov:2880/dcache/uscmsdisk/store/unmerged/"]]])
+def test_same_namespace_needs_the_sites_catalog_to_name_rucios_pfn(doors: object) -> None:
+    """Same host and path alone is not enough: an xrootd site on 127.0.0.1 is not a WebDAV door on 127.0.0.1:443
+    unless the site's own catalog says so (test_worker_xrootd: the existing refusal holds)."""
+    assert pfn.choose(FNAL_ROOTS[:1], FNAL_RUCIO, doors)[0] is None  # type: ignore[arg-type]
 
 
 def test_same_namespace() -> None:

@@ -145,6 +145,11 @@ class Choice(NamedTuple):
     rule: str  # pfn.FIRST_USABLE, SAME_PFN or SAME_NAMESPACE
     why: str
     passed: List[str]  # the methods before it, with why each was not used
+    doors: List[Optional[str]]  # the PFNs of /store/unmerged/ of the other protocols of its catalog
+
+
+def _root(mapper: storage.Mapper) -> Optional[str]:
+    return pfn.unmerged_root(lambda path: map_path(mapper, path)[0])
 
 
 class MappingDisagrees(ConfigProblem):
@@ -158,7 +163,7 @@ class MappingDisagrees(ConfigProblem):
 _WHY = {pfn.FIRST_USABLE: "the site's first usable stage-out method (no Rucio PFN to compare)",
         pfn.SAME_PFN: "the first usable method speaking Rucio's protocol whose PFN of %s is Rucio's" % paths.UNMERGED,
         pfn.SAME_NAMESPACE: "no usable method speaks Rucio's protocol; this one reaches the host and physical "
-                            "path of Rucio's PFN of %s" % paths.UNMERGED}
+                            "path of Rucio's PFN of %s, which another protocol of its catalog names" % paths.UNMERGED}
 
 
 def choose_method(job: Job, env: Mapping[str, str], probe_lfn: Optional[str]) -> Choice:
@@ -180,24 +185,27 @@ def choose_method(job: Job, env: Mapping[str, str], probe_lfn: Optional[str]) ->
             reasons.append("%s: %s" % (label, why))
             continue
         try:
-            mapper, why = storage.method_mapper(method, cfg, env, job.rse)
+            catalog, why = storage.method_catalog(method, cfg, env, job.rse)
         except siteconf.SiteConfigError as exc:
-            mapper, why = None, str(exc)
-        if mapper is None:
+            catalog, why = None, str(exc)
+        if catalog is None:
             reasons.append("%s: %s" % (label, why))
             continue
+        mapper = storage.normalised(catalog, why)
         if probe_lfn is not None:
             got, why = map_path(mapper, probe_lfn)
             if got is None or not deleter.accepts(got):
                 reasons.append("%s: %s gives PFN %r, not usable by %s%s" % (label, probe_lfn, got, deleter.name,
                                                                          ": " + why if why else ""))
                 continue
-        root = pfn.unmerged_root(lambda path, m=mapper: map_path(m, path)[0])
-        usable.append(Choice(method, mapper, deleter, root, "", "", list(reasons)))
+        root = _root(mapper)
+        # The other protocols of its catalog: one of them may name Rucio's door of the same storage.
+        doors = [_root(storage.normalised(catalog, other)) for other in catalog.rules if other != why]
+        usable.append(Choice(method, mapper, deleter, root, "", "", list(reasons), doors))
         reasons.append("%s: maps %s to %s" % (label, paths.UNMERGED, root))
     if not usable:
         raise ConfigProblem("no usable stage-out method in %s: %s" % (cfg.path, " | ".join(reasons) or "none listed"))
-    index, rule = pfn.choose([c.root for c in usable], job.unmerged_pfn)
+    index, rule = pfn.choose([c.root for c in usable], job.unmerged_pfn, [c.doors for c in usable])
     if index is None:
         raise MappingDisagrees("the site config's PFN of %s is %s, Rucio's is %s: %s (%s)" % (
             paths.UNMERGED, usable[0].root, job.unmerged_pfn, rule, " | ".join(reasons)), usable[0])

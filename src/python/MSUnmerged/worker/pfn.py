@@ -19,7 +19,7 @@ LAYOUTS = ("standard", "site_specific")
 # How the stage-out method was chosen (docs/jobs.md, "Which stage-out method"): the report's method.choice.rule.
 FIRST_USABLE = "first_usable"  # no Rucio PFN to compare: the site's first usable method
 SAME_PFN = "same_pfn"  # the first usable method speaking Rucio's scheme whose root is Rucio's PFN
-SAME_NAMESPACE = "same_namespace"  # no usable method speaks Rucio's scheme: same host and physical path
+SAME_NAMESPACE = "same_namespace"  # none speaks Rucio's scheme: same host and path, its catalog names Rucio's PFN
 RUCIO_RULES = (SAME_PFN, SAME_NAMESPACE)  # Rucio vouches for the root
 _LOCAL = "file"  # the scheme of a local path (bare or file:)
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/?#]*)(/.*)?$")
@@ -151,12 +151,16 @@ def same_namespace(a: str, b: str) -> bool:
     return bool(da[0]) and da == db
 
 
-def choose(roots: Sequence[Optional[str]], rucio: Optional[str]) -> Tuple[Optional[int], str]:
+def choose(roots: Sequence[Optional[str]], rucio: Optional[str],
+           doors: Optional[Sequence[Sequence[Optional[str]]]] = None) -> Tuple[Optional[int], str]:
     """Which of the usable stage-out methods (their PFNs of /store/unmerged/, in the site's order) to delete
     through, and the rule (FIRST_USABLE, SAME_PFN, SAME_NAMESPACE); (None, why) when none agrees with `rucio`.
 
     Without Rucio's PFN: the first. Else among the methods speaking Rucio's scheme, the first whose root is
-    Rucio's PFN; only when none speaks it, the first on the same host and physical path (same_namespace)."""
+    Rucio's PFN. Only when none speaks it: the first that reaches Rucio's host and physical path
+    (same_namespace) through a catalog (storage.json volume, trivial file catalog) one of whose other protocols
+    maps /store/unmerged/ to Rucio's PFN exactly (`doors[i]`: their roots): the site's own configuration
+    confirms that Rucio's door and the method's serve one namespace."""
     if rucio is None:
         return (0, FIRST_USABLE) if roots else (None, "no usable stage-out method")
     wanted = scheme(rucio)
@@ -167,10 +171,11 @@ def choose(roots: Sequence[Optional[str]], rucio: Optional[str]) -> Tuple[Option
     if speaking:
         return None, "no usable method speaking %s maps %s to Rucio's PFN %s" % (wanted, UNMERGED, rucio)
     for i, root in enumerate(roots):
-        if root is not None and same_namespace(root, rucio):
+        confirmed = any(door is not None and same_place(door, rucio) for door in (doors[i] if doors else ()))
+        if root is not None and confirmed and same_namespace(root, rucio):
             return i, SAME_NAMESPACE
-    return None, "no usable method speaks %s, and none reaches the host and path of Rucio's PFN %s" % (
-        wanted, rucio)
+    return None, "no usable method speaks %s, and none reaches the host and path of Rucio's PFN %s through a " \
+                 "catalog that names that PFN" % (wanted, rucio)
 
 
 def pfn_problem(pfn: str, lfn: str, root: str, layout: str) -> Optional[str]:

@@ -21,6 +21,7 @@ from .siteconf import SiteConfigError, SiteLocalConfig, StageOutMethod, site_dir
 
 STORAGE_OVERRIDE_VAR = "MSUNMERGED_STORAGE_JSON"
 MAX_CHAIN = 8
+LFN_PREFIX = "lfn-prefix"  # the one protocol of a fallback stage-out's catalog
 _GROUP = re.compile(r"\$(\d+)")
 
 Rule = Tuple["re.Pattern[str]", str, Optional[str]]  # (lfn regex, pfn template, chained protocol)
@@ -155,21 +156,10 @@ def load_tfc(url: str, env: Mapping[str, str]) -> Tuple[Catalog, str]:
     return Catalog(rules), protocol
 
 
-def method_mapper(method: StageOutMethod, cfg: SiteLocalConfig, env: Mapping[str, str],
-                  rse: str) -> Tuple[Optional[Mapper], str]:
-    """(mapper, "") when the method can map LFNs for `rse` (its PFNs normalised), else (None, reason)."""
-    mapper, why = _raw_mapper(method, cfg, env, rse)
-    if mapper is None:
-        return None, why
-    return (lambda lfn: _normalised(mapper(lfn))), ""  # type: ignore[misc]
-
-
-def _normalised(got: Optional[str]) -> Optional[str]:
-    return None if got is None else normalise(got)
-
-
-def _raw_mapper(method: StageOutMethod, cfg: SiteLocalConfig, env: Mapping[str, str],
-                rse: str) -> Tuple[Optional[Mapper], str]:
+def method_catalog(method: StageOutMethod, cfg: SiteLocalConfig, env: Mapping[str, str],
+                   rse: str) -> Tuple[Optional[Catalog], str]:
+    """(catalog, protocol) when the method can map LFNs for `rse`, else (None, reason). The catalog holds every
+    protocol of the method's storage.json volume or trivial file catalog (a fallback's lfn-prefix: that one)."""
     if method.kind == "method":
         if not method.volume or not method.protocol:
             return None, "stage-out method without volume or protocol"
@@ -184,15 +174,28 @@ def _raw_mapper(method: StageOutMethod, cfg: SiteLocalConfig, env: Mapping[str, 
             return None, f"volume {method.volume!r} is RSE {catalog.rse!r}, the job is for {rse!r}"
         if method.protocol not in catalog.rules:
             return None, f"volume {method.volume!r} has no protocol {method.protocol!r}"
-        return catalog.mapper(method.protocol), ""
+        return catalog, method.protocol
     if method.phedex_node != rse:
         return None, f"{method.kind} is for {method.phedex_node or 'an unnamed node'!r}, the job is for {rse!r}"
     if method.kind == "local-stage-out":
         if not method.catalog:
             return None, "local-stage-out without catalog"
-        catalog, protocol = load_tfc(method.catalog, env)
-        return catalog.mapper(protocol), ""
+        return load_tfc(method.catalog, env)
     if not method.lfn_prefix:
         return None, "fallback-stage-out without lfn-prefix"
-    prefix = method.lfn_prefix
-    return (lambda lfn: prefix + lfn), ""
+    return Catalog({LFN_PREFIX: [(re.compile(r"(/.*)"), method.lfn_prefix + "$1", None)]}), LFN_PREFIX
+
+
+def method_mapper(method: StageOutMethod, cfg: SiteLocalConfig, env: Mapping[str, str],
+                  rse: str) -> Tuple[Optional[Mapper], str]:
+    """(mapper, "") when the method can map LFNs for `rse` (its PFNs normalised), else (None, reason)."""
+    catalog, protocol = method_catalog(method, cfg, env, rse)
+    return (None, protocol) if catalog is None else (normalised(catalog, protocol), "")
+
+
+def normalised(catalog: Catalog, protocol: str) -> Mapper:
+    """The catalog's mapping with `protocol`, every PFN normalised (pfn.normalise)."""
+    def mapper(lfn: str) -> Optional[str]:
+        got = catalog.pfn(protocol, lfn)
+        return None if got is None else normalise(got)
+    return mapper
