@@ -7,13 +7,14 @@ from pathlib import Path
 import pytest
 
 from servers import keep_session_dir
+from sites_kit import SITE_FIXTURES
 
 # Server fixtures live in servers/<name>.py; each is listed here once.
-pytest_plugins: list[str] = ["servers.rest", "servers.condor", "servers.slurm", "servers.rucio", "servers.mongo", "servers.xrootd"]
+pytest_plugins: list[str] = ["servers.rest", "servers.condor", "servers.slurm", "servers.rucio", "servers.mongo", "servers.xrootd",
+                               "servers.alertmanager"]
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "test" / "fixtures" / "wmcore"  # real samples, copied into the repository (test/fixtures/README.md)
-SITE_FIXTURES = REPO / "test" / "fixtures" / "sites"  # real sites' configuration files, one folder per site
 
 
 @pytest.fixture(scope="session")

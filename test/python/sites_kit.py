@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conftest import SITE_FIXTURES
+from servers import REPO
+
+SITE_FIXTURES = REPO / "test" / "fixtures" / "sites"  # real sites' configuration files, one folder per site
 
 WEIGHTS = {"WebDAV": 1, "SRMv2": 2, "XRootD": 3}  # CMSRSE.py: read, write, delete and TPC priorities
 DEFAULT_PORTS = {"gsiftp": 2811, "root": 1094, "davs": 443, "srm": 8443}

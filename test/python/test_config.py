@@ -1,6 +1,10 @@
 """Configuration: defaults, file, environment overrides, errors that name the key."""
+import dataclasses
+import tomllib
+
 import pytest
 
+from servers import REPO
 from MSUnmerged.config import DEFAULT_CONFIG, Config, ConfigError, load_config
 
 
@@ -79,3 +83,20 @@ def test_site_specific_layout_with_its_root(tmp_path):
                     "[condor]\ndelegate_proxy = false\n")
     cfg = load_config(path, env={})
     assert cfg.jobs.for_rse("T2_XX_A").unmerged_root == "root://se//disk/tmp/" and cfg.condor.delegate_proxy is False
+
+
+def test_the_shipped_file_documents_every_default() -> None:
+    """etc/msunmerged.toml shows every key of every section with its default (tables are shown as examples)."""
+    shipped = tomllib.loads((REPO / "etc" / "msunmerged.toml").read_text())
+    text = (REPO / "etc" / "msunmerged.toml").read_text()
+    defaults = Config()
+    for section in dataclasses.fields(defaults):
+        values = getattr(defaults, section.name)
+        for key in dataclasses.fields(values):
+            default = getattr(values, key.name)
+            where = f"{section.name}.{key.name}"
+            if isinstance(default, dict):
+                assert f"[{where}." in text or f"[{where}]" in text, f"{where}: no example in etc/msunmerged.toml"
+                continue
+            assert key.name in shipped.get(section.name, {}), f"{where} is not in etc/msunmerged.toml"
+            assert shipped[section.name][key.name] == default, f"{where}: the file shows another value"

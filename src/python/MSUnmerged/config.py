@@ -45,6 +45,9 @@ class ServiceConfig:
     dry_run: bool = True
     lease_ttl_s: int = 600
     log_level: str = "INFO"
+    # Also write the log to <log_dir>/ms-unmerged-<YYYYMMDD>-<host>.log, a new file each UTC day, as CMSWEB
+    # services do for their filebeat side-car; empty: stderr only.
+    log_dir: str = ""
     alert_after_cycles: int = 3  # the page and data/status alert when no cycle succeeded for this many intervals
 
     @property
@@ -167,6 +170,9 @@ class JobsConfig:
     credential: str = "none"
     token_file: str = ""  # the storage token, a file the deployment refreshes
     proxy_file: str = ""  # the X.509 proxy (as CMSWEB mounts it)
+    # SITECONFIG_PATH of every job whose RSE sets none (jobs.sites.<RSE>.siteconfig); empty: the node's own
+    # (the pilot's SITECONFIG_PATH, else $CMS_PATH/SITECONF/local on CVMFS).
+    siteconfig: str = ""
     # The RSE attribute in Rucio naming its CMS site (e.g. "site"), read where jobs.sites.<RSE>.site is not set;
     # empty: the site comes from the configuration or the RSE's name only (sites.resolve_site).
     site_attribute: str = ""
@@ -253,6 +259,20 @@ class RestConfig:
 
 
 @dataclass
+class AlertsConfig:
+    """Alerts pushed to AlertManager after each cycle (MSUnmerged.alerts; docs/operations.md, "Alerts")."""
+
+    alertmanager_url: str = ""  # e.g. http://alertmanager:9093/api/v2/alerts; empty: no push (metrics only)
+    service: str = "ms-unmerged"  # the `service` label and the alert names' prefix
+    tag: str = "wmcore"  # the `tag` label AlertManager routes on (WMCore's default)
+    page_url: str = ""  # the operator page as users reach it: each alert's link (generatorURL)
+    stall_days: float = 3.0  # an RSE with files left and none done for this long; also a guard holding this long
+    guard_repeats: int = 3  # the same guard refusing an RSE this many times in a row
+    expire_cycles: int = 3  # a firing alert ends by itself unless pushed again within this many intervals
+    timeout_s: float = 10.0
+
+
+@dataclass
 class Config:
     service: ServiceConfig = field(default_factory=ServiceConfig)
     planner: PlannerConfig = field(default_factory=PlannerConfig)
@@ -266,6 +286,7 @@ class Config:
     condor: CondorConfig = field(default_factory=CondorConfig)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     rest: RestConfig = field(default_factory=RestConfig)
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
 
     @property
     def state_dir(self) -> Path:
@@ -413,6 +434,14 @@ def _validate(cfg: Config) -> None:
          "must be between 1024 and 16 MiB")
     need(cfg.rest.replay_window_s >= 60, "rest.replay_window_s", "must be >= 60")
     need(cfg.rest.cache_ttl_s >= 0, "rest.cache_ttl_s", "must be >= 0")
+    a = cfg.alerts
+    need(not a.alertmanager_url or re.match(r"https?://[^/\s]+", a.alertmanager_url) is not None,
+         "alerts.alertmanager_url", "must be empty or an http(s):// URL")
+    need(bool(a.service), "alerts.service", "must not be empty")
+    need(a.stall_days > 0, "alerts.stall_days", "must be > 0")
+    need(a.guard_repeats >= 1, "alerts.guard_repeats", "must be >= 1")
+    need(a.expire_cycles >= 1, "alerts.expire_cycles", "must be >= 1")
+    need(a.timeout_s > 0, "alerts.timeout_s", "must be > 0")
 
 
 CREDENTIALS = ("token", "proxy", "none")  # jobs.credential: what a job carries to its storage

@@ -39,3 +39,27 @@ def resolve_site(jobs: JobsConfig, rse: str, attributes: Optional[RSEAttributes]
             "(or jobs.site_attribute and that attribute in Rucio)"
         raise LedgerError(NO_SITE, f"no site for RSE {rse}: set jobs.sites.{rse}.site {where}")
     return site
+
+
+# WMCore's partitions of ms-unmerged (data/status?rse_type=..., MSManager.status): t1, t2t3 (outside the US),
+# t2t3us; the chart's values files use the same names.
+RSE_TYPES = ("t1", "t2t3", "t2t3us")
+
+
+def tier_of(rse: str) -> str:
+    """T0, T1, T2 or T3 from the RSE's name; "other" when it is not CMS-like."""
+    site = site_from_rse(rse)
+    return site[:2].upper() if site else "other"
+
+
+def rse_type(rse: str) -> str:
+    """The RSE's WMCore partition from its name (T1 -> t1; T2/T3 in the US -> t2t3us, elsewhere t2t3); "" else."""
+    site = site_from_rse(rse)
+    if not site:
+        return ""
+    tier = site[:2].upper()
+    if tier == "T1":
+        return "t1"
+    if tier in ("T2", "T3"):
+        return "t2t3us" if site[3:5].upper() == "US" else "t2t3"
+    return ""

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Mapping, Optional
 
-from conftest import REPO
+from servers import REPO
 
 LAUNCHER = [sys.executable, str(REPO / "bin" / "msunmerged")]
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 from pathlib import Path
 from typing import Iterator
 
@@ -68,15 +67,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
 def test_bad_input_one_line(world: dict[str, str], tmp_path: Path, argv: list[str], settings: dict[str, str],
                             code: int, text: str) -> None:
     env = cli_env(tmp_path, **{k: v.format(**world) for k, v in settings.items()})
-    started = time.monotonic()
-    done = msunmerged(*(a.format(**world) for a in argv), env=env)
-    seconds = time.monotonic() - started
+    # The timeout only bounds a hang (an unreachable database is given up within 5 s: bench/, not here).
+    done = msunmerged(*(a.format(**world) for a in argv), env=env, timeout=120)
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert "Traceback" not in done.stderr and len(lines) == 1, done.stderr
     assert done.returncode == code and lines[0].startswith("msunmerged") and text.format(**world) in lines[0], \
         (done.returncode, lines[0])
     assert "secret" not in done.stderr
-    assert seconds < 15, f"{seconds:.1f} s"
     assert servers_on(tmp_path / "state") == []  # whatever the command started is stopped
 
 

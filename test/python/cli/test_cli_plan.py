@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from servers import REPO
 
 LAUNCHER = [sys.executable, str(REPO / "bin" / "msunmerged")]
 

@@ -73,8 +73,10 @@ def outcome(i: int, lfn: str) -> Optional[dict[str, Any]]:
     kind = i % 10
     if kind < 7:
         return {"state": "deleted", "size": 1000}
-    if kind < 9:
-        return {"state": "failed", "error_class": ("permission_denied", "timeout")[kind - 7], "error": "denied"}
+    if kind == 7:  # the storage's message names the file: the tally by message leaves the path out
+        return {"state": "failed", "error_class": "permission_denied", "error": f"Permission denied: /pnfs/x{lfn}"}
+    if kind == 8:
+        return {"state": "failed", "error_class": "timeout", "error": "timed out after 120 s"}
     return {"state": "missing"}
 
 
@@ -120,10 +122,16 @@ def test_info_answers_wmcore_shape_and_ours_beside(seeded: Any) -> None:
     assert c["totalNumFiles"] == 3000 and c["filesToDelete"] == 2600 == ledger["to_delete"]
     assert c["filesDeletedSuccess"] == count(seeded, state="deleted") == ledger["deleted"]
     assert c["filesDeletedFail"] == count(seeded, state="failed")
-    assert c["dirsToDelete"] == ledger["dirs_removable"] and c["totalNumDirs"] is None
+    assert c["dirsToDelete"] == ledger["dirs_removable"] == c["totalNumDirs"] > 0  # numbers, as WMCore's
+    assert all(isinstance(c[k], int) for k in ("totalNumFiles", "totalNumDirs", "dirsToDelete", "filesToDelete",
+                                                "filesDeletedSuccess", "filesDeletedFail", "dirsDeletedSuccess",
+                                                "dirsDeletedFail"))
     assert c["dirsDeletedSuccess"] == 1 and c["dirsDeletedFail"] == 1  # DIRS: one removed, one refused
-    assert c["gfalErrors"] == {"permission_denied": count(seeded, error_class="permission_denied"),
-                               "timeout": count(seeded, error_class="timeout")}
+    # WMCore's tally is by the storage's message; ours by class beside it.
+    assert c["gfalErrors"] == {"Permission denied: <path>": count(seeded, error_class="permission_denied"),
+                               "timed out after 120 s": count(seeded, error_class="timeout")}
+    assert c["failed_by_class"] == {"permission_denied": count(seeded, error_class="permission_denied"),
+                                    "timeout": count(seeded, error_class="timeout")}
     assert c["missing"] == count(seeded, state="missing") and c["unknown"] == 4 * 500 - len(seeded.seed["outcomes"])
     assert c["pending"] == 600 and c["protected"] == 400 and c["bytes_freed"] == 1000 * count(seeded, state="deleted")
     assert "to_delete" not in c and "deleted" not in c  # each ledger counter under one name only
@@ -136,6 +144,10 @@ def test_info_detail_several_rses_and_all_docs(seeded: Any) -> None:
     assert len(doc["jobs"]) == 6 and len(doc["files"]["deletedFail"]) == 100
     assert {j["state"] for j in doc["jobs"]} == {"finished", "running"}
     assert doc["dirs"]["toDelete"] and all(d.startswith("/store/unmerged/Run3/Prim") for d in doc["dirs"]["toDelete"])
+    # WMCore's keys of `dirs`, lists of directories, from the jobs' directory outcomes (DIRS).
+    assert doc["dirs"]["deletedSuccess"] == [DIRS[0]["dir"]] and doc["dirs"]["deletedFail"] == [DIRS[1]["dir"]]
+    assert doc["dirs"]["protected"] == []
+    assert set(doc["dirs"]["allUnmerged"]) == {*doc["dirs"]["toDelete"], DIRS[0]["dir"], DIRS[1]["dir"]}
     for spelling in ("ALL_DOCS", "all_docs", "All_Docs"):
         _, body, _ = get(seeded, f"data/info?rse={spelling}")
         assert RSE in [d["name"] for d in body["result"][0]["rseData"]], spelling
@@ -160,16 +172,49 @@ def test_status_takes_wmcore_parameters(seeded: Any, value: str, detailed: bool)
     assert ("cycles" in doc) is detailed
 
 
+@pytest.mark.parametrize("path", [
+    f"data/info?rse={RSE}&detail=yes&_=1712345678901",  # WMCore: detail is true only for true/True/TRUE
+    f"data/info?rse={RSE}&rse_type=t2t3&colour=red",
+    f"data/info?rse={RSE}&detail=maybe",
+])
+def test_info_ignores_what_wmcore_ignores(seeded: Any, path: str) -> None:
+    status, body, _ = get(seeded, path)
+    assert status == 200, body
+    (answer,) = body["result"]
+    assert answer["query"] == f"rse={RSE}&detail=False" and [d["name"] for d in answer["rseData"]] == [RSE]
+    assert "dirs" not in answer["rseData"][0]
+
+
+@pytest.mark.parametrize("query, detailed", [("detail=yes", False), ("detail=maybe&_=1712345678901", False),
+                                             ("_=1712345678901&colour=red", True), ("detail=TRUE&x=1", True)])
+def test_status_ignores_what_wmcore_ignores(seeded: Any, query: str, detailed: bool) -> None:
+    status, body, _ = get(seeded, f"data/status?{query}")
+    assert status == 200, body
+    assert ("cycles" in body["result"][0]) is detailed
+
+
+def test_status_rse_type_counts_that_partition_only(seeded: Any) -> None:
+    """WMCore's rse_type (t1, t2t3, t2t3us) selects the RSEs the totals count; an unknown type counts none."""
+    _, body, _ = get(seeded, "data/status?detail=false")
+    everything = body["result"][0]
+    _, body, _ = get(seeded, "data/status?detail=false&rse_type=t2t3")  # T2_RT_Api is a T2 outside the US
+    t2t3 = body["result"][0]
+    assert t2t3["rse_type"] == "t2t3" and 1 <= t2t3["total_num_rses"] <= everything["total_num_rses"]
+    _, body, _ = get(seeded, "data/status?detail=false&rse_type=t1")
+    t1 = body["result"][0]
+    assert t1["total_num_rses"] + t2t3["total_num_rses"] <= everything["total_num_rses"]
+    assert t1["total_num_files"] < everything["total_num_files"]  # RSE's 3000 files are not a T1's
+    _, body, _ = get(seeded, "data/status?detail=false&rse_type=%3Cb%3E")
+    assert body["result"][0]["rse_type"] == "<b>" and body["result"][0]["total_num_rses"] == 0
+
+
 @pytest.mark.parametrize("path, param", [
     ("data/info", "rse"),
     ("data/info?rse=<script>", "rse"),
-    (f"data/info?rse={RSE}&detail=maybe", "detail"),
     ("data/info?rse=T2_RT_Api%0A", "rse"),
     (f"data/info?rse={RSE}&rse=bad%20name", "rse"),
-    ("data/status?detail=maybe", "detail"),
-    ("data/status?rse_type=a%20b", "rse_type"),
     (f"data/files?rse={RSE}%0A", "rse"),
-    (f"data/info?rse={RSE}&colour=red", "colour"),
+    (f"data/files?rse={RSE}&colour=red", "colour"),  # our own calls still refuse what they do not know
     ("data/files?state=failed", "rse"),
     (f"data/files?rse={RSE}&state=gone", "state"),
     (f"data/files?rse={RSE}&limit=0", "limit"),
@@ -341,3 +386,19 @@ def test_trigger_rate_limit_per_user(seeded: Any) -> None:
     assert codes == [202, 202, 202, 429]
     assert post(seeded, "data/trigger", {"rse": "T2_RT_Rate9"}, operator_headers(key, "frank"))[0] == 202
     assert '"outcome": "rate_limited"' in seeded.audit.read_text()
+
+
+def test_status_error_says_what_failed(seeded: Any) -> None:
+    """Before: `error` stayed "" while every cycle failed. Now WMCore's callers read what failed."""
+    from MSUnmerged.ledger import Ledger
+    ledger = Ledger(seeded.db)
+    cid = ledger.start_cycle("rest-test", 99, [RSE])
+    ledger.end_cycle(cid, failures=[{"source": "conmon", "reason": "conmon_http_status", "detail": "HTTP 502",
+                                     "rse": RSE}])
+    _, body, _ = get(seeded, "data/status?detail=false")
+    (doc,) = body["result"]
+    assert doc["error"].startswith("last cycle: 1 failures: conmon/conmon_http_status (T2_RT_Api): HTTP 502")
+    assert time.strptime(doc["start_time"], "%a, %d %b %Y %H:%M:%S UTC")  # WMCore's format
+    ledger.end_cycle(ledger.start_cycle("rest-test", 100, [RSE]))  # a good one: no error again
+    _, body, _ = get(seeded, "data/status?detail=false")
+    assert body["result"][0]["error"] == ""

@@ -58,7 +58,7 @@ def page_app(rest_app: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 def test_index_shows_the_rse_table(page_app: Any, chromium: str, tmp_path: Path) -> None:
     dom = render(chromium, page_app.url + "/", tmp_path, screenshot=True)
-    assert "<table>" in dom and ">RSE</th>" in dom
+    assert '<table id="rses">' in dom and ">RSE ▲</a></th>" in dom  # sorted by name
     row = dom[dom.index(f">{GOOD_RSE}</a>"):]
     row = row[:row.index("</tr>")]
     assert "clean" in row and ">50<" in row and ">28<" in row and ">12<" in row  # to delete, deleted, failed

@@ -71,6 +71,7 @@ def mounts(rest_app: Any, mongo_client: MongoClient, tmp_path_factory: pytest.Te
     for slot in (1, 2):  # two cycles that failed before any RSE (Rucio down), none ever good
         ledger.end_cycle(ledger.start_cycle("op-test", slot, []), dry_run=True, failures=[
             {"source": "rucio", "reason": "rucio_bad_content", "detail": "<html>login</html>", "rse": ""}])
+    db.meta.update_one({"_id": "cycles"}, {"$inc": {"first_started": -18000}})  # failing for five hours
     dry, real = Config(), Config()
     dry.rest.base, dry.rest.operations_url = "/ms-unmerged-op", DOCS
     dry.service.interval_s, dry.service.alert_after_cycles = 600, 2
@@ -102,7 +103,8 @@ def test_alert_and_failures_link_their_reason(mounts: Mounts, chromium: str, tmp
     dom = render(chromium, f"{mounts.dry}/", tmp_path, screenshot=True)
     assert (tmp_path / "page.png").stat().st_size > 5000
     alert = dom[dom.index('id="cycle-alert"'):]
-    assert "no polling cycle succeeded ever" in alert[:400] and "rucio_bad_content" in alert[:400]
+    assert "no polling cycle succeeded since the first cycle 300 min ago" in alert[:400]
+    assert "rucio_bad_content" in alert[:400]
     failures = dom[dom.index('id="cycle-failures"'):]
     assert f'href="{DOCS}#source-bad_content"' in failures and "whole cycle" in failures
     assert "&lt;html&gt;login&lt;/html&gt;" in failures  # the detail, as text
@@ -140,7 +142,8 @@ def test_status_and_metrics_carry_dry_run_and_failures(mounts: Mounts) -> None:
     assert dry[("msunmerged_source_up", (("source", "conmon"),))] == 1
     assert dry[("msunmerged_cycle_failures_total", (("reason", "rucio_bad_content"), ("source", "rucio")))] == 2
     assert dry[("msunmerged_files_would_delete", (("rse", DRY_RSE),))] == 20
-    assert ("msunmerged_cycle_last_good_age_seconds", ()) not in dry  # never had one
+    assert dry[("msunmerged_cycle_never_good", ())] == 1 and dry[("msunmerged_cycle_alert", ())] == 1
+    assert dry[("msunmerged_cycle_last_good_age_seconds", ())] >= 18000  # since the first cycle: never had one
     states = {dict(k[1])["state"]: v for k, v in dry.items()
               if k[0] == "msunmerged_rse_state" and dict(k[1])["rse"] == DRY_RSE}
     assert states["dry_run_done"] == 1 and states["clean"] == 0 and sum(states.values()) == 1

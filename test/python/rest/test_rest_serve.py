@@ -46,7 +46,10 @@ get = lambda api, params: RequestHandler().getdata(base + "/data/" + api, params
 out = {"info": makeHttpRequest(base + "/data/info", payload={"rse": rse, "detail": False}),
        "detail": makeHttpRequest(base + "/data/info", payload={"rse": rse, "detail": True}),
        "status": get("status", {"detail": False, "rse_type": "t2t3"}),
-       "all": get("info", {"rse": "all_docs"})}
+       "all": get("info", {"rse": "all_docs"}),
+       # What WMCore ignores: a cache-buster, rse_type on info, detail=yes (not true for WMCore).
+       "ignored": get("info", {"rse": rse, "detail": "yes", "rse_type": "t2t3", "_": "1712345678901"}),
+       "status_full": get("status", {"_": "1712345678901"})}
 print(json.dumps(out))
 """
 
@@ -184,6 +187,18 @@ def test_wmcore_client_reads_info_and_status(served: Served, wmcore_client: str)
     (status,) = got["status"]["result"]
     assert status["status"] == "OK" and status["total_num_rses"] >= 1 and "cycles" not in status
     assert DEMO_RSE in [d["name"] for d in got["all"]["result"][0]["rseData"]]
+    # WMCore's field types and keys.
+    counters = result[0]["rseData"][0]["counters"]
+    assert isinstance(counters["totalNumDirs"], int) and isinstance(counters["gfalErrors"], dict)
+    assert {"toDelete", "protected", "deletedSuccess", "deletedFail", "allUnmerged"} <= \
+        set(got["detail"][0]["rseData"][0]["dirs"])
+    assert all(isinstance(v, list) for k, v in got["detail"][0]["rseData"][0]["dirs"].items() if k != "toDeleteComplete")
+    (ignored,) = got["ignored"]["result"]
+    assert ignored["query"] == f"rse={DEMO_RSE}&detail=False" and "dirs" not in ignored["rseData"][0]
+    (full,) = got["status_full"]["result"]
+    assert "cycles" in full and isinstance(full["error"], str)
+    if full["end_time"] is not None:  # WMCore's time format (MSManager.updateTimeUTC)
+        assert time.strptime(full["end_time"], "%a, %d %b %Y %H:%M:%S UTC")
 
 
 def test_files_written_are_private(served: Served) -> None:

@@ -83,7 +83,13 @@ def test_a_cycle_failing_before_any_rse_is_recorded_with_its_source(tmp_path: Pa
     assert last["ok"] is False and last["dry_run"] is False and last["rses"] == []
     assert [(f["source"], f["reason"]) for f in last["failures"]] == [("rucio", "rucio_bad_content")]
     assert health["sources"]["rucio"] == 0 and health["sources"]["conmon"] == 1
-    assert health["last_good_cycle_at"] is None and "no polling cycle succeeded ever" in health["alert"]
+    # A new ledger honours the alert's delay (2 intervals = 120 s), counted from its first cycle.
+    assert health["last_good_cycle_at"] is None and health["never_good"] is True and health["alert"] == ""
+    assert 0 <= health["last_good_age_s"] < 60
+    mongo_db.meta.update_one({"_id": "cycles"}, {"$inc": {"first_started": -200}})  # as if it started 200 s ago
+    health = view.health(svc.config.service.stale_after_s)
+    assert "no polling cycle succeeded since the first cycle 3 min ago" in health["alert"]
+    assert "rucio_bad_content" in health["alert"] and 200 <= health["last_good_age_s"] < 260
     assert view.failure_totals() == {("rucio", "rucio_bad_content"): 1}
 
     (src / "rses.json").write_text(f'["{RSE}"]')

@@ -8,21 +8,18 @@ import logging
 import signal
 import sys
 import threading
-from typing import Any, Iterator, NoReturn, Optional, Sequence
-
-from pymongo.errors import PyMongoError
+from typing import TYPE_CHECKING, Any, Iterator, NoReturn, Optional, Sequence
 
 from MSUnmerged import __version__
-from MSUnmerged.config import LOG_LEVELS, ConfigError, load_config
-from MSUnmerged.embedded_mongo import EmbeddedMongoError
-from MSUnmerged.ledger.connect import DatabaseUnreachable, first_error
-from MSUnmerged.sources.errors import AUTHENTICATION, SourceError
+
+if TYPE_CHECKING:
+    from MSUnmerged.sources.errors import SourceError
 
 log = logging.getLogger("MSUnmerged.cli")
 
 # Exit codes, documented in the README.
 EXIT_OK = 0
-EXIT_FAILED = 1  # internal error
+EXIT_FAILED = 1  # an internal error, or the RSE could not be worked (the reason is printed)
 EXIT_GUARD = 2  # a guard refused: nothing will be deleted
 EXIT_BAD_INPUT = 3  # unusable input or configuration
 EXIT_AUTH = 4  # a batch system or source refused our credentials (token, certificate, proxy)
@@ -43,11 +40,25 @@ def failed_code(reason: str) -> int:
 
 def source_code(exc: SourceError) -> int:
     """A source that refused our certificate, proxy or token: EXIT_AUTH; any other failure: EXIT_UNAVAILABLE."""
+    from MSUnmerged.sources.errors import AUTHENTICATION
     return EXIT_AUTH if exc.kind == AUTHENTICATION else EXIT_UNAVAILABLE
 
 
-# Each module defines `register(subparsers)` and sets a `run(args, config) -> int` default.
-COMMANDS = ["plan", "demo", "serve", "status", "jobs", "files", "apply", "run", "clean"]
+# The sub-commands and their one-line help. Each is a module of this package defining `register(parser)`,
+# which adds its options and sets a `run(args, config) -> int` default. Only the module of the command
+# given is imported (the others would cost most of a second of imports before anything happens).
+COMMANDS = {
+    "plan": "plan the cleanup of one RSE from a dump file (offline)",
+    "demo": "run the service on a bundled sample site (no outside services)",
+    "serve": "run the polling loop, triggers and the REST API / operator page",
+    "status": "RSE states and counters from the ledger",
+    "jobs": "cleanup jobs recorded in the ledger",
+    "files": "per-file (or, with --dirs, per-directory) records from the ledger",
+    "apply": "record and submit a sealed plan directory, re-checked against the protected list and the guards "
+             "in force",
+    "run": "work one RSE once (plan, record, submit, collect) under its lease",
+    "clean": "plan one RSE now, show the plan, and work it with --apply or after confirmation",
+}
 
 
 class BadInput(Exception):
@@ -61,31 +72,64 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParser:
+    """The parser; of the sub-commands only the one named in `argv` gets its options (and its imports)."""
+    from MSUnmerged.config import LOG_LEVELS
+
     parser = Parser(prog="msunmerged", description="Clean /store/unmerged at CMS sites.")
     parser.add_argument("--version", action="version", version=f"msunmerged {__version__}")
     parser.add_argument("--config", help="TOML configuration file (default: etc/msunmerged.toml or $MSUNMERGED_CONFIG)")
     parser.add_argument("--log-level", default=None, type=str.upper, choices=LOG_LEVELS,
                         help="log level (default from service.log_level)")
+    chosen = _command_named(parser, argv)
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for name in COMMANDS:
-        importlib.import_module(f"MSUnmerged.cli.{name}").register(subparsers)
+    for name, help_line in COMMANDS.items():
+        sub = subparsers.add_parser(name, help=help_line, description=help_line)
+        if name == chosen:
+            importlib.import_module(f"MSUnmerged.cli.{name}").register(sub)
     return parser
 
 
+def _command_named(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]]) -> Optional[str]:
+    """The sub-command `argv` names (after the top-level options), or None."""
+    known = argparse.ArgumentParser(add_help=False)
+    for action in parser._actions:
+        if action.option_strings and action.nargs is None:  # --config, --log-level: they take a value
+            known.add_argument(*action.option_strings)
+    _, rest = known.parse_known_args(sys.argv[1:] if argv is None else list(argv))
+    return next((word for word in rest if not word.startswith("-")), None)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run one command; every expected failure is one line on stderr and a documented exit code."""
+    """Run one command; every expected failure is one line on stderr and a documented exit code.
+    Ctrl-C (or SIGTERM) at any moment, imports included, ends it with one line and EXIT_INTERRUPTED."""
     try:
-        args = build_parser().parse_args(argv)
+        with terminate_as_interrupt():
+            return _main(argv)
+    except KeyboardInterrupt:
+        return fail("msunmerged", "interrupted", EXIT_INTERRUPTED)
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
+    try:
+        args = build_parser(argv).parse_args(argv)
     except SystemExit as exc:  # usage errors, --help, --version
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    from pymongo.errors import PyMongoError
+
+    from MSUnmerged import logfiles
+    from MSUnmerged.config import ConfigError, load_config
+    from MSUnmerged.embedded_mongo import EmbeddedMongoError
+    from MSUnmerged.ledger.connect import DatabaseUnreachable, first_error
+    from MSUnmerged.sources.errors import SourceError
+
     name = f"msunmerged {args.command}"
     try:
         config = load_config(args.config)
-        logging.basicConfig(level=args.log_level or config.service.log_level.upper(), force=True,
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-        with terminate_as_interrupt():
-            return int(args.run(args, config))
+        level = args.log_level or config.service.log_level.upper()
+        logging.basicConfig(level=level, force=True, format=logfiles.FORMAT, stream=sys.stderr)
+        logfiles.add_file_log(config.service.log_dir, level)
+        return int(args.run(args, config))
     except (BadInput, ConfigError) as exc:
         return fail(name, str(exc), EXIT_BAD_INPUT)
     except SourceError as exc:

@@ -17,9 +17,7 @@ from MSUnmerged.statemachine import RSEState
 from MSUnmerged.wiring import build_service
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("apply", help="record and submit a sealed plan directory, re-checked against the "
-                                            "protected list and the guards in force")
+def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", help="plan directory written by `msunmerged plan`")
     p.add_argument("--protected", required=True, help="CURRENT WMStats protectedlfns answer or a JSON list")
     p.set_defaults(run=run)

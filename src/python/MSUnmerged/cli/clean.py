@@ -16,9 +16,7 @@ from MSUnmerged.sources.errors import SourceError
 NOT_WORKED = (RunAction.FAILED, RunAction.LEASED_ELSEWHERE, RunAction.DONE_THIS_CYCLE, RunAction.REFUSED)
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("clean", help="plan one RSE now, show the plan, and work it with --apply or "
-                                            "after confirmation")
+def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rse", required=True, help="RSE name, e.g. T2_US_Nebraska")
     p.add_argument("--apply", action="store_true", help="work the RSE without asking (jobs are dry-run unless "
                                                         "service.dry_run = false)")

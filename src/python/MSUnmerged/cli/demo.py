@@ -29,8 +29,7 @@ from MSUnmerged.statemachine import RSEState
 from MSUnmerged.wiring import build_service
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("demo", help="run the service on a bundled sample site (no outside services)")
+def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--files", type=int, default=2000, help="files in the generated sample site")
     p.add_argument("--dir", default=None, help="work folder (default: <state_dir>/demo)")
     p.add_argument("--apply", action="store_true", help="really delete (in the demo's storage folder only)")

@@ -15,8 +15,7 @@ from MSUnmerged.config import Config
 from MSUnmerged.ledger.view import DIR_STATES, FILE_STATES
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("files", help="per-file (or, with --dirs, per-directory) records from the ledger")
+def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rse", required=True, help="RSE name")
     p.add_argument("--dirs", action="store_true",
                    help="directory outcomes instead of files (removed, not_empty, refused with its reason, ...)")

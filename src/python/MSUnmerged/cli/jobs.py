@@ -11,8 +11,7 @@ from MSUnmerged.config import Config
 from MSUnmerged.ledger.view import JOB_STATES
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("jobs", help="cleanup jobs recorded in the ledger")
+def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rse", help="only this RSE")
     p.add_argument("--state", choices=JOB_STATES, help="only jobs in this state")
     p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")

@@ -14,8 +14,7 @@ from MSUnmerged.config import Config
 from MSUnmerged.dumpreader import iter_chunks
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("plan", help="plan the cleanup of one RSE from a dump file (offline)")
+def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rse", required=True, help="RSE name, e.g. T2_US_Nebraska")
     p.add_argument("--dump", required=True, help="ConMon dump: text, gzip or JSON array")
     p.add_argument("--protected", required=True, help="WMStats protectedlfns answer or a JSON list")
@@ -68,7 +67,7 @@ def print_summary(plan: planner.Plan, out_dir: str, out: Any = None) -> None:
 def run(args: argparse.Namespace, config: Config) -> int:
     protected = protected_list(load_json(args.protected, "protected list"), args.protected)
     stats = rse_stats(load_json(args.stats, "stats"), args.rse, args.stats) if args.stats else None
-    if not Path(args.dump).is_file():
+    if not Path(args.dump).exists() or Path(args.dump).is_dir():  # a pipe is fine: `--dump <(curl ...)`
         raise BadInput(f"dump file not found: {args.dump}")
     if args.stats is None:
         print("warning: no --stats given: scan status, age and line count are not checked", file=sys.stderr)

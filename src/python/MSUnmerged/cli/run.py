@@ -10,8 +10,7 @@ from MSUnmerged.config import Config
 from MSUnmerged.wiring import build_service
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("run", help="work one RSE once (plan, record, submit, collect) under its lease")
+def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rse", required=True, help="the RSE to work on")
     p.add_argument("--wait", type=float, default=0.0, metavar="S",
                    help="wait up to S seconds for its jobs to finish and collect them (default: do not wait)")

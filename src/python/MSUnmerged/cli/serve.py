@@ -21,8 +21,7 @@ from MSUnmerged.sources.errors import SourceError
 log = logging.getLogger("MSUnmerged.serve")
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("serve", help="run the polling loop, triggers and the REST API / operator page")
+def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=None, help="listen port (default rest.port)")
     p.set_defaults(run=run)
 

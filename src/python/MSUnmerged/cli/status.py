@@ -13,8 +13,7 @@ from MSUnmerged.config import Config
 from MSUnmerged.rest.page import progress
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("status", help="RSE states and counters from the ledger")
+def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rse", help="one RSE in detail")
     p.add_argument("--json", action="store_true", help="print the WMCore-style JSON envelope")
     p.set_defaults(run=run)

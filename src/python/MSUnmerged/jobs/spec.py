@@ -10,7 +10,7 @@ from typing import Any, Iterable, Optional, Sequence
 from MSUnmerged.config import Config
 from MSUnmerged.lfn import normalise_base
 from MSUnmerged.worker.ids import MANIFEST_VERSION
-from MSUnmerged.worker.paths import ancestors
+from MSUnmerged.worker.paths import MIN_DIR_DEPTH, ancestors, depth
 
 
 @dataclass
@@ -19,7 +19,7 @@ class DeleteFilesStep:
 
     lfns: list[str]
     remove_dirs: list[str] = field(default_factory=list)  # may be removed once empty, leaf first
-    keep_dirs: list[str] = field(default_factory=list)  # protected bases and their ancestors: never touched
+    keep_dirs: list[str] = field(default_factory=list)  # its directories that are or hold a protected base: kept
     protected: list[str] = field(default_factory=list)  # protected bases relevant to these files: refuse under them
     dry_run: bool = True
     file_timeout_s: float = 120.0
@@ -110,24 +110,25 @@ class ProtectedBases:
 
     def __init__(self, protected: Iterable[str]) -> None:
         self._bases: set[str] = set()
-        # A base's chain: itself and its ancestors of depth >= 5. Chain member -> the bases it belongs to.
+        # A base's chain: itself and its ancestors at or below the worker's directory floor. Chain member -> the
+        # bases it belongs to.
         self._by_dir: dict[str, set[str]] = {}
         for raw in protected:
             base = normalise_base(raw).decode("utf-8", errors="surrogateescape")
             self._bases.add(base)
-            for d in (base, *(a for a in ancestors(base) if a.count("/") >= 4)):
+            for d in (base, *(a for a in ancestors(base) if depth(a) >= MIN_DIR_DEPTH)):
                 self._by_dir.setdefault(d, set()).add(base)
 
     def for_job(self, lfns: Sequence[str], dirs: set[str]) -> tuple[list[str], list[str]]:
         """(protected, keep_dirs) for a job whose files are `lfns` and directories `dirs` (`file_dirs`): the
         bases that are one of its files or whose chain holds one of its directories (a base covering a file,
-        or lying under one of its files' directories of depth >= 5), and those chain members among its
-        directories at depth >= 5."""
+        or lying under one of its files' directories at or below the floor), and those chain members among
+        its directories at or below the floor (worker.paths.MIN_DIR_DEPTH)."""
         hits = [d for d in dirs if d in self._by_dir]
         bases = self._bases.intersection(lfns) if self._bases else set()
         for d in hits:
             bases |= self._by_dir[d]
-        return sorted(bases), sorted(d for d in hits if d.count("/") >= 4)
+        return sorted(bases), sorted(d for d in hits if depth(d) >= MIN_DIR_DEPTH)
 
 
 def make_job(job_id: str, rse: str, site: str, lfns: list[str], removable: set[str],

@@ -4,12 +4,13 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
-import random
 import time
 from typing import Callable, Iterator, Optional, TypeVar
 
 import pymongo
 from pymongo import errors
+
+from MSUnmerged import retrying
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -55,17 +56,10 @@ def with_retry(fn: Callable[[], T], what: str, attempts: int = 6, base_s: float 
 
     Every write that goes through here is idempotent, so repeating it after a lost answer is safe.
     """
-    for attempt in range(1, attempts + 1):
-        try:
-            return fn()
-        except errors.PyMongoError as exc:
-            if not is_transient(exc):
-                raise LedgerError("ledger_error", f"{what}: {type(exc).__name__}: {exc}") from exc
-            delay = min(max_s, base_s * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
-            end = _DEADLINE.get()
-            if attempt == attempts or (end is not None and time.monotonic() + delay >= end):
-                raise LedgerError("ledger_unavailable", f"{what}: {attempt} attempts: {exc}") from exc
-            log.warning("%s: transient %s (attempt %d/%d), retrying in %.1f s", what, type(exc).__name__,
-                        attempt, attempts, delay)
-            time.sleep(delay)
-    raise AssertionError("unreachable")  # pragma: no cover
+    try:
+        return retrying.call(fn, retrying.Backoff(attempts, base_s, max_s, jitter=0.5), is_transient, what, log,
+                             deadline=_DEADLINE.get())
+    except retrying.Exhausted as exc:
+        raise LedgerError("ledger_unavailable", f"{what}: {exc}") from exc.last
+    except errors.PyMongoError as exc:
+        raise LedgerError("ledger_error", f"{what}: {type(exc).__name__}: {exc}") from exc

@@ -17,6 +17,7 @@ job document.
 from __future__ import annotations
 
 import os
+import re
 import time
 import uuid
 from pathlib import Path
@@ -47,6 +48,12 @@ COUNT_JOBS = 50  # round-1 jobs whose buckets are read per query when counting
 # cycles by _id instead of sorting them all (SecantusDB reads every match before a limit).
 CYCLES_META, RECENT_CYCLES = "cycles", 50
 PROTECTED_SINCE_PLANNING = "protected_since_planning"
+# Failures by the storage's message (storage_message): at most this many messages a job, the rest together.
+MESSAGES_KEPT, MESSAGE_CHARS, OTHER_MESSAGES = 50, 200, "other messages"
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")
+_PATH = re.compile(r"(?<![\w.])/[^\s'\"]+")
+# Files with a final outcome: more of them than at the last count is progress.
+PROGRESS_STATES = (FileState.DELETED, FileState.MISSING, FileState.WOULD_DELETE, FileState.SKIPPED_PROTECTED)
 
 
 class PlanSummary(Protocol):
@@ -84,6 +91,21 @@ class Protection(Protocol):
     """The current protected list (lfn.PrefixSet)."""
 
     def covers(self, path: bytes) -> bool: ...
+
+
+def storage_message(error: str) -> str:
+    """A failure's message as the storage gave it, without what names the file (URLs, absolute paths), so that
+    failures tally by message (WMCore's gfalErrors): "Permission denied: /pnfs/x/f.root" -> "Permission denied:
+    <path>"."""
+    text = _URL.sub("<url>", error)
+    text = " ".join(_PATH.sub("<path>", text).split())
+    return text[:MESSAGE_CHARS] or "no message"
+
+
+def message_tally(by_message: Mapping[str, int]) -> list[dict[str, Any]]:
+    """Counts by message as stored: [{message, n}], most frequent first (a message may hold dots and "$",
+    which field names may not)."""
+    return [{"message": m, "n": n} for m, n in sorted(by_message.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
 def span(first: str, last: str) -> list[str]:
@@ -457,6 +479,7 @@ class Ledger:
             raise LedgerError("unknown_job", f"no job {job_id_} in the ledger")
         prefix = f"{job['rse']}|{gen_key(job['gen'])}|"
         now = time.time()
+        by_message: dict[str, int] = {}
         summary: dict[str, Any] = {"states": {}, "failed_by_class": {}, "bytes_freed": 0}
         given: dict[str, tuple[str, str, str, Optional[int]]] = {}  # file _id -> (state, class, error, size)
         for o in outcomes:
@@ -468,12 +491,18 @@ class Ledger:
             summary["states"][state] = summary["states"].get(state, 0) + 1
             if state == FileState.FAILED:
                 summary["failed_by_class"][cls] = summary["failed_by_class"].get(cls, 0) + 1
+                key = storage_message(err)
+                if key in by_message or len(by_message) < MESSAGES_KEPT:
+                    by_message[key] = by_message.get(key, 0) + 1
+                else:
+                    by_message[OTHER_MESSAGES] = by_message.get(OTHER_MESSAGES, 0) + 1
             size = o.get("size")
             if not (isinstance(size, int) and not isinstance(size, bool) and size >= 0):
                 size = None
             elif state == FileState.DELETED:
                 summary["bytes_freed"] += size
             given[prefix + o["lfn"]] = (state, cls, err, size)
+        summary["failed_by_message"] = message_tally(by_message)
         self._record_file_outcomes(job_id_, given, now)
         day = job.get("day") or history.day_of(now)  # a repeated call counts on the first call's day
         with_retry(lambda: self.jobs.update_one({"_id": job_id_}, {"$set": {"summary": summary, "day": day}}),
@@ -670,11 +699,17 @@ class Ledger:
                 refused_by_reason[reason or "unclassified"] = refused_by_reason.get(reason or "unclassified", 0) + r["n"]
             if dir_failed(state, reason):
                 dirs_failed += r["n"]
-        bytes_freed = sum(j.get("summary", {}).get("bytes_freed", 0) for j in with_retry(
-            lambda: list(self.jobs.find({"rse": rse, "gen": gen}, {"summary.bytes_freed": 1})), "bytes"))
+        summaries = [j.get("summary") or {} for j in with_retry(lambda: list(self.jobs.find(
+            {"rse": rse, "gen": gen}, {"summary.bytes_freed": 1, "summary.failed_by_message": 1})), "job summaries")]
+        bytes_freed = sum(j.get("bytes_freed", 0) for j in summaries)
+        failed_by_message: dict[str, int] = {}
+        for j in summaries:
+            for tally in j.get("failed_by_message") or []:
+                failed_by_message[tally["message"]] = failed_by_message.get(tally["message"], 0) + int(tally["n"])
         counters = {"to_delete": entry.get("to_delete", 0), "pending": by_state[FileState.PLANNED],
                     **{s.value: by_state[s] for s in FileState if s != FileState.PLANNED},
                     "failed_by_class": failed_by_class,
+                    "failed_by_message": message_tally(failed_by_message),
                     "protected": entry.get("protected", 0), "excluded": entry.get("excluded", 0),
                     "invalid": entry.get("invalid", {}), "dirs_removable": entry.get("dirs_removable", 0),
                     "bytes_freed": bytes_freed, "protected_count": entry.get("protected_count", 0),
@@ -682,8 +717,13 @@ class Ledger:
                     "dirs_refused": dirs_by_state.get(DirState.REFUSED, 0),
                     "dirs_failed": dirs_failed,
                     "dirs_by_state": dirs_by_state, "dirs_refused_by_reason": refused_by_reason}
-        with_retry(lambda: self.rses.update_one({"_id": rse}, {"$set": {"counters": counters,
-                                                                        "counted_at": time.time()}}), "counters")
+        now = time.time()
+        done = sum(counters[s.value] for s in PROGRESS_STATES)
+        # Progress: a new generation, or more files done than at the last count (the stall alert reads it).
+        progress = {"progress_at": now} if gen != doc.get("counted_gen") or done != doc.get("counted_done") else {}
+        with_retry(lambda: self.rses.update_one({"_id": rse}, {"$set": {
+            "counters": counters, "counted_at": now, "counted_gen": gen, "counted_done": done, **progress}}),
+            "counters")
         return counters
 
     # -- cycles ------------------------------------------------------------------------------------
@@ -694,7 +734,8 @@ class Ledger:
             "instance": instance, "slot": slot, "started": time.time(), "rses": list(rses), "results": {}}},
             upsert=True), "start cycle")
         with_retry(lambda: self._meta.update_one(
-            {"_id": CYCLES_META}, {"$push": {"recent": {"$each": [cid], "$slice": -RECENT_CYCLES}}}, upsert=True),
+            {"_id": CYCLES_META}, {"$push": {"recent": {"$each": [cid], "$slice": -RECENT_CYCLES}},
+                                   "$min": {"first_started": time.time()}}, upsert=True),
             "recent cycles")
         return cid
 
@@ -733,6 +774,16 @@ class Ledger:
         docs = with_retry(lambda: list(self.cycles.find({"ok": True}).sort("started", DESCENDING).limit(1)),
                           "last good cycle")
         return docs[0] if docs else {}
+
+    def first_cycle_started(self) -> Optional[float]:
+        """When the ledger's first polling cycle started (None before any): the failing-cycles alert counts its
+        delay from there until a cycle succeeds."""
+        first = self._cycles_meta().get("first_started")
+        if first is None:  # a ledger from before the meta field: its oldest kept cycle
+            docs = with_retry(lambda: list(self.cycles.find({}, {"started": 1}).sort("started", ASCENDING).limit(1)),
+                              "first cycle")
+            first = docs[0].get("started") if docs else None
+        return first
 
     # -- queries for the REST API and the CLI ------------------------------------------------------
 

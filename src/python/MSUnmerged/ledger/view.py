@@ -57,9 +57,11 @@ class LedgerView(Protocol):
         """The recorded plan of the current generation: counts and the first files still to delete by directory."""
 
     def health(self, stale_after_s: float) -> dict[str, Any]:
-        """How the polling goes: `last_cycle` (its `failures`, `ok`, `dry_run`), `last_good_cycle_at` and
-        `last_good_age_s` (None: never), `sources` ({source: 1 up / 0 failed in the last finished cycle}),
-        `alert` (a sentence when no cycle succeeded for `stale_after_s`, else "")."""
+        """How the polling goes: `last_cycle` (its `failures`, `ok`, `dry_run`), `last_good_cycle_at` (None:
+        never), `last_good_age_s` (since the last good cycle; before any, since the first cycle started; None
+        before any cycle), `never_good`, `sources` ({source: 1 up / 0 failed in the last finished cycle}),
+        `alert` (a sentence when no cycle succeeded for `stale_after_s`, counted from the first cycle on a new
+        ledger, else "")."""
 
     def history(self, rse: Optional[str], days: int) -> list[dict[str, Any]]:
         """Daily aggregates of the last `days` days, oldest first (history.rse_days)."""
@@ -68,20 +70,23 @@ class LedgerView(Protocol):
         """Every recorded cycle failure by (source, reason)."""
 
 
-def health_of(cycles: list[dict[str, Any]], last_good: dict[str, Any], stale_after_s: float,
-              now: float) -> dict[str, Any]:
-    """LedgerView.health from the recent cycles (newest first) and the last good one."""
+def health_of(cycles: list[dict[str, Any]], last_good: dict[str, Any], first_started: Optional[float],
+              stale_after_s: float, now: float) -> dict[str, Any]:
+    """LedgerView.health from the recent cycles (newest first), the last good one and the first cycle's start."""
     finished = [c for c in cycles if c.get("finished") is not None]
     last = finished[0] if finished else None
     failed_sources = {f.get("source") for f in (last or {}).get("failures") or []}
     good_at = last_good.get("finished")
-    age = round(now - good_at, 1) if isinstance(good_at, (int, float)) else None
+    good_at = good_at if isinstance(good_at, (int, float)) else None
+    # Before any good cycle the delay runs from the first cycle (a new ledger does not alert at its first failure).
+    since = good_at if good_at is not None else first_started
+    age = round(now - since, 1) if isinstance(since, (int, float)) else None
     alert = ""
-    if last is not None and (age is None or age > stale_after_s):
-        since = "ever" if age is None else f"for {age / 60:.0f} min"
-        alert = (f"no polling cycle succeeded {since} (alert after {stale_after_s / 60:.0f} min); "
+    if last is not None and age is not None and age > stale_after_s:
+        what = f"for {age / 60:.0f} min" if good_at is not None else f"since the first cycle {age / 60:.0f} min ago"
+        alert = (f"no polling cycle succeeded {what} (alert after {stale_after_s / 60:.0f} min); "
                  f"last cycle's failures: {', '.join(sorted(str(f.get('reason')) for f in last.get('failures') or [])) or 'none'}")
-    return {"last_cycle": last, "last_good_cycle_at": good_at, "last_good_age_s": age,
+    return {"last_cycle": last, "last_good_cycle_at": good_at, "last_good_age_s": age, "never_good": good_at is None,
             "sources": {s: int(s not in failed_sources) for s in history.FAILURE_SOURCES} if last else {},
             "alert": alert}
 
@@ -203,7 +208,7 @@ class MongoLedgerView:
     def health(self, stale_after_s: float) -> dict[str, Any]:
         last_good = self.ledger.last_good_cycle()
         return health_of(self.cycles(5), _clean({"id": last_good.pop("_id"), **last_good}) if last_good else {},
-                         stale_after_s, time.time())
+                         self.ledger.first_cycle_started(), stale_after_s, time.time())
 
     def history(self, rse: Optional[str], days: int) -> list[dict[str, Any]]:
         return history.rse_days(self.db, rse, days)

@@ -14,9 +14,10 @@ from typing import Any, Callable, Iterator, Optional
 import cherrypy
 from pymongo.errors import PyMongoError
 
+from MSUnmerged import sites
 from MSUnmerged.config import Config
 from MSUnmerged.ledger.retry import LedgerError, deadline
-from MSUnmerged.ledger.states import SUBMITTED, FileState
+from MSUnmerged.ledger.states import EXPECTED_DIR_REASONS, SUBMITTED, DirState, FileState, dir_failed
 from MSUnmerged.ledger.view import DIR_STATES, FILE_STATES, JOB_STATES, LedgerView
 from MSUnmerged.rest.auth import AuthError, Audit, KeyFile, RateLimiter, ReplayGuard, User, claimed, has_role, \
     user_from_headers
@@ -30,7 +31,6 @@ RSE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}")
 ERROR_CLASS_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 JOB_RE = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
 REQUEST_ID_RE = re.compile(r"[A-Za-z0-9_.:\-]{8,128}")
-RSE_TYPE_RE = re.compile(r"[A-Za-z0-9_\-]{1,32}")
 ALL_DOCS = "all_docs"  # data/info?rse=ALL_DOCS, compared in lower case as WMCore does
 MAX_PAGE = 10_000
 STARTED = time.time()
@@ -41,18 +41,25 @@ DB_DOWN = "ledger database unavailable"
 # cheroot folds '_' into '-' in header names; the gateway in app.py keeps the raw names and bytes here.
 RAW_HEADERS = "msunmerged.raw_headers"
 
-# WMCore MSUnmerged counter -> the ledger counter with the same meaning (None: not recorded here).
+# WMCore MSUnmerged counter -> the ledger counter with the same meaning and type.
 WMCORE_COUNTERS = {
     "totalNumFiles": "files_total",
-    "totalNumDirs": None,
+    "totalNumDirs": "dirs_removable",  # WMCore: its directories at the depth it deletes; here the plan's
     "dirsToDelete": "dirs_removable",
     "filesToDelete": "to_delete",
     "filesDeletedSuccess": "deleted",
     "filesDeletedFail": "failed",
     "dirsDeletedSuccess": "dirs_removed",
     "dirsDeletedFail": "dirs_failed",
-    "gfalErrors": "failed_by_class",  # WMCore: a tally by gfal error; here by error class
+    "gfalErrors": "failed_by_message",  # {the storage's message: count}; ours by class beside (failed_by_class)
 }
+WMCORE_DICTS = ("gfalErrors",)
+WMCORE_DIR_LISTS = ("toDelete", "protected", "deletedSuccess", "deletedFail")  # the others are numbers: 0, never null, when the ledger has none yet
+# Parameters WMCore's Data API passes on and its MSUnmerged never reads: ignored on status and info (a client's
+# `_` cache-buster, `rse_type` on info, ...), as WMCore does; our own calls still refuse unknown ones but `_`.
+CACHE_BUSTER = "_"
+# data/status?rse_type=<t>: WMCore's partitions (MSManager.status): an RSE's type from its name (sites.rse_type).
+WMCORE_TIME = "%a, %d %b %Y %H:%M:%S UTC"  # WMCore's start_time/end_time (MSManager.updateTimeUTC)
 
 
 class BadParam(Exception):
@@ -154,8 +161,18 @@ def boolean(params: dict[str, Any], name: str, default: bool) -> bool:
     return raw.lower() in ("true", "1")
 
 
+def wmcore_boolean(params: dict[str, Any], name: str, default: bool) -> bool:
+    """A WMCore call's flag as WMCore's Data.get reads `detail`: true (any case, or 1) is true, any other value
+    false (never a 400: a caller of WMCore's API gets WMCore's answer); absent: the default."""
+    raw = params.pop(name, None)
+    if raw is None or raw == "":
+        return default
+    return isinstance(raw, str) and raw.lower() in ("true", "1")
+
+
 def no_more(params: dict[str, Any]) -> None:
-    """Unknown parameters are refused rather than silently ignored."""
+    """Unknown parameters are refused rather than silently ignored (but a `_` cache-buster)."""
+    params.pop(CACHE_BUSTER, None)
     if params:
         raise BadParam(sorted(params)[0], "unknown parameter")
 
@@ -199,7 +216,9 @@ def wmcore_info(rse: dict[str, Any]) -> dict[str, Any]:
     """One RSE as WMCore's MSUnmerged document (MSUnmergedRSE), with the ledger's own fields beside."""
     plan = rse.get("plan") or {}
     ours = {"files_total": plan.get("files_total"), **(rse.get("counters") or {})}
-    counters = {name: ours.get(key) if key else None for name, key in WMCORE_COUNTERS.items()}
+    ours["failed_by_message"] = {e["message"]: e["n"] for e in ours.get("failed_by_message") or []}
+    counters: dict[str, Any] = {name: ours.get(key) or ({} if name in WMCORE_DICTS else 0)
+                                for name, key in WMCORE_COUNTERS.items()}
     counters.update((k, v) for k, v in ours.items() if k not in WMCORE_COUNTERS.values())
     gen = rse.get("generation")
     return {
@@ -225,20 +244,39 @@ def wmcore_info(rse: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def wmcore_report(rses: list[dict[str, Any]], cycle: Optional[dict[str, Any]], instance: str) -> dict[str, Any]:
+def wmcore_time(ts: Any) -> Optional[str]:
+    """Epoch seconds as WMCore's status report writes them; None stays None (no cycle yet)."""
+    if not isinstance(ts, (int, float)) or isinstance(ts, bool):
+        return None
+    return time.strftime(WMCORE_TIME, time.gmtime(ts))
+
+
+def cycle_error(cycle: dict[str, Any], alert: str) -> str:
+    """The status report's `error`: empty when the last cycle had no failure, else what failed (and the
+    failing-cycles alert when it is raised), as one line."""
+    failures = cycle.get("failures") or []
+    if not failures:
+        return ""
+    shown = "; ".join(f"{f.get('source')}/{f.get('reason')}" + (f" ({f.get('rse')})" if f.get("rse") else "")
+                      + (f": {str(f.get('detail'))[:200]}" if f.get("detail") else "") for f in failures[:5])
+    more = f"; and {len(failures) - 5} more" if len(failures) > 5 else ""
+    return (f"{alert}. " if alert else "") + f"last cycle: {len(failures)} failures: {shown}{more}"
+
+
+def wmcore_report(rses: list[dict[str, Any]], cycle: Optional[dict[str, Any]], instance: str,
+                  alert: str = "") -> dict[str, Any]:
     """WMCore's UNMERGED_REPORT (DataStructs/DefaultStructs) from the ledger and the last polling cycle."""
     cycle = cycle or {}
-    start, end = cycle.get("started"), cycle.get("finished")
     return {
         "wmcore_version": VERSION,
         "microservice_version": VERSION,
         "microservice": "MSUnmerged",
         "status": "OK",
         "thread_id": instance,
-        "start_time": start,
-        "end_time": end,
+        "start_time": wmcore_time(cycle.get("started")),
+        "end_time": wmcore_time(cycle.get("finished")),
         "execution_time": cycle.get("duration_s"),
-        "error": cycle.get("error", ""),
+        "error": cycle_error(cycle, alert),
         "total_num_rses": len(rses),
         "total_num_files": sum((r.get("plan") or {}).get("files_total") or 0 for r in rses),
         "num_rses_cleaned": sum(r.get("state") == RSEState.CLEAN for r in rses),
@@ -284,18 +322,22 @@ class DataApi:
     @json_call()
     def status(self, **params: Any) -> bytes:
         """WMCore's status report (detail, rse_type as WMCore takes them); with detail, ours beside it."""
-        detail = boolean(params, "detail", True)
-        rse_type = one(params, "rse_type", pattern=RSE_TYPE_RE)
-        cycles = integer(params, "cycles", 5, 0, 100)
-        no_more(params)
+        detail = wmcore_boolean(params, "detail", True)
+        raw_type = params.pop("rse_type", None)
+        rse_type = raw_type if isinstance(raw_type, str) and raw_type else None
+        cycles = integer(params, "cycles", 5, 0, 100)  # ours: a wrong value is still a 400
+        # Anything else is ignored, as WMCore does.
         return self.cache.get(("status", detail, rse_type, cycles),
                               lambda: envelope([self._status(detail, rse_type, cycles)]))
 
     def _status(self, detail: bool, rse_type: Optional[str], n_cycles: int) -> dict[str, Any]:
         rses = self.view.rses()
+        if rse_type is not None:  # only the RSEs of that type count (an unknown type: none)
+            rses = [r for r in rses if sites.rse_type(r["name"]) == rse_type.lower()]
         recent = self.view.cycles(max(n_cycles, 1))
         last = next((c for c in recent if c.get("finished") is not None), None)
-        report = wmcore_report(rses, last, self.config.service.instance)
+        health = self.view.health(self.config.service.stale_after_s)
+        report = wmcore_report(rses, last, self.config.service.instance, health["alert"])
         if rse_type is not None:
             report["rse_type"] = rse_type
         if not detail:
@@ -313,7 +355,7 @@ class DataApi:
             "uptime_s": round(time.time() - STARTED, 1),
             "rses": {"total": len(rses), "by_state": by_state},
             "cycles": recent[:n_cycles],
-            "health": self.view.health(self.config.service.stale_after_s),
+            "health": health,
             "triggers": self.queue.summary() if self.queue else {"enabled": False},
         }
 
@@ -323,8 +365,8 @@ class DataApi:
         rses = many(params, "rse", RSE_RE)
         if not rses:
             raise BadParam("rse", "required")
-        detail = boolean(params, "detail", False)
-        no_more(params)
+        detail = wmcore_boolean(params, "detail", False)
+        # Anything else is ignored (rse_type, `_`, ...), as WMCore does.
         query = f"rse={rses[0] if len(rses) == 1 else rses}&detail={detail}"
         return self.cache.get(("info", tuple(rses), detail), lambda: envelope([{
             "wmcore_version": VERSION, "microservice_version": VERSION, "microservice": "MSUnmerged",
@@ -338,13 +380,30 @@ class DataApi:
         docs = [wmcore_info(r) for r in found]
         if detail:
             for doc in docs:
-                preview = self.view.plan_preview(doc["name"], MAX_PAGE)
-                doc["dirs"] = {"toDelete": [d["dir"] for d in preview["directories"]],
-                               "toDeleteComplete": preview["shown"] >= preview["files_to_delete"]}
+                doc["dirs"] = self._wmcore_dirs(doc["name"])
                 doc["jobs"] = self.view.jobs(doc["name"], None, 20)
                 doc["files"] = {"deletedFail": list(self.view.files(doc["name"], FileState.FAILED, None, None, None,
                                                                     None, 100))}
         return docs
+
+    def _wmcore_dirs(self, rse: str) -> dict[str, Any]:
+        """WMCore's `dirs` of an RSE (lists of directories, each at most MAX_PAGE long) from the plan and the
+        jobs' directory outcomes: toDelete (holding files still to delete), protected (kept by a protected or
+        kept path), deletedSuccess (removed), deletedFail (not removed for an error), allUnmerged (all these)."""
+        preview = self.view.plan_preview(rse, MAX_PAGE)
+        out: dict[str, Any] = {"allUnmerged": [], "toDelete": [d["dir"] for d in preview["directories"]],
+                               "protected": [], "deletedSuccess": [], "deletedFail": []}
+        for record in self.view.dirs(rse, None, None, None, None, None, MAX_PAGE):
+            state, reason = record.get("state"), record.get("error_class") or ""
+            if state == DirState.REMOVED:
+                out["deletedSuccess"].append(record["dir"])
+            elif state == DirState.REFUSED and reason in EXPECTED_DIR_REASONS:
+                out["protected"].append(record["dir"])
+            elif dir_failed(str(state), reason):
+                out["deletedFail"].append(record["dir"])
+        out["allUnmerged"] = sorted({d for key in WMCORE_DIR_LISTS for d in out[key]})[:MAX_PAGE]
+        out["toDeleteComplete"] = preview["shown"] >= preview["files_to_delete"]
+        return out
 
     # -- per-file, jobs, cycles, plan --------------------------------------------------------
 

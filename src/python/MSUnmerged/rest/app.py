@@ -66,6 +66,7 @@ class Root:
     """Pages and metrics; `data` holds the JSON API."""
 
     def __init__(self, config: Config, view: LedgerView, triggers: Optional[TriggerQueue]) -> None:
+        self.config = config
         self.base = config.rest.base.rstrip("/")
         self.ctx = page.Context.from_config(config)
         self.db_timeout_s = config.rest.db_timeout_s
@@ -73,11 +74,12 @@ class Root:
         self.data = DataApi(config, view, triggers)
 
     @cherrypy.expose
-    def index(self) -> bytes:
+    def index(self, **params: Any) -> bytes:
+        """The operator page; the query selects the RSE table's filter, order and page (page.Selection)."""
         _html_headers()
         try:
             with deadline(self.db_timeout_s):
-                return page.index_page(self.view, self.ctx).encode()
+                return page.index_page(self.view, self.ctx, params).encode()
         except DB_ERRORS:
             return self._db_down()
 
@@ -106,7 +108,7 @@ class Root:
         cherrypy.response.headers["Content-Type"] = metrics.CONTENT_TYPE
         try:
             with deadline(self.db_timeout_s):
-                return metrics.render(self.view, self.ctx.dry_run, self.ctx.stale_after_s).encode()
+                return metrics.render(self.view, self.config).encode()
         except DB_ERRORS:
             return metrics.render_down(self.ctx.dry_run).encode()
 

@@ -39,8 +39,8 @@ def _text(x: float, y: float, text: str, anchor: str = "start", cls: str = "") -
             f"{esc(text)}</text>")
 
 
-def _legend(series: Sequence[str], y: float) -> str:
-    out, x = [], PAD
+def _legend(series: Sequence[str], y: float, x: float = PAD) -> str:
+    out = []
     for name in series:
         out.append(f'<rect x="{x}" y="{y - 9}" width="10" height="10" fill="{COLOURS[name]}"/>'
                    + _text(x + 13, y, name.replace("_", " ")))
@@ -48,57 +48,99 @@ def _legend(series: Sequence[str], y: float) -> str:
     return "".join(out)
 
 
-def daily_chart(days: Sequence[Mapping[str, Any]], label: str) -> str:
-    """Stacked bars per day (deleted, would delete, failed) and a line of bytes freed (right axis)."""
+def label_width(text: str) -> float:
+    """Room a label of 11 px digits takes (an axis's margin is made this wide, never clipped)."""
+    return 6.5 * len(text) + 8
+
+
+def day_range(first: str, last: str) -> list[str]:
+    """Every UTC day from `first` to `last` (YYYY-MM-DD), so that days without data show as gaps."""
+    start = time.mktime(time.strptime(first, "%Y-%m-%d"))
+    end = time.mktime(time.strptime(last, "%Y-%m-%d"))
+    return [time.strftime("%Y-%m-%d", time.localtime(start + i * 86400 + 3600))
+            for i in range(int(round((end - start) / 86400)) + 1)]
+
+
+def daily_chart(days: Sequence[Mapping[str, Any]], label: str, n_days: int = 0) -> str:
+    """Stacked bars per day (deleted, would delete, failed; files per day on the left axis) and a line of
+    bytes freed per day (right axis, only when any were freed). Every day of the span has its slot: a day
+    without data is a gap, never closed up. `n_days`: the span ends today and is this long (else the data's)."""
     if not days:
         return f'<p class="muted">{esc(label)}: no outcomes recorded yet.</p>'
-    plot_h = HEIGHT - 2 * PAD
+    by_day = {d["day"]: d for d in days}
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    first = time.strftime("%Y-%m-%d", time.gmtime(time.time() - (n_days - 1) * 86400)) if n_days else days[0]["day"]
+    span = day_range(min(first, days[0]["day"]), max(today if n_days else days[-1]["day"], days[-1]["day"]))
     top = max(1, max(sum(d.get(k, 0) for k in DAILY_SERIES) for d in days))
-    top_bytes = max(1, max(d.get("bytes_freed", 0) for d in days))
-    step = (WIDTH - 2 * PAD) / len(days)
-    parts = [f'<line x1="{PAD}" y1="{PAD + plot_h}" x2="{WIDTH - PAD}" y2="{PAD + plot_h}" stroke="#999"/>']
-    points = []
-    for i, d in enumerate(days):
-        x, base = PAD + i * step, PAD + plot_h
+    top_bytes = max(d.get("bytes_freed", 0) for d in days)
+    top_label = f"{top:,}"
+    left = max(PAD, label_width(top_label))
+    right = max(PAD, label_width(size(top_bytes))) if top_bytes else PAD
+    plot_h = HEIGHT - 2 * PAD
+    step = (WIDTH - left - right) / len(span)
+    base_y = PAD + plot_h
+    parts = [f'<line x1="{left:.1f}" y1="{base_y}" x2="{WIDTH - right:.1f}" y2="{base_y}" stroke="#999"/>',
+             f'<line x1="{left:.1f}" y1="{PAD}" x2="{left:.1f}" y2="{base_y}" stroke="#ccc"/>']
+    line: list[str] = []
+    segments: list[list[str]] = [line]
+    for i, day in enumerate(span):
+        x = left + i * step
+        d = by_day.get(day)
+        if d is None:  # no data that day: a gap in the bars and in the line
+            if line:
+                line = []
+                segments.append(line)
+            continue
+        y = base_y
         for k in DAILY_SERIES:
             h = plot_h * d.get(k, 0) / top
             if h > 0:
-                parts.append(f'<rect class="bar-{k}" x="{x + 1:.1f}" y="{base - h:.1f}" width="{max(1.0, step - 2):.1f}" '
-                             f'height="{h:.1f}" fill="{COLOURS[k]}"><title>{esc(d["day"])}: {d.get(k, 0):,} '
+                parts.append(f'<rect class="bar-{k}" x="{x + 1:.1f}" y="{y - h:.1f}" width="{max(1.0, step - 2):.1f}" '
+                             f'height="{h:.1f}" fill="{COLOURS[k]}"><title>{esc(day)}: {d.get(k, 0):,} '
                              f'{esc(k.replace("_", " "))}</title></rect>')
-                base -= h
-        points.append(f"{x + step / 2:.1f},{PAD + plot_h - plot_h * d.get('bytes_freed', 0) / top_bytes:.1f}")
-    parts.append(f'<polyline class="line-bytes" points="{" ".join(points)}" fill="none" '
-                 f'stroke="{COLOURS["bytes_freed"]}" stroke-width="2"><title>bytes freed per day, '
-                 f'at most {esc(size(top_bytes))}</title></polyline>')
-    parts += [_text(PAD - 4, PAD + 4, f"{top:,}", "end"), _text(PAD - 4, PAD + plot_h, "0", "end"),
-              _text(WIDTH - PAD, PAD - 6, f"freed: up to {size(top_bytes)}", "end"),
-              _text(PAD, PAD + plot_h + 14, days[0]["day"]),
-              _text(WIDTH - PAD, PAD + plot_h + 14, days[-1]["day"], "end"),
-              _legend([*DAILY_SERIES, "bytes_freed"], 14)]
+                y -= h
+        if top_bytes:
+            line.append(f"{x + step / 2:.1f},{base_y - plot_h * d.get('bytes_freed', 0) / top_bytes:.1f}")
+    if top_bytes:
+        for points in segments:
+            if points:
+                parts.append(f'<polyline class="line-bytes" points="{" ".join(points)}" fill="none" '
+                             f'stroke="{COLOURS["bytes_freed"]}" stroke-width="2"><title>bytes freed per day, '
+                             f'at most {esc(size(top_bytes))}</title></polyline>')
+        parts += [_text(WIDTH - right + 4, PAD + 4, size(top_bytes)), _text(WIDTH - right + 4, base_y, "0 B"),
+                  _text(WIDTH - 4, PAD - 10, "bytes freed / day", "end")]
+    parts += [_text(left - 4, PAD + 4, top_label, "end", "axis-top"), _text(left - 4, base_y, "0", "end"),
+              _text(4, PAD - 10, "files / day"),
+              _text(left, base_y + 14, span[0]), _text(WIDTH - right, base_y + 14, span[-1], "end"),
+              _legend([*DAILY_SERIES, *(("bytes_freed",) if top_bytes else ())], 14, left)]
     return _svg("history", label, HEIGHT, "".join(parts))
 
 
 def states_chart(rses: Sequence[Mapping[str, Any]]) -> str:
-    """One bar per RSE: its current generation's files by state, as shares of the planned files."""
+    """One bar per RSE: its current generation's files by state, as shares of the planned files; each bar
+    ends with its count of files, and each segment wide enough shows its own."""
     rows = [(r["name"], r.get("counters") or {}) for r in rses if (r.get("counters") or {}).get("to_delete")]
     if not rows:
         return '<p class="muted">Files by state: no plan recorded yet.</p>'
-    name_w, row_h = 190, 18
+    name_w, row_h, count_w = 190, 18, 70
     height = 24 + row_h * len(rows) + 8
     parts = [_legend(STATE_SERIES, 14)]
     for i, (name, c) in enumerate(rows):
         y = 24 + i * row_h
-        total = max(1, sum(int(c.get(k) or 0) for k in STATE_SERIES))
+        total = sum(int(c.get(k) or 0) for k in STATE_SERIES)
         parts.append(_text(name_w - 6, y + 12, name if len(name) <= 28 else name[:27] + "…", "end"))
         x = float(name_w)
         for k in STATE_SERIES:
             n = int(c.get(k) or 0)
-            w = (WIDTH - name_w - 10) * n / total
+            w = (WIDTH - name_w - count_w) * n / max(1, total)
             if w > 0:
                 parts.append(f'<rect class="seg-{k}" x="{x:.1f}" y="{y}" width="{w:.1f}" height="{row_h - 4}" '
                              f'fill="{COLOURS[k]}"><title>{esc(name)}: {n:,} {esc(k.replace("_", " "))}</title></rect>')
+                if w >= label_width(f"{n:,}"):
+                    parts.append(f'<text class="seg-count" x="{x + w / 2:.1f}" y="{y + 11}" font-size="10" '
+                                 f'fill="#fff" text-anchor="middle">{n:,}</text>')
                 x += w
+        parts.append(_text(WIDTH - count_w + 6, y + 12, f"{total:,} files", cls="bar-total"))
     return _svg("states", "Files by state per RSE (current generation)", height, "".join(parts))
 
 

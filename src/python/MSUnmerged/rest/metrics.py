@@ -2,13 +2,17 @@
 each scrape (per-RSE counters, jobs, cycles, sources, failures, dry run), nothing is kept in the process."""
 from __future__ import annotations
 
+import time
 from typing import Any, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from MSUnmerged.alerts.rules import evaluate
+from MSUnmerged.config import Config
 from MSUnmerged.ledger.view import LedgerView
+from MSUnmerged.rest.api import STARTED
 from MSUnmerged.statemachine import RSEState
 
 # generate_latest writes the text format 0.0.4.
@@ -26,12 +30,12 @@ def _gauge(spec: tuple[str, str], value: float) -> GaugeMetricFamily:
 
 
 class LedgerCollector(Collector):
-    """Every family from the ledger view at scrape time."""
+    """Every family from the ledger view at scrape time; each one present from the start (a rule on a family
+    that is absent until some first event never fires)."""
 
-    def __init__(self, view: LedgerView, dry_run: bool, stale_after_s: float) -> None:
+    def __init__(self, view: LedgerView, config: Config) -> None:
         self.view = view
-        self.dry_run = dry_run
-        self.stale_after_s = stale_after_s
+        self.config = config
 
     def collect(self) -> Iterator[Metric]:
         rse_label = ["rse"]
@@ -49,7 +53,11 @@ class LedgerCollector(Collector):
                                   labels=["rse", "state"])
         updated = GaugeMetricFamily("msunmerged_rse_updated_timestamp_seconds",
                                     "Last change of the RSE's ledger state.", labels=rse_label)
-        for rse in self.view.rses():
+        progressed = GaugeMetricFamily("msunmerged_rse_progress_timestamp_seconds",
+                                       "Last time more files of the RSE were done (or a new generation began).",
+                                       labels=rse_label)
+        rses = self.view.rses()
+        for rse in rses:
             name = rse["name"]
             c = rse.get("counters") or {}
             deleted.add_metric([name], _value(c.get("deleted")))
@@ -63,28 +71,38 @@ class LedgerCollector(Collector):
                 state.add_metric([name, known], float(known == current))
             if isinstance(rse.get("updated"), (int, float)):
                 updated.add_metric([name], rse["updated"])
-        yield from (deleted, to_delete, would, failed, freed, state, updated)
+            if isinstance(rse.get("progress_at"), (int, float)):
+                progressed.add_metric([name], rse["progress_at"])
+        yield from (deleted, to_delete, would, failed, freed, state, updated, progressed)
 
         jobs = GaugeMetricFamily("msunmerged_jobs", "Cleanup jobs by RSE and state.", labels=["rse", "state"])
         for row in self.view.jobs_by_state():
             jobs.add_metric([str(row["rse"]), str(row["state"])], row["count"])
         yield jobs
-        yield from self._cycles()
-        yield _gauge(DRY_RUN, float(self.dry_run))
+        health = self.view.health(self.config.service.stale_after_s)
+        yield from self._cycles(health)
+        yield self._alerts(health, rses)
+        yield _gauge(DRY_RUN, float(self.config.service.dry_run))
         yield _gauge(LEDGER_UP, 1.0)
 
-    def _cycles(self) -> Iterator[Metric]:
-        health = self.view.health(self.stale_after_s)
-        last = health["last_cycle"]
-        if last is not None and last.get("duration_s") is not None:
-            yield GaugeMetricFamily("msunmerged_cycle_duration_seconds", "Duration of the last finished polling cycle.",
-                                    value=last["duration_s"])
-            yield GaugeMetricFamily("msunmerged_cycle_last_end_timestamp_seconds", "End of the last polling cycle.",
-                                    value=_value(last.get("finished")))
-        if health["last_good_age_s"] is not None:
-            yield GaugeMetricFamily("msunmerged_cycle_last_good_age_seconds",
-                                    "Seconds since the last polling cycle that finished with no failure.",
-                                    value=health["last_good_age_s"])
+    def _cycles(self, health: dict[str, Any]) -> Iterator[Metric]:
+        last = health["last_cycle"] or {}
+        yield GaugeMetricFamily("msunmerged_cycle_duration_seconds",
+                                "Duration of the last finished polling cycle (0 before any).",
+                                value=_value(last.get("duration_s")))
+        yield GaugeMetricFamily("msunmerged_cycle_last_end_timestamp_seconds",
+                                "End of the last polling cycle (0 before any).", value=_value(last.get("finished")))
+        age = health["last_good_age_s"]
+        yield GaugeMetricFamily("msunmerged_cycle_last_good_age_seconds",
+                                "Seconds since the last polling cycle that finished with no failure; before any, "
+                                "since the first cycle started; before any cycle, since this process started.",
+                                value=age if age is not None else time.time() - STARTED)
+        yield GaugeMetricFamily("msunmerged_cycle_never_good", "1 while no polling cycle ever finished with no failure.",
+                                value=float(bool(health["never_good"])))
+        yield GaugeMetricFamily("msunmerged_cycle_alert",
+                                "1 when no polling cycle succeeded for service.alert_after_cycles intervals (the "
+                                "page's alert; on a new ledger counted from its first cycle).",
+                                value=float(bool(health["alert"])))
         up = GaugeMetricFamily("msunmerged_source_up",
                                "1 when the source did not fail in the last finished cycle.", labels=["source"])
         for source, value in health["sources"].items():
@@ -95,6 +113,15 @@ class LedgerCollector(Collector):
         for (source, reason), n in sorted(self.view.failure_totals().items()):
             failures.add_metric([source, reason], n)
         yield failures
+
+    def _alerts(self, health: dict[str, Any], rses: list[dict[str, Any]]) -> Metric:
+        """The per-RSE alerts as the AlertManager push decides them (alerts.rules), one sample per firing one."""
+        family = GaugeMetricFamily("msunmerged_rse_alert", "1 for each per-RSE alert firing now (alert: its kind).",
+                                   labels=["rse", "alert"])
+        for alert in evaluate(health, rses, self.config.alerts, time.time()):
+            if alert.rse:
+                family.add_metric([alert.rse, alert.kind.value], 1.0)
+        return family
 
 
 class _Only(Collector):
@@ -111,9 +138,9 @@ def _text(collector: Collector) -> str:
     return generate_latest(registry).decode()
 
 
-def render(view: LedgerView, dry_run: bool, stale_after_s: float) -> str:
+def render(view: LedgerView, config: Config) -> str:
     """All metric families in one text answer."""
-    return _text(LedgerCollector(view, dry_run, stale_after_s))
+    return _text(LedgerCollector(view, config))
 
 
 def render_down(dry_run: bool) -> str:

@@ -11,6 +11,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence
 
+from MSUnmerged import sites
 from MSUnmerged.config import Config
 from MSUnmerged.ledger.history import totals_by_day as history_totals
 from MSUnmerged.ledger.states import FileState
@@ -21,10 +22,23 @@ from MSUnmerged.sources.errors import KINDS as SOURCE_KINDS
 REFRESH_S = 60
 HISTORY_DAYS = 30
 TIMELINE_CYCLES = 50
-CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src 'none'; base-uri 'none'; form-action 'none'"
+# Forms may only submit to this page itself (the RSE table's filter: a plain GET, no script).
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src 'none'; base-uri 'none'; form-action 'self'"
+PAGE_SIZES = (25, 50, 100, 200)
+SORTS = {  # sort key -> the RSE's value it sorts on
+    "name": lambda r: r["name"], "state": lambda r: str(r.get("state")),
+    "to_delete": lambda r: _count(r, "to_delete"), "deleted": lambda r: _count(r, "deleted"),
+    "failed": lambda r: _count(r, "failed"), "updated": lambda r: r.get("updated") or 0,
+}
+TIERS = ("T0", "T1", "T2", "T3", "other")
 
 STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1em 2em;color:#222}
+.scroll{overflow-x:auto;max-width:100%}svg.chart{max-width:100%;height:auto}
+.totals{display:flex;flex-wrap:wrap;gap:.5em 1.5em;margin:.5em 0}.totals div{min-width:7em}
+.totals b{display:block;font-size:1.3em}form.filter{margin:.5em 0}form.filter label{margin-right:.8em}
+.pager a,.pager span{margin-right:.8em}th a{color:inherit}
+@media (max-width:700px){body{margin:.5em}td,th{padding:.2em .3em}table{font-size:13px}}
 h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.5em}
 table{border-collapse:collapse;margin:.5em 0}
 th,td{border:1px solid #ccc;padding:.25em .6em;text-align:left;vertical-align:top}
@@ -118,7 +132,7 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[str]], empty: str = "n
     body = "".join("<tr>" + "".join(row) + "</tr>" for row in rows)
     if not body:
         body = f'<tr><td colspan="{len(headers)}" class="muted">{esc(empty)}</td></tr>'
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 def td(html_text: str, numeric: bool = False, cls: str = "") -> str:
@@ -172,11 +186,107 @@ def health_section(view: LedgerView, ctx: Context) -> str:
     return out
 
 
-def index_page(view: LedgerView, ctx: Context) -> str:
+def _count(rse: dict[str, Any], key: str) -> int:
+    value = (rse.get("counters") or {}).get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def failing(rse: dict[str, Any]) -> bool:
+    """An RSE that needs a look: failed files, or a failed or guarded state."""
+    return _count(rse, "failed") > 0 or rse.get("state") in ("failed", "guarded")
+
+
+@dataclass
+class Selection:
+    """The RSE table's filter, order and page, from the index page's query (unknown values: the defaults)."""
+
+    state: str = ""
+    failing: bool = False
+    tier: str = ""
+    sort: str = "name"
+    desc: bool = False
+    page: int = 1
+    per: int = 50
+
+    @classmethod
+    def from_query(cls, params: dict[str, Any]) -> "Selection":
+        def text(name: str) -> str:
+            value = params.get(name)
+            return value if isinstance(value, str) else ""
+
+        def number(name: str, default: int) -> int:
+            return int(text(name)) if text(name).isdigit() else default
+
+        sort = text("sort") if text("sort") in SORTS else "name"
+        per = number("per", 50)
+        return cls(state=text("state"), failing=text("failing") in ("1", "on", "true"),
+                   tier=text("tier") if text("tier") in TIERS else "", sort=sort, desc=text("order") == "desc",
+                   page=max(1, number("page", 1)), per=per if per in PAGE_SIZES else 50)
+
+    def apply(self, rses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The RSEs that pass the filter, in order (all pages)."""
+        kept = [r for r in rses if (not self.state or r.get("state") == self.state)
+                and (not self.failing or failing(r)) and (not self.tier or sites.tier_of(r["name"]) == self.tier)]
+        return sorted(kept, key=lambda r: (SORTS[self.sort](r), r["name"]), reverse=self.desc)
+
+    def query(self, **change: Any) -> str:
+        """This selection's query string with some values changed."""
+        values = {"state": self.state, "failing": "1" if self.failing else "", "tier": self.tier, "sort": self.sort,
+                  "order": "desc" if self.desc else "", "page": str(self.page), "per": str(self.per)}
+        values.update({k: str(v) for k, v in change.items()})
+        return urllib.parse.urlencode({k: v for k, v in values.items() if v and (k, v) not in (
+            ("sort", "name"), ("page", "1"), ("per", "50"))})
+
+
+def totals_section(rses: list[dict[str, Any]]) -> str:
+    """The fleet at a glance: RSEs by state, files to delete, done, failed, bytes freed."""
+    by_state: dict[str, int] = {}
+    for r in rses:
+        by_state[str(r.get("state"))] = by_state.get(str(r.get("state")), 0) + 1
+    sums = {k: sum(_count(r, k) for r in rses) for k in ("to_delete", "deleted", "would_delete", "failed", "pending")}
+    freed = sum(_count(r, "bytes_freed") for r in rses)
+    cells = [("RSEs", number(len(rses))), ("failing", number(sum(map(failing, rses)))),
+             ("files to delete", number(sums["to_delete"])), ("deleted", number(sums["deleted"])),
+             ("would delete (dry run)", number(sums["would_delete"])), ("pending", number(sums["pending"])),
+             ("failed", number(sums["failed"])), ("freed", esc(charts.size(freed)) if freed else "-")]
+    states = ", ".join(f"{esc(k)}: {v:,}" for k, v in sorted(by_state.items())) or "none"
+    return ('<div class="totals" id="totals">' + "".join(f"<div><b>{v}</b>{esc(k)}</div>" for k, v in cells)
+            + f'</div><p class="muted">By state: {states}.</p>')
+
+
+def filter_form(sel: Selection, states: Iterable[str], base: str) -> str:
+    """A plain GET form (no script): state, failing only, tier, rows per page."""
+    def options(name: str, values: Iterable[str], current: str, label: str) -> str:
+        opts = "".join(f'<option value="{esc(v)}"{" selected" if v == current else ""}>{esc(v or "any")}</option>'
+                       for v in ("", *values))
+        return f'<label>{esc(label)} <select name="{name}">{opts}</select></label>'
+    return (f'<form class="filter" method="get" action="{esc(base)}/">'
+            + options("state", sorted(states), sel.state, "state") + options("tier", TIERS, sel.tier, "tier")
+            + f'<label><input type="checkbox" name="failing" value="1"{" checked" if sel.failing else ""}> failing only'
+              "</label>"
+            + options("per", [str(n) for n in PAGE_SIZES], str(sel.per), "per page")
+            + f'<input type="hidden" name="sort" value="{esc(sel.sort)}">'
+            + f'<input type="hidden" name="order" value="{"desc" if sel.desc else ""}">'
+            + '<button type="submit">show</button></form>')
+
+
+def sort_header(label: str, key: str, sel: Selection, base: str) -> str:
+    """A column header linking to the table sorted by it (again: the other direction)."""
+    desc = not sel.desc if sel.sort == key else key not in ("name", "state")
+    mark = (" ▼" if sel.desc else " ▲") if sel.sort == key else ""
+    return f'<a href="{esc(base)}/?{esc(sel.query(sort=key, order="desc" if desc else "", page=1))}">{esc(label)}{mark}</a>'
+
+
+def index_page(view: LedgerView, ctx: Context, params: Optional[dict[str, Any]] = None) -> str:
     base = ctx.base
     rses = view.rses()
+    sel = Selection.from_query(params or {})
+    chosen = sel.apply(rses)
+    pages = max(1, -(-len(chosen) // sel.per))
+    sel.page = min(sel.page, pages)
+    shown = chosen[(sel.page - 1) * sel.per:sel.page * sel.per]
     rows = []
-    for r in rses:
+    for r in shown:
         c = r.get("counters") or {}
         rows.append([
             td(f'<a href="{esc(base)}/rse?name={url_arg(r["name"])}">{esc(r["name"])}</a>'),
@@ -190,15 +300,31 @@ def index_page(view: LedgerView, ctx: Context) -> str:
             td(top_errors(c)),
             td(bar(c)),
         ])
-    body = (f"<h1>MSUnmerged: /store/unmerged cleanup</h1>{health_section(view, ctx)}<p>{len(rses)} RSEs. "
-            f'<a href="{esc(base)}/data/status">status JSON</a> · <a href="{esc(base)}/metrics">metrics</a></p>'
-            + table(["RSE", "state", "reason", "last dump", "last update", "to delete", "deleted", "failed",
-                     "top error classes", "progress"], rows, "no RSE in the ledger yet")
-            + "<h2>Files by state</h2>" + charts.states_chart(rses)
-            + "<h2>Deletions and freed space per day</h2>"
-            + charts.daily_chart(history_totals(view.history(None, HISTORY_DAYS)), "All RSEs, per day")
-            + "<h2>Polling cycles</h2>" + charts.timeline_chart(view.cycles(TIMELINE_CYCLES)))
-    return document("MSUnmerged", body, ctx)
+    sortable = {"RSE": "name", "state": "state", "last update": "updated", "to delete": "to_delete",
+                "deleted": "deleted", "failed": "failed"}
+    headers = ["RSE", "state", "reason", "last dump", "last update", "to delete", "deleted", "failed",
+               "top error classes", "progress"]
+    head = "".join(f"<th>{sort_header(h, sortable[h], sel, base) if h in sortable else esc(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(row) + "</tr>" for row in rows) or \
+        f'<tr><td colspan="{len(headers)}" class="muted">{"no RSE in the ledger yet" if not rses else "no RSE matches"}</td></tr>'
+    first = (sel.page - 1) * sel.per + 1 if shown else 0
+    pager = (f'<p class="pager" id="pager"><span>RSEs {first:,}-{first + len(shown) - 1 if shown else 0:,} of '
+             f"{len(chosen):,}" + (f" (of {len(rses):,} in all)" if len(chosen) != len(rses) else "") + "</span>"
+             + (f'<a href="{esc(base)}/?{esc(sel.query(page=sel.page - 1))}">previous</a>' if sel.page > 1 else "")
+             + (f'<a href="{esc(base)}/?{esc(sel.query(page=sel.page + 1))}">next</a>' if sel.page < pages else "")
+             + f"<span>page {sel.page} of {pages}</span></p>")
+    states = {str(r.get("state")) for r in rses}
+    body_html = (f"<h1>MSUnmerged: /store/unmerged cleanup</h1>{health_section(view, ctx)}"
+                 + totals_section(rses)
+                 + f'<p><a href="{esc(base)}/data/status">status JSON</a> · <a href="{esc(base)}/metrics">metrics</a></p>'
+                 + filter_form(sel, states, base) + pager
+                 + f'<div class="scroll"><table id="rses"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+                 + "<h2>Files by state (the RSEs of this page)</h2>" + charts.states_chart(shown)
+                 + "<h2>Deletions and freed space per day</h2>"
+                 + charts.daily_chart(history_totals(view.history(None, HISTORY_DAYS)), "All RSEs, per day",
+                                      HISTORY_DAYS)
+                 + "<h2>Polling cycles</h2>" + charts.timeline_chart(view.cycles(TIMELINE_CYCLES)))
+    return document("MSUnmerged", body_html, ctx)
 
 
 def rse_page(view: LedgerView, ctx: Context, name: str) -> Optional[str]:
@@ -213,7 +339,7 @@ def rse_page(view: LedgerView, ctx: Context, name: str) -> Optional[str]:
              ("planned", esc(when((r.get("plan") or {}).get("planned")))), ("last update", esc(when(r.get("updated")))),
              ("detail", esc(r.get("detail")) or "-"), ("progress", bar(c))]
     facts += [(esc(k), f"{number(v)} ({esc(charts.size(v))})" if k == "bytes_freed" and v else number(v))
-              for k, v in sorted(c.items()) if not isinstance(v, dict)]
+              for k, v in sorted(c.items()) if not isinstance(v, (dict, list))]
     facts.append(("errors by class", top_errors(c, 20)))
     jobs = view.jobs(name, None, 50)
     job_rows = [[td(f"<code>{esc(j.get('id'))}</code>"), state_cell(j.get("state")), td(esc(j.get("backend"))),
@@ -233,7 +359,7 @@ def rse_page(view: LedgerView, ctx: Context, name: str) -> Optional[str]:
             + table(["", "value"], [[td(k), td(v)] for k, v in facts])
             + "<h2>Files by state</h2>" + charts.states_chart([r])
             + "<h2>Deletions and freed space per day</h2>"
-            + charts.daily_chart(history_totals(view.history(name, HISTORY_DAYS)), f"{name}, per day")
+            + charts.daily_chart(history_totals(view.history(name, HISTORY_DAYS)), f"{name}, per day", HISTORY_DAYS)
             + "<h2>Recent jobs</h2>"
             + table(["job", "state", "backend", "site", "files", "submitted", "finished", "exit code", "reason"],
                     job_rows, "no jobs")

@@ -130,6 +130,8 @@ class JobKeeper:
         self.leases.check(rse)  # fencing: never submit for an RSE another instance took over
         ids = self.backend.submit(jobs)
         self._sent[rse] = self._sent.get(rse, 0) + len(ids)
+        log.info("%s: submitted %d jobs (%d files) to %s for site %s", rse, len(ids),
+                 sum(len(j.step.lfns) for j in jobs), backend_name(self.backend, rse), jobs[0].site)
         self.hook("submitted", rse)
         for jid, batch_id in ids.items():
             self.ledger.mark_submitted(jid, batch_id)

@@ -4,13 +4,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Optional, Sequence
 
+from MSUnmerged.alerts import Notifier
 from MSUnmerged.config import Config
 from MSUnmerged.jobs.backend import BatchBackend
 from MSUnmerged.ledger import Ledger, LedgerError
-from MSUnmerged.service.result import Failure, Hook, RunAction, RunResult, failure_of
+from MSUnmerged.ledger.view import MongoLedgerView
+from MSUnmerged.service.result import Failure, Hook, RunAction, RunResult, describe, failure_of
 from MSUnmerged.service.run import Runner
 from MSUnmerged.sources import Sources
 from MSUnmerged.sources.errors import SourceError
@@ -27,6 +29,8 @@ class Service(Runner):
         self._pool: Optional[ThreadPoolExecutor] = None
         self._in_flight: dict[str, Future[RunResult]] = {}
         self._stop = threading.Event()
+        # After each cycle, what fires is pushed to AlertManager (alerts.alertmanager_url; none when empty).
+        self.notifier = Notifier(config, MongoLedgerView(ledger.db)) if config.alerts.alertmanager_url else None
 
     def cycle(self, rses: Optional[Sequence[str]] = None, slot: Optional[int] = None) -> dict[str, RunResult]:
         """One polling cycle: every RSE of this instance once (across instances), in parallel.
@@ -43,38 +47,47 @@ class Service(Runner):
             self._record_failed_cycle(slot, failure_of(exc))
             raise
         cid = self.ledger.start_cycle(self.instance, slot, names)
+        mode = "dry run" if self.config.service.dry_run else "real"
+        log.info("cycle %s: start, %d RSEs (%s)", cid, len(names), mode)
+        started = time.monotonic()
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.config.service.parallel_rses, thread_name_prefix="rse")
         self.leases.start_heartbeat()
-        end = time.monotonic() + interval
+        end = started + interval
+        pause = min(5.0, self.config.service.lease_ttl_s / 4)
         results: dict[str, RunResult] = {}
         pending = set(names)
+        running: dict[Future[RunResult], str] = {}
+        retry_at: dict[str, float] = {}  # leased by another instance: asked again after a pause
         while pending and not self._stop.is_set() and time.monotonic() < end:
-            futures = {}
-            for rse in sorted(pending):
-                if rse in self._in_flight and not self._in_flight[rse].done():
-                    continue  # still working from an earlier cycle
-                futures[rse] = self._in_flight[rse] = self._pool.submit(self.run_once, rse, slot)
-            for rse, fut in futures.items():
-                res = self._wait(fut, end)
-                if res is None:
+            now = time.monotonic()
+            busy = set(running.values())
+            for rse in sorted(pending - busy):
+                if retry_at.get(rse, 0.0) > now or (rse in self._in_flight and not self._in_flight[rse].done()):
+                    continue  # another instance has it, or it is still working from an earlier cycle
+                fut = self._in_flight[rse] = self._pool.submit(self.run_once, rse, slot)
+                running[fut] = rse
+            if not running:
+                self._stop.wait(max(0.0, min(pause, end - time.monotonic())))
+                continue
+            # Each result is recorded as soon as its RSE finishes, whatever the others do.
+            done, _ = wait(running, timeout=max(0.0, min(pause, end - time.monotonic())), return_when=FIRST_COMPLETED)
+            for fut in done:
+                rse = running.pop(fut)
+                res = fut.result()
+                if res.action == RunAction.LEASED_ELSEWHERE:
+                    retry_at[rse] = time.monotonic() + pause
                     continue
-                if res.action != RunAction.LEASED_ELSEWHERE:
-                    pending.discard(rse)
-                    results[rse] = res
-                    self.ledger.record_cycle_result(cid, rse, res.to_dict())
-            if pending:
-                self._stop.wait(min(5.0, self.config.service.lease_ttl_s / 4))
+                pending.discard(rse)
+                results[rse] = res
+                self.ledger.record_cycle_result(cid, rse, res.to_dict())
+                log.info("cycle %s: %s", cid, describe(res))
         failures = [Failure(r.source, r.reason, r.detail).entry(r.rse) for r in results.values() if r.source]
         self.ledger.end_cycle(cid, failures=failures, unfinished=sorted(pending), dry_run=self.config.service.dry_run)
+        log.info("cycle %s: end after %.0f s: %d of %d RSEs done, %d unfinished, %d failures%s", cid,
+                 time.monotonic() - started, len(results), len(names), len(pending), len(failures),
+                 f" ({', '.join(sorted({f['reason'] for f in failures}))})" if failures else "")
         return results
-
-    @staticmethod
-    def _wait(fut: Future[RunResult], end: float) -> Optional[RunResult]:
-        try:
-            return fut.result(timeout=max(0.0, end - time.monotonic()))
-        except TimeoutError:
-            return None
 
     def _record_failed_cycle(self, slot: int, failure: Failure) -> None:
         """A cycle that could not start records a cycle document with no RSE and the failure."""
@@ -96,6 +109,8 @@ class Service(Runner):
                     self._record_failed_cycle(slot, failure_of(exc))
                 except LedgerError:
                     log.exception("cycle %d: could not record the failure", slot)
+            if self.notifier is not None:
+                self.notifier.after_cycle()
             self._stop.wait(max(1.0, (slot + 1) * interval - time.time()))
 
     def stop(self) -> None:

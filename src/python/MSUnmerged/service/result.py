@@ -52,6 +52,20 @@ class RunResult:
         return asdict(self)
 
 
+def describe(res: RunResult) -> str:
+    """One log line's worth of a result: the RSE, what was done, its state and why, the job counts."""
+    parts = [f"{res.rse}: {res.action}"]
+    if res.state:
+        parts.append(f"state {res.state}")
+    if res.reason:
+        parts.append(f"reason {res.reason}" + (f" ({res.source})" if res.source else ""))
+    parts += [f"{n} {what}" for what, n in (("submitted", res.submitted), ("collected", res.collected),
+                                            ("removed", res.removed_jobs)) if n]
+    if res.detail and res.source:
+        parts.append(res.detail[:300])
+    return ", ".join(parts) + f" in {res.seconds:.0f} s"
+
+
 @dataclass(frozen=True)
 class Failure:
     """An error as the ledger records it: which outside part failed, the reason name, the detail."""

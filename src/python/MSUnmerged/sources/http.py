@@ -9,6 +9,7 @@ from typing import Any, Mapping, Optional
 import requests
 import requests.adapters
 
+from MSUnmerged import retrying
 from MSUnmerged.config import AuthConfig
 from MSUnmerged.sources.errors import AUTHENTICATION, SourceError, from_exception, from_status
 from MSUnmerged.worker.credentials import proxy_expiry
@@ -80,6 +81,14 @@ def make_session(auth: AuthConfig) -> requests.Session:
     return session
 
 
+class _Transient(Exception):
+    """A failure worth asking again for (no answer, a timeout, a 5xx): `error` is what the caller gets."""
+
+    def __init__(self, error: SourceError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
 class HttpSource:
     """GETs from one service: connect/read timeouts, retries with exponential backoff on
     connection errors, timeouts and 5xx answers; every failure becomes a SourceError."""
@@ -95,28 +104,27 @@ class HttpSource:
     def get(self, url: str, params: Optional[Mapping[str, Any]] = None, stream: bool = False,
             what: str = "GET") -> requests.Response:
         """A 2xx response (body not yet read when `stream`), or SourceError after the last retry."""
-        attempt = 0
-        while True:
+        def once() -> requests.Response:
             try:
                 resp = self.session.get(url, params=params, stream=stream, timeout=self.timeout)
             except SourceError as exc:  # from BearerTokenAuth: name the service that needed the token
                 raise SourceError(exc.kind, exc.message, self.name) from None
             except requests.RequestException as exc:
-                error = from_exception(self.name, exc, what)
-            else:
-                if resp.status_code < 300:
-                    return resp
-                body = resp.text if not stream or resp.status_code >= 400 else ""
-                resp.close()
-                error = from_status(self.name, resp.status_code, what, body.strip())
-                if resp.status_code < 500:
-                    raise error  # 4xx will not change by asking again
-            if attempt >= self.retries:
-                raise error
-            delay = self.backoff_s * (2 ** attempt)
-            log.warning("%s: %s; retry %d/%d in %.1f s", self.name, error.message, attempt + 1, self.retries, delay)
-            time.sleep(delay)
-            attempt += 1
+                raise _Transient(from_exception(self.name, exc, what)) from None
+            if resp.status_code < 300:
+                return resp
+            body = resp.text if not stream or resp.status_code >= 400 else ""
+            resp.close()
+            error = from_status(self.name, resp.status_code, what, body.strip())
+            if resp.status_code < 500:
+                raise error  # 4xx will not change by asking again
+            raise _Transient(error)
+
+        try:
+            return retrying.call(once, retrying.Backoff(self.retries + 1, self.backoff_s),
+                                 lambda exc: isinstance(exc, _Transient), self.name, log)
+        except retrying.Exhausted as exc:
+            raise exc.last.error if isinstance(exc.last, _Transient) else exc.last from None
 
     def get_json(self, url: str, params: Optional[Mapping[str, Any]] = None, what: str = "GET") -> Any:
         """The decoded JSON body; a body that is not JSON is bad_content, a cut one truncated."""

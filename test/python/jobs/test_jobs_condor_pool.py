@@ -30,7 +30,7 @@ from servers.condor import JOB_UID, SITE, CondorPool
 from servers.testca import TestCA
 from servers.xrootd import NamespaceForward, TokenXrootd
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # starts the real HTCondor pool
 
 RSE = "T2_XX_Condor_Disk"
 # Only the test slot advertises this site: the requirement makes the job go there, as in production.

@@ -15,7 +15,7 @@ from MSUnmerged.jobs.spec import CleanupJob, DeleteFilesStep
 from MSUnmerged.jobs.workerpkg import build_worker
 from MSUnmerged.samplesite import write_siteconf
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # starts the real Slurm cluster
 
 RSE = "T2_XX_Slurm"
 SITE = "T2_XX_Slurm"

@@ -1,0 +1,103 @@
+"""What deserves an alert now, decided from the ledger's view alone (pure functions): the polling cycles
+failing for too long, and per RSE: no progress for days, the same guard again and again, a stale scan, the
+site's storage mapping refused by the jobs."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from MSUnmerged.config import AlertsConfig
+from MSUnmerged.guards import GUARD_SCAN_STALE
+from MSUnmerged.statemachine import RSEState
+from MSUnmerged.worker.report import MAPPING_DISAGREES, NO_PFN, PFN_OUTSIDE_UNMERGED
+
+DAY = 86400.0
+# Error classes of files a job refused because the site's storage mapping is not to be trusted for them.
+MAPPING_CLASSES = (MAPPING_DISAGREES, PFN_OUTSIDE_UNMERGED, NO_PFN, "config_error")
+# Files left to do in the current generation (a dry run's would_delete files are done for it).
+LEFT = ("pending", "failed", "unknown")
+DONE_STATES = (RSEState.CLEAN, RSEState.DRY_RUN_DONE)
+
+
+class AlertKind(enum.StrEnum):
+    """Every alert this service raises (its `alertname` label is `ms-unmerged: <kind>`)."""
+
+    CYCLES_FAILING = "cycles_failing"
+    RSE_NO_PROGRESS = "rse_no_progress"
+    RSE_GUARDED = "rse_guarded"
+    RSE_SCAN_STALE = "rse_scan_stale"
+    RSE_MAPPING_REFUSED = "rse_mapping_refused"
+
+
+SEVERITY = {AlertKind.CYCLES_FAILING: "high"}  # WMCore's levels: high, medium, low; the others are medium
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One firing alert; (kind, rse) identifies it."""
+
+    kind: AlertKind
+    summary: str
+    description: str
+    rse: str = ""
+
+    @property
+    def severity(self) -> str:
+        return SEVERITY.get(self.kind, "medium")
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.kind.value, self.rse)
+
+
+def evaluate(health: Mapping[str, Any], rses: Sequence[Mapping[str, Any]], cfg: AlertsConfig,
+             now: float) -> list[Alert]:
+    """Every alert that fires now: the health's cycle alert (LedgerView.health) and each RSE's."""
+    out = []
+    if health.get("alert"):
+        out.append(Alert(AlertKind.CYCLES_FAILING, "MSUnmerged polling cycles are failing", str(health["alert"])))
+    for rse in rses:
+        out += rse_alerts(rse, cfg, now)
+    return out
+
+
+def rse_alerts(rse: Mapping[str, Any], cfg: AlertsConfig, now: float) -> list[Alert]:
+    """The alerts of one RSE (LedgerView.rses shape)."""
+    name, state, reason = str(rse["name"]), rse.get("state"), rse.get("reason") or ""
+    c = rse.get("counters") or {}
+    out = []
+    left = sum(int(c.get(k) or 0) for k in LEFT)
+    since = rse.get("progress_at") or (rse.get("plan") or {}).get("planned")
+    if rse.get("generation") is not None and state not in DONE_STATES and left and isinstance(since, (int, float)) \
+            and now - since > cfg.stall_days * DAY:
+        out.append(Alert(AlertKind.RSE_NO_PROGRESS, f"{name}: no cleanup progress for {(now - since) / DAY:.1f} days",
+                         f"{left:,} files left ({', '.join(f'{k} {int(c.get(k) or 0):,}' for k in LEFT)}); "
+                         f"state {state}, reason {reason or '-'}; no file done since the time stamp "
+                         f"{since:.0f}", name))
+    if state == RSEState.GUARDED:
+        same = repeated(rse.get("events") or [], RSEState.GUARDED, reason)
+        first = same[0]["at"] if same else now
+        if len(same) >= cfg.guard_repeats or now - first > cfg.stall_days * DAY:
+            out.append(Alert(AlertKind.RSE_GUARDED, f"{name}: guard {reason} refused {len(same)} times in a row",
+                             f"nothing is deleted while it holds; since {(now - first) / DAY:.1f} days; last detail: "
+                             f"{rse.get('detail') or '-'}", name))
+    if reason == GUARD_SCAN_STALE:
+        out.append(Alert(AlertKind.RSE_SCAN_STALE, f"{name}: its ConMon scan is stale",
+                         f"the scanner has not produced a usable dump: {rse.get('detail') or '-'}", name))
+    refused = {k: int(v) for k, v in (c.get("failed_by_class") or {}).items() if k in MAPPING_CLASSES and v}
+    if refused:
+        out.append(Alert(AlertKind.RSE_MAPPING_REFUSED, f"{name}: jobs refused the site's storage mapping",
+                         f"{sum(refused.values()):,} files not deleted ({', '.join(f'{k} {v:,}' for k, v in sorted(refused.items()))}): "
+                         "check the site's storage.json / site-local-config against Rucio", name))
+    return out
+
+
+def repeated(events: Sequence[Mapping[str, Any]], state: str, reason: str) -> list[Mapping[str, Any]]:
+    """The newest run of events (oldest first) with this state and reason."""
+    run: list[Mapping[str, Any]] = []
+    for e in reversed(events):
+        if e.get("state") != state or (e.get("reason") or "") != reason:
+            break
+        run.append(e)
+    return run[::-1]

@@ -1,0 +1,220 @@
+"""Alerts where CMS looks: the rules (pure), their push to a real AlertManager on loopback (fired, then resolved),
+the service loop pushing after its cycles, the same decisions in the metrics, and the shipped Prometheus rules
+checked by promtool against what the service exposes."""
+from __future__ import annotations
+
+import json
+import logging
+import re
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+from pymongo.database import Database
+
+from MSUnmerged.alerts import AlertKind, AlertManager, Notifier, evaluate
+from MSUnmerged.alerts.rules import rse_alerts
+from MSUnmerged.config import AlertsConfig, Config
+from MSUnmerged.ledger import Ledger
+from MSUnmerged.ledger.view import MongoLedgerView
+from MSUnmerged.rest import metrics
+from servers import free_port
+from servers.alertmanager import AlertManagerServer
+
+REPO = Path(__file__).resolve().parents[3]
+DAY = 86400.0
+NOW = 1_800_000_000.0
+
+
+def rse(name: str = "T2_AL_Site", **fields: Any) -> dict[str, Any]:
+    """An RSE as LedgerView.rses answers it."""
+    return {"name": name, "state": "running", "reason": "", "generation": NOW - 10 * DAY,
+            "plan": {"planned": NOW - 9 * DAY}, "counters": {"pending": 0, "failed": 0, "unknown": 0}, **fields}
+
+
+def kinds(alerts: list[Any]) -> list[str]:
+    return sorted(a.kind.value for a in alerts)
+
+
+def test_no_progress_for_days_with_files_left() -> None:
+    cfg = AlertsConfig(stall_days=3)
+    stuck = rse(progress_at=NOW - 4 * DAY, counters={"pending": 10, "failed": 5, "unknown": 0})
+    (alert,) = rse_alerts(stuck, cfg, NOW)
+    assert alert.kind == AlertKind.RSE_NO_PROGRESS and alert.rse == "T2_AL_Site" and alert.severity == "medium"
+    assert "15 files left" in alert.description and "4.0 days" in alert.summary
+    assert rse_alerts({**stuck, "progress_at": NOW - 2 * DAY}, cfg, NOW) == []  # progress two days ago
+    assert rse_alerts({**stuck, "state": "clean"}, cfg, NOW) == []
+    assert rse_alerts({**stuck, "counters": {"would_delete": 10}}, cfg, NOW) == []  # nothing left to do
+    no_stamp = {k: v for k, v in stuck.items() if k != "progress_at"}  # a ledger from before progress_at: planned
+    assert kinds(rse_alerts(no_stamp, cfg, NOW)) == ["rse_no_progress"]
+
+
+def test_the_same_guard_again_and_again() -> None:
+    cfg = AlertsConfig(guard_repeats=3, stall_days=3)
+    guard = {"state": "guarded", "reason": "protected_list_shrank"}
+    events = [{"at": NOW - 3600 * i, **guard} for i in (3, 2, 1)]
+    guarded = rse(state="guarded", reason="protected_list_shrank", events=events)
+    assert kinds(rse_alerts(guarded, cfg, NOW)) == ["rse_guarded"]
+    assert "refused 3 times in a row" in rse_alerts(guarded, cfg, NOW)[0].summary
+    twice = {**guarded, "events": [{"at": NOW - 7200, "state": "guarded", "reason": "delete_count_exceeded"},
+                                   *events[1:]]}
+    assert rse_alerts(twice, cfg, NOW) == []  # another reason broke the run: 2 in a row
+    old_twice = {**twice, "events": [{**e, "at": NOW - 4 * DAY} for e in twice["events"]]}
+    assert kinds(rse_alerts(old_twice, cfg, NOW)) == ["rse_guarded"]  # holding for longer than stall_days
+
+
+def test_stale_scan_and_refused_mapping() -> None:
+    cfg = AlertsConfig()
+    stale = rse(state="skipped", reason="scan_stale", detail="scan ended 20 days ago")
+    (alert,) = rse_alerts(stale, cfg, NOW)
+    assert alert.kind == AlertKind.RSE_SCAN_STALE and "20 days" in alert.description
+    refused = rse(state="done_with_errors", progress_at=NOW,
+                  counters={"failed": 7, "failed_by_class": {"mapping_disagrees": 5, "timeout": 2}})
+    (alert,) = rse_alerts(refused, cfg, NOW)
+    assert alert.kind == AlertKind.RSE_MAPPING_REFUSED and "mapping_disagrees 5" in alert.description
+    assert rse_alerts(rse(counters={"failed_by_class": {"timeout": 2}}, progress_at=NOW), cfg, NOW) == []
+
+
+def test_cycles_failing_is_the_health_alert() -> None:
+    (alert,) = evaluate({"alert": "no polling cycle succeeded for 200 min"}, [], AlertsConfig(), NOW)
+    assert (alert.kind, alert.severity, alert.rse) == (AlertKind.CYCLES_FAILING, "high", "")
+    assert evaluate({"alert": ""}, [rse()], AlertsConfig(), NOW) == []
+
+
+def alerting_config(url: str, **service: Any) -> Config:
+    config = Config()
+    config.service.instance = "ms-unmer-t1"
+    config.service.interval_s, config.service.alert_after_cycles = 600, 1
+    for key, value in service.items():
+        setattr(config.service, key, value)
+    config.alerts.alertmanager_url = url
+    config.alerts.page_url = "https://cmsweb.cern.ch/ms-unmerged"
+    return config
+
+
+def failing_ledger(db: Database, started_ago: float) -> Ledger:
+    """Two failed cycles, the first `started_ago` seconds ago, and an RSE guarded three cycles in a row."""
+    ledger = Ledger(db)
+    for slot in (1, 2):
+        ledger.end_cycle(ledger.start_cycle("ms-unmer-t1", slot, []), failures=[
+            {"source": "rucio", "reason": "rucio_http_status", "detail": "503", "rse": ""}])
+    db.meta.update_one({"_id": "cycles"}, {"$inc": {"first_started": -started_ago}})
+    for _ in range(3):
+        ledger.set_rse_state("T1_AL_Guarded", "guarded", "protected_list_shrank", "the list lost 80%")
+    return ledger
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_push_reaches_alertmanager_then_resolves(mongo_db: Database, alertmanager: AlertManagerServer) -> None:
+    ledger = failing_ledger(mongo_db, started_ago=3600)
+    config = alerting_config(alertmanager.push_url)
+    notifier = Notifier(config, MongoLedgerView(mongo_db))
+    assert notifier.after_cycle() == 2
+    got = {a["labels"]["alertname"]: a for a in alertmanager.alerts(instance="ms-unmer-t1")}
+    assert set(got) == {"ms-unmerged: cycles_failing", "ms-unmerged: rse_guarded"}
+    cycles, guarded = got["ms-unmerged: cycles_failing"], got["ms-unmerged: rse_guarded"]
+    # WMCore's labels (MSCore.sendAlert / AlertManagerAPI) plus ours; its annotations.
+    assert {k: cycles["labels"][k] for k in ("severity", "tag", "service")} == \
+        {"severity": "high", "tag": "wmcore", "service": "ms-unmerged"}
+    assert set(cycles["annotations"]) == {"hostname", "summary", "description"}
+    assert "rucio_http_status" in cycles["annotations"]["description"]
+    assert guarded["labels"]["rse"] == "T1_AL_Guarded" and guarded["labels"]["severity"] == "medium"
+    assert guarded["generatorURL"] == "https://cmsweb.cern.ch/ms-unmerged/rse?name=T1_AL_Guarded"
+    assert guarded["status"]["state"] == "active"
+
+    assert notifier.after_cycle() == 2  # pushed again: still one alert each (same labels)
+    assert len(alertmanager.alerts(instance="ms-unmer-t1")) == 2
+
+    ledger.end_cycle(ledger.start_cycle("ms-unmer-t1", 3, []))  # a good cycle
+    ledger.set_rse_state("T1_AL_Guarded", "planned")
+    assert notifier.after_cycle() == 2  # both resolved (endsAt now)
+    deadline = time.monotonic() + 30
+    while alertmanager.alerts(instance="ms-unmer-t1") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert alertmanager.alerts(instance="ms-unmer-t1") == []
+    assert notifier.after_cycle() == 0  # nothing fires, nothing to resolve: nothing sent
+
+
+@pytest.mark.integration
+def test_a_new_ledger_does_not_alert_at_its_first_failure(mongo_db: Database) -> None:
+    failing_ledger(mongo_db, started_ago=0)  # failing, but for less than alert_after_cycles intervals
+    config = alerting_config("http://127.0.0.1:9/api/v2/alerts")
+    alerts = Notifier(config, MongoLedgerView(mongo_db)).current()
+    assert kinds(alerts) == ["rse_guarded"]
+
+
+@pytest.mark.integration
+def test_an_unreachable_alertmanager_is_one_log_line(mongo_db: Database, caplog: pytest.LogCaptureFixture) -> None:
+    failing_ledger(mongo_db, started_ago=3600)
+    config = alerting_config(f"http://127.0.0.1:{free_port()}/api/v2/alerts")
+    caplog.set_level(logging.WARNING, logger="MSUnmerged.alerts")
+    assert Notifier(config, MongoLedgerView(mongo_db)).after_cycle() == 0
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "did not take 2 alerts" in line and "Connection refused" in line
+
+
+@pytest.mark.integration
+def test_metrics_carry_the_same_decisions_from_the_start(mongo_db: Database) -> None:
+    config = alerting_config("")
+    view = MongoLedgerView(mongo_db)
+    empty = {(m.name, tuple(sorted(s.labels.items()))): s.value
+             for m in text_string_to_metric_families(metrics.render(view, config)) for s in m.samples}
+    # Before any cycle: every cycle gauge is there (a rule on an absent series never fires).
+    for name in ("msunmerged_cycle_last_good_age_seconds", "msunmerged_cycle_alert", "msunmerged_cycle_never_good",
+                 "msunmerged_cycle_duration_seconds", "msunmerged_cycle_last_end_timestamp_seconds"):
+        assert (name, ()) in empty, name
+    assert empty[("msunmerged_cycle_alert", ())] == 0 and empty[("msunmerged_cycle_never_good", ())] == 1
+    failing_ledger(mongo_db, started_ago=3600)
+    text = metrics.render(view, config)
+    got = {(m.name, tuple(sorted(s.labels.items()))): s.value
+           for m in text_string_to_metric_families(text) for s in m.samples}
+    assert got[("msunmerged_cycle_alert", ())] == 1 and got[("msunmerged_cycle_last_good_age_seconds", ())] > 3500
+    assert got[("msunmerged_rse_alert", (("alert", "rse_guarded"), ("rse", "T1_AL_Guarded")))] == 1
+    assert "# TYPE msunmerged_rse_alert gauge" in metrics.render(MongoLedgerView(mongo_db.client["t_empty_x"]),
+                                                                config)
+
+
+def metric_names(text: str) -> set[str]:
+    return {s.name for m in text_string_to_metric_families(text) for s in m.samples} | \
+        {m.name for m in text_string_to_metric_families(text)}
+
+
+@pytest.mark.integration
+def test_shipped_rules_pass_promtool_and_name_exposed_metrics(mongo_db: Database,
+                                                             prometheus_tools: tuple[str, str]) -> None:
+    rules = REPO / "deploy" / "prometheus" / "ms-unmerged-rules.yaml"
+    out = subprocess.run([prometheus_tools[1], "check", "rules", str(rules)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    failing_ledger(mongo_db, started_ago=3600)
+    exposed = metric_names(metrics.render(MongoLedgerView(mongo_db), alerting_config("")))
+    groups = yaml.safe_load(rules.read_text())["groups"]
+    exprs = [r["expr"] for g in groups for r in g["rules"]]
+    named = {w for e in exprs for w in re.findall(r"msunmerged_[a-z_]+", e)}
+    assert named and named <= exposed, named - exposed
+
+
+@pytest.mark.integration
+def test_promtool_rule_tests_fire_as_documented(prometheus_tools: tuple[str, str]) -> None:
+    """deploy/prometheus/ms-unmerged-rules.test.yaml: series in, alerts out, run by promtool itself."""
+    tests = REPO / "deploy" / "prometheus" / "ms-unmerged-rules.test.yaml"
+    out = subprocess.run([prometheus_tools[1], "test", "rules", tests.name], capture_output=True, text=True,
+                         timeout=120, cwd=tests.parent)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "SUCCESS" in out.stdout + out.stderr
+
+
+@pytest.mark.integration
+def test_grafana_dashboard_queries_exposed_metrics(mongo_db: Database) -> None:
+    board = json.loads((REPO / "deploy" / "grafana" / "ms-unmerged.json").read_text())
+    exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    assert len(exprs) >= 8 and board["title"] and board["uid"]
+    failing_ledger(mongo_db, started_ago=3600)
+    exposed = metric_names(metrics.render(MongoLedgerView(mongo_db), alerting_config("")))
+    named = {w for e in exprs for w in re.findall(r"msunmerged_[a-z_]+", e)}
+    assert named <= exposed | {"msunmerged_cycle_failures_total"}, named - exposed
