@@ -30,6 +30,7 @@ from typing import Callable, Iterator, Mapping, Optional, Sequence, TypeVar
 import pytest
 
 from servers import Process, run_script, server_dir
+from servers.fault_proxy import pipe
 from servers.testca import Issued, TestCA
 from servers.tokens import AUDIENCE, TokenIssuer
 
@@ -108,25 +109,7 @@ class NamespaceForward:
                 client.close()
                 continue
             for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._relay, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _relay(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for sock in (src, dst):
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-            src.close()
+                threading.Thread(target=pipe, args=(a, b), daemon=True).start()
 
     def _accept(self) -> None:
         self.listener.settimeout(0.2)
