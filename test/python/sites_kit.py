@@ -124,7 +124,7 @@ def _rules_with_chains(name: str, protos: list[dict[str, Any]]) -> list[dict[str
 
 
 def register(client: Any, case: SiteCase) -> None:
-    """The RSE in the test Rucio server as CMS has it (attributes, cmstfc, protocols); an RSE registered before
+    """The RSE in the test Rucio server as CMS has it (its site, cmstfc, protocols); an RSE registered before
     (another case of the same RSE) gets this case's protocols instead, as CMSRSE.py's update would give it."""
     from rucio.common.exception import Duplicate
 
@@ -133,9 +133,8 @@ def register(client: Any, case: SiteCase) -> None:
     except Duplicate:
         for old in client.get_protocols(case.rse):
             client.delete_protocols(case.rse, old["scheme"], old["hostname"], old["port"])
-    tier, country = case.rse[1], case.rse.split("_")[1]
-    for key, value in {"cms_type": "real", "tier": tier, "country": country, "site": case.site,
-                       "lfn2pfn_algorithm": "cmstfc"}.items():
+    # Not CMS's cms_type, tier or country: other tests select RSEs of the session's server by those.
+    for key, value in {"cms_type": "site_fixture", "site": case.site, "lfn2pfn_algorithm": "cmstfc"}.items():
         client.add_rse_attribute(case.rse, key, value)
     for proto in case.rucio_protocols():
         client.add_protocol(case.rse, proto)
