@@ -40,6 +40,7 @@ def test_fnal_without_a_webdav_tool_uses_xrootd_on_the_same_namespace(tmp_path: 
     got = choose_method(_job(case, FNAL_WEBDAV), _env(case, tmp_path, ("xrdfs",)), LFNS[0])
     assert (got.method.protocol, got.rule, got.deleter.name) == ("XRootD", "same_namespace", "xrootd")
     assert got.root == "root://cmsdcadisk.fnal.gov//dcache/uscmsdisk/store/unmerged/"
+    assert FNAL_WEBDAV in got.doors and got.root not in got.doors  # the volume's WebDAV names Rucio's door
     # Without Rucio's PFN: the site's first method, as before.
     first = choose_method(_job(case, None), _env(case, tmp_path / "b"), LFNS[0])
     assert (first.method.protocol, first.rule) == ("XRootD", "first_usable")

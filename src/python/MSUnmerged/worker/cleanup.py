@@ -185,13 +185,13 @@ def choose_method(job: Job, env: Mapping[str, str], probe_lfn: Optional[str]) ->
             reasons.append("%s: %s" % (label, why))
             continue
         try:
-            catalog, why = storage.method_catalog(method, cfg, env, job.rse)
+            catalog, protocol = storage.method_catalog(method, cfg, env, job.rse)
         except siteconf.SiteConfigError as exc:
-            catalog, why = None, str(exc)
+            catalog, protocol = None, str(exc)
         if catalog is None:
-            reasons.append("%s: %s" % (label, why))
+            reasons.append("%s: %s" % (label, protocol))  # why it cannot map
             continue
-        mapper = storage.normalised(catalog, why)
+        mapper = storage.normalised(catalog, protocol)
         if probe_lfn is not None:
             got, why = map_path(mapper, probe_lfn)
             if got is None or not deleter.accepts(got):
@@ -200,7 +200,7 @@ def choose_method(job: Job, env: Mapping[str, str], probe_lfn: Optional[str]) ->
                 continue
         root = _root(mapper)
         # The other protocols of its catalog: one of them may name Rucio's door of the same storage.
-        doors = [_root(storage.normalised(catalog, other)) for other in catalog.rules if other != why]
+        doors = [_root(storage.normalised(catalog, other)) for other in catalog.rules if other != protocol]
         usable.append(Choice(method, mapper, deleter, root, "", "", list(reasons), doors))
         reasons.append("%s: maps %s to %s" % (label, paths.UNMERGED, root))
     if not usable:
