@@ -51,6 +51,10 @@ def test_file_and_environment(tmp_path):
     ("", {"MSUNMERGED_MONGO__URL": "localhost:27017"}, "mongo.url"),
     ("", {"MSUNMERGED_MONGO__URL": "mongodb://h:99999/"}, "mongo.url"),
     ("", {"MSUNMERGED_MONGO__URL": "mongodb+srv://cluster"}, "mongo.url"),
+    ("[rest]\nrequest_deadline_s = 0\n", {}, "rest.request_deadline_s"),
+    ("[rest]\nthread_pool = 16\nmax_connections_per_client = 16\n", {}, "rest.max_connections_per_client"),
+    ("[rest]\nmax_connections_per_client = 0\n", {}, "rest.max_connections_per_client"),
+    ("[rest]\ndb_dead_s = 5\n", {}, "rest.db_dead_s"),
 ])
 def test_errors_name_the_key(tmp_path, text, env, key):
     path = tmp_path / "c.toml"

@@ -84,6 +84,11 @@ class Report:
     def complete(self) -> bool:
         return self.summary is not None
 
+    @property
+    def dry_run(self) -> bool:
+        """The start line says the job ran in dry run: it deleted nothing (a line saying otherwise is rejected)."""
+        return (self.start or {}).get("dry_run") is True
+
     def counters(self) -> dict[str, int]:
         """Files per worker outcome."""
         return dict(Counter(f.outcome for f in self.files))
@@ -126,6 +131,8 @@ def _parse_line(report: Report, n: int, text: str) -> Optional[str]:
             why = "negative attempts"
         if why is None and (rec.get("size") or 0) < 0:
             why = "negative size"
+        if why is None and rec["outcome"] == "deleted" and report.dry_run:
+            why = "a dry run reports a file deleted"
         if why is None:
             report.files.append(FileOutcome(rec["lfn"], rec["pfn"], rec["outcome"], rec["error"], rec["attempts"], n,
                                             rec.get("reason"), rec.get("size")))
@@ -134,6 +141,8 @@ def _parse_line(report: Report, n: int, text: str) -> Optional[str]:
         why = _check_keys(rec, _DIR_KEYS.get(report.version), report.version)
         if why is None and rec["outcome"] not in DIR_OUTCOMES:
             why = f"unknown directory outcome {rec['outcome']!r}"
+        if why is None and rec["outcome"] == "removed" and report.dry_run:
+            why = "a dry run reports a directory removed"
         if why is None:
             report.dirs.append(DirOutcome(rec["dir"], rec["pfn"], rec["outcome"], rec["error"], n, rec.get("reason")))
         return why

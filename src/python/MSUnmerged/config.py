@@ -242,17 +242,25 @@ class RestConfig:
     base: str = "/ms-unmerged"
     hmac_key_file: str = ""
     operator_roles: list[str] = field(default_factory=lambda: ["admin:group:dmwm", "operator:group:dmwm"])
-    # If set, only these logins may trigger, whatever their roles: the front end also signs cms-authz-*
-    # headers a client sent itself, so a role header alone can be forged through it.
+    # Who may trigger `apply` (and, when set, any trigger), whatever their roles: the front end also signs
+    # cms-authz-* headers a client sent itself, so a role header alone can be forged through it. Empty: no
+    # `apply` trigger is accepted (closed by default); `plan` triggers go by operator_roles.
     operator_logins: list[str] = field(default_factory=list)
     trigger_rate_per_min: int = 6
     audit_log: str = ""
-    thread_pool: int = 32  # request threads, a fixed number; the status and info answers are cached
+    thread_pool: int = 64  # request threads, a fixed number; the status and info answers are cached
     queue_size: int = 64  # accepted connections waiting for a thread; beyond it new ones wait in the kernel
     socket_timeout_s: float = 10.0  # a client silent this long mid-request is dropped, freeing its thread
+    request_deadline_s: float = 10.0  # a request's line, headers and body must all arrive within this (else 408)
+    # Open connections from one address; more are answered 503 at once, so that one client never holds
+    # every thread (in CMSWEB the front end is the client: keep it well above its concurrency).
+    max_connections_per_client: int = 16
     max_body_bytes: int = 65536  # larger request bodies are refused (413) before any authentication
     cache_ttl_s: float = 2.0  # status/info answers are rebuilt at most this often (0: never cached)
     db_timeout_s: float = 5.0  # a request gives up on the ledger database after this and answers 503
+    # `serve`'s liveness probe (data/health?probe=live) fails once the ledger database has not answered for
+    # this long (an embedded one is restarted before that); 0: liveness never depends on the database.
+    db_dead_s: float = 300.0
     operations_url: str = ""  # where docs/operations.md is published: the page links each reason to its entry
     replay_window_s: float = 86400.0  # a trigger's request_id is refused if seen within this window
     allowed_origins: list[str] = field(default_factory=list)  # Origin values a trigger may come from
@@ -430,6 +438,10 @@ def _validate(cfg: Config) -> None:
     need(1 <= cfg.rest.thread_pool <= 1000, "rest.thread_pool", "must be between 1 and 1000")
     need(1 <= cfg.rest.queue_size <= 10000, "rest.queue_size", "must be between 1 and 10000")
     need(0 < cfg.rest.socket_timeout_s <= 300, "rest.socket_timeout_s", "must be in (0, 300]")
+    need(0 < cfg.rest.request_deadline_s <= 300, "rest.request_deadline_s", "must be in (0, 300]")
+    need(1 <= cfg.rest.max_connections_per_client < cfg.rest.thread_pool, "rest.max_connections_per_client",
+         "must be >= 1 and below rest.thread_pool (else one client can hold every thread)")
+    need(cfg.rest.db_dead_s == 0 or cfg.rest.db_dead_s >= 10, "rest.db_dead_s", "must be 0 (off) or >= 10")
     need(1024 <= cfg.rest.max_body_bytes <= 16 * 1024 * 1024, "rest.max_body_bytes",
          "must be between 1024 and 16 MiB")
     need(cfg.rest.replay_window_s >= 60, "rest.replay_window_s", "must be >= 60")

@@ -125,6 +125,25 @@ class EmbeddedMongo:
         finally:
             users.close()
 
+    def revive(self, timeout: float = 60.0) -> bool:
+        """While processes use the server of this state folder (`serve` watches its own): start it again on
+        its recorded port and data when it is gone (killed, crashed, or no longer listening); True when it
+        was started. EmbeddedMongoError when nobody uses it, its port is taken by another program or it
+        does not start."""
+        if not in_use(self.state_dir):  # else the server started here would have no user to stop it
+            raise EmbeddedMongoError(f"the embedded database in {self.state_dir} is not in use: nothing to restart")
+        with self._deciding(timeout):
+            info = self._recorded()
+            port, pid = info.get("port"), info.get("pid")
+            if isinstance(port, int) and self._is_server(pid) and _listens(port):
+                return False
+            self._terminate(pid, 15.0)  # one that lives on but no longer listens
+            if isinstance(port, int):
+                self.port = port  # the clients' URL names it
+            self._launch(timeout)
+        log.warning("embedded database in %s started again on 127.0.0.1:%d", self.state_dir, self.port)
+        return True
+
     # -- the steps, each under db.lock -----------------------------------------------------------
 
     def _launch(self, timeout: float) -> None:

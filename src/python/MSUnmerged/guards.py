@@ -3,7 +3,8 @@ REST trigger) calls these same functions with the configuration in force, and na
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Optional
+import math
+from typing import Any, Iterable, Mapping, NamedTuple, Optional
 
 from MSUnmerged import lfn
 from MSUnmerged.config import GuardConfig
@@ -20,6 +21,11 @@ GUARD_SCAN_FAILED = "scan_failed"
 GUARD_SCAN_NOT_DONE = "scan_not_done"
 GUARD_SCAN_NO_END_TIME = "scan_end_time_missing"
 GUARD_SCAN_STALE = "scan_stale"
+# The scan's start_time: the workers refuse files changed after it, so without a usable one nothing is deleted.
+GUARD_SCAN_START_MISSING = "scan_start_missing"
+GUARD_SCAN_START_INVALID = "scan_start_invalid"  # not a number, after end_time or in the future
+SCAN_GUARDS = (GUARD_SCAN_MISSING, GUARD_SCAN_RUNNING, GUARD_SCAN_FAILED, GUARD_SCAN_NOT_DONE, GUARD_SCAN_NO_END_TIME,
+               GUARD_SCAN_STALE, GUARD_SCAN_START_MISSING, GUARD_SCAN_START_INVALID)  # check_scan's reasons
 GUARD_LINE_COUNT = "scan_line_count_mismatch"
 GUARD_DELETE_FRACTION = "delete_fraction_exceeded"
 GUARD_DELETE_COUNT = "delete_count_exceeded"
@@ -28,6 +34,10 @@ GUARD_NOT_A_DUMP = "dump_not_a_dump"
 # Refusals of `apply` (a plan directory is not what was planned, or not the current plan).
 PLAN_MODIFIED = "plan_modified"
 PLAN_OUTDATED = "plan_outdated"
+# `apply` re-derives the scan and the deletable files from the sources; a plan that differs is refused.
+PLAN_SCAN_UNKNOWN = "plan_scan_unknown"  # planned without the scan's stats (`plan` without --stats)
+PLAN_NOT_FROM_CURRENT_SCAN = "plan_not_from_current_scan"  # its generation or scan start is not ConMon's now
+PLAN_NOT_IN_CURRENT_DUMP = "plan_not_in_current_dump"  # a planned file or directory the current dump does not give
 # Not a guard: the RSE is not this instance's; nothing is recorded for it at all.
 UNKNOWN_RSE = "unknown_rse"
 
@@ -60,8 +70,23 @@ def check_protection(protected: Iterable[str], baseline: Optional[int], max_shri
     return index
 
 
-def check_scan(stats: Optional[Mapping[str, Any]], max_age_h: float, now: float) -> float:
-    """Return the scan's end_time, or raise GuardTripped when the scan is not complete and fresh."""
+class Scan(NamedTuple):
+    """A usable ConMon scan of one RSE (check_scan)."""
+
+    end_time: float  # the generation
+    start_time: float  # files changed after it are refused at the site
+    files: Optional[int]  # the file count it reports, when it reports one
+
+
+def _number(value: Any) -> Optional[float]:
+    """A finite JSON number as a float, else None (booleans, strings, NaN and infinities are not times)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def check_scan(stats: Optional[Mapping[str, Any]], max_age_h: float, now: float) -> Scan:
+    """The scan's times and file count, or GuardTripped when the scan is not complete, fresh and consistent."""
     if not stats:
         raise GuardTripped(GUARD_SCAN_MISSING, "ConMon has no scan of this RSE")
     status = stats.get("status")
@@ -71,19 +96,33 @@ def check_scan(stats: Optional[Mapping[str, Any]], max_age_h: float, now: float)
         raise GuardTripped(GUARD_SCAN_FAILED, f"the ConMon scan failed: {stats.get('error') or 'no error given'}")
     if status != "done":
         raise GuardTripped(GUARD_SCAN_NOT_DONE, f"ConMon scan status is {status!r}, not 'done'")
-    end_time = stats.get("end_time")
-    if not isinstance(end_time, (int, float)) or isinstance(end_time, bool):
-        raise GuardTripped(GUARD_SCAN_NO_END_TIME, f"the finished scan's end_time is {end_time!r}")
-    age_h = (now - float(end_time)) / 3600.0
+    end_time = _number(stats.get("end_time"))
+    if end_time is None:
+        raise GuardTripped(GUARD_SCAN_NO_END_TIME, f"the finished scan's end_time is {stats.get('end_time')!r}")
+    age_h = (now - end_time) / 3600.0
     if age_h > max_age_h:
         raise GuardTripped(GUARD_SCAN_STALE, f"the scan ended {age_h:.1f} h ago, limit {max_age_h:g} h")
-    return float(end_time)
+    raw = stats.get("start_time")
+    if raw is None:
+        raise GuardTripped(GUARD_SCAN_START_MISSING, "the scan gives no start_time: files changed since it "
+                                                     "cannot be told apart")
+    start = _number(raw)
+    if start is None or start > end_time or start > now:
+        raise GuardTripped(GUARD_SCAN_START_INVALID, f"the scan's start_time {raw!r} is not a time before its "
+                                                     f"end_time {end_time!r} and now")
+    files = stats.get("files")
+    return Scan(end_time, start, files if isinstance(files, int) and not isinstance(files, bool) else None)
 
 
-def scan_start(stats: Optional[dict[str, Any]]) -> Optional[float]:
-    """The ConMon scan's start_time (None when it gives none): the workers refuse files modified after it."""
-    start = stats.get("start_time") if isinstance(stats, dict) else None
-    return float(start) if isinstance(start, (int, float)) and not isinstance(start, bool) else None
+def check_plan_scan(generation: Optional[float], scan_started: Optional[float], scan: Scan) -> None:
+    """A plan to apply comes from the RSE's current scan: its generation and scan start are ConMon's now."""
+    if generation is None or scan_started is None:
+        raise GuardTripped(PLAN_SCAN_UNKNOWN, "the plan was made without the scan's stats (plan --stats): the "
+                                              "scan it comes from is unknown")
+    if (generation, scan_started) != (scan.end_time, scan.start_time):
+        raise GuardTripped(PLAN_NOT_FROM_CURRENT_SCAN,
+                           f"the plan is of the scan {generation!r} started {scan_started!r}; ConMon's current scan "
+                           f"of the RSE ended {scan.end_time!r}, started {scan.start_time!r}")
 
 
 def check_counts(files_total: int, files_to_delete: int, g: GuardConfig) -> None:

@@ -84,16 +84,13 @@ class PrefixSet:
         self.prefixes: frozenset[bytes] = frozenset(normalise_base(p) for p in prefixes)
         self.covers_everything = b"/" in self.prefixes
         ancestors: set[bytes] = set()
-        parents: set[bytes] = set()
         for p in self.prefixes:
             cut = p.rfind(b"/")
-            parents.add(p[:cut] or b"/")
             while cut > 0:
                 ancestors.add(p[:cut])
                 cut = p.rfind(b"/", 0, cut)
             ancestors.add(b"/")
         self._ancestors = frozenset(ancestors)
-        self._parents = frozenset(parents)
 
     def __len__(self) -> int:
         return len(self.prefixes)
@@ -110,11 +107,13 @@ class PrefixSet:
         return False
 
     def dir_state(self, directory: bytes) -> int:
-        """For the files directly in `directory`: ALL covered, NONE covered, or SOME (check each)."""
+        """For the entries directly in `directory`: ALL covered, NONE covered or holding a prefix, or SOME
+        (check each: a prefix is one of them or lies below one of them)."""
         if self.covers(directory):
             return self.ALL
-        return self.SOME if directory in self._parents else self.NONE
+        return self.SOME if directory in self._ancestors else self.NONE
 
-    def holds_below(self, directory: bytes) -> bool:
-        """True when a prefix is at or below `directory`: such a directory must never be removed."""
-        return directory in self._ancestors or self.covers(directory)
+    def holds_below(self, path: bytes) -> bool:
+        """True when a prefix covers `path` or lies below it: removing `path`, as a file or as a directory
+        with its content, could remove a prefix's path (never plan or remove it)."""
+        return path in self._ancestors or self.covers(path)

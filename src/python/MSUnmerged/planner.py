@@ -23,8 +23,8 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 from MSUnmerged import lfn, planlines, seal
 from MSUnmerged.config import Config
 from MSUnmerged.dumpreader import DumpError, NotADump, check_lines, read_ahead_thread
-from MSUnmerged.guards import (GUARD_DUMP_UNREADABLE, GUARD_LINE_COUNT, GUARD_NOT_A_DUMP, GuardTripped, check_counts,
-                               check_protection, check_scan, scan_start)
+from MSUnmerged.guards import (GUARD_DUMP_UNREADABLE, GUARD_LINE_COUNT, GUARD_NOT_A_DUMP, GuardTripped, Scan,
+                               check_counts, check_protection, check_scan)
 from MSUnmerged.lfn import PrefixSet
 
 SUMMARY_VERSION = 1
@@ -323,6 +323,7 @@ class Planner:
 
     def _run(self, directory: bytes, block: bytes, files: int) -> None:
         """Classify a run of `files` files that share `directory`; spill the deletable ones (counted later)."""
+        # Any line may name a directory: one holding a protected base (or an excluded prefix) is never planned.
         prot = self.protection.dir_state(directory)
         if prot == PrefixSet.ALL:
             self.counts.protected += files
@@ -344,9 +345,9 @@ class Planner:
         """A protected base or filter prefix names a file in this directory: check each file."""
         keep = []
         for path in block.split(b"\n")[:-1]:
-            if prot == PrefixSet.SOME and self.protection.covers(path):
+            if prot == PrefixSet.SOME and self.protection.holds_below(path):
                 self.counts.protected += 1
-            elif (excl == PrefixSet.SOME and self.exclude.covers(path)) or (
+            elif (excl == PrefixSet.SOME and self.exclude.holds_below(path)) or (
                     incl == PrefixSet.SOME and not self.include.covers(path)):  # type: ignore[union-attr]
                 self.counts.excluded += 1
             else:
@@ -356,8 +357,10 @@ class Planner:
     # -- phase 2: group, de-duplicate, write jobs and removable directories --------------------
 
     def finish(self, scan_end_time: Optional[float] = None, expected_files: Optional[int] = None,
-               guard: Optional[GuardTripped] = None, scan_started: Optional[float] = None) -> Plan:
-        """Write jobs/, dirs.txt and summary.json; apply the guards that need the whole dump."""
+               guard: Optional[GuardTripped] = None, scan_started: Optional[float] = None,
+               count_guards: bool = True) -> Plan:
+        """Write jobs/, dirs.txt and summary.json; apply the guards that need the whole dump (the count
+        guards only with `count_guards`)."""
         started = time.time()
         self.spill.close()
         jobs = _JobWriter(self.out_dir / seal.JOBS_DIR, self.config.planner.files_per_job, self.spilled)
@@ -380,14 +383,14 @@ class Planner:
                     scan_checked=scan_end_time is not None, created=time.time())
         plan.files_to_delete = sum(jobs.sizes)
         if guard is None:
-            guard = self._final_guard(plan, expected_files)
+            guard = self._final_guard(plan, expected_files, count_guards)
         if guard is not None:
             self._empty(plan, guard)
         plan.seconds = round(time.time() - started, 3)
         write_summary(self.out_dir, plan)
         return plan
 
-    def _final_guard(self, plan: Plan, expected_files: Optional[int]) -> Optional[GuardTripped]:
+    def _final_guard(self, plan: Plan, expected_files: Optional[int], count_guards: bool) -> Optional[GuardTripped]:
         g = self.config.guards
         if g.check_line_count and plan.scan_checked:
             if expected_files is None:
@@ -396,7 +399,8 @@ class Planner:
                 return GuardTripped(GUARD_LINE_COUNT,
                                     f"read {plan.files_total} files, the scan reported {expected_files}")
         try:
-            check_counts(plan.files_total, plan.files_to_delete, g)
+            if count_guards:
+                check_counts(plan.files_total, plan.files_to_delete, g)
         except GuardTripped as tripped:
             return tripped
         return None
@@ -500,29 +504,29 @@ def read_summary(out_dir: os.PathLike | str) -> Plan:
 def plan(rse: str, chunks: Iterable[bytes], protected: Iterable[str], config: Config,
          out_dir: os.PathLike | str, stats: Optional[dict[str, Any]] = None,
          previous_protected_count: Optional[int] = None, require_scan: bool = True,
-         now: Optional[float] = None, progress: Optional[ProgressFn] = None) -> Plan:
+         now: Optional[float] = None, progress: Optional[ProgressFn] = None, count_guards: bool = True) -> Plan:
     """Plan one RSE from dump chunks into a sealed plan directory (seal.py). Any guard gives an empty
     plan with its reason, never a guess.
 
     `stats` is the RSE's entry of the ConMon `stats` answer; without it the scan guards are
-    skipped only when `require_scan` is False (offline planning of a local dump).
-    `previous_protected_count` is the shrink guard's baseline (the ledger's, or the operator's offline).
+    skipped only when `require_scan` is False (offline planning of a local dump: such a plan has no
+    generation and no scan start, and `apply` refuses it). `previous_protected_count` is the shrink
+    guard's baseline (the ledger's, or the operator's offline). `count_guards` False leaves out the
+    deletion count and fraction limits (apply's re-derivation checks them on the plan it applies).
     """
     g = config.guards
     now = time.time() if now is None else now
     guard: Optional[GuardTripped] = None
-    end_time: Optional[float] = None
-    expected: Optional[int] = None
+    scan: Optional[Scan] = None
     protection = PrefixSet(["/"])  # until the list is checked, everything is protected
     checked: Optional[PrefixSet] = None
     try:
         protection = checked = check_protection(protected, previous_protected_count, g.max_protected_shrink)
         if stats is not None or require_scan:
-            end_time = check_scan(stats, g.max_scan_age_h, now)
-            files = (stats or {}).get("files")
-            expected = files if isinstance(files, int) and not isinstance(files, bool) else None
+            scan = check_scan(stats, g.max_scan_age_h, now)
     except GuardTripped as tripped:
         guard = tripped
+    expected = scan.files if scan is not None else None
     planner = Planner(rse, protection, config, out_dir, progress, expected)
     dump = seal.DumpDigest(chunks)
     if guard is None:
@@ -534,7 +538,8 @@ def plan(rse: str, chunks: Iterable[bytes], protected: Iterable[str], config: Co
             guard = GuardTripped(GUARD_NOT_A_DUMP, f"not a dump: {exc}")
         except DumpError as exc:
             guard = GuardTripped(GUARD_DUMP_UNREADABLE, str(exc))
-    result = planner.finish(end_time, expected, guard, scan_start(stats))
+    end_time = scan.end_time if scan is not None else None
+    result = planner.finish(end_time, expected, guard, scan.start_time if scan is not None else None, count_guards)
     seal.write_seal(out_dir, rse, end_time, dump.hexdigest() if guard is None else None, checked, g,
                     planner.described)
     return result

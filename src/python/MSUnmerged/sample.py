@@ -96,11 +96,13 @@ def write_dump(spec: SampleSpec, sample: Sample, path: Path, compress: bool = Fa
     return n
 
 
-def stats_for(rse: str, files: int, end_time: float | None = None) -> dict:
-    """A ConMon `stats` answer for one RSE whose scan just finished."""
+def stats_for(rse: str, files: int, end_time: float | None = None, start_time: float | None = None) -> dict:
+    """A ConMon `stats` answer for one RSE whose scan just finished (by default it took ten minutes; workers
+    refuse files changed after its start, so a scan of files made just now must start after them)."""
     end = time.time() if end_time is None else end_time
     return {rse: {"scanner": {"type": "xrootd", "version": "1.3"}, "server": "localhost:1094",
-                  "server_root": "/store/", "start_time": end - 600, "end_time": end, "status": "done",
+                  "server_root": "/store/", "start_time": end - 600 if start_time is None else start_time,
+                  "end_time": end, "status": "done",
                   "error": None, "root_failed": False, "failed_subdirectories": [], "files": files,
                   "directories": files // 100, "empty_directories": 0}}
 

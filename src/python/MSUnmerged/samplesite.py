@@ -55,3 +55,16 @@ def fill_storage(storage: Path, dump: Path) -> None:
 
 def count_files(storage: Path) -> int:
     return sum(1 for p in (storage / "store").rglob("*") if p.is_file())
+
+
+def rescan(sources: Path, rse: str) -> None:
+    """The RSE's finished scan in `sources`/stats.json (one that gives a start_time) starts now, after its site's
+    files were made (workers refuse files changed after the scan started, by their ctime, which cannot be dated
+    back like the mtime), and ends no earlier."""
+    path = sources / "stats.json"
+    stats = json.loads(path.read_text()) if path.exists() else {}
+    scan = stats.get(rse)
+    if isinstance(scan, dict) and scan.get("status") == "done" and "start_time" in scan:
+        scan["start_time"] = time.time()
+        scan["end_time"] = max(scan.get("end_time") or 0, scan["start_time"])
+        path.write_text(json.dumps(stats))

@@ -65,7 +65,7 @@ def decide(scan: Optional[Mapping[str, Any]], current: Optional[float], progress
     """Decide for one RSE. `scan` is its entry of ConMon stats; `current` the generation worked on;
     `dry_run` the service's mode now (files a dry run left are deleted for real once it is off)."""
     try:
-        end = check_scan(scan, max_scan_age_h, now)
+        end = check_scan(scan, max_scan_age_h, now).end_time
     except GuardTripped as unusable:  # the planner's scan guard, under the same reason names
         return Decision(Action.SKIP, unusable.reason, unusable.detail)
     if current is None or end > current:
@@ -77,11 +77,13 @@ def decide(scan: Optional[Mapping[str, Any]], current: Optional[float], progress
         return Decision(Action.RESUME, generation=end,
                         detail=f"{progress.planned_jobs} jobs to submit, {progress.retriable} files to retry, "
                                f"{real} files a dry run left to delete for real")
+    dry_run_done = Decision(Action.FINISH, generation=end, state=RSEState.DRY_RUN_DONE, reason=DRY_RUN,
+                            detail=f"dry run: {progress.would_delete} files would be deleted; "
+                                   "set service.dry_run = false to delete them")
     if progress.would_delete:
-        return Decision(Action.FINISH, generation=end, state=RSEState.DRY_RUN_DONE, reason=DRY_RUN,
-                        detail=f"dry run: {progress.would_delete} files would be deleted; "
-                               "set service.dry_run = false to delete them")
+        return dry_run_done
     if progress.exhausted:
         return Decision(Action.FINISH, generation=end, state=RSEState.DONE_WITH_ERRORS, reason=FILES_FAILED,
                         detail=f"{progress.exhausted} files failed on every try; waiting for a new dump")
-    return Decision(Action.FINISH, generation=end, state=RSEState.CLEAN)
+    # Never clean in dry run, even when every planned file was found missing: nothing was deleted.
+    return dry_run_done if dry_run else Decision(Action.FINISH, generation=end, state=RSEState.CLEAN)

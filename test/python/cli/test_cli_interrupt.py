@@ -81,15 +81,15 @@ def test_ctrl_c_at_any_moment_is_one_line_and_130(tmp_path: Path, delay_s: float
     stop_writing = threading.Event()
 
     def feed() -> None:  # the dump keeps coming until the test is done with the command
-        with open(fifo, "wb") as dump:
-            n = 0
-            while not stop_writing.is_set():
-                try:
+        try:
+            with open(fifo, "wb") as dump:
+                n = 0
+                while not stop_writing.is_set():
                     dump.write(b"".join(b"/store/unmerged/E/P/T/S-v%d/000/%d.root\n" % (n % 50, n + i)
                                         for i in range(1000)))
-                except BrokenPipeError:
-                    return
-                n += 1000
+                    n += 1000
+        except BrokenPipeError:  # the command is gone (also when the last write is flushed at close)
+            return
 
     feeder = threading.Thread(target=feed, daemon=True)
     feeder.start()

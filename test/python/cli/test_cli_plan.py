@@ -57,7 +57,8 @@ def test_fresh_stats_gzip_dump_and_json_output(tmp_path, conmon_dump_lfns, wmcor
     dump = tmp_path / "dump.raw"
     dump.write_bytes(gzip.compress(("\n".join(conmon_dump_lfns) + "\n").encode()))
     stats = tmp_path / "stats.json"
-    stats.write_text(json.dumps({"T1_X": {"status": "done", "end_time": time.time() - 60, "files": 11938}}))
+    stats.write_text(json.dumps({"T1_X": {"status": "done", "start_time": time.time() - 600, "end_time": time.time() - 60,
+                                          "files": 11938}}))
     protected = tmp_path / "protected.json"
     protected.write_text(json.dumps(json.loads((wmcore_fixtures / "protectedLFNs.json").read_text())))  # bare list
     res = msunmerged("plan", "--rse", "T1_X", "--dump", str(dump), "--protected", str(protected),

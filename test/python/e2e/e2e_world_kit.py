@@ -79,11 +79,13 @@ class World:
                 os.chown(os.path.join(dirpath, f), owner, owner)
 
     def publish(self, lay: Layout, end_time: Optional[float] = None, dump: Optional[list[str]] = None) -> None:
-        """ConMon serves this dump with a finished scan ending at end_time (default now)."""
-        lay.end_time = time.time() - 5 if end_time is None else end_time
+        """ConMon serves this dump with a finished scan ending at end_time (default: a scan of the files as they
+        are now, which starts and ends now: workers refuse files changed, by their ctime, after it started)."""
+        lay.end_time = time.time() if end_time is None else end_time
         if dump is not None:
             lay.dump = dump
-        self.web.add_rse(lay.rse, list(lay.dump), end_time=lay.end_time)
+        self.web.add_rse(lay.rse, list(lay.dump), end_time=lay.end_time,
+                         start_time=lay.end_time if end_time is None else None)
         self.refresh_protected()
 
     def refresh_protected(self) -> None:

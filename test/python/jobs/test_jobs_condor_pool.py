@@ -82,7 +82,8 @@ def backend(condor_pool: CondorPool, worker: Path, tmp_path: Path) -> CondorBack
 
 def make_jobs(tag: str, lfn_sets: list[list[str]], deadline_s: float = 3600) -> list[CleanupJob]:
     return [CleanupJob(job_id=f"{RSE}:{tag}:{i}", rse=RSE, site=SITE, deadline=time.time() + deadline_s,
-                       step=DeleteFilesStep(lfns=lfns, dry_run=False)) for i, lfns in enumerate(lfn_sets)]
+                       step=DeleteFilesStep(lfns=lfns, dry_run=False, scan_started=time.time()))
+            for i, lfns in enumerate(lfn_sets)]
 
 
 def wait_until(backend: CondorBackend, ids: Mapping[str, str], done: Callable[[JobStatus], bool],
@@ -185,7 +186,8 @@ from MSUnmerged.jobs.workerpkg import build_worker
 args = json.loads(sys.argv[1])
 backend = CondorBackend(CondorConfig(**args["condor"]), JobsConfig(), Path(args["workdir"]), worker=Path(args["worker"]))
 jobs = [CleanupJob(job_id=j, rse=args["rse"], site=args["site"], deadline=time.time() + 3600,
-                   step=DeleteFilesStep(lfns=["/store/unmerged/E/P/T/p-v1/x.root"])) for j in args["job_ids"]]
+                   step=DeleteFilesStep(lfns=["/store/unmerged/E/P/T/p-v1/x.root"], scan_started=time.time()))
+            for j in args["job_ids"]]
 out = {}
 for step in args["steps"]:
     try:
@@ -452,6 +454,9 @@ def test_a_condor_job_deletes_on_the_token_xrootd(condor_pool: CondorPool, token
         planned = [server.put(lfn) for lfn in lfns]
         others = [server.put(f"/store/unmerged/E/Token/AODSIM/p-v1/{t}/not-planned.root"),
                   server.put(f"/store/data/E/Token/AODSIM/v1/{t}/precious.root")]
+        scanned = time.time()
+        for path in planned + others:  # written before the scan the plan comes from
+            os.utime(path, (scanned - 600, scanned - 600))
         token = tmp_path / "storage-token"
         token.write_text(token_xrootd.issuer.mint(lifetime=3600))
         token.chmod(0o600)
@@ -460,7 +465,7 @@ def test_a_condor_job_deletes_on_the_token_xrootd(condor_pool: CondorPool, token
                                 worker=worker)
         job = CleanupJob(job_id=f"{RSE}:token-{t}:0", rse=RSE, site=SITE, deadline=time.time() + 3600,
                          step=DeleteFilesStep(lfns=lfns, dry_run=False, unmerged_pfn=f"{endpoint}//store/unmerged/",
-                                              mapping_check="rucio"))
+                                              mapping_check="rucio", scan_started=scanned))
         ids = backend.submit([job])
         (status,) = wait_until(backend, ids, lambda s: s.state.terminal, timeout=240).values()
         report = backend.fetch_report(job.job_id, ids[job.job_id], tmp_path / "report.jsonl")

@@ -23,7 +23,8 @@ def make_site(root: Path) -> tuple[Path, Path]:
 
 def job(n: int, lfns: list[str], dry_run: bool = False) -> CleanupJob:
     return CleanupJob(job_id=f"{RSE}:1:{n}", rse=RSE, site=SITE, deadline=time.time() + 600,
-                      step=DeleteFilesStep(lfns=lfns, remove_dirs=[f"{B}/{n:05d}"], dry_run=dry_run, retries=0))
+                      step=DeleteFilesStep(lfns=lfns, remove_dirs=[f"{B}/{n:05d}"], dry_run=dry_run, retries=0,
+                                           scan_started=time.time()))  # after the site's files were made
 
 
 def test_runs_jobs_with_bounded_parallelism_and_collects(tmp_path: Path) -> None:

@@ -35,7 +35,7 @@ def setup_site(root: Path, n: int = 5) -> tuple[Path, Path, list[str]]:
 
 def run_one(backend: LocalBackend, lfns: list[str], tmp_path: Path) -> tuple[CleanupJob, MemorySink, int]:
     job = CleanupJob(job_id=f"{RSE}:1:1", rse=RSE, site=SITE, deadline=time.time() + 600,
-                     step=DeleteFilesStep(lfns=lfns, dry_run=False, retries=0))
+                     step=DeleteFilesStep(lfns=lfns, dry_run=False, retries=0, scan_started=time.time()))
     ids = backend.submit([job])
     states = wait_for(backend, ids, timeout=120)
     assert states[job.job_id].state == JobState.FINISHED
@@ -75,7 +75,7 @@ def test_missing_token_is_a_classified_submit_error(tmp_path: Path) -> None:
     backend = LocalBackend(cfg, tmp_path / "work", siteconfig=str(sc))
     with pytest.raises(BackendError) as err:
         backend.submit([CleanupJob(job_id=f"{RSE}:1:1", rse=RSE, site=SITE, deadline=time.time() + 600,
-                                   step=DeleteFilesStep(lfns=lfns))])
+                                   step=DeleteFilesStep(lfns=lfns, scan_started=time.time()))])
     assert err.value.kind == "credential_missing" and cfg.jobs.token_file in err.value.message
 
 

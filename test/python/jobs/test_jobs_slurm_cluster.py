@@ -50,7 +50,8 @@ def cleanup_job(n: int, lfns: list[str], runtime_s: int = 3600) -> CleanupJob:
     """A job deleting `lfns` and then their (emptied) directory."""
     dirs = sorted({lfn.rsplit("/", 1)[0] for lfn in lfns})
     return CleanupJob(job_id=f"{RSE}:1700000000:{n}", rse=RSE, site=SITE, deadline=time.time() + 3600,
-                      step=DeleteFilesStep(lfns=lfns, remove_dirs=dirs, dry_run=False), generation=1700000000.0,
+                      step=DeleteFilesStep(lfns=lfns, remove_dirs=dirs, dry_run=False, scan_started=time.time()),
+                      generation=1700000000.0,
                       request_memory_mb=100, max_runtime_s=runtime_s)
 
 

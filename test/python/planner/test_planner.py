@@ -168,7 +168,7 @@ def test_oversized_partition_is_split_and_still_exact(tmp_path):
 
 
 def fresh_stats(n: int, **over) -> dict:
-    stats = {"status": "done", "end_time": time.time() - 3600, "files": n}
+    stats = {"status": "done", "start_time": time.time() - 7200, "end_time": time.time() - 3600, "files": n}
     stats.update(over)
     return stats
 
@@ -241,3 +241,20 @@ def test_summary_round_trip(tmp_path):
     plan = run_plan(tmp_path, LINES, ["/store/unmerged/Other"])
     again = planner.read_summary(tmp_path)
     assert again == plan
+
+
+def test_a_line_naming_a_directory_above_a_protected_base_is_never_planned(tmp_path):
+    """Issue 23: any dump line may name a directory (a WebDAV DELETE of a collection is recursive). A line that
+    is a protected base or an ancestor of one, at any depth, is protected; one above an excluded prefix is
+    excluded; a sibling with a longer name is not."""
+    config = permissive()
+    config.planner.exclude = [f"{BASE}/logs/keep"]
+    lines = [f"{BASE}/000".encode(),  # the base lies below this line
+             f"{BASE}/000/380".encode(),  # ... and below this one
+             f"{BASE}/000/380/123".encode(),  # the base itself
+             f"{BASE}/000/3801".encode(),  # not an ancestor: a longer name
+             f"{BASE}/logs".encode(),  # above the excluded prefix
+             f"{BASE}/000/380/124/a.root".encode()]
+    plan = run_plan(tmp_path, lines, [f"{BASE}/000/380/123"], config=config, per_chunk=2)
+    assert sorted(planned_lfns(tmp_path)) == sorted([lines[3], lines[5]])
+    assert (plan.files_protected, plan.files_excluded) == (3, 1)

@@ -44,3 +44,16 @@ def test_a_bad_line_is_named_with_its_reason(bad: bytes, reason: str) -> None:
     with pytest.raises(guards.GuardTripped) as caught:
         guards.check_plan_lines(b"/store/unmerged/a/ok.root\n" + bad + b"\n", 1024, "jobs/job-000001.txt")
     assert caught.value.detail.startswith(f"jobs/job-000001.txt line 2 is not a valid LFN ({reason})")
+
+
+def test_a_plan_to_apply_must_be_of_the_current_scan() -> None:
+    """Issue 23: apply compares the plan's generation and scan start with ConMon's current scan."""
+    scan = guards.check_scan({"status": "done", "start_time": 900.0, "end_time": 1000.0, "files": 3}, 48, 1000.0)
+    assert scan == guards.Scan(1000.0, 900.0, 3)
+    guards.check_plan_scan(1000.0, 900.0, scan)
+    for generation, started, reason in [(None, None, guards.PLAN_SCAN_UNKNOWN), (1000.0, None, guards.PLAN_SCAN_UNKNOWN),
+                                        (1000.0 + 30 * 86400, 900.0, guards.PLAN_NOT_FROM_CURRENT_SCAN),
+                                        (1000.0, 900.0 + 10 * 86400, guards.PLAN_NOT_FROM_CURRENT_SCAN)]:
+        with pytest.raises(guards.GuardTripped) as tripped:
+            guards.check_plan_scan(generation, started, scan)
+        assert tripped.value.reason == reason

@@ -13,7 +13,7 @@ from MSUnmerged.config import Config
 from MSUnmerged.jobs.spec import ProtectedBases, make_job
 from MSUnmerged.jobs.backend import JobState
 from MSUnmerged.ledger import FileState, Ledger
-from MSUnmerged.samplesite import DEMO_RSE, fill_storage, write_site
+from MSUnmerged.samplesite import DEMO_RSE, fill_storage, rescan, write_site
 
 
 def seed_rse(db: Database, rse: str, work: Path, dump: list[str], protected: list[str],
@@ -81,4 +81,5 @@ def offline_site(work: Path) -> tuple[Path, Path, Path]:
     (sources / "rses.json").write_text(json.dumps([DEMO_RSE]))
     storage = work / "storage"
     fill_storage(storage, dump)
+    rescan(sources, DEMO_RSE)  # the scan starts after the site's files are made, as a real one would
     return sources, storage, write_site(work, storage)

@@ -340,7 +340,8 @@ def test_health_probes_and_unknown_paths(seeded: Any) -> None:
 
 def test_trigger_by_operator_runs_the_rse_and_is_audited(seeded: Any) -> None:
     key = seeded.key.read_bytes()
-    status, body = post(seeded, "data/trigger", {"rse": RSE, "mode": "apply"}, operator_headers(key, "bob"))
+    app = seeded.mount("/ms-unmerged-operators", operator_logins=["bob"])  # apply is for listed logins only
+    status, body = post(app, "data/trigger", {"rse": RSE, "mode": "apply"}, operator_headers(key, "bob"))
     assert status == 202, body
     (rec,) = body["result"]
     assert rec["rse"] == RSE and rec["mode"] == "apply" and rec["user"] == "bob"
@@ -348,9 +349,9 @@ def test_trigger_by_operator_runs_the_rse_and_is_audited(seeded: Any) -> None:
     while (RSE, "apply") not in seeded.ran and time.monotonic() < deadline:
         time.sleep(0.05)
     assert (RSE, "apply") in seeded.ran
-    status, body = post(seeded, "data/trigger", {"rse": RSE, "mode": "plan"}, operator_headers(key, "bob"))
+    status, body = post(app, "data/trigger", {"rse": RSE, "mode": "plan"}, operator_headers(key, "bob"))
     assert status == 202
-    _, listing, _ = get(seeded, "data/triggers")
+    _, listing, _ = get(app, "data/triggers")
     assert {(t["rse"], t["mode"]) for t in listing["result"]} >= {(RSE, "apply"), (RSE, "plan")}
     audit = [json.loads(line) for line in seeded.audit.read_text().splitlines()]
     assert any(a["outcome"] == "accepted" and a["login"] == "bob" and a["mode"] == "apply" for a in audit)

@@ -9,12 +9,13 @@ it signs the bytes of `prefix#suffix` with HMAC-SHA1 keyed by the key file's raw
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
 import pytest
 
-from MSUnmerged.rest.auth import AuthError, KeyFile, RateLimiter, ReplayGuard, go_canonical, has_role, parse_role, \
+from MSUnmerged.rest.auth import AuthError, KeyFile, RateLimiter, go_canonical, has_role, key_weakness, parse_role, \
     sign, signed_message, user_from_headers
 
 KEY = b"0123456789abcdef0123456789abcdef"
@@ -154,9 +155,26 @@ def test_rate_limiter_sliding_window() -> None:
     assert limiter.allow("a", 60.5)[0]
 
 
-def test_replay_guard_accepts_each_request_id_once_per_window() -> None:
-    guard = ReplayGuard(window_s=100, keep=3)
-    assert guard.first_use("r1", 0.0) and not guard.first_use("r1", 50.0)
-    assert guard.first_use("r1", 100.0)  # the window has passed
-    assert guard.first_use("r2", 101.0) and guard.first_use("r3", 102.0) and guard.first_use("r4", 103.0)
-    assert guard._seen.keys() <= {"r2", "r3", "r4"} and len(guard._seen) == 3  # bounded memory
+@pytest.mark.parametrize("content, weakness", [
+    (b"\0" * 32, "empty"),  # HMAC pads a short key with NULs: this key signs like the empty one
+    (b"0123456789abcde\n", "too short (15 bytes"),
+    (b" 0123456\t789abcde \x00\n", "too short (15 bytes"),
+    (b"a" * 64 + b"\n", "one byte repeated"),
+])
+def test_weak_keys_are_refused_and_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture, content: bytes,
+                                          weakness: str) -> None:
+    """Before: a key file of NUL bytes, or of a few bytes, was used as the key."""
+    path = tmp_path / "hmac.key"
+    path.write_bytes(content)
+    signed = raw({"cms-auth-status": "ok", "cms-authn-login": "mallory", "cms-authz-admin": "group:dmwm"})
+    signed["cms-authn-hmac"] = sign({k: v.decode() for k, v in signed.items()}, content).encode()
+    for _ in range(2):  # each refusal is logged, not only the first
+        with pytest.raises(AuthError, match="refused"):
+            user_from_headers(signed, KeyFile(str(path)))
+    assert [r.getMessage() for r in caplog.records if weakness in r.getMessage()] == \
+        [f"HMAC key file {path} refused: {key_weakness(content)}"] * 2
+
+
+def test_a_strong_key_counts_its_bytes_as_read() -> None:
+    assert key_weakness(b"0123456789abcdef") is None and key_weakness(b"0123456789abcdef\n") is None
+    assert key_weakness(KEY) is None and key_weakness(hashlib.sha256(b"k").digest()) is None

@@ -83,6 +83,7 @@ siteconfig = "{siteconf}"
 [rest]
 metrics_port = {metrics_port}
 hmac_key_file = "{key}"
+operator_logins = ["alice", "bob"]
 audit_log = "{work / 'audit.jsonl'}"
 cache_ttl_s = 0
 """)

@@ -74,8 +74,8 @@ class FakeCMSWeb:
         return web
 
     def add_rse(self, rse: str, lfns: Iterable[str] | Callable[[], Iterable[str]], files: Optional[int] = None,
-                end_time: Optional[float] = None) -> None:
-        """Serve a dump (a list, or a factory called per request) and a finished scan of it."""
+                end_time: Optional[float] = None, start_time: Optional[float] = None) -> None:
+        """Serve a dump (a list, or a factory called per request) and a finished scan of it (sample.stats_for)."""
         if callable(lfns):
             factory = lfns
         else:
@@ -84,7 +84,7 @@ class FakeCMSWeb:
             files = len(lfns) if files is None else files
             self.sized.add(rse)
         self.dumps[rse] = factory
-        self.stats.update(sample.stats_for(rse, files or 0, end_time))
+        self.stats.update(sample.stats_for(rse, files or 0, end_time, start_time))
 
     def add_generated_rse(self, rse: str, spec: sample.SampleSpec) -> sample.Sample:
         """A dump of `spec.files` generated lines (MSUnmerged.sample), never held in memory."""

@@ -1,6 +1,7 @@
 """Fixtures for the REST tests: the CherryPy app on a free port over the shared SecantusDB, headless Chromium."""
 from __future__ import annotations
 
+import copy
 import hashlib
 from pathlib import Path
 from typing import Any, Iterator
@@ -10,6 +11,7 @@ from pymongo import MongoClient
 from pymongo.database import Database
 
 from MSUnmerged.config import Config
+from MSUnmerged.ledger.requestids import RequestIds
 
 from servers import free_port, run_script
 
@@ -28,6 +30,14 @@ def hmac_key(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+class Mounted:
+    """Another app on the running server, under its own base (RestApp.mount)."""
+
+    def __init__(self, url: str, root: Any) -> None:
+        self.url = url
+        self.root = root
+
+
 class RestApp:
     """The running app: its base URL, database, key and audit files, and the triggers it ran."""
 
@@ -38,10 +48,31 @@ class RestApp:
         self.audit = audit
         self.config = config
         self.ran: list[tuple[str, str]] = []
+        self.ids = RequestIds(db, config.rest.replay_window_s)  # the trigger request ids, in the ledger
+        self.ids.ensure_index()
 
     def run(self, rse: str, mode: str) -> dict[str, Any]:
         self.ran.append((rse, mode))
         return {"rse": rse, "mode": mode}
+
+    def triggers(self, claim: Any = None, check: Any = None) -> Any:
+        """A trigger queue that runs `run`, over the ledger's request ids (or `claim`), admitting with `check`."""
+        from MSUnmerged.rest.triggers import TriggerQueue
+        return TriggerQueue(self.run, claim or self.ids.claim, check=check)
+
+    def mount(self, base: str, view: Any = None, watch: Any = None, claim: Any = None, check: Any = None,
+              **rest_keys: Any) -> Mounted:
+        """A second app on the running server under `base`, with its own view (default: over `db`), triggers
+        (`claim`, `check`: see `triggers`) and configuration: this one's with `rest_keys` changed."""
+        from MSUnmerged.ledger.view import MongoLedgerView
+        from MSUnmerged.rest import app as rest
+        config = copy.deepcopy(self.config)
+        config.rest.base = base
+        for key, value in rest_keys.items():
+            setattr(config.rest, key, value)
+        root = rest.mount(config, MongoLedgerView(self.db) if view is None else view, self.triggers(claim, check),
+                          watch)
+        return Mounted(self.url.rsplit("/", 1)[0] + base, root)
 
 
 @pytest.fixture(scope="session")
@@ -51,7 +82,6 @@ def rest_app(mongo_client: MongoClient, hmac_key: Path, tmp_path_factory: pytest
     CherryPy's engine is process-global, so one app serves the whole session; tests seed their own RSEs.
     """
     from MSUnmerged.rest import app as rest
-    from MSUnmerged.rest.triggers import TriggerQueue
     from MSUnmerged.ledger.view import MongoLedgerView
 
     config = Config()
@@ -60,12 +90,13 @@ def rest_app(mongo_client: MongoClient, hmac_key: Path, tmp_path_factory: pytest
     config.rest.cache_ttl_s = 0.0
     config.rest.trigger_rate_per_min = 3
     config.rest.thread_pool = 8  # small, so that the slow-client test can hold every thread
+    config.rest.max_connections_per_client = 4  # (from several addresses: the cap is below the threads)
     config.rest.socket_timeout_s = 1.5
     mongo_client.drop_database("msunmerged_rest_test")
     db = mongo_client["msunmerged_rest_test"]
     port = free_port()
     state = RestApp(f"http://127.0.0.1:{port}{config.rest.base}", db, hmac_key, Path(config.rest.audit_log), config)
-    triggers = TriggerQueue(state.run)
+    triggers = state.triggers()
     rest.start(config, MongoLedgerView(db), triggers, port=port)
     try:
         yield state

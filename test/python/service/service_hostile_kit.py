@@ -124,10 +124,11 @@ def write_sources(directory: Path, rses: dict[str, str]) -> Path:
     the shared protected list."""
     (directory / "dumps").mkdir(parents=True, exist_ok=True)
     stats: dict[str, Any] = {}
+    now = time.time()  # after the files were made: their ctime is not before the scan started
     for rse, kind in rses.items():
         dump = dump_of(kind)
         (directory / "dumps" / f"{rse}.txt").write_text("\n".join(dump) + "\n")
-        stats.update(sample.stats_for(rse, len(dump), time.time() - 30))
+        stats.update(sample.stats_for(rse, len(dump), now, now))
     (directory / "stats.json").write_text(json.dumps(stats))
     (directory / "protected.json").write_text(json.dumps({"result": PROTECTED}))
     return directory

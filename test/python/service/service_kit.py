@@ -17,7 +17,7 @@ from MSUnmerged import sample
 from MSUnmerged.config import Config, SiteConfig
 from MSUnmerged.jobs.local import LocalBackend
 from MSUnmerged.jobs.spec import CleanupJob
-from MSUnmerged.samplesite import fill_storage, write_site
+from MSUnmerged.samplesite import fill_storage, rescan, write_site
 from MSUnmerged.sources.offline import OfflineSources
 from MSUnmerged.sites import resolve_site
 from MSUnmerged.worker.ids import MANIFEST_NAME
@@ -47,12 +47,14 @@ class LoggedLocalBackend(LocalBackend):
 
 def make_site(base: Path, sources: Path, rse: str, config: Config) -> Path:
     """The RSE's storage folder holding every file of its dump, and its site configuration, registered
-    in config.jobs.sites; returns the storage folder."""
+    in config.jobs.sites; returns the storage folder. The RSE's scan in the sources, when there, is then
+    `rescan`ned: it lists files that exist when it starts."""
     storage = base / "storage" / rse
     fill_storage(storage, sources / "dumps" / f"{rse}.txt")
     siteconf = write_site(base / "siteconf", storage, site=resolve_site(config.jobs, rse, OfflineSources(sources)), rse=rse,
                           volume=f"{rse}_posix")
     config.jobs.sites.setdefault(rse, SiteConfig()).siteconfig = str(siteconf)
+    rescan(sources, rse)
     return storage
 
 

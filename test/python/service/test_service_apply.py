@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pymongo.database import Database
 
-from MSUnmerged import planner
+from MSUnmerged import planner, sample
 from MSUnmerged.config import Config
 from MSUnmerged.dumpreader import iter_chunks
 from MSUnmerged.jobs.backend import wait_for
@@ -30,12 +30,21 @@ def write_dump(tmp_path: Path, lines: list[str]) -> tuple[Path, Config]:
     return dump, config
 
 
+def scan_of(src: Path, files: int) -> dict:
+    """A finished scan of the RSE, started now (after its site's files were made), as src/stats.json."""
+    now = time.time()
+    stats = sample.stats_for(RSE, files, now, now)
+    (src / "stats.json").write_text(json.dumps(stats))
+    return stats[RSE]
+
+
 def test_apply_drops_newly_protected_and_submits_the_rest(tmp_path: Path, mongo_db: Database) -> None:
     lines, protected = dump_lines(RSE, 500)
     dump, config = write_dump(tmp_path, lines)
     config.planner.files_per_job = 100
-    plan = planner.plan(RSE, iter_chunks(str(dump)), protected, config, tmp_path / "plan", require_scan=False)
     storage = make_site(tmp_path, tmp_path / "src", RSE, config)
+    stats = scan_of(tmp_path / "src", len(lines))  # apply re-derives the plan from the RSE's current scan
+    plan = planner.plan(RSE, iter_chunks(str(dump)), protected, config, tmp_path / "plan", stats=stats)
     newly = f"/store/unmerged/Run3Era/Primary5/AODSIM/Proc{RSE[-3:]}-v1"
     ledger = Ledger(mongo_db)
     ledger.ensure_indexes()
@@ -84,6 +93,7 @@ def test_apply_carries_the_scan_start_to_the_workers(tmp_path: Path, mongo_db: D
                         stats=stats)
     assert plan.guard is None and plan.scan_started == end - 1800
     make_site(tmp_path, tmp_path / "src", RSE, config)
+    (tmp_path / "src" / "stats.json").write_text(json.dumps({RSE: stats}))  # the scan apply reads again
     backend = LoggedLocalBackend(config, tmp_path / "b")
     svc = Service(config, Ledger(mongo_db), rse_list(tmp_path / "src", [RSE]), backend=backend)
     result = svc.apply_plan(tmp_path / "plan", protected)

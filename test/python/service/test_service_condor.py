@@ -23,7 +23,7 @@ from MSUnmerged.service import Hook, Service
 from MSUnmerged.sources.offline import OfflineSources
 from MSUnmerged.wiring import make_router
 from servers.condor import JOB_UID, SITE, CondorPool
-from MSUnmerged.samplesite import fill_storage, write_siteconf
+from MSUnmerged.samplesite import fill_storage, rescan, write_siteconf
 from service_kit import chown_tree, write_sources
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -78,6 +78,7 @@ def site(condor_pool: CondorPool, tmp_path: Path) -> Path:
     storage = condor_pool.inside(STORAGE)
     fill_storage(storage, src / "dumps" / f"{RSE}.txt")
     chown_tree(storage, JOB_UID)  # jobs run as the pool's submitter account
+    rescan(src, RSE)  # the scan starts after the files exist and are chowned (workers check their ctime)
     return src
 
 

@@ -19,8 +19,9 @@ from MSUnmerged.service import Service
 from MSUnmerged.sources.offline import OfflineSources
 from MSUnmerged.jobs.local import LocalBackend
 from MSUnmerged.jobs.router import RoutingBackend
+from MSUnmerged.samplesite import rescan
 from service_kit import (NOBODY, LoggedLocalBackend, as_nobody, chown_tree, files_left, make_site, world_readable_dir,
-                      write_sources)
+                         write_sources)
 
 pytestmark = pytest.mark.integration
 RSE = "T2_CH_Test"
@@ -119,6 +120,7 @@ def test_failures_are_retried_then_reported_not_clean(mongo_db: Database) -> Non
         (storage / gone.lstrip("/")).unlink()
         chown_tree(storage, NOBODY)
         os.chown(storage / f"{head}/locked".lstrip("/"), 0, 0)
+        rescan(src, RSE)  # a chown changes the files' ctime: the scan must start after it
         svc.config.jobs.retries = 1
         assert svc.run_once(RSE, wait_s=30).action == "new_generation"
         assert svc.run_once(RSE, wait_s=30).action == "resume"  # one retry round for the failed file
@@ -140,7 +142,7 @@ def test_new_dump_starts_new_generation_and_old_ones_are_pruned(tmp_path: Path, 
     gens = []
     for k in range(3):
         stats = json.loads((src / "stats.json").read_text())
-        stats[RSE]["end_time"] = time.time() - 100 + k
+        stats[RSE]["start_time"] = stats[RSE]["end_time"] = time.time()  # a new scan, after the site's files
         (src / "stats.json").write_text(json.dumps(stats))
         result = svc.run_once(RSE, wait_s=30)
         assert result.action == "new_generation"
@@ -207,3 +209,43 @@ def test_preflight_refusal_is_recorded_and_other_rses_go_on(tmp_path: Path, mong
     assert not [j for j in backends[fine].submissions() if j.startswith(broken)]
     assert results[fine].action == "new_generation" and results[fine].submitted > 0
     svc.stop()
+
+
+@pytest.mark.parametrize("start", ["absent", None, "1700000000", "after_end", "in_the_future"])
+def test_a_scan_without_a_usable_start_deletes_nothing(tmp_path: Path, mongo_db: Database, start: object) -> None:
+    """Issue 23: a missing, null, non-numeric or inconsistent start_time switched the site's modified_since_scan
+    check off (a file rewritten after the scan was deleted, the RSE clean). Now a named guard: nothing planned."""
+    src = write_sources(tmp_path / "src", [RSE], files=100)
+    svc = make_service(tmp_path, mongo_db, src)
+    stats = json.loads((src / "stats.json").read_text())
+    end = stats[RSE]["end_time"]
+    if start == "absent":
+        del stats[RSE]["start_time"]
+    else:
+        stats[RSE]["start_time"] = {"after_end": end + 1, "in_the_future": time.time() + 3600}.get(start, start)
+    stats[RSE]["end_time"] = max(end, time.time() + 7200) if start == "in_the_future" else end
+    (src / "stats.json").write_text(json.dumps(stats))
+    storage = tmp_path / "storage" / RSE
+    before = files_left(storage)
+    rewritten = sorted(before)[-1]
+    (storage / rewritten.lstrip("/")).write_bytes(b"rewritten after the scan")
+    result = svc.run_once(RSE, wait_s=10)
+    reason = "scan_start_missing" if start in ("absent", None) else "scan_start_invalid"
+    assert (result.action, result.reason) == ("skip", reason), result
+    doc = svc.ledger.rse(RSE)
+    assert (doc["state"], doc["reason"]) == ("skipped", reason) and doc["events"][-1]["reason"] == reason
+    assert svc.backend.submissions() == [] and files_left(storage) == before
+
+
+def test_a_dry_run_that_finds_every_file_gone_is_not_clean(tmp_path: Path, mongo_db: Database) -> None:
+    """Issue 23: every planned file already absent at the site read `clean` 100 % under the DRY RUN banner."""
+    src = write_sources(tmp_path / "src", [RSE], files=100)
+    svc = make_service(tmp_path, mongo_db, src, dry_run=True)
+    shutil.rmtree(tmp_path / "storage" / RSE / "store")
+    first = svc.run_once(RSE, wait_s=30)
+    assert first.submitted > 0 and first.collected == first.submitted
+    c = svc.ledger.rse(RSE)["counters"]
+    assert c["missing"] == c["to_delete"] > 0 and c["would_delete"] == 0
+    last = svc.run_once(RSE)
+    assert (last.action, last.state, last.reason) == ("finish", "dry_run_done", "dry_run")
+    assert svc.ledger.rse(RSE)["state"] == "dry_run_done"

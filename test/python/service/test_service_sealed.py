@@ -4,6 +4,7 @@ applied plan is a no-op the second time and an older one is refused. Real POSIX 
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Callable, Optional
@@ -18,6 +19,7 @@ from MSUnmerged.jobs.backend import wait_for
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.lfn import PrefixSet
 from MSUnmerged.service import RunResult, Service
+from MSUnmerged.samplesite import AGE_S
 from service_kit import LoggedLocalBackend, dump_lines, files_left, make_site, rse_list
 
 pytestmark = pytest.mark.integration
@@ -44,6 +46,7 @@ class Site:
         self.config.planner.files_per_job = 60
         self.config.guards.max_delete_fraction = 1.0  # a short protected list leaves almost all deletable
         self.storage = make_site(tmp_path, src, RSE, self.config)
+        self.filled = time.time()  # the scans start after the files exist: workers refuse files changed since
         self.db = db
         self.ledger = Ledger(db)
         self.ledger.ensure_indexes()
@@ -52,9 +55,11 @@ class Site:
 
     def plan(self, name: str, protected: Optional[list[str]] = None, end_time: Optional[float] = None) -> Path:
         """A sealed plan of the dump in tmp/<name>, from a scan that ended at `end_time` (its generation;
-        default a minute ago). That scan and the site's protected list are what run_once reads too."""
+        default now) and started once the site was filled. That scan and the site's protected list are what
+        run_once and apply read too."""
         out = self.tmp / name
-        stats = sample.stats_for(RSE, len(self.lines), time.time() - 60 if end_time is None else end_time)
+        end = time.time() if end_time is None else end_time
+        stats = sample.stats_for(RSE, len(self.lines), end, min(self.filled, end))
         (self.src / "stats.json").write_text(json.dumps(stats))
         (self.src / "protected.json").write_text(json.dumps(self.protected))
         made = planner.plan(RSE, iter_chunks(str(self.dump)), protected or self.protected, self.config, out,
@@ -101,11 +106,13 @@ def edit_summary(plan_dir: Path, **values: object) -> None:
     path.write_text(json.dumps({**json.loads(path.read_text()), **values}, indent=1, sort_keys=True))
 
 
-def reseal(plan_dir: Path) -> None:
-    """What a careful tamperer does: seal the edited directory again (the LFN checks must still refuse)."""
+def reseal(plan_dir: Path, rse: Optional[str] = None, generation: Optional[float] = None) -> None:
+    """What a careful tamperer does: seal the edited directory again with the project's own seal.py (the LFN
+    checks and apply's re-derivation must still refuse), naming another RSE or generation if told."""
     old = seal.read_seal(plan_dir)
     protection = PrefixSet(["/store/unmerged/Unrelated"])
-    seal.write_seal(plan_dir, old.rse, old.generation, old.dump_sha256, protection, Config().guards)
+    seal.write_seal(plan_dir, rse or old.rse, old.generation if generation is None else generation, old.dump_sha256,
+                    protection, Config().guards)
 
 
 PROTECTED_FILE = f"/store/unmerged/Run3Era/Primary0/AODSIM/Proc{RSE[-3:]}-v1/000/000/f000000.root"
@@ -261,7 +268,7 @@ def test_a_plan_file_changed_after_the_check_is_refused_where_it_is_read(tmp_pat
     original = first_job(plan_dir).read_bytes()
     append(first_job(plan_dir), PROTECTED_FILE.encode() + b"\n")
     with pytest.raises(guards.GuardTripped, match="plan_modified"):
-        site.ledger.record_plan(plan_dir, plan, plan.dump_version, sealed=sealed)
+        site.ledger.record_plan(plan_dir, plan, plan.dump_version, sealed=sealed, scan_started=plan.scan_started)
     assert not Ledger(mongo_db).file_records()
     first_job(plan_dir).write_bytes(original)
     assert site.apply(plan_dir).submitted > 0
@@ -270,3 +277,107 @@ def test_a_plan_file_changed_after_the_check_is_refused_where_it_is_read(tmp_pat
     with pytest.raises(guards.GuardTripped, match="changed since its plan was recorded"):
         site.svc.jobs.removable(RSE, plan.dump_version)
     site.settle()
+
+
+# -- issue 23: apply trusts a plan only as a reviewed intent: it re-derives the scan and the files from the sources.
+
+def put_old(storage: Path, lfns: set[str]) -> None:
+    """Files at these LFNs under `storage`, dated back like the site's own (their mtime before any scan)."""
+    for lfn in lfns:
+        path = storage / lfn.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+        os.utime(path, (time.time() - AGE_S, time.time() - AGE_S))
+
+
+def add_other(site: Site) -> Path:
+    """OTHER (this instance's too) with its own dump and a finished scan of it; its storage also holds every file
+    of RSE's dump, which OTHER's dump never lists. Returns OTHER's storage."""
+    lines, _ = dump_lines(OTHER, 120)
+    (site.src / "dumps" / f"{OTHER}.txt").write_text("\n".join(lines) + "\n")
+    stats = json.loads((site.src / "stats.json").read_text())
+    (site.src / "stats.json").write_text(json.dumps({**stats, **sample.stats_for(OTHER, len(lines))}))
+    storage = make_site(site.tmp, site.src, OTHER, site.config)  # rescans OTHER after its files are made
+    put_old(storage, set(site.lines))
+    stats = json.loads((site.src / "stats.json").read_text())
+    stats[OTHER]["start_time"] = stats[OTHER]["end_time"] = time.time()  # the scan started after every file
+    (site.src / "stats.json").write_text(json.dumps(stats))
+    return storage
+
+
+def test_a_plan_relabelled_for_another_rse_and_resealed_is_refused(tmp_path: Path, mongo_db: Database) -> None:
+    """The issue's run: RSE's plan relabelled as OTHER, resealed, deleted files at OTHER that OTHER's dump never
+    listed. Now apply re-derives OTHER's scan: refused, nothing recorded or deleted anywhere."""
+    site = Site(tmp_path, mongo_db)
+    plan_dir = site.plan("plan")
+    other = add_other(site)
+    before = files_left(other)
+    edit_summary(plan_dir, rse=OTHER)
+    reseal(plan_dir, rse=OTHER)
+    result = site.apply(plan_dir)
+    assert (result.rse, result.state, result.reason) == (OTHER, "guarded", guards.PLAN_NOT_FROM_CURRENT_SCAN), result
+    assert site.ledger.rse(OTHER)["reason"] == guards.PLAN_NOT_FROM_CURRENT_SCAN
+    # The same, with OTHER's scan at exactly the plan's times: its dump does not hold RSE's files.
+    sealed = seal.read_seal(plan_dir)
+    stats = json.loads((site.src / "stats.json").read_text())
+    stats[OTHER].update(start_time=planner.read_summary(plan_dir).scan_started, end_time=sealed.generation)
+    (site.src / "stats.json").write_text(json.dumps(stats))
+    result = site.apply(plan_dir)
+    assert (result.state, result.reason) == ("guarded", guards.PLAN_NOT_IN_CURRENT_DUMP), result
+    assert "/store/unmerged/Run3Era/" in result.detail and OTHER in result.detail
+    assert not Ledger(mongo_db).file_records() and mongo_db.jobs.count_documents({}) == 0
+    assert site.backend.submissions() == []
+    assert files_left(other) == before and files_left(site.storage) == set(site.lines)
+
+
+def test_a_resealed_plan_with_an_lfn_not_in_the_dump_is_refused(tmp_path: Path, mongo_db: Database) -> None:
+    """An unmerged LFN appended to a jobs file (not in the dump, not protected), the summary's counts mended and
+    the plan resealed: the file was deleted. Now: not in the current dump, refused."""
+    site = Site(tmp_path, mongo_db)
+    plan_dir = site.plan("plan")
+    extra = "/store/unmerged/Run3Era/Extra/AODSIM/Stray-v1/000/000/stray.root"
+    put_old(site.storage, {extra})
+    append(first_job(plan_dir), extra.encode() + b"\n")
+    summary = json.loads((plan_dir / "summary.json").read_text())
+    edit_summary(plan_dir, files_to_delete=summary["files_to_delete"] + 1,
+                 job_sizes=[summary["job_sizes"][0] + 1] + summary["job_sizes"][1:])
+    reseal(plan_dir)
+    result = site.apply(plan_dir)
+    assert (site.storage / extra.lstrip("/")).exists()
+    site.lines.append(extra)  # on the site, untouched
+    site.nothing_happened(result, guards.PLAN_NOT_IN_CURRENT_DUMP)
+    assert extra in result.detail
+
+
+@pytest.mark.parametrize("field", ["scan_started", "generation"])
+def test_a_resealed_plan_with_another_scan_is_refused(tmp_path: Path, mongo_db: Database, field: str) -> None:
+    """The plan's scan start moved 10 days ahead (a file changed after the real scan was deleted), or its generation
+    30 days ahead (accepted, and every real scan after it skipped as dump_older_than_current): both refused, and
+    the next cycle works the real scan."""
+    site = Site(tmp_path, mongo_db)
+    plan_dir = site.plan("plan")
+    plan = planner.read_summary(plan_dir)
+    changed = sorted(planned(plan_dir))[0]
+    (site.storage / changed.lstrip("/")).write_bytes(b"rewritten after the scan started")
+    if field == "scan_started":
+        edit_summary(plan_dir, scan_started=plan.scan_started + 10 * 86400)
+        reseal(plan_dir)
+    else:
+        edit_summary(plan_dir, dump_version=plan.dump_version + 30 * 86400)
+        reseal(plan_dir, generation=plan.dump_version + 30 * 86400)
+    site.nothing_happened(site.apply(plan_dir), guards.PLAN_NOT_FROM_CURRENT_SCAN)
+    cycle = site.svc.run_once(RSE, wait_s=60)
+    assert (cycle.action, cycle.generation, cycle.collected) == ("new_generation", plan.dump_version, cycle.submitted)
+    assert changed in files_left(site.storage)  # changed after the scan started: refused at the site
+    record = [r for r in Ledger(mongo_db).file_records() if r["lfn"] == changed]
+    assert [(r["state"], r["error_class"]) for r in record] == [("failed", "modified_since_scan")]
+
+
+def test_a_plan_made_without_the_scan_is_not_applied(tmp_path: Path, mongo_db: Database) -> None:
+    """`plan` without --stats: no generation, no scan start; apply refuses it (plan_scan_unknown)."""
+    site = Site(tmp_path, mongo_db, files=100)
+    site.plan("with-stats")  # the site's current scan, for apply to read
+    out = tmp_path / "no-stats"
+    made = planner.plan(RSE, iter_chunks(str(site.dump)), site.protected, site.config, out, require_scan=False)
+    assert made.guard is None and made.files_to_delete > 0 and made.scan_started is None
+    site.nothing_happened(site.apply(out), guards.PLAN_SCAN_UNKNOWN)

@@ -55,7 +55,10 @@ class Pristine:
         make_site(base, src, RSE, self.config)
         self.sources = rse_list(src, [RSE, OTHER])
         self.plan_dir = base / "plan"
-        stats = sample.stats_for(RSE, len(lines), time.time() - 60)[RSE]
+        now = time.time()  # the scan apply reads again: it starts after the site's files were made
+        all_stats = sample.stats_for(RSE, len(lines), now, now)
+        (src / "stats.json").write_text(json.dumps(all_stats))
+        stats = all_stats[RSE]
         planner.plan(RSE, iter_chunks(str(dump)), protected, self.config, self.plan_dir, stats=stats)
         self.planned = {x for p in (self.plan_dir / "jobs").iterdir() for x in p.read_bytes().split(b"\n") if x}
         assert self.planned

@@ -18,7 +18,7 @@ from MSUnmerged.worker.cleanup import EXIT_AUTH
 from MSUnmerged.worker import credentials as cr
 from MSUnmerged.worker.credentials import FILE_NAMES, job_env
 from servers.xrootd import GsiXrootd, TokenXrootd, XrootdServer
-from worker_kit import SYSTEM_PYTHON, files, make_site, manifest, run_worker, summary, world_dir
+from worker_kit import SYSTEM_PYTHON, files, make_site, manifest, run_worker, scan_start, summary, world_dir
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +39,7 @@ def run_with(server: XrootdServer, job: Path, lfns: list[str], kind: str, creden
                                                     "rules": [{"lfn": "/+(.*)", "pfn": server.url + "//$1"}]}],
                    [{"volume": "Test_Disk", "protocol": "XRootD", "command": command}])
     env = {**(server.client_env or {}), **job_env(kind, FILE_NAMES.get(kind, "")), **(env or {})}
-    return run_worker(job, manifest(lfns, **step), sc, python=python, env=env,
+    return run_worker(job, manifest(lfns, **{"scan_started": scan_start(), **step}), sc, python=python, env=env,
                       prefix=["nsenter", "-t", str(server.pid), "-n"])
 
 

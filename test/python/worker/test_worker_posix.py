@@ -15,7 +15,7 @@ import pytest
 from MSUnmerged.collector import parse_report
 from MSUnmerged.worker import deleters
 from MSUnmerged.worker.cleanup import Cleanup, Job
-from MSUnmerged.worker.deleters import Result
+from MSUnmerged.worker.deleters import Result, Seen
 from MSUnmerged.worker.report import ReportWriter
 from worker_kit import (AS_NOBODY, put, SYSTEM_PYTHON, dirs, files, make_site, manifest, posix_site, run_worker,
                         summary, world_dir, worker_pyz)
@@ -242,7 +242,7 @@ class _Flaky(deleters.Deleter):
         self.truth = truth
         self.calls = 0
 
-    def unlink(self, pfns: list[str]) -> list[Result]:
+    def unlink(self, pfns: list[str], looks: list[deleters.Seen]) -> list[Result]:
         self.calls += 1
         if self.calls == 1:
             return [Result(deleters.TIMEOUT, "expired", True)] * len(pfns)
@@ -254,9 +254,31 @@ def test_transient_errors_are_retried_with_bounded_attempts(tmp_path: Path) -> N
     cleanup = Cleanup(job, ReportWriter.open(str(tmp_path / "r.jsonl")), {})
     flaky = _Flaky({"x": deleters.DELETED, "gone": deleters.MISSING, "bad": deleters.STORAGE_ERROR,
                     "no": deleters.DENIED})
-    got = cleanup._with_retries(flaky, [("l1", "x"), ("l2", "gone"), ("l3", "bad"), ("l4", "no")])
+    got = cleanup._with_retries(flaky, [("l1", "x"), ("l2", "gone"), ("l3", "bad"), ("l4", "no")], [Seen(size=1)] * 4)
     assert [(r.outcome, n) for r, n in got] == [("deleted", 2), ("deleted", 2), ("storage_error", 3),
                                                 ("permission_denied", 2)]
     # Missing after an attempt that timed out: that attempt deleted it.
     assert "gone after an earlier attempt" in got[1][0].error  # type: ignore[operator]
     assert flaky.calls == 3
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_line_naming_a_directory_or_a_fifo_is_not_a_file(site: tuple[Path, Path], tmp_path: Path,
+                                                           dry_run: bool) -> None:
+    """Issue 23: a plan line may name a directory (or a fifo): the look refuses it as not_a_file and nothing in
+    it is touched; a link to a directory is a link and only the link goes. A dry run reports the same."""
+    storage, sc = site
+    inside = put(storage, f"{BASE}/000/380/001/inside.root")
+    fifo = storage / f"{BASE}/000/fifo".lstrip("/")
+    os.mkfifo(fifo)
+    plain = put(storage, f"{BASE}/000/plain.root")
+    link = storage / f"{BASE}/000/link".lstrip("/")
+    link.symlink_to(inside.parent, target_is_directory=True)
+    lfns = [f"{BASE}/000/380", f"{BASE}/000/380/001", f"{BASE}/000/fifo", f"{BASE}/000/plain.root", f"{BASE}/000/link"]
+    rc, lines = run_worker(tmp_path / "job", manifest(lfns, dry_run=dry_run), sc)
+    out = files(lines)
+    assert rc == 1
+    assert [(out[x]["outcome"], out[x]["reason"]) for x in lfns[:3]] == [("refused", "not_a_file")] * 3
+    assert "is a directory, not a file" in out[lfns[0]]["error"] and "is a fifo" in out[lfns[2]]["error"]
+    assert [out[x]["outcome"] for x in lfns[3:]] == ["dry_run" if dry_run else "deleted"] * 2
+    assert inside.exists() and fifo.exists() and plain.exists() == dry_run and link.is_symlink() == dry_run

@@ -209,19 +209,30 @@ def test_site_specific_layout_relaxes_only_the_lfn_suffix(area: Area, tmp_path: 
 
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_files_modified_since_the_scan_are_refused(area: Area, tmp_path: Path, dry_run: bool) -> None:
+    """Written after the scan started, or (issue 23) recreated with the old mtime set back, or a new file renamed
+    into place with an old mtime: the ctime tells, and the file stays. A dry run reports the same refusals."""
     old = [f"{BASE}/00000/old{i}.root" for i in range(2)]
     new = [f"{BASE}/00000/new{i}.root" for i in range(2)]
-    started = time.time() - 100
-    for lfn in old:
-        os.utime(put(area.storage, lfn), (started - 1000, started - 1000))
+    rewritten, renamed = f"{BASE}/00000/rewritten.root", f"{BASE}/00000/renamed.root"
+    for lfn in old + [rewritten, renamed]:
+        put(area.storage, lfn)
+    started = time.time()
+    time.sleep(0.05)  # file times come from the kernel's coarse clock: clearly after the start
     for lfn in new:
         put(area.storage, lfn)  # written after the scan started
-    rc, lines = run_worker(tmp_path / "job", manifest(old + new, scan_started=started, dry_run=dry_run), area.sc)
+    area.at(rewritten).unlink()
+    os.utime(put(area.storage, rewritten), (started - 1000, started - 1000))
+    elsewhere = put(area.storage, "/store/unmerged/Elsewhere/x.root")
+    os.utime(elsewhere, (started - 1000, started - 1000))
+    os.rename(elsewhere, area.at(renamed))
+    changed = new + [rewritten, renamed]
+    rc, lines = run_worker(tmp_path / "job", manifest(old + changed, scan_started=started, dry_run=dry_run), area.sc)
     out = files(lines)
     assert rc == 1
     assert [out[x]["outcome"] for x in old] == ["dry_run" if dry_run else "deleted"] * 2
-    assert [(out[x]["outcome"], out[x]["reason"]) for x in new] == [("refused", "modified_since_scan")] * 2
-    assert all(area.at(x).exists() for x in new) and all(area.at(x).exists() == dry_run for x in old)
+    assert [(out[x]["outcome"], out[x]["reason"]) for x in changed] == [("refused", "modified_since_scan")] * 4
+    assert "changed at" in out[rewritten]["error"] and "changed at" in out[renamed]["error"]
+    assert all(area.at(x).exists() for x in changed) and all(area.at(x).exists() == dry_run for x in old)
 
 
 def test_control_characters_and_a_loose_manifest_are_refused(area: Area, tmp_path: Path) -> None:

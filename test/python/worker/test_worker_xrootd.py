@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from worker_kit import (HOSTILE, SYSTEM_PYTHON, changes, dirs, files, hostile_site, make_site, manifest, run_worker,
-                        snapshot, summary, world_dir)
+                        scan_start, snapshot, summary, world_dir)
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +35,7 @@ def test_deletes_on_xrootd(xrootd_server, tmp_path: Path, command: str, python: 
     other = xrootd_server.put(f"{base}/00001/other-job.root")
     paths[5].unlink()  # already gone
     sc = xrootd_site(world_dir("msunmerged-xrd-"), xrootd_server.url, command)
-    man = manifest(lfns, remove_dirs=[f"{base}/00000", f"{base}/00001", base])
+    man = manifest(lfns, remove_dirs=[f"{base}/00000", f"{base}/00001", base], scan_started=scan_start())
     rc, lines = run_worker(tmp_path / "job", man, sc, python=python, prefix=["nsenter", "-t", str(xrootd_server.pid), "-n"])
     assert lines[0]["start"]["method"]["deleter"] == deleter
     out = files(lines)
@@ -62,7 +62,7 @@ def test_permission_denied_by_the_xrootd_server(xrootd_server, tmp_path: Path, c
     paths[0].parent.chmod(0o555)  # the server runs as nobody: a real EACCES from its file system
     try:
         sc = xrootd_site(world_dir("msunmerged-xrd-"), xrootd_server.url, command)
-        rc, lines = run_worker(tmp_path / "job", manifest(lfns, max_consecutive_denied=4), sc, python=python,
+        rc, lines = run_worker(tmp_path / "job", manifest(lfns, max_consecutive_denied=4, scan_started=scan_start()), sc, python=python,
                                prefix=["nsenter", "-t", str(xrootd_server.pid), "-n"])
     finally:
         paths[0].parent.chmod(0o755)
@@ -80,7 +80,7 @@ def test_unresponsive_server_gives_timeouts_after_bounded_retries(xrootd_server,
     sc = xrootd_site(world_dir("msunmerged-xrd-"), xrootd_server.url, "xrdcp")
     os.kill(xrootd_server.pid, signal.SIGSTOP)  # accepts connections (kernel), never answers
     try:
-        rc, lines = run_worker(tmp_path / "job", manifest(lfns, file_timeout_s=2, retries=1, backoff_s=0.1), sc,
+        rc, lines = run_worker(tmp_path / "job", manifest(lfns, file_timeout_s=2, retries=1, backoff_s=0.1, scan_started=scan_start()), sc,
                                prefix=["nsenter", "-t", str(xrootd_server.pid), "-n"],
                                env={"XRD_CONNECTIONRETRY": "1", "XRD_STREAMTIMEOUT": "2"})
     finally:
@@ -105,7 +105,7 @@ def test_hostile_mapping_on_xrootd_deletes_nothing_outside(xrootd_server, tmp_pa
     plain = [xrootd_server.put(lfn) for lfn in ok + other]
     before = snapshot(xrootd_server.data)
     sc = hostile_site(world_dir("msunmerged-xrd-"), xrootd_server.url + "/", "XRootD", command, variant)
-    rc, lines = run_worker(tmp_path / "job", manifest(ok + other, remove_dirs=[f"{base}/00001"]), sc, python=python,
+    rc, lines = run_worker(tmp_path / "job", manifest(ok + other, remove_dirs=[f"{base}/00001"], scan_started=scan_start()), sc, python=python,
                            prefix=["nsenter", "-t", str(xrootd_server.pid), "-n"])
     assert rc == 1, summary(lines)
     out = files(lines)
@@ -125,7 +125,8 @@ def test_rucio_mapping_checked_on_xrootd(xrootd_server, tmp_path: Path, rucio: s
     lfns = [f"{base}/00000/f{i}.root" for i in range(3)]
     paths = [xrootd_server.put(lfn) for lfn in lfns]
     sc = xrootd_site(world_dir("msunmerged-xrd-"), xrootd_server.url, "xrdcp")
-    man = manifest(lfns, remove_dirs=[f"{base}/00000"], unmerged_pfn=rucio, mapping_check="rucio")
+    man = manifest(lfns, remove_dirs=[f"{base}/00000"], unmerged_pfn=rucio, mapping_check="rucio",
+                   scan_started=scan_start())
     rc, lines = run_worker(tmp_path / "job", man, sc, prefix=["nsenter", "-t", str(xrootd_server.pid), "-n"])
     if agrees:
         assert rc == 0 and not any(p.exists() for p in paths)
@@ -138,22 +139,48 @@ def test_rucio_mapping_checked_on_xrootd(xrootd_server, tmp_path: Path, rucio: s
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_files_modified_since_the_scan_on_xrootd(xrootd_server, tmp_path: Path, command: str, python: str,
                                                  dry_run: bool) -> None:
+    """Written after the scan started, or (issue 23) recreated with the old mtime set back: xrootd's CTime tells."""
     base = f"{BASE}-mtime-{command}-{dry_run}"
     old = [f"{base}/00000/old{i}.root" for i in range(3)]
     new = [f"{base}/00000/new{i}.root" for i in range(2)]
-    started = time.time() - 100
-    for lfn in old:
-        os.utime(xrootd_server.put(lfn, b"12345"), (started - 1000, started - 1000))
+    rewritten = f"{base}/00000/rewritten.root"
+    for lfn in old + [rewritten]:
+        xrootd_server.put(lfn, b"12345")
+    started = scan_start()
     for lfn in new:
         xrootd_server.put(lfn)
+    os.utime(xrootd_server.put(rewritten), (started - 1000, started - 1000))
     sc = xrootd_site(world_dir("msunmerged-xrd-"), xrootd_server.url, command)
-    rc, lines = run_worker(tmp_path / "job", manifest(old + new + [f"{base}/00000/gone.root"], scan_started=started,
-                                                      dry_run=dry_run),
+    rc, lines = run_worker(tmp_path / "job", manifest(old + new + [rewritten, f"{base}/00000/gone.root"],
+                                                      scan_started=started, dry_run=dry_run),
                            sc, python=python, prefix=["nsenter", "-t", str(xrootd_server.pid), "-n"])
     assert rc == 1
     out = files(lines)
     assert lines[0]["start"]["method"]["checks"] == "stat"
     assert [(out[x]["outcome"], out[x]["size"]) for x in old] == [("dry_run" if dry_run else "deleted", 5)] * 3
-    assert [(out[x]["outcome"], out[x]["reason"]) for x in new] == [("refused", "modified_since_scan")] * 2
+    assert [(out[x]["outcome"], out[x]["reason"]) for x in new + [rewritten]] == [("refused", "modified_since_scan")] * 3
+    assert "changed at" in out[rewritten]["error"]
     assert out[f"{base}/00000/gone.root"]["outcome"] == "missing"
-    assert all((xrootd_server.data / x.lstrip("/")).exists() == (x in new or dry_run) for x in old + new)
+    assert all((xrootd_server.data / x.lstrip("/")).exists() == (x not in old or dry_run) for x in old + new)
+
+
+@pytest.mark.parametrize("command,python,deleter", [("xrdcp", sys.executable, "xrootd"), ("gfal2", SYSTEM_PYTHON, "gfal2"),
+                                                    ("gfal2", sys.executable, "gfal-rm")])
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_line_naming_a_directory_is_not_a_file_on_xrootd(xrootd_server, tmp_path: Path, command: str, python: str,
+                                                           deleter: str, dry_run: bool) -> None:
+    """Issue 23: the look of every deleter (xrdfs stat flags, gfal2 stat, gfal-stat) refuses a directory or a
+    fifo named as a file; nothing in the directory is touched. A dry run reports the same."""
+    base = f"{BASE}-notafile-{deleter}-{dry_run}"
+    inside = xrootd_server.put(f"{base}/00000/run/inside.root")
+    os.mkfifo(inside.parent.parent / "fifo")
+    plain = xrootd_server.put(f"{base}/00000/plain.root")
+    lfns = [f"{base}/00000/run", f"{base}/00000/fifo", f"{base}/00000/plain.root"]
+    sc = xrootd_site(world_dir("msunmerged-xrd-"), xrootd_server.url, command)
+    rc, lines = run_worker(tmp_path / "job", manifest(lfns, dry_run=dry_run, scan_started=scan_start()), sc,
+                           python=python, prefix=["nsenter", "-t", str(xrootd_server.pid), "-n"])
+    out = files(lines)
+    assert lines[0]["start"]["method"]["deleter"] == deleter and rc == 1
+    assert [(out[x]["outcome"], out[x]["reason"]) for x in lfns[:2]] == [("refused", "not_a_file")] * 2
+    assert out[lfns[2]]["outcome"] == ("dry_run" if dry_run else "deleted")
+    assert inside.exists() and (inside.parent.parent / "fifo").exists() and plain.exists() == dry_run

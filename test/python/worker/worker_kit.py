@@ -66,12 +66,23 @@ def posix_site(root: Path, storage: Path) -> Path:
                      [{"volume": VOLUME, "protocol": "posix", "command": "cp"}])
 
 
+def scan_start() -> float:
+    """The start of a scan that began after every file put so far: a whole second after now, since remote
+    storage gives times in whole seconds (a file changed in the same second could be newer than the scan)."""
+    time.sleep(1.0 - time.time() % 1.0 + 0.01)
+    return time.time()
+
+
 def manifest(lfns: list[str], remove_dirs: Sequence[str] = (), protected: Sequence[str] = (),
              keep_dirs: Sequence[str] = (), dry_run: bool = False, deadline: Optional[float] = None,
              **step: Any) -> dict[str, Any]:
+    """A manifest for these files; its scan started now, after every file put so far, unless `scan_started` says
+    (`scan_start()` for storage that gives whole seconds)."""
     params = {"type": "DeleteFiles", "name": "DeleteFiles", "lfns": list(lfns), "remove_dirs": list(remove_dirs),
               "keep_dirs": list(keep_dirs), "protected": list(protected), "dry_run": dry_run,
               "file_timeout_s": 10.0, "retries": 1, "backoff_s": 0.05, "max_consecutive_denied": 20}
+    if "scan_started" not in step:
+        params["scan_started"] = time.time()
     params.update(step)
     return {"version": MANIFEST_VERSION, "job_id": f"{RSE}:1:1", "rse": RSE, "site": SITE, "generation": 1.0,
             "deadline": time.time() + 3600 if deadline is None else deadline,

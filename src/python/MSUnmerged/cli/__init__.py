@@ -11,6 +11,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Iterator, NoReturn, Optional, Sequence
 
 from MSUnmerged import __version__
+from MSUnmerged.redact import redact, redact_logs
 
 if TYPE_CHECKING:
     from MSUnmerged.sources.errors import SourceError
@@ -129,6 +130,8 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         level = args.log_level or config.service.log_level.upper()
         logging.basicConfig(level=level, force=True, format=logfiles.FORMAT, stream=sys.stderr)
         logfiles.add_file_log(config.service.log_dir, level)
+        for handler in logging.getLogger().handlers:  # every line written: no secret of a URL in it
+            redact_logs(handler)
         return int(args.run(args, config))
     except (BadInput, ConfigError) as exc:
         return fail(name, str(exc), EXIT_BAD_INPUT)
@@ -165,7 +168,7 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 
 def fail(name: str, message: str, code: int) -> int:
-    print(f"{name}: {message}", file=sys.stderr)
+    print(f"{name}: {redact(message)}", file=sys.stderr)
     return code
 
 

@@ -22,7 +22,7 @@ from MSUnmerged.cli import EXIT_FAILED, EXIT_GUARD, EXIT_OK, BadInput
 from MSUnmerged.cli.output import table
 from MSUnmerged.config import Config, SiteConfig
 from MSUnmerged.embedded_mongo import in_use
-from MSUnmerged.samplesite import DEMO_RSE, DEMO_SITE, count_files, fill_storage, write_site
+from MSUnmerged.samplesite import DEMO_RSE, DEMO_SITE, count_files, fill_storage, rescan, write_site
 from MSUnmerged.service import RunAction
 from MSUnmerged.sources.offline import OfflineSources
 from MSUnmerged.statemachine import RSEState
@@ -81,6 +81,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     sources = write_sources(work / "sources", args.files)
     storage = work / "storage"
     fill_storage(storage, sources / "dumps" / f"{DEMO_RSE}.txt")
+    rescan(sources, DEMO_RSE)  # the scan lists the files made: it starts after them
     siteconf = write_site(work, storage)
     shutil.rmtree(work / "state", ignore_errors=True)  # each demo starts from an empty ledger
     cfg = demo_config(config, work, siteconf, args.apply)

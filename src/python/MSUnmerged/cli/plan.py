@@ -70,7 +70,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
     if not Path(args.dump).exists() or Path(args.dump).is_dir():  # a pipe is fine: `--dump <(curl ...)`
         raise BadInput(f"dump file not found: {args.dump}")
     if args.stats is None:
-        print("warning: no --stats given: scan status, age and line count are not checked", file=sys.stderr)
+        print("warning: no --stats given: scan status, age, start and line count are not checked, and `apply` "
+              "refuses this plan (plan_scan_unknown)", file=sys.stderr)
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise BadInput(f"--out {args.out} exists and is not a directory")
     with reading(args.dump, f"planning {args.rse}") as (dump, progress):

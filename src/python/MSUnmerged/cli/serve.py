@@ -8,9 +8,15 @@ import socket
 import threading
 from typing import Any, Optional
 
+import pymongo
+from pymongo.database import Database
+
 from MSUnmerged.cli import EXIT_OK, BadInput
 from MSUnmerged.config import Config
+from MSUnmerged.dbwatch import DatabaseWatch
+from MSUnmerged.embedded_mongo import EmbeddedMongo
 from MSUnmerged.guards import UNKNOWN_RSE
+from MSUnmerged.ledger.requestids import RequestIds
 from MSUnmerged.ledger.view import MongoLedgerView
 from MSUnmerged.rest import app
 from MSUnmerged.rest.triggers import TriggerQueue, TriggerRefused
@@ -19,6 +25,7 @@ from MSUnmerged.sources import Sources
 from MSUnmerged.sources.errors import SourceError
 
 log = logging.getLogger("MSUnmerged.serve")
+PING_S = 3.0
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -61,18 +68,29 @@ def serve(config: Config, service: Service, port: Optional[int] = None) -> None:
                        "choose another with --port or rest.port")
     worker = Service(config, service.ledger, service.sources, service.backend,
                      instance=f"{service.instance}-trigger")
+    request_ids = RequestIds(service.ledger.db, config.rest.replay_window_s)
+    request_ids.ensure_index()
     triggers = TriggerQueue(lambda rse, mode: worker.run_once(rse) if mode == "apply" else service.preview(rse),
-                            check=lambda rse: admit(worker, rse))
+                            request_ids.claim, check=lambda rse: admit(worker, rse))
+    watch = DatabaseWatch(lambda: ping(service.ledger.db), None if config.mongo.url else
+                          EmbeddedMongo(config.state_dir), config.rest.db_dead_s).start()
     loop = threading.Thread(target=service.serve, name="msunmerged-loop", daemon=True)
     loop.start()
     try:
-        app.start(config, MongoLedgerView(service.ledger.db), triggers, port=port)
+        app.start(config, MongoLedgerView(service.ledger.db), triggers, port=port, watch=watch)
         app.block()
     finally:
+        watch.stop()
         service.stop()
         triggers.stop()
         worker.stop()
         loop.join(30)
+
+
+def ping(db: Database) -> None:
+    """The watch's question to the ledger database, answered within PING_S."""
+    with pymongo.timeout(PING_S):
+        db.client.admin.command("ping")
 
 
 def serve_private(config: Config, sources: Optional[Sources] = None, port: Optional[int] = None) -> int:

@@ -121,12 +121,13 @@ class ProtectedBases:
 
     def for_job(self, lfns: Sequence[str], dirs: set[str]) -> tuple[list[str], list[str]]:
         """(protected, keep_dirs) for a job whose files are `lfns` and directories `dirs` (`file_dirs`): the
-        bases that are one of its files or whose chain holds one of its directories (a base covering a file,
-        or lying under one of its files' directories at or below the floor), and those chain members among
-        its directories at or below the floor (worker.paths.MIN_DIR_DEPTH)."""
+        bases that are one of its files or whose chain holds one of its files or directories (a base covering a
+        file, lying under one of its files' directories at or below the floor, or under a file line naming a
+        directory), and those chain members among its directories at or below the floor
+        (worker.paths.MIN_DIR_DEPTH)."""
         hits = [d for d in dirs if d in self._by_dir]
         bases = self._bases.intersection(lfns) if self._bases else set()
-        for d in hits:
+        for d in hits + [f for f in lfns if f in self._by_dir]:  # a file line naming a directory above a base
             bases |= self._by_dir[d]
         return sorted(bases), sorted(d for d in hits if depth(d) >= MIN_DIR_DEPTH)
 

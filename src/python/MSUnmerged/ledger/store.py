@@ -90,7 +90,7 @@ class JobIntent(Protocol):
 class Protection(Protocol):
     """The current protected list (lfn.PrefixSet)."""
 
-    def covers(self, path: bytes) -> bool: ...
+    def holds_below(self, path: bytes) -> bool: ...
 
 
 def storage_message(error: str) -> str:
@@ -372,13 +372,13 @@ class Ledger:
         return n
 
     def drop_protected(self, rse: str, generation: float, protection: Protection, job: Optional[str] = None) -> int:
-        """Files not yet deleted (of one job, if given) that the current protected list covers become
-        skipped_protected."""
+        """Files not yet deleted (of one job, if given) that the current protected list covers, or that lie above
+        a protected base (a line naming a directory), become skipped_protected."""
         flt: dict[str, Any] = {"rse": rse, "gen": generation, "state": {"$in": list(NOT_DELETED)}}
         if job is not None:
             flt["job"] = job
         ids = [d["_id"] for d in with_retry(lambda: list(self.files.find(flt, {"lfn": 1})), "scan protection")
-               if protection.covers(d["lfn"].encode("utf-8", "surrogateescape"))]
+               if protection.holds_below(d["lfn"].encode("utf-8", "surrogateescape"))]
         dropped = {"state": FileState.SKIPPED_PROTECTED, "error_class": PROTECTED_SINCE_PLANNING}
         for start in range(0, len(ids), BATCH):
             chunk = ids[start:start + BATCH]
@@ -391,7 +391,7 @@ class Ledger:
             bflt["job"] = job
         codes = bk.CODES[FileState.PLANNED] + bk.CODES[FileState.WOULD_DELETE]
         covered = [e for e in self._live_entries(bflt, codes)
-                   if protection.covers(f"{e[0]['dir']}/{e[2]}".encode("utf-8", "surrogateescape"))]
+                   if protection.holds_below(f"{e[0]['dir']}/{e[2]}".encode("utf-8", "surrogateescape"))]
         self._move_to_rows([(e, dropped) for e in covered], {"state": {"$in": list(NOT_DELETED)}})
         n = len(ids) + len(covered)
         if n:

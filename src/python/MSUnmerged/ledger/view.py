@@ -12,6 +12,7 @@ from MSUnmerged.jobs.backend import JobState
 from MSUnmerged.ledger import history
 from MSUnmerged.ledger.states import RETRIABLE, SUBMITTED, DirState, FileState
 from MSUnmerged.ledger.store import Ledger
+from MSUnmerged.redact import redact, redact_all
 
 # The states an operator may ask for: "submitted" = planned files whose job is live (Ledger.query_files).
 FILE_STATES = (*(s.value for s in FileState), SUBMITTED)
@@ -135,7 +136,8 @@ class MongoLedgerView:
         gen = doc.get("generation")
         entry = next((g for g in doc.get("generations") or [] if g.get("gen") == gen), {})
         fields = {k: v for k, v in doc.items() if k not in ("_id", "generations", "events")}
-        return _clean({"name": doc["_id"], **fields, "plan": entry, "events": (doc.get("events") or [])[-10:]})
+        events = (doc.get("events") or [])[-10:]
+        return redact_all(_clean({"name": doc["_id"], **fields, "plan": entry, "events": events}))
 
     def rses(self) -> list[dict[str, Any]]:
         return [self._rse_summary(d) for d in self.ledger.rse_docs()]
@@ -166,6 +168,8 @@ class MongoLedgerView:
             for doc in page["items"]:
                 out = _clean(doc)
                 out["cursor"] = out.pop("_id")
+                if out.get("error"):  # a worker's message may quote a URL with its credential
+                    out["error"] = redact(out["error"])
                 yield out
             if left is not None:
                 left -= len(page["items"])
@@ -188,7 +192,7 @@ class MongoLedgerView:
             query["state"] = state
         # Job ids are "<rse>:<gen>:<round>-<n>": descending id order is newest first within an RSE.
         docs = self.db.jobs.find(query).sort("_id", -1).limit(limit)
-        return [_clean({"id": d.pop("_id"), **d}) for d in docs]
+        return [redact_all(_clean({"id": d.pop("_id"), **d})) for d in docs]  # batch reasons may quote URLs
 
     def jobs_by_state(self) -> list[dict[str, Any]]:
         pipeline = [{"$group": {"_id": {"rse": "$rse", "state": "$state"}, "count": {"$sum": 1}}}]
@@ -198,7 +202,7 @@ class MongoLedgerView:
     def cycles(self, limit: int) -> list[dict[str, Any]]:
         out = []
         for d in self.ledger.query_cycles(limit):
-            d = _clean({"id": d.pop("_id"), **d})
+            d = redact_all(_clean({"id": d.pop("_id"), **d}))  # failure details may quote a URL with its credential
             start, end = d.get("started"), d.get("finished")
             d["duration_s"] = round(end - start, 3) if isinstance(start, (int, float)) and \
                 isinstance(end, (int, float)) else None
@@ -207,8 +211,8 @@ class MongoLedgerView:
 
     def health(self, stale_after_s: float) -> dict[str, Any]:
         last_good = self.ledger.last_good_cycle()
-        return health_of(self.cycles(5), _clean({"id": last_good.pop("_id"), **last_good}) if last_good else {},
-                         self.ledger.first_cycle_started(), stale_after_s, time.time())
+        good = redact_all(_clean({"id": last_good.pop("_id"), **last_good})) if last_good else {}
+        return health_of(self.cycles(5), good, self.ledger.first_cycle_started(), stale_after_s, time.time())
 
     def history(self, rse: Optional[str], days: int) -> list[dict[str, Any]]:
         return history.rse_days(self.db, rse, days)

@@ -11,17 +11,19 @@ import threading
 import time
 from typing import Any, Callable, Iterator, Optional
 
+import cheroot.errors
 import cherrypy
 from pymongo.errors import PyMongoError
 
 from MSUnmerged import sites
 from MSUnmerged.config import Config
+from MSUnmerged.dbwatch import DatabaseWatch
 from MSUnmerged.ledger.retry import LedgerError, deadline
 from MSUnmerged.ledger.states import EXPECTED_DIR_REASONS, SUBMITTED, DirState, FileState, dir_failed
 from MSUnmerged.ledger.view import DIR_STATES, FILE_STATES, JOB_STATES, LedgerView
-from MSUnmerged.rest.auth import AuthError, Audit, KeyFile, RateLimiter, ReplayGuard, User, claimed, has_role, \
-    user_from_headers
-from MSUnmerged.rest.triggers import TriggerQueue, TriggerRefused
+from MSUnmerged.rest.auth import AuthError, Audit, KeyFile, RateLimiter, User, claimed, has_role, user_from_headers
+from MSUnmerged.rest.server import RAW_HEADERS  # cheroot folds '_' into '-' in names: the raw ones are there
+from MSUnmerged.rest.triggers import REPLAYED, TriggerQueue, TriggerRefused
 from MSUnmerged.statemachine import RSEState
 
 log = logging.getLogger("MSUnmerged.rest")
@@ -31,6 +33,8 @@ RSE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}")
 ERROR_CLASS_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 JOB_RE = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
 REQUEST_ID_RE = re.compile(r"[A-Za-z0-9_.:\-]{8,128}")
+# A page's cursor: a record's _id, "<rse>|<generation>|<path>" (worker.ids.file_id), as `next` gave it.
+CURSOR_RE = re.compile(RSE_RE.pattern + r"\|[0-9]+\.[0-9]{3}\|/[^\n]{0,4096}")
 ALL_DOCS = "all_docs"  # data/info?rse=ALL_DOCS, compared in lower case as WMCore does
 MAX_PAGE = 10_000
 STARTED = time.time()
@@ -38,8 +42,6 @@ VERSION = importlib.metadata.version("msunmerged")
 # Any of these from the ledger, within rest.db_timeout_s: 503 on every endpoint.
 DB_ERRORS = (PyMongoError, LedgerError)
 DB_DOWN = "ledger database unavailable"
-# cheroot folds '_' into '-' in header names; the gateway in app.py keeps the raw names and bytes here.
-RAW_HEADERS = "msunmerged.raw_headers"
 
 # WMCore MSUnmerged counter -> the ledger counter with the same meaning and type.
 WMCORE_COUNTERS = {
@@ -159,6 +161,37 @@ def boolean(params: dict[str, Any], name: str, default: bool) -> bool:
     if raw.lower() not in ("true", "false", "1", "0"):
         raise BadParam(name, f"expected true or false, got {raw[:20]!r}")
     return raw.lower() in ("true", "1")
+
+
+def read_body(limit: int) -> bytes:
+    """The request body, at most `limit` bytes, whatever its framing (Content-Length or chunked): 413 when
+    larger, 400 when its chunked framing is broken, 408 when it does not arrive within the deadline."""
+    try:
+        data = cherrypy.request.body.fp.read(limit + 1)
+    except cheroot.errors.MaxSizeExceeded:
+        raise AuthError(f"the body is larger than {limit} bytes", 413) from None
+    except TimeoutError:
+        raise AuthError("the body did not arrive in time (rest.request_deadline_s)", 408) from None
+    except ValueError as exc:  # cheroot: a chunk size or chunk end that is not HTTP
+        raise BadParam("body", f"broken chunked framing: {str(exc)[:80]}") from None
+    except OSError as exc:  # cheroot: a chunk announced past the size limit, or the client went away
+        if "Too Large" in str(exc):
+            raise AuthError(f"the body is larger than {limit} bytes", 413) from None
+        raise AuthError("the body could not be read", 400) from None
+    if len(data) > limit:
+        raise AuthError(f"the body is larger than {limit} bytes", 413)
+    return data
+
+
+def json_object(body: bytes) -> dict[str, str]:
+    """A JSON object of strings (an empty body: {}); BadParam otherwise."""
+    try:
+        data = json.loads(body or b"{}")
+    except ValueError:  # also bytes that are not UTF-8
+        raise BadParam("body", "not valid JSON") from None
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        raise BadParam("body", "expected a JSON object of strings")
+    return data
 
 
 def wmcore_boolean(params: dict[str, Any], name: str, default: bool) -> bool:
@@ -297,25 +330,28 @@ def request_headers() -> dict[str, bytes]:
 class DataApi:
     """Handlers under <base>/data/."""
 
-    def __init__(self, config: Config, view: LedgerView, triggers: Optional[TriggerQueue]) -> None:
+    def __init__(self, config: Config, view: LedgerView, triggers: Optional[TriggerQueue],
+                 watch: Optional[DatabaseWatch] = None) -> None:
         self.config = config
         self.view = view
         self.queue = triggers
+        self.watch = watch  # serve's: liveness fails once the database is silent for rest.db_dead_s
         self.cache = TtlCache(config.rest.cache_ttl_s)
         self.keyfile = KeyFile(config.rest.hmac_key_file)
         self.limiter = RateLimiter(config.rest.trigger_rate_per_min)
         self.audit = Audit(config.rest.audit_log)
-        self.replays = ReplayGuard(config.rest.replay_window_s)
 
     # -- health and status -------------------------------------------------------------------
 
     @json_call()
     def health(self, **params: Any) -> bytes:
-        """Liveness (probe=live: the process answers) or readiness (the ledger database answers)."""
+        """Liveness (probe=live: the process answers, and serve's database has not been silent for
+        rest.db_dead_s) or readiness (the ledger database answers)."""
         probe = one(params, "probe", "ready", choices=("live", "ready"))
         no_more(params)
         if probe == "live":
-            return envelope([{"status": "ok"}])
+            dead = self.watch.dead() if self.watch else None
+            return _error(503, dead) if dead else envelope([{"status": "ok"}])
         self.view.ping()  # a database error is answered 503 by json_call
         return envelope([{"status": "ok"}])
 
@@ -424,7 +460,7 @@ class DataApi:
         error_class = one(params, "error_class", pattern=ERROR_CLASS_RE)
         dir_prefix = one(params, "dir")
         job = one(params, "job", pattern=JOB_RE)
-        after = one(params, "after")
+        after = one(params, "after", pattern=CURSOR_RE)
         stream = boolean(params, "stream", False)
         limit = integer(params, "limit", 100, 1, MAX_PAGE)
         no_more(params)
@@ -432,8 +468,6 @@ class DataApi:
             raise BadParam("rse", "required unless 'job' is given (and always with state=submitted)")
         if dir_prefix is not None and not dir_prefix.startswith("/store/unmerged/"):
             raise BadParam("dir", "must start with /store/unmerged/")
-        if after is not None and len(after) > 4096:
-            raise BadParam("after", "too long")
         query = (rse, state, error_class, dir_prefix, job)
         if stream:
             records = fetch(*query, after, 0)
@@ -498,65 +532,75 @@ class DataApi:
     @json_call("POST")
     def trigger(self, **params: Any) -> bytes:
         """Start one RSE now (mode plan or apply): a JSON body with rse, mode and a fresh request_id.
-        Operators only; same-origin; each request_id once; rate-limited; audited."""
+        Operators only, `apply` only for rest.operator_logins; same-origin; each request_id once;
+        rate-limited; audited. Everything the headers decide is decided before the body is read."""
         headers = request_headers()
-        who = {"remote": cherrypy.request.remote.ip, **claimed(headers)}
+        what: dict[str, Any] = {"remote": cherrypy.request.remote.ip, **claimed(headers)}
+
+        def refuse(reason: str, error: Exception, outcome: str = "denied") -> Exception:
+            self.audit.write(action="trigger", outcome=outcome, reason=reason, **what)
+            return error
+
+        # Before the body is read only the query string says what is asked: audited as claimed, like the identity.
+        what.update({k: v[:200] for k, v in params.items()
+                     if k in ("rse", "mode", "request_id") and isinstance(v, str)})
         origin = headers.get("origin", b"").decode("latin-1")
         if origin and origin not in self.config.rest.allowed_origins:
-            self.audit.write(action="trigger", outcome="denied", reason=f"foreign origin {origin[:100]}", **who)
-            raise AuthError(f"requests from origin {origin[:100]!r} are refused")
-        params = self._merge_body(params)
-        rse = one(params, "rse", required=True, pattern=RSE_RE)
-        mode = one(params, "mode", "plan", choices=("plan", "apply"))
-        request_id = one(params, "request_id", required=True, pattern=REQUEST_ID_RE)
-        no_more(params)
-        what = {"rse": rse, "mode": mode, "request_id": request_id, **who}
+            raise refuse(f"foreign origin {origin[:100]}",
+                         AuthError(f"requests from origin {origin[:100]!r} are refused"))
+        if cherrypy.request.headers.get("Content-Type", "").split(";")[0].strip().lower() != "application/json":
+            raise refuse("not a JSON body", AuthError("the body must be a JSON object (Content-Type: "
+                                                      "application/json)", 415))
         try:
             user = user_from_headers(headers, self.keyfile)
         except AuthError as exc:
-            self.audit.write(action="trigger", outcome="denied", reason=str(exc), **what)
-            raise
+            raise refuse(str(exc), exc) from None
         what.update(login=user.login, dn=user.dn)
-        if not has_role(user, self.config.rest.operator_roles):
-            self.audit.write(action="trigger", outcome="denied", reason="no operator role", **what)
-            raise AuthError("an operator role is required: " + ", ".join(self.config.rest.operator_roles))
-        logins = self.config.rest.operator_logins
-        if logins and user.login not in logins:
-            self.audit.write(action="trigger", outcome="denied", reason="login not in rest.operator_logins", **what)
-            raise AuthError("this login may not trigger (rest.operator_logins)")
-        if not self.replays.first_use(request_id):
-            self.audit.write(action="trigger", outcome="denied", reason="request_id reused", **what)
-            raise AuthError(f"request_id {request_id!r} was already used: send a fresh one", 409)
+        rest = self.config.rest
+        if not has_role(user, rest.operator_roles):
+            raise refuse("no operator role",
+                         AuthError("an operator role is required: " + ", ".join(rest.operator_roles)))
+        if rest.operator_logins and user.login not in rest.operator_logins:
+            raise refuse("login not in rest.operator_logins",
+                         AuthError("this login may not trigger (rest.operator_logins)"))
+        try:
+            params = self._merge_body(params, rest.max_body_bytes)
+            rse = one(params, "rse", required=True, pattern=RSE_RE)
+            mode = one(params, "mode", "plan", choices=("plan", "apply"))
+            request_id = one(params, "request_id", required=True, pattern=REQUEST_ID_RE)
+            no_more(params)
+        except (BadParam, AuthError) as exc:
+            raise refuse(str(exc), exc, "refused") from None
+        what.update(rse=rse, mode=mode, request_id=request_id)
+        if mode == "apply" and not rest.operator_logins:
+            raise refuse("apply closed: rest.operator_logins empty", AuthError(
+                "apply triggers are refused until rest.operator_logins names the logins that may apply"))
         if self.queue is None:
             return _error(503, "this instance runs no service loop: triggers are disabled")
         allowed, wait = self.limiter.allow(user.login or user.dn)
         if not allowed:
             self.audit.write(action="trigger", outcome="rate_limited", **what)
             cherrypy.response.headers["Retry-After"] = str(int(wait) + 1)
-            return _error(429, f"rate limit of {self.config.rest.trigger_rate_per_min} triggers per minute "
+            return _error(429, f"rate limit of {rest.trigger_rate_per_min} triggers per minute "
                                f"reached; retry in {wait:.0f} s")
         try:
-            record = self.queue.submit(rse, mode, user.login or user.dn)
+            record = self.queue.submit(rse, mode, user.login or user.dn, request_id)
         except TriggerRefused as refused:
-            self.audit.write(action="trigger", outcome="refused", reason=refused.reason, **what)
+            self.audit.write(action="trigger", outcome="denied" if refused.reason == REPLAYED else "refused",
+                             reason=refused.reason, **what)
             return _error(refused.status, str(refused))
+        except DB_ERRORS:  # the request_id cannot be claimed: nothing is queued (503 from json_call)
+            self.audit.write(action="trigger", outcome="refused", reason=DB_DOWN, **what)
+            raise
         self.audit.write(action="trigger", outcome="accepted", id=record["id"], **what)
         cherrypy.response.status = 202
         return envelope([record])
 
     @staticmethod
-    def _merge_body(params: dict[str, Any]) -> dict[str, Any]:
-        """Query parameters plus the JSON object body (Content-Type application/json, else 415);
+    def _merge_body(params: dict[str, Any], limit: int) -> dict[str, Any]:
+        """Query parameters plus the JSON object body (at most `limit` bytes, within the request deadline);
         a name given in both with different values is refused, never silently overridden."""
-        request = cherrypy.request
-        if request.headers.get("Content-Type", "").split(";")[0].strip().lower() != "application/json":
-            raise AuthError("the body must be a JSON object (Content-Type: application/json)", 415)
-        try:
-            data = json.loads(request.body.read() or b"{}")
-        except ValueError:
-            raise BadParam("body", "not valid JSON") from None
-        if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
-            raise BadParam("body", "expected a JSON object of strings")
+        data = json_object(read_body(limit))
         for name, value in data.items():
             if name in params and params[name] != value:
                 raise BadParam(name, "given in the query and the body with different values")

@@ -5,16 +5,18 @@ import json
 import logging
 from typing import Any, Optional
 
-import cheroot.wsgi
 import cherrypy
 from cherrypy.process.servers import ServerAdapter
 
 from MSUnmerged.config import Config
+from MSUnmerged.dbwatch import DatabaseWatch
 from MSUnmerged.ledger.retry import deadline
 from MSUnmerged.ledger.view import LedgerView
+from MSUnmerged.redact import REDACTED
 from MSUnmerged.rest import metrics, page
-from MSUnmerged.rest.api import DB_ERRORS, RAW_HEADERS, DataApi
+from MSUnmerged.rest.api import DB_ERRORS, DataApi
 from MSUnmerged.rest.auth import is_signed, parse_role
+from MSUnmerged.rest.server import GuardedServer
 from MSUnmerged.rest.triggers import TriggerQueue
 
 log = logging.getLogger("MSUnmerged.rest")
@@ -34,24 +36,6 @@ def _error_page(status: str, message: str, traceback: str, version: str) -> str:
     return json.dumps({"result": [], "error": f"{status}: {message}"})
 
 
-class RawHeaderGateway(cheroot.wsgi.Gateway_10):
-    """WSGI 1.0, plus the request headers as sent (lower-case names, raw byte values) in environ.
-
-    The WSGI environ cannot carry them: HTTP_CMS_AUTHZ_T0_OPERATOR is both `t0_operator` and
-    `t0-operator`, and the front end signs the name as sent and the value's raw UTF-8 bytes.
-    """
-
-    def get_environ(self) -> dict[str, Any]:
-        env = super().get_environ()
-        env[RAW_HEADERS] = {k.decode("latin-1").lower(): v for k, v in self.req.inheaders.items()}
-        return env
-
-
-GATEWAY = ("msunmerged-raw-headers", 1, 0)
-cheroot.wsgi.wsgi_gateways[GATEWAY] = RawHeaderGateway
-REDACTED = "<redacted>"
-
-
 def log_redacted_headers() -> None:
     """On an error answer, log the request headers as CherryPy would, but never the signed ones
     (cms-authn-*/cms-authz-*): they are a credential that never expires."""
@@ -65,13 +49,15 @@ cherrypy.tools.log_redacted_headers = cherrypy.Tool("before_error_response", log
 class Root:
     """Pages and metrics; `data` holds the JSON API."""
 
-    def __init__(self, config: Config, view: LedgerView, triggers: Optional[TriggerQueue]) -> None:
+    def __init__(self, config: Config, view: LedgerView, triggers: Optional[TriggerQueue],
+                 watch: Optional[DatabaseWatch]) -> None:
         self.config = config
         self.base = config.rest.base.rstrip("/")
         self.ctx = page.Context.from_config(config)
         self.db_timeout_s = config.rest.db_timeout_s
         self.view = view
-        self.data = DataApi(config, view, triggers)
+        self.watch = watch
+        self.data = DataApi(config, view, triggers, watch)
 
     @cherrypy.expose
     def index(self, **params: Any) -> bytes:
@@ -106,11 +92,12 @@ class Root:
     @cherrypy.expose
     def metrics(self) -> bytes:
         cherrypy.response.headers["Content-Type"] = metrics.CONTENT_TYPE
+        extra = () if self.watch is None else (self.watch,)
         try:
             with deadline(self.db_timeout_s):
-                return metrics.render(self.view, self.config).encode()
+                return metrics.render(self.view, self.config, *extra).encode()
         except DB_ERRORS:
-            return metrics.render_down(self.ctx.dry_run).encode()
+            return metrics.render_down(self.ctx.dry_run, *extra).encode()
 
 
 class MetricsRoot:
@@ -120,78 +107,65 @@ class MetricsRoot:
         self.metrics = root.metrics
 
 
-_METRICS_SERVERS: list[ServerAdapter] = []
+# The servers this module started (the API's, the metrics port's), subscribed to CherryPy's engine.
+_SERVERS: list[ServerAdapter] = []
+# Every request, on both ports: no traceback shown, no header logged but the unsigned ones, and CherryPy never
+# reads a body itself (a form post's included): the trigger authenticates from the headers first.
+APP_CONFIG = {
+    "error_page.default": _error_page,
+    "request.show_tracebacks": False,
+    "request.process_request_body": False,
+    "tools.log_headers.on": False,
+    "tools.log_redacted_headers.on": True,
+}
 
 
-def serve_metrics(config: Config, root: Root) -> None:
-    """Serve the root's metrics on rest.metrics_port, started and stopped with CherryPy's engine."""
-    bind = (config.rest.host, config.rest.metrics_port)
-    app = cherrypy.Application(MetricsRoot(root), "", {"/": {
-        "error_page.default": _error_page, "request.show_tracebacks": False, "tools.log_headers.on": False}})
-    server = cheroot.wsgi.Server(bind, app, numthreads=2, timeout=int(config.rest.socket_timeout_s) or 1)
-    adapter = ServerAdapter(cherrypy.engine, server, bind)
+def _serve(config: Config, app: Any, port: int) -> None:
+    """A GuardedServer for `app` on rest.host:port, started and stopped with CherryPy's engine."""
+    bind = (config.rest.host, port)
+    adapter = ServerAdapter(cherrypy.engine, GuardedServer(bind, app, config.rest), bind)
     adapter.subscribe()
-    _METRICS_SERVERS.append(adapter)
+    _SERVERS.append(adapter)
 
 
-def mount(config: Config, view: LedgerView, triggers: Optional[TriggerQueue] = None) -> Root:
+def mount(config: Config, view: LedgerView, triggers: Optional[TriggerQueue] = None,
+          watch: Optional[DatabaseWatch] = None) -> Root:
     """Mount the application on cherrypy.tree under rest.base; returns the root object."""
     for spec in config.rest.operator_roles:
         parse_role(spec)  # a bad role spec must stop the start, not every trigger
-    root = Root(config, view, triggers)
+    root = Root(config, view, triggers, watch)
     problem = root.data.keyfile.problem()
     if problem:
         log.error("%s: every trigger will be refused until rest.hmac_key_file holds the CMSWEB key", problem)
-    cherrypy.tree.mount(root, root.base, {"/": {
-        "error_page.default": _error_page,
-        "request.show_tracebacks": False,
-        "tools.trailing_slash.on": True,
-        "tools.log_headers.on": False,
-        "tools.log_redacted_headers.on": True,
-    }})
+    if not config.rest.operator_logins:
+        log.warning("rest.operator_logins is empty: every apply trigger is refused (plan triggers go by role)")
+    cherrypy.tree.mount(root, root.base, {"/": {**APP_CONFIG, "tools.trailing_slash.on": True}})
     return root
 
 
-def configure_server(config: Config, port: Optional[int] = None) -> None:
-    """Bind address; a fixed pool of threads with a bounded queue and socket timeout, so slow clients
-    hold a thread for at most socket_timeout_s; bodies over max_body_bytes refused (413) before the
-    application runs; CherryPy's own screen log and autoreload off (we log ourselves)."""
-    rest = config.rest
-    cherrypy.config.update({
-        "server.socket_host": rest.host,
-        "server.socket_port": rest.port if port is None else port,
-        "server.thread_pool": rest.thread_pool,
-        "server.thread_pool_max": rest.thread_pool,
-        "server.accepted_queue_size": rest.queue_size,
-        "server.accepted_queue_timeout": rest.socket_timeout_s,
-        "server.socket_timeout": rest.socket_timeout_s,
-        "server.max_request_body_size": rest.max_body_bytes,
-        "server.wsgi_version": GATEWAY,
-        "server.socket_queue_size": 128,
-        "engine.autoreload.on": False,
-        "checker.on": False,
-        "log.screen": False,
-        "request.show_tracebacks": False,
-    })
-
-
 def start(config: Config, view: LedgerView, triggers: Optional[TriggerQueue] = None,
-          port: Optional[int] = None) -> Root:
-    """Mount and start serving in background threads (stop with `stop()`)."""
-    root = mount(config, view, triggers)
-    configure_server(config, port)
+          port: Optional[int] = None, watch: Optional[DatabaseWatch] = None) -> Root:
+    """Mount and serve in background threads (stop with `stop()`): the tree on rest.port (or `port`), the
+    metrics alone on rest.metrics_port, each by a GuardedServer (rest/server.py); CherryPy's own server,
+    screen log and autoreload off (we log ourselves)."""
+    root = mount(config, view, triggers, watch)
+    cherrypy.config.update({"engine.autoreload.on": False, "checker.on": False, "log.screen": False,
+                            "request.show_tracebacks": False})
+    cherrypy.server.unsubscribe()
+    listen = config.rest.port if port is None else port
+    _serve(config, cherrypy.tree, listen)
     if config.rest.metrics_port:
-        serve_metrics(config, root)
+        _serve(config, cherrypy.Application(MetricsRoot(root), "", {"/": APP_CONFIG}), config.rest.metrics_port)
     cherrypy.engine.start()
     cherrypy.engine.wait(cherrypy.engine.states.STARTED)
-    log.info("REST on http://%s:%s%s/", config.rest.host, cherrypy.server.socket_port, root.base)
+    log.info("REST on http://%s:%s%s/", config.rest.host, listen, root.base)
     return root
 
 
 def stop() -> None:
     cherrypy.engine.exit()
-    while _METRICS_SERVERS:
-        _METRICS_SERVERS.pop().unsubscribe()
+    while _SERVERS:
+        _SERVERS.pop().unsubscribe()
     for path in list(cherrypy.tree.apps):
         del cherrypy.tree.apps[path]
 

@@ -9,7 +9,7 @@ end) or `OK` (the older Apache one); `NONE` means not authenticated.
 
 Expiry: the headers carry no timestamp and nothing per request, so a signature "expires" only when the
 key rotates (the key file is re-read whenever its modification time or size changes). Headers are
-therefore never logged, and a trigger carries a fresh `request_id` (see `ReplayGuard`).
+therefore never logged, and a trigger carries a fresh `request_id` (ledger.requestids).
 """
 from __future__ import annotations
 
@@ -32,6 +32,10 @@ HMAC_HEADER = "cms-authn-hmac"
 STATUS_HEADER = "cms-auth-status"
 SIGNED_PREFIXES = ("cms-authn", "cms-authz")
 AUTHENTICATED = "ok"  # compared case-insensitively: `ok` from the Go front end, `OK` from the Apache one
+# A key is refused when, without whitespace and NUL bytes, it is shorter than this or one byte repeated:
+# HMAC pads a short key with zeros, so a key file of NULs signs like the empty key anyone can use.
+MIN_KEY_BYTES = 16
+_NOT_KEY_MATERIAL = b" \t\n\r\x0b\x0c\x00"
 
 
 class AuthError(Exception):
@@ -85,8 +89,20 @@ def sign(headers: Mapping[str, str], key: bytes) -> str:
     return hmac.new(key, signed_message(raw), hashlib.sha1).hexdigest()
 
 
+def key_weakness(key: bytes) -> Optional[str]:
+    """Why `key` must not be used to verify signatures, or None when it is strong enough."""
+    material = key.translate(None, _NOT_KEY_MATERIAL)
+    if not material:
+        return "empty"
+    if len(material) < MIN_KEY_BYTES:
+        return f"too short ({len(material)} bytes without whitespace and NULs, at least {MIN_KEY_BYTES})"
+    if len(set(material)) == 1:
+        return "one byte repeated"
+    return None
+
+
 class KeyFile:
-    """The shared HMAC key, re-read when the file changes (key rotation); empty or unreadable: no key."""
+    """The shared HMAC key, re-read when the file changes (key rotation); unreadable or weak: no key."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -118,9 +134,10 @@ class KeyFile:
         except OSError as exc:
             log.error("HMAC key file %s unreadable: %s", self.path, exc.strerror)
             raise AuthError("HMAC key unavailable: authenticated calls are refused") from None
-        if not key.strip():  # anyone can compute a signature with an empty key
-            log.error("HMAC key file %s is empty", self.path)
-            raise AuthError("HMAC key empty: authenticated calls are refused")
+        weakness = key_weakness(key)
+        if weakness:  # anyone can compute a signature with an empty or guessable key
+            log.error("HMAC key file %s refused: %s", self.path, weakness)
+            raise AuthError(f"HMAC key {weakness}: authenticated calls are refused")
         return key
 
 
@@ -192,32 +209,6 @@ class RateLimiter:
                 return False, self.window_s - (now - events[0])
             events.append(now)
             return True, 0.0
-
-
-class ReplayGuard:
-    """Each trigger `request_id` is accepted once within `window_s`: a replayed request is refused.
-
-    The front end's signature carries nothing per request, so this is what tells a fresh trigger from
-    a copy of one; a client retrying after a lost answer sends the same id and is told it was used.
-    """
-
-    def __init__(self, window_s: float, keep: int = 100_000) -> None:
-        self.window_s = window_s
-        self.keep = keep
-        self._seen: collections.OrderedDict[str, float] = collections.OrderedDict()
-        self._lock = threading.Lock()
-
-    def first_use(self, request_id: str, now: Optional[float] = None) -> bool:
-        """True the first time `request_id` is seen in the window; records it."""
-        now = time.monotonic() if now is None else now
-        with self._lock:
-            while self._seen and (now - next(iter(self._seen.values())) >= self.window_s
-                                  or len(self._seen) >= self.keep):
-                self._seen.popitem(last=False)
-            if request_id in self._seen:
-                return False
-            self._seen[request_id] = now
-            return True
 
 
 class Audit:

@@ -132,17 +132,18 @@ class _Only(Collector):
         yield from self.families
 
 
-def _text(collector: Collector) -> str:
+def _text(*collectors: Collector) -> str:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
+    for collector in collectors:
+        registry.register(collector)
     return generate_latest(registry).decode()
 
 
-def render(view: LedgerView, config: Config) -> str:
-    """All metric families in one text answer."""
-    return _text(LedgerCollector(view, config))
+def render(view: LedgerView, config: Config, *extra: Collector) -> str:
+    """All metric families in one text answer (with those of `extra`, e.g. serve's database watch)."""
+    return _text(LedgerCollector(view, config), *extra)
 
 
-def render_down(dry_run: bool) -> str:
-    """What a scrape gets while the database is unreachable: the up gauge at 0 and the dry-run flag."""
-    return _text(_Only(_gauge(LEDGER_UP, 0.0), _gauge(DRY_RUN, float(dry_run))))
+def render_down(dry_run: bool, *extra: Collector) -> str:
+    """What a scrape gets while the database is unreachable: the up gauge at 0, the dry-run flag, `extra`."""
+    return _text(_Only(_gauge(LEDGER_UP, 0.0), _gauge(DRY_RUN, float(dry_run))), *extra)

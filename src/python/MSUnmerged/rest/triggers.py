@@ -10,12 +10,17 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
+from MSUnmerged.redact import redact
+
 log = logging.getLogger("MSUnmerged.rest.triggers")
 
 # run(rse, mode) does one RSE now; mode "plan" records a plan only, "apply" also submits jobs.
 RunFn = Callable[[str, str], Any]
 # check(rse) raises TriggerRefused when the RSE may not be triggered at all (e.g. not this instance's).
 CheckFn = Callable[[str], None]
+# claim(request_id) records the id as used; False when it was used already (ledger.requestids.RequestIds).
+ClaimFn = Callable[[str], bool]
+REPLAYED = "request_id reused"  # the reason of a trigger refused for its request_id (409)
 
 
 class TriggerState(enum.StrEnum):
@@ -42,8 +47,9 @@ class TriggerRefused(Exception):
 class TriggerQueue:
     """Triggers run one at a time, in order; an RSE already queued or running is not queued twice."""
 
-    def __init__(self, run: RunFn, keep: int = 200, check: Optional[CheckFn] = None) -> None:
+    def __init__(self, run: RunFn, claim: ClaimFn, keep: int = 200, check: Optional[CheckFn] = None) -> None:
         self.run = run
+        self.claim = claim
         self.check = check or (lambda rse: None)
         self._queue: queue.Queue[Optional[dict[str, Any]]] = queue.Queue()
         self._recent: collections.deque[dict[str, Any]] = collections.deque(maxlen=keep)
@@ -52,16 +58,20 @@ class TriggerQueue:
         self._thread = threading.Thread(target=self._work, name="msunmerged-triggers", daemon=True)
         self._thread.start()
 
-    def submit(self, rse: str, mode: str, user: str) -> dict[str, Any]:
+    def submit(self, rse: str, mode: str, user: str, request_id: str) -> dict[str, Any]:
         """Queue a trigger; returns its record (an existing one when the same RSE/mode is pending).
-        TriggerRefused, with nothing queued, when `check` refuses the RSE."""
+        TriggerRefused, with nothing queued, when `check` refuses the RSE or the request_id was used; the
+        id is claimed only once the RSE is admitted, so a refused trigger may be sent again as it was."""
         self.check(rse)
+        if not self.claim(request_id):
+            raise TriggerRefused(409, REPLAYED, f"request_id {request_id!r} was already used: send a fresh one")
         with self._lock:
             for rec in self._recent:
                 if rec["rse"] == rse and rec["mode"] == mode and rec["state"] in PENDING:
                     return dict(rec)
-            rec = {"id": next(self._ids), "rse": rse, "mode": mode, "user": user, "state": TriggerState.QUEUED,
-                   "queued": round(time.time(), 3), "started": None, "finished": None, "error": None}
+            rec = {"id": next(self._ids), "rse": rse, "mode": mode, "user": user, "request_id": request_id,
+                   "state": TriggerState.QUEUED, "queued": round(time.time(), 3), "started": None,
+                   "finished": None, "error": None}
             self._recent.append(rec)
         self._queue.put(rec)
         return dict(rec)
@@ -77,7 +87,7 @@ class TriggerQueue:
                 self._set(rec, state=TriggerState.DONE, result=_summary(result), finished=round(time.time(), 3))
             except Exception as exc:  # a failed trigger is reported, never kills the worker
                 log.exception("trigger %s (%s %s) failed", rec["id"], rec["rse"], rec["mode"])
-                self._set(rec, state=TriggerState.FAILED, error=f"{type(exc).__name__}: {exc}"[:500],
+                self._set(rec, state=TriggerState.FAILED, error=redact(f"{type(exc).__name__}: {exc}")[:500],
                           finished=round(time.time(), 3))
 
     def _set(self, rec: dict[str, Any], **values: Any) -> None:

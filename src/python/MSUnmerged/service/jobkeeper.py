@@ -14,11 +14,12 @@ from typing import Any, Iterator, Optional, Sequence
 from MSUnmerged import seal
 from MSUnmerged.collector import Collector, parse_report
 from MSUnmerged.config import Config
-from MSUnmerged.guards import PLAN_MODIFIED, GuardTripped, check_plan_lines, check_protection, split_lines
+from MSUnmerged.guards import (GUARD_SCAN_START_MISSING, PLAN_MODIFIED, GuardTripped, check_plan_lines,
+                               check_protection, split_lines)
 from MSUnmerged.jobs.backend import BackendError, BatchBackend, JobState, JobStatus, credential_for
 from MSUnmerged.jobs.router import backend_name
 from MSUnmerged.jobs.spec import CleanupJob, ProtectedBases, make_job
-from MSUnmerged.ledger import LIVE_JOB_STATES, Leases, Ledger
+from MSUnmerged.ledger import LIVE_JOB_STATES, Leases, Ledger, gen_key
 from MSUnmerged.ledger.states import BACKEND_JOB_STATES
 from MSUnmerged.lfn import PrefixSet
 from MSUnmerged.service.result import Hook
@@ -156,9 +157,13 @@ class JobKeeper:
 
     def _checks(self, rse: str, generation: float) -> dict[str, Any]:
         """What the jobs' workers check their site against: Rucio's PFN of /store/unmerged/ (a Rucio failure
-        raises SourceError: nothing is submitted) and the start of the scan the plan comes from."""
-        return {"unmerged_pfn": self.sources.unmerged_pfn(rse),
-                "scan_started": self.ledger.generation_entry(rse, generation).get("scan_started")}
+        raises SourceError: nothing is submitted) and the start of the scan the plan comes from (a generation
+        recorded without one raises GuardTripped: nothing is submitted)."""
+        started = self.ledger.generation_entry(rse, generation).get("scan_started")
+        if started is None:
+            raise GuardTripped(GUARD_SCAN_START_MISSING, f"generation {gen_key(generation)} was recorded without "
+                                                         "its scan's start_time: its files are not submitted")
+        return {"unmerged_pfn": self.sources.unmerged_pfn(rse), "scan_started": started}
 
     # -- jobs in the batch system --------------------------------------------------------------
 
@@ -214,7 +219,7 @@ class JobKeeper:
             return 0, 0
         protection, _ = self.protection(rse, self.sources.protected())
         hit = {j["_id"]: j["batch_id"] for j in waiting
-               if any(protection.covers(name.encode("utf-8", "surrogateescape"))
+               if any(protection.holds_below(name.encode("utf-8", "surrogateescape"))
                       for name in self.ledger.job_lfns(j["_id"]))}
         if not hit:
             return 0, 0

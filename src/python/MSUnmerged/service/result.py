@@ -5,9 +5,10 @@ import enum
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional
 
-from MSUnmerged.guards import PLAN_MODIFIED, GuardTripped
+from MSUnmerged.guards import PLAN_MODIFIED, SCAN_GUARDS, GuardTripped
 from MSUnmerged.jobs.backend import BackendError
 from MSUnmerged.ledger import LedgerError
+from MSUnmerged.redact import redact
 from MSUnmerged.sources.errors import SourceError
 
 # Steps of run_once, in order; `hook(step, rse)` is called after each (fault injection in tests).
@@ -74,6 +75,9 @@ class Failure:
     reason: str
     detail: str
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "detail", redact(self.detail))  # a URL in it may carry a credential
+
     def entry(self, rse: str = "") -> dict[str, Any]:
         """One entry of a cycle document's `failures`."""
         return {"source": self.source, "reason": self.reason, "detail": self.detail[:2000], "rse": rse}
@@ -89,5 +93,6 @@ def failure_of(exc: Exception) -> Failure:
         return Failure("wmstats" if exc.source.startswith("wmstats") else exc.source, f"{exc.source}_{exc.kind}",
                        exc.message)
     if isinstance(exc, GuardTripped):  # re-checking protection (resubmit, revalidation), a changed plan file
-        return Failure("internal" if exc.reason == PLAN_MODIFIED else "wmstats", exc.reason, exc.detail)
+        source = "internal" if exc.reason == PLAN_MODIFIED else "conmon" if exc.reason in SCAN_GUARDS else "wmstats"
+        return Failure(source, exc.reason, exc.detail)
     return Failure("internal", INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")

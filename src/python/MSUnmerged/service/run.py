@@ -15,10 +15,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from MSUnmerged import planner, seal
+from MSUnmerged import planlines, planner, seal, subset
 from MSUnmerged.config import Config
 from MSUnmerged.dumpreader import iter_chunks
-from MSUnmerged.guards import PLAN_MODIFIED, PLAN_OUTDATED, UNKNOWN_RSE, GuardTripped, check_counts
+from MSUnmerged.guards import (PLAN_MODIFIED, PLAN_NOT_IN_CURRENT_DUMP, PLAN_OUTDATED, UNKNOWN_RSE, GuardTripped,
+                               check_counts, check_plan_scan, check_scan)
+from MSUnmerged.lfn import PrefixSet
 from MSUnmerged.jobs.backend import BatchBackend, JobState
 from MSUnmerged.ledger import RETRIABLE, FileState, LeaseLost, Leases, Ledger, LedgerError, gen_key
 from MSUnmerged.service.jobkeeper import JobKeeper
@@ -250,11 +252,11 @@ class Runner:
         return plan, seal.read_seal(plan_dir)
 
     def _plan_dump(self, rse: str, scan: Any, protected: Sequence[str], baseline: Optional[int], out: Path,
-                   progress: Optional[planner.ProgressFn] = None) -> planner.Plan:
+                   progress: Optional[planner.ProgressFn] = None, count_guards: bool = True) -> planner.Plan:
         """Open the RSE's dump and plan it into `out` with the configuration in force."""
         with self.sources.open_dump(rse) as dump:
             return planner.plan(rse, iter_chunks(dump), protected, self.config, out, stats=scan,
-                                previous_protected_count=baseline, progress=progress)
+                                previous_protected_count=baseline, progress=progress, count_guards=count_guards)
 
     def preview(self, rse: str, progress: Optional[planner.ProgressFn] = None) -> planner.Plan:
         """Plan the RSE now from the sources into <state_dir>/previews/<rse>.
@@ -282,9 +284,10 @@ class Runner:
 
         Refused, with the reason on the RSE's document: a plan directory that is not exactly what was
         sealed or holds a line that is not a canonical LFN (plan_modified), a plan older than the RSE's
-        current generation or another plan of the same generation (plan_outdated), a guard with the
-        configuration in force. An RSE that is not this instance's is refused with nothing recorded; a
-        plan the ledger holds already is a no-op.
+        current generation or another plan of the same generation (plan_outdated), a plan that is not of
+        the RSE's current scan or plans a file or directory its dump does not give now (`_rederive`), a guard
+        with the configuration in force. An RSE that is not this instance's is refused with nothing recorded;
+        a plan the ledger holds already is a no-op.
         """
         rse = seal.claimed_rse(plan_dir)
         if rse is None:
@@ -327,14 +330,15 @@ class Runner:
             if entry and not same:
                 raise GuardTripped(PLAN_OUTDATED, f"generation {gen_key(generation)} is recorded already with "
                                                   f"another plan ({entry.get('plan_dir')})")
-            check_counts(plan.files_total, plan.files_to_delete, self.config.guards)
             protection, baseline = self.jobs.protection(rse, protected)
+            now = self._rederive(plan_dir, plan, sealed, protected, protection, baseline)
+            check_counts(now.files_total, plan.files_to_delete, self.config.guards)
         except GuardTripped as guard:
             return self._guarded(rse, result, guard.reason, guard.detail)
         # An operator's list never lowers the baseline (the plan's own count is never used).
         self.ledger.record_plan(plan_dir, plan, generation, baseline_count=max(baseline or 0, len(protection)),
                                 sealed=sealed, max_lfn_length=self.config.planner.max_lfn_length,
-                                scan_started=plan.scan_started)
+                                scan_started=now.scan_started)
         result.dropped_protected = self.ledger.drop_protected(rse, generation, protection)
         result.submitted = self.jobs.submit_planned(rse, generation, protected)
         result.state = RSEState.RUNNING if result.submitted else RSEState.PLANNED
@@ -342,3 +346,38 @@ class Runner:
                                   f"{result.dropped_protected} files dropped as protected since planning")
         self.ledger.refresh_counters(rse)
         return result
+
+    def _rederive(self, plan_dir: Path, plan: planner.Plan, sealed: seal.Seal, protected: list[str],
+                  protection: PrefixSet, baseline: Optional[int]) -> planner.Plan:
+        """The plan is a reviewed intent only. From the sources: the RSE's current ConMon scan (the plan must be of
+        it: its generation and start), and that scan's dump planned again with the protected list and
+        configuration in force (the count guards aside: they are checked on the plan applied). Every planned
+        file and removable directory must be in that plan, or be covered by the current list (then dropped, or
+        kept by the worker). Returns the plan made now; GuardTripped, nothing recorded, otherwise."""
+        rse, cfg = plan.rse, self.config.planner
+        stats = self.sources.stats().get(rse)
+        scan = check_scan(stats, self.config.guards.max_scan_age_h, time.time())
+        check_plan_scan(sealed.generation, plan.scan_started, scan)
+        out = self.config.state_dir / "rederived" / rse
+        shutil.rmtree(out, ignore_errors=True)
+        try:
+            now = self._plan_dump(rse, stats, protected, baseline, out, count_guards=False)
+            if now.guard:
+                raise GuardTripped(now.guard, f"the current dump of {rse} planned again: {now.guard_detail}")
+            mine = [plan_dir / seal.JOBS_DIR / name for name in plan.job_files]
+            theirs = [out / seal.JOBS_DIR / name for name in now.job_files]
+            size = sum(p.stat().st_size for p in mine + theirs)
+            parts = subset.partitions_for(size, cfg.partition_max_bytes, cfg.spill_partitions)
+            engine = planlines.engine(cfg.engine)
+            for what, candidates, allowed in (("file", mine, theirs),
+                                              ("directory", [plan_dir / seal.DIRS_NAME], [out / seal.DIRS_NAME])):
+                line = subset.first_outside(candidates, allowed, out / ".compare", parts, protection.holds_below,
+                                            engine, cfg.max_lfn_length)
+                if line is not None:
+                    shown = line.decode("utf-8", errors="backslashreplace")
+                    raise GuardTripped(PLAN_NOT_IN_CURRENT_DUMP,
+                                       f"{plan_dir} plans the {what} {shown}, which the current scan's dump of {rse} "
+                                       f"does not give to delete with the protected list and configuration in force")
+            return now
+        finally:
+            shutil.rmtree(out, ignore_errors=True)

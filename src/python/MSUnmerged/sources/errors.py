@@ -6,6 +6,8 @@ from typing import Any, Optional
 import requests
 import urllib3.exceptions
 
+from MSUnmerged.redact import redact
+
 UNREACHABLE = "unreachable"
 TIMEOUT = "timeout"
 HTTP_STATUS = "http_status"
@@ -27,7 +29,7 @@ class SourceError(Exception):
         if kind not in KINDS:
             raise ValueError(f"unknown SourceError kind {kind!r}")
         self.kind = kind
-        self.message = message
+        self.message = redact(message)  # a URL in it may carry a credential
         self.source = source
         self.status = status
         super().__init__(str(self))

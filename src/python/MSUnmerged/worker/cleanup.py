@@ -14,7 +14,7 @@ from . import credentials, deleters, paths, pfn, siteconf, storage
 from .deleters import AUTH_FAILED, DELETED, DENIED, MISSING, REFUSED, Deleter, Result, Seen
 from .ids import MANIFEST_VERSION
 from .report import (ABOVE_FLOOR, INVALID_LFN, KEPT, MAPPING_DISAGREES, MODIFIED_SINCE_SCAN, NO_PFN,
-                     NOT_JOB_DIR, PFN_OUTSIDE_UNMERGED, PROTECTED, ReportWriter)
+                     NOT_JOB_DIR, PATH_CHANGED, PFN_OUTSIDE_UNMERGED, PROTECTED, ReportWriter)
 
 # Exit codes (docs/jobs.md).
 EXIT_DONE = 0  # every file deleted, already missing, or (dry run) would be deleted
@@ -33,7 +33,7 @@ _NONE = type(None)
 _STEP_TYPES = {"lfns": list, "remove_dirs": list, "keep_dirs": list, "protected": list, "dry_run": bool,
                "file_timeout_s": (int, float), "retries": int, "backoff_s": (int, float),
                "max_consecutive_denied": int, "unmerged_pfn": (str, _NONE), "mapping_check": str,
-               "pfn_layout": str, "unmerged_root": (str, _NONE), "scan_started": (int, float, _NONE)}
+               "pfn_layout": str, "unmerged_root": (str, _NONE), "scan_started": (int, float)}
 Refusal = Tuple[str, str]  # (report.REASONS code, error text)
 
 
@@ -90,8 +90,9 @@ class Job:
         self.mapping_check = step.get("mapping_check", "site_config_only")
         self.pfn_layout = step.get("pfn_layout", "standard")
         self.unmerged_root: Optional[str] = step.get("unmerged_root")
-        started = step.get("scan_started")
-        self.scan_started: Optional[float] = None if started is None else float(started)
+        if step.get("scan_started") is None:  # fail closed: without it a file changed since the scan looks unchanged
+            raise JobRefused("DeleteFiles.scan_started is missing: the scan the plan comes from is unknown")
+        self.scan_started = float(step["scan_started"])
         if self.pfn_layout not in pfn.LAYOUTS:
             raise JobRefused("DeleteFiles.pfn_layout %r is not one of %s" % (self.pfn_layout, ", ".join(pfn.LAYOUTS)))
         if self.pfn_layout == "site_specific" and self.unmerged_root is None:
@@ -306,7 +307,8 @@ class Cleanup:
         for lfn in self.job.lfns:
             why = paths.problem(lfn)
             refusal = None if why is None else (INVALID_LFN, why)
-            if refusal is None and protected.covers(lfn):
+            # A line may name a directory: one holding a protected base is refused like one under it.
+            if refusal is None and (protected.covers(lfn) or protected.at_or_above(lfn)):
                 refusal = (PROTECTED, REFUSED_PROTECTED)
             if refusal is None and lfn in seen:
                 self.duplicates += 1  # one outcome per file: a repeated LFN gets no second line
@@ -341,12 +343,14 @@ class Cleanup:
         return None
 
     def _modified(self, seen: Seen, deleter: Deleter) -> Optional[Result]:
-        """A refusal when the entry may have changed after the scan the plan comes from."""
+        """A refusal when the entry may have changed after the scan the plan comes from: its mtime, or its ctime
+        (which moves on a rename into place or a utime too, and cannot be set back) where the storage gives it."""
         started = self.job.scan_started
-        if started is None or seen.mtime is None or seen.mtime + deleter.mtime_step <= started:
-            return None
-        return Result(REFUSED, "modified at %.3f, after the scan started at %.3f" % (seen.mtime, started),
-                      reason=MODIFIED_SINCE_SCAN)
+        for what, when in (("modified", seen.mtime), ("changed", seen.ctime)):
+            if when is not None and when + deleter.time_step() > started:
+                return Result(REFUSED, "%s at %.3f, after the scan started at %.3f" % (what, when, started),
+                              reason=MODIFIED_SINCE_SCAN)
+        return None
 
     # -- deletion ---------------------------------------------------------------------------------
 
@@ -378,7 +382,7 @@ class Cleanup:
             if self.dry_run:
                 done = [(Result("dry_run"), 0)] * len(go)
             else:
-                done = self._with_retries(deleter, [batch[i] for i in go])
+                done = self._with_retries(deleter, [batch[i] for i in go], [seen[i] for i in go])
             for i, answer in zip(go, done):
                 final[i] = answer
             for (lfn, pfn_), look, answer in zip(batch, seen, final):
@@ -392,19 +396,24 @@ class Cleanup:
                 if denied_run >= job.max_denied and self.stop.reason is None:
                     self.stop.reason = "storage refused %d deletions in a row" % denied_run
 
-    def _with_retries(self, deleter: Deleter, batch: List[Tuple[str, str]]) -> List[Tuple[Result, int]]:
-        """Final result and attempt count per file; transient failures are retried with backoff."""
+    def _with_retries(self, deleter: Deleter, batch: List[Tuple[str, str]],
+                      looks: List[Seen]) -> List[Tuple[Result, int]]:
+        """Final result and attempt count per file; transient failures are retried with backoff. Every file
+        here was found by the look: gone at the unlink, it is `path_changed` (retried), never `missing`."""
         final: List[Optional[Tuple[Result, int]]] = [None] * len(batch)
         pending = list(range(len(batch)))
         ambiguous = set()  # an attempt that may have deleted the file before failing
         attempt = 0
         while pending:
             attempt += 1
-            results = deleter.unlink([batch[i][1] for i in pending])
+            results = deleter.unlink([batch[i][1] for i in pending], [looks[i] for i in pending])
             retry = []
             for i, result in zip(pending, results):
                 if result.outcome == MISSING and i in ambiguous:
                     result = Result(DELETED, "gone after an earlier attempt that failed: %s" % result.error)
+                elif result.outcome == MISSING:  # seen by the look, not reached now: moved, or a parent swapped
+                    result = Result(REFUSED, "found by the look, not at the unlink: %s" % result.error,
+                                    reason=PATH_CHANGED)
                 if result.transient and attempt <= self.job.retries and self.stop.reason is None:
                     retry.append(i)
                     ambiguous.add(i)

@@ -2,8 +2,10 @@
 
 Every deleter takes many PFNs per call and gives one Result per PFN, in order. Directories are
 removed with a plain rmdir only: nothing here ever removes recursively. `inspect` looks at the
-PFNs before anything is deleted (links in the path, size, modification time), as far as the
-protocol lets it see; dry runs make the same look.
+PFNs before anything is deleted (links in the path, the kind of entry, size, modification and
+change times), as far as the protocol lets it see, and refuses anything that is not a regular
+file or a link (`not_a_file`: a WebDAV DELETE of a collection is recursive); dry runs make the
+same look.
 """
 from __future__ import annotations
 
@@ -13,15 +15,16 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import threading
 import time
-from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, TypeVar
+from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple, TypeVar
 
 from . import localfs
 from .pfn import below_root
-from .report import SYMLINK_IN_PATH
+from .report import MODIFIED_SINCE_SCAN, NOT_A_FILE, SYMLINK_IN_PATH
 
 from . import credentials
 
@@ -61,15 +64,33 @@ def _auth_failed(message: str) -> bool:
 
 
 class Seen(NamedTuple):
-    """What `inspect` found: a final answer (the entry is not touched), or its size and mtime."""
+    """What `inspect` found: a final answer (the entry is not touched), or what the protocol tells of the file."""
 
     result: Optional[Result] = None
     size: Optional[int] = None
     mtime: Optional[float] = None  # epoch seconds; None: the protocol does not tell
+    ctime: Optional[float] = None  # inode change time, where the storage gives one
+    ident: Optional[Tuple[int, int]] = None  # (device, inode) of a local file: its unlink refuses another one
 
 
 def symlink_refusal(exc: localfs.SymlinkInPath) -> Result:
     return Result(REFUSED, str(exc), reason=SYMLINK_IN_PATH)
+
+
+_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a fifo", stat.S_IFSOCK: "a socket",
+          stat.S_IFBLK: "a block device", stat.S_IFCHR: "a character device"}
+
+
+def not_a_file(where: str, kind: str) -> Seen:
+    return Seen(Result(REFUSED, "%s is %s, not a file" % (where, kind), reason=NOT_A_FILE))
+
+
+def seen_stat(where: str, mode: int, size: int, mtime: float, ctime: Optional[float],
+              ident: Optional[Tuple[int, int]] = None) -> Seen:
+    """A file's Seen from a stat, or a not_a_file refusal when the entry is not a regular file or a link."""
+    if not localfs.file_like(mode):
+        return not_a_file(where, _KINDS.get(stat.S_IFMT(mode), "of mode %o" % mode))
+    return Seen(None, size, mtime, ctime, ident)
 
 
 def _no_answer(rc: Optional[int], why: str) -> Result:
@@ -123,7 +144,7 @@ class Deleter:
     name = "base"
     batch_size = 100
     can_rmdir = True
-    mtime_step = 0.0  # the resolution of the mtimes `inspect` gives (xrootd and gfal2: whole seconds)
+    mtime_step = 0.0  # the resolution of the times a remote `inspect` gives (xrootd and gfal2: whole seconds)
     remote_checks = "none"  # what `inspect` learns of a PFN that is not local
 
     def __init__(self, timeout: float, env: Optional[Mapping[str, str]] = None) -> None:
@@ -137,6 +158,10 @@ class Deleter:
             return watched_map(lambda p: look_local(self.root, p, directory), pfns, self.timeout, Seen)
         return [Seen()] * len(pfns)
 
+    def time_step(self) -> float:
+        """The resolution of the times `inspect` gives: a local lstat's are exact."""
+        return 0.0 if _local_path(self.root) else self.mtime_step
+
     def checks(self) -> str:
         """What `inspect` checks, for the report's start line."""
         return "lstat" if _local_path(self.root) else self.remote_checks
@@ -148,7 +173,8 @@ class Deleter:
         """True when this deleter can act on a PFN of this form."""
         raise NotImplementedError
 
-    def unlink(self, pfns: List[str]) -> List[Result]:
+    def unlink(self, pfns: List[str], looks: List[Seen]) -> List[Result]:
+        """Delete these files; `looks` are their `inspect` answers (a local unlink refuses another inode)."""
         raise NotImplementedError
 
     def rmdir(self, pfn: str) -> Result:
@@ -170,16 +196,19 @@ def look_local(root: str, pfn: str, directory: bool = False) -> Seen:
         return Seen(symlink_refusal(exc))
     except OSError as exc:
         return Seen(from_errno(exc.errno or 0, localfs.error_text(exc, root, below), directory))
-    return Seen(None, entry.size, entry.mtime)
+    if directory:
+        return Seen(None, entry.size, entry.mtime, entry.ctime, entry.ident)
+    return seen_stat(localfs.where(root, below), entry.mode, entry.size, entry.mtime, entry.ctime, entry.ident)
 
 
 T = TypeVar("T")
+Item = TypeVar("Item")
 
 
 class _Watched(threading.Thread):
     """Runs `fn` over items in a daemon thread, recording when each item started (for the watchdog)."""
 
-    def __init__(self, fn: Callable[[str], T], items: List[str]) -> None:
+    def __init__(self, fn: Callable[[Item], T], items: List[Item]) -> None:
         super().__init__(daemon=True)
         self.fn = fn
         self.items = items
@@ -198,7 +227,7 @@ class _Watched(threading.Thread):
                 self.results.append(result)
 
 
-def watched_map(fn: Callable[[str], T], items: List[str], timeout: float,
+def watched_map(fn: Callable[[Item], T], items: List[Item], timeout: float,
                 wrap: Callable[[Result], T] = lambda r: r) -> List[T]:  # type: ignore[assignment,return-value]
     """fn over items with a per-item timeout: a stuck call (hung mount) is abandoned, the rest go on.
 
@@ -240,11 +269,16 @@ class PosixDeleter(Deleter):
             return done
         except localfs.SymlinkInPath as exc:
             return symlink_refusal(exc)
+        except localfs.NotTheEntry as exc:  # replaced since the look (or its path now leads elsewhere)
+            return Result(REFUSED, str(exc), reason=MODIFIED_SINCE_SCAN)
         except OSError as exc:
             return from_errno(exc.errno or 0, localfs.error_text(exc, self.root, below), directory)
 
-    def unlink(self, pfns: List[str]) -> List[Result]:
-        return watched_map(lambda p: self._act(localfs.unlink, p, OK, False), pfns, self.timeout)
+    def unlink(self, pfns: List[str], looks: List[Seen]) -> List[Result]:
+        def one(pair: Tuple[str, Seen]) -> Result:
+            pfn, look = pair  # every local look gives the inode; no inode matches (-1, -1)
+            return self._act(lambda root, below: localfs.unlink(root, below, look.ident or (-1, -1)), pfn, OK, False)
+        return watched_map(one, list(zip(pfns, looks)), self.timeout)
 
     def rmdir(self, pfn: str) -> Result:
         return watched_map(lambda p: self._act(localfs.rmdir, p, Result(REMOVED), True), [pfn], self.timeout)[0]
@@ -275,7 +309,8 @@ def _tail(text: str) -> str:
 _XRD_URL = re.compile(r"^(root|xroot)s?://[^/]+")
 _XRD_LINE = re.compile(r"^(?:rm|rmdir) (\S+) : \[(SUCCESS|ERROR|FATAL)\] ?(.*)$")
 # `xrdfs host` reading "stat <path>" lines: a block per found path; errors on stderr name the path.
-_XRD_STAT = re.compile(r"^(Path|Size|MTime):\s*(.*)$")
+_XRD_STAT = re.compile(r"^(Path|Size|MTime|CTime|Flags):\s*(.*)$")
+_XRD_NOT_FILE = {"IsDir": "a directory", "Other": "not a regular file"}  # xrootd's stat flags (XrdCl StatInfo)
 
 
 class XrootdDeleter(Deleter):
@@ -311,10 +346,11 @@ class XrootdDeleter(Deleter):
         return env
 
     def inspect(self, pfns: List[str], directory: bool = False) -> List[Seen]:
-        """Size and mtime of files: one `xrdfs <host>` process reading a "stat <path>" line per file.
+        """Kind, size, mtime and ctime of files: one `xrdfs <host>` process reading a "stat <path>" line per file.
 
         The server resolves links itself and answers for their targets: xrootd shows clients no
-        links, so none can be refused here (docs/jobs.md). Directories are not looked at.
+        links, so none can be refused here (docs/jobs.md). A path whose flags say IsDir or Other is
+        not a file. Directories are not looked at.
         """
         if directory or not pfns:
             return [Seen()] * len(pfns)
@@ -336,10 +372,9 @@ class XrootdDeleter(Deleter):
         seen = []
         for path in paths:
             info = found.get(path)
-            if info is not None and "Size" in info and "MTime" in info:
+            if info is not None and "Size" in info and "MTime" in info and "Flags" in info:
                 try:
-                    when = calendar.timegm(time.strptime(info["MTime"], "%Y-%m-%d %H:%M:%S"))
-                    seen.append(Seen(None, int(info["Size"]), float(when)))
+                    seen.append(_xrd_seen(host + "/" + path, info))
                 except ValueError:
                     seen.append(Seen(Result(STORAGE_ERROR, "unreadable xrdfs stat answer: %r" % info, True)))
                 continue
@@ -351,7 +386,7 @@ class XrootdDeleter(Deleter):
                 seen.append(Seen(_no_answer(rc, why)))
         return seen
 
-    def unlink(self, pfns: List[str]) -> List[Result]:
+    def unlink(self, pfns: List[str], looks: List[Seen]) -> List[Result]:
         by_host: Dict[str, List[int]] = {}
         paths = []
         for i, pfn in enumerate(pfns):
@@ -387,6 +422,21 @@ class XrootdDeleter(Deleter):
         return from_message(_tail(err or out), directory=True)
 
 
+def _xrd_time(text: str) -> float:
+    return float(calendar.timegm(time.strptime(text, "%Y-%m-%d %H:%M:%S")))  # xrdfs prints UTC
+
+
+def _xrd_seen(where: str, info: Dict[str, str]) -> Seen:
+    """A Seen from one xrdfs stat block (ValueError when it cannot be read)."""
+    words = re.findall(r"\w+", info["Flags"].partition("(")[2])
+    int(info["Flags"].split()[0])  # the flags' number: a block without one is not understood
+    for flag, kind in _XRD_NOT_FILE.items():
+        if flag in words:
+            return not_a_file(where, kind)
+    ctime = _xrd_time(info["CTime"]) if "CTime" in info else None  # servers without extended stat give none
+    return Seen(None, int(info["Size"]), _xrd_time(info["MTime"]), ctime)
+
+
 def _gfal_url(pfn: str) -> str:
     return "file://" + pfn if pfn.startswith("/") else pfn
 
@@ -398,10 +448,12 @@ class _GfalDeleter(Deleter):
     def accepts(self, pfn: str) -> bool:
         return pfn.startswith("/") or bool(re.match(r"^[a-z][a-z0-9+.-]*://", pfn))
 
-    _stat_remote: Optional[Callable[[str], Seen]] = None  # a stat of one URL, when the tool has one
+    def _stat_remote(self, url: str) -> Seen:
+        """A stat of one remote URL with this deleter's tool."""
+        raise NotImplementedError
 
     def inspect(self, pfns: List[str], directory: bool = False) -> List[Seen]:
-        if _local_path(self.root) or directory or self._stat_remote is None:
+        if _local_path(self.root) or directory:
             return super().inspect(pfns, directory)
         return watched_map(self._stat_remote, [_gfal_url(p) for p in pfns], self.timeout + 10, Seen)
 
@@ -425,13 +477,13 @@ class Gfal2Deleter(_GfalDeleter):
             return "python gfal2 module not importable: %s" % exc
         return None
 
-    def _stat_remote(self, url: str) -> Seen:  # type: ignore[override]
+    def _stat_remote(self, url: str) -> Seen:
         import gfal2
         try:
             st = self._context().stat(url)
         except gfal2.GError as exc:
             return Seen(from_errno(exc.code, exc.message))
-        return Seen(None, st.st_size, float(st.st_mtime))
+        return seen_stat(url, st.st_mode, st.st_size, float(st.st_mtime), float(st.st_ctime))
 
     def _context(self):  # type: ignore[no-untyped-def]
         if self._ctx is None:
@@ -460,7 +512,7 @@ class Gfal2Deleter(_GfalDeleter):
             errors = [errors]
         return [OK if e is None else from_errno(e.code, e.message) for e in errors]
 
-    def unlink(self, pfns: List[str]) -> List[Result]:
+    def unlink(self, pfns: List[str], looks: List[Seen]) -> List[Result]:
         urls = [_gfal_url(p) for p in pfns]
         box: List[List[Result]] = []
         thread = threading.Thread(target=lambda: box.append(self._bulk(urls)), daemon=True)
@@ -493,13 +545,17 @@ class Gfal2Deleter(_GfalDeleter):
 
 
 _GFAL_LINE = re.compile(r"^(\S+)\t(DELETED|MISSING|FAILED)(?::\s*(.*))?$")
+_GFAL_STAT = re.compile(r"^\s*(Size|Modify|Change):\s*(.*)$", re.M)  # gfal-stat's lines (gfal2-util)
 
 
 class GfalRmDeleter(_GfalDeleter):
-    """`gfal-rm --bulk URL...` when the gfal2 module is not importable by this python."""
+    """`gfal-rm --bulk URL...` when the gfal2 module is not importable by this python; remote files are looked
+    at first with `gfal-stat`, one process per file."""
 
     name = "gfal-rm"
     batch_size = 200
+    mtime_step = 1.0  # gfal2 stat gives whole seconds
+    remote_checks = "stat"
     can_rmdir = False  # gfal-rm removes directories only recursively, which we never do
 
     def problem(self) -> Optional[str]:
@@ -513,7 +569,25 @@ class GfalRmDeleter(_GfalDeleter):
             env["GFAL_PYTHONBIN"] = "/usr/bin/python3"
         return env
 
-    def unlink(self, pfns: List[str]) -> List[Result]:
+    def _stat_remote(self, url: str) -> Seen:
+        """`gfal-stat URL` (one file per call), its times printed in UTC."""
+        limit = max(1, int(self.timeout))
+        rc, out, err = _run(["gfal-stat", "-t", str(limit), url], dict(self._tool_env(), TZ="UTC"), limit + 30)
+        if rc != 0:
+            why = "gfal-stat killed after %ds" % (limit + 30) if rc is None else _tail(err or out)
+            return Seen(_no_answer(rc, why) if rc is None else from_message(why))
+        found = dict(m.groups() for m in _GFAL_STAT.finditer(out))
+        try:
+            size, kind = found["Size"].split("\t", 1)
+            mtime, ctime = (float(calendar.timegm(time.strptime(found[k].split(".")[0], "%Y-%m-%d %H:%M:%S")))
+                            for k in ("Modify", "Change"))
+        except (KeyError, ValueError):
+            return Seen(Result(STORAGE_ERROR, "unreadable gfal-stat answer: %s" % _tail(out), True))
+        if kind.strip() not in ("regular file", "symbolic link"):
+            return not_a_file(url, kind.strip())
+        return Seen(None, int(size), mtime, ctime)
+
+    def unlink(self, pfns: List[str], looks: List[Seen]) -> List[Result]:
         urls = [_gfal_url(p) for p in pfns]
         limit = max(1, int(self.timeout))
         rc, out, err = _run(["gfal-rm", "--bulk", "-t", str(limit)] + urls, self._tool_env(), limit + 30)

@@ -2,7 +2,9 @@
 
 Every operation starts from the unmerged root's directory and opens one component at a time with
 O_NOFOLLOW relative to its parent (openat), then acts on the last one with a *at call
-(fstatat without following, unlinkat, rmdir with dir_fd). A component that is a link stops the
+(fstatat without following, unlinkat, rmdir with dir_fd). An unlink first checks, with fstatat on
+the same directory descriptor, that the entry is still the one looked at (same device and inode, a
+file or a link). A component that is a link stops the
 walk: nothing behind it is looked at. Links in the components above the root (e.g. /mnt/storage ->
 /data) are the site's layout and followed; the root's last component itself must be a directory.
 """
@@ -21,10 +23,21 @@ class SymlinkInPath(Exception):
     """A symbolic link where a real directory (or the named directory itself) must be."""
 
 
+class NotTheEntry(Exception):
+    """At unlink time the entry is not the one looked at: another inode, or no longer a file or a link."""
+
+
 class Entry(NamedTuple):
     size: int
     mtime: float
-    is_dir: bool
+    ctime: float  # inode change time: moves on rename, link, chmod and utime too (it cannot be set back)
+    mode: int
+    ident: Tuple[int, int]  # (device, inode)
+
+
+def file_like(mode: int) -> bool:
+    """A regular file or a symbolic link: the only entries ever unlinked (a link goes itself, never its target)."""
+    return stat.S_ISREG(mode) or stat.S_ISLNK(mode)
 
 
 def _is_link(dir_fd: int, name: str) -> bool:
@@ -83,13 +96,18 @@ def look(root: str, below: str, directory: bool = False) -> Entry:
         os.close(fd)
     if directory and stat.S_ISLNK(st.st_mode):
         raise SymlinkInPath("%s/%s is a symbolic link" % (root.rstrip("/"), below))
-    return Entry(st.st_size, st.st_mtime, stat.S_ISDIR(st.st_mode))
+    return Entry(st.st_size, st.st_mtime, st.st_ctime, st.st_mode, (st.st_dev, st.st_ino))
 
 
-def unlink(root: str, below: str) -> None:
-    """Remove one file, or a link itself (never its target)."""
+def unlink(root: str, below: str, expect: Tuple[int, int]) -> None:
+    """Remove one file, or a link itself (never its target), only when it is still the entry `look` saw:
+    `expect` is its (device, inode). Raises NotTheEntry (nothing removed) when it is not."""
     fd, name = walk(root, below)
     try:
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        if (st.st_dev, st.st_ino) != tuple(expect) or not file_like(st.st_mode):
+            raise NotTheEntry("%s is not the file looked at: now %s with inode %d, then inode %d" % (
+                where(root, below), "a file" if file_like(st.st_mode) else "not a file", st.st_ino, expect[1]))
         os.unlink(name, dir_fd=fd)
     finally:
         os.close(fd)
@@ -106,7 +124,11 @@ def rmdir(root: str, below: str) -> None:
         os.close(fd)
 
 
+def where(root: str, below: Optional[str]) -> str:
+    """The full path of `below` under `root`, for messages."""
+    return root.rstrip("/") + ("/" + below if below else "")
+
+
 def error_text(exc: OSError, root: str, below: Optional[str]) -> str:
     """An OSError of a walk as '<strerror>: <path>' (the *at calls leave filename relative)."""
-    where = root.rstrip("/") + ("/" + below if below else "")
-    return "%s: %s" % (exc.strerror, where)
+    return "%s: %s" % (exc.strerror, where(root, below))

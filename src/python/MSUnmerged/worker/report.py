@@ -21,15 +21,17 @@ DIR_OUTCOMES = ("removed", "not_empty", "missing", "permission_denied", "timeout
 SYMLINK_IN_PATH = "symlink_in_path"  # a symbolic link at or below the unmerged root on the way to it
 PFN_OUTSIDE_UNMERGED = "pfn_outside_unmerged"  # the mapped PFN is not canonical / not the LFN's place
 MAPPING_DISAGREES = "mapping_disagrees"  # the site config's PFN of /store/unmerged/ is not Rucio's
-MODIFIED_SINCE_SCAN = "modified_since_scan"  # changed after the scan the plan was made from
+MODIFIED_SINCE_SCAN = "modified_since_scan"  # changed (mtime or ctime) after the scan started, or replaced since looked at
+NOT_A_FILE = "not_a_file"  # a directory (or device, fifo, socket) where the plan names a file
+PATH_CHANGED = "path_changed"  # found by the look, then not reached by the unlink: its path changed meanwhile
 PROTECTED = "protected"  # at or under a protected base
 INVALID_LFN = "invalid_lfn"  # not a canonical path under /store/unmerged/
 NOT_JOB_DIR = "not_job_dir"  # a directory holding none of this job's files
 KEPT = "kept"  # a directory that must stay (a protected or kept path at or below it)
 ABOVE_FLOOR = "above_floor"  # a directory above the lowest removable level
 NO_PFN = "no_pfn"  # the site config maps it to nothing this deleter can use
-REASONS = (SYMLINK_IN_PATH, PFN_OUTSIDE_UNMERGED, MAPPING_DISAGREES, MODIFIED_SINCE_SCAN, PROTECTED, INVALID_LFN,
-           NOT_JOB_DIR, KEPT, ABOVE_FLOOR, NO_PFN)
+REASONS = (SYMLINK_IN_PATH, PFN_OUTSIDE_UNMERGED, MAPPING_DISAGREES, MODIFIED_SINCE_SCAN, NOT_A_FILE, PATH_CHANGED,
+           PROTECTED, INVALID_LFN, NOT_JOB_DIR, KEPT, ABOVE_FLOOR, NO_PFN)
 # Directory refusals that are the plan working as meant: they alone do not make a job partial.
 EXPECTED_DIR_REASONS = (PROTECTED, KEPT)
 

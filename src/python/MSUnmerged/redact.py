@@ -1,0 +1,63 @@
+"""Secrets in URLs kept out of whatever is shown: failure details (page, data/cycles, CLI) and logs.
+
+A source URL may carry a credential (`https://user:pw@host/...`, `...?access_token=...`) and a failure
+detail quotes the URL, often without its scheme (requests: "Max retries exceeded with url:
+/files?token=..."). `redact` is the one function every place that shows such text goes through.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+REDACTED = "<redacted>"
+# Query parameter names whose value is a secret: any name ending with one of these words, in any case
+# (token, access_token, X-Amz-Security-Token, password, api_key, sig, X-Amz-Signature, authz, ...).
+SECRET_NAME_ENDINGS = ("token", "secret", "password", "passwd", "pwd", "key", "sig", "signature", "credential",
+                       "auth", "authz", "session", "sessionid")
+_QUERY = re.compile(r"(?i)([?&;][A-Za-z0-9_.\-]*?(?:" + "|".join(SECRET_NAME_ENDINGS) + r")=)[^&;#\s'\"<>]*")
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s@?#'\"<>]+@")
+_BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9\-._~+/]+=*")
+# A cheap test first: most text (LFNs, reasons) holds none of these and is returned as it is.
+_MAYBE = re.compile(r"(?i)=|@|bearer")
+
+
+def redact(text: str) -> str:
+    """`text` with URL user info, the values of secret-named query parameters and bearer tokens replaced."""
+    if not _MAYBE.search(text):
+        return text
+    text = _USERINFO.sub(lambda m: m.group(1) + REDACTED + "@", text)
+    text = _QUERY.sub(lambda m: m.group(1) + REDACTED, text)
+    return _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
+
+
+def redact_all(value: Any) -> Any:
+    """`redact` applied to every string in a JSON-like value (dicts, lists), keys left as they are."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: redact_all(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact_all(v) for v in value]
+    return value
+
+
+class RedactingFilter(logging.Filter):
+    """A handler filter: each record's message, arguments merged, and its exception text, redacted."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = redact(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        return True
+
+
+def redact_logs(handler: logging.Handler) -> None:
+    """Every record `handler` writes goes through `redact` first (idempotent)."""
+    if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+        handler.addFilter(RedactingFilter())

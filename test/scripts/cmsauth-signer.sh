@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Builds a signer from dmwm/cmsauth's own Go code (the CMSWEB front end's: SetCMSHeaders + GetHmac), for
+# the vectors in test/fixtures/cmsauth/ (see its README). Nothing of cmsauth is kept in this repository:
+#   cmsauth-signer.sh            prints the path of the built signer (built once into test/.servers/cmsauth)
+# The source is a clone of https://github.com/dmwm/cmsauth at COMMIT, or the folder $CMSAUTH_SRC (a checkout
+# of it, where github.com cannot be reached). utils.go needs github.com/vkuznet/x509proxy, which cannot be
+# fetched here: its one function using it, TlsCerts (client certificates, nothing to do with signing), is
+# stubbed. Needs Debian's golang-go (installed here when missing).
+#   signer < request.json > headers.json
+# request.json: {"key_file": PATH, "path": URL path, "headers": {the client's own headers},
+#                "user": {name, cern_upn, dn, ...}, "cric": {sorted DN: {"DN": ..., "Roles": {role: [scope]}}}}
+# headers.json: every request header after SetCMSHeaders, as the back end receives them ({name: value}).
+set -euo pipefail
+COMMIT=ce1b94285adf22ba6d20ee122969164e8ce60355
+HERE="$(cd "$(dirname "$0")/../.." && pwd)"
+OUT="$HERE/test/.servers/cmsauth"
+BIN="$OUT/signer-$COMMIT"
+if [ -x "$BIN" ]; then echo "$BIN"; exit 0; fi
+command -v go >/dev/null || {
+    apt-get -o DPkg::Lock::Timeout=600 update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends golang-go
+}
+mkdir -p "$OUT"
+BUILD="$(mktemp -d "$OUT/build.XXXXXX")"
+trap 'rm -rf "$BUILD"' EXIT
+if [ -n "${CMSAUTH_SRC:-}" ]; then
+    git -C "$CMSAUTH_SRC" archive "$COMMIT" authz.go cric.go utils.go | tar -x -C "$BUILD"
+else
+    git clone -q https://github.com/dmwm/cmsauth "$BUILD/clone"
+    git -C "$BUILD/clone" archive "$COMMIT" authz.go cric.go utils.go | tar -x -C "$BUILD"
+fi
+mkdir -p "$BUILD/cmsauth"
+mv "$BUILD"/*.go "$BUILD/cmsauth/"
+python3 - "$BUILD/cmsauth/utils.go" <<'EOF'
+import sys
+path = sys.argv[1]
+src = open(path).read()
+src = src.replace('\n\t"github.com/vkuznet/x509proxy"\n', "\n")
+start = src.index("func TlsCerts() ([]tls.Certificate, error) {")
+end = src.index("\n}\n", start) + 3
+stub = ('func TlsCerts() ([]tls.Certificate, error) {\n'
+        '\treturn nil, fmt.Errorf("TlsCerts stubbed: x509proxy is not available to this build")\n}\n')
+src = src[:start] + stub + src[end:]
+src = src.replace('\t"os/user"\n', "")  # only TlsCerts used it
+open(path, "w").write(src)
+EOF
+cat > "$BUILD/go.mod" <<'EOF'
+module msunmerged/cmsauthsigner
+
+go 1.19
+EOF
+cat > "$BUILD/main.go" <<'EOF'
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+
+	"msunmerged/cmsauthsigner/cmsauth"
+)
+
+type request struct {
+	KeyFile string                       `json:"key_file"`
+	Path    string                       `json:"path"`
+	Headers map[string]string            `json:"headers"`
+	User    map[string]interface{}       `json:"user"`
+	Cric    map[string]cmsauth.CricEntry `json:"cric"`
+}
+
+func main() {
+	var in request
+	if err := json.NewDecoder(os.Stdin).Decode(&in); err != nil {
+		panic(err)
+	}
+	r, err := http.NewRequest("POST", "http://back-end"+in.Path, nil)
+	if err != nil {
+		panic(err)
+	}
+	for k, v := range in.Headers {
+		r.Header.Set(k, v)
+	}
+	var auth cmsauth.CMSAuth
+	auth.Init(in.KeyFile)
+	auth.SetCMSHeaders(r, in.User, cmsauth.CricRecords(in.Cric), false)
+	out := map[string]string{}
+	for k := range r.Header {
+		out[k] = r.Header.Get(k)
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(out); err != nil {
+		panic(err)
+	}
+}
+EOF
+(cd "$BUILD" && GOFLAGS=-mod=mod GOPROXY=off GOCACHE="$OUT/gocache" GOPATH="$OUT/gopath" go build -o "$BIN" .)
+echo "$BIN"
