@@ -454,9 +454,8 @@ def test_a_condor_job_deletes_on_the_token_xrootd(condor_pool: CondorPool, token
         planned = [server.put(lfn) for lfn in lfns]
         others = [server.put(f"/store/unmerged/E/Token/AODSIM/p-v1/{t}/not-planned.root"),
                   server.put(f"/store/data/E/Token/AODSIM/v1/{t}/precious.root")]
+        time.sleep(1.2)  # the scan the plan comes from starts after they were written (xrootd: whole seconds)
         scanned = time.time()
-        for path in planned + others:  # written before the scan the plan comes from
-            os.utime(path, (scanned - 600, scanned - 600))
         token = tmp_path / "storage-token"
         token.write_text(token_xrootd.issuer.mint(lifetime=3600))
         token.chmod(0o600)
