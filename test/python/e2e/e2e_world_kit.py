@@ -151,17 +151,19 @@ class World:
         return done.stdout
 
     def our_condor_jobs(self, rse_prefix: str = "T2_XE_") -> list[dict[str, Any]]:
-        """Queue and history ads of this harness's jobs (MSUnmergedJobId starting with rse_prefix)."""
+        """Queue and history ads of this harness's jobs (MSUnmergedJobId starting with rse_prefix) that could run:
+        still in the queue, or started at least once. A record the schedd removed before it ever started (a spool
+        that failed) is not one: the service submits that job again (docs/jobs.md, "Batch-system faults")."""
         constraint = f'regexp("^{rse_prefix}", MSUnmergedJobId)'
         out = []
         for cmd in (["condor_q", "-allusers"], ["condor_history"]):
             text = self.condor(*cmd, "-constraint", constraint, "-af", "MSUnmergedJobId", "ClusterId",
-                               "ProcId", "JobStatus", "ExitCode")
+                               "ProcId", "JobStatus", "NumJobStarts", "ExitCode")
             for line in text.splitlines():
                 parts = line.split()
-                if len(parts) >= 4:
+                if len(parts) >= 5 and (int(parts[3]) != 3 or parts[4] not in ("undefined", "0")):
                     out.append({"job": parts[0], "batch": f"{parts[1]}.{parts[2]}", "status": int(parts[3]),
-                                "exit": parts[4] if len(parts) > 4 else None})
+                                "exit": parts[5] if len(parts) > 5 else None})
         return out
 
 
