@@ -26,6 +26,7 @@ QUICK = {
     "bench_sizing": ["--rses", "1", "--lines", "50000"],
     "bench_delete": ["--posix-files", "20000", "--xrootd-files", "2000"],
     "bench_condor_submit": ["--jobs", "200"],
+    "bench_drain": ["--quick"],
 }
 
 

@@ -51,6 +51,18 @@ def test_file_and_environment(tmp_path):
     ("", {"MSUNMERGED_MONGO__URL": "localhost:27017"}, "mongo.url"),
     ("", {"MSUNMERGED_MONGO__URL": "mongodb://h:99999/"}, "mongo.url"),
     ("", {"MSUNMERGED_MONGO__URL": "mongodb+srv://cluster"}, "mongo.url"),
+    ("[jobs.sites.T2_XX_A]\nexclude = ['logs/prod']\n", {}, "jobs.sites.T2_XX_A.exclude[0]"),
+    ("[jobs.sites.T2_XX_A]\ninclude = ['/store/unmerged/a', 'b']\n", {}, "jobs.sites.T2_XX_A.include[1]"),
+    ("[jobs.sites.T2_XX_A]\nmax_in_flight = -1\n", {}, "jobs.sites.T2_XX_A.max_in_flight"),
+    ("[jobs.sites.T2_XX_A]\nmax_ops_per_s = 'fast'\n", {}, "jobs.sites.T2_XX_A.max_ops_per_s"),
+    ("[jobs.sites.T2_XX_A]\nlook_before_delete = 'no thanks'\n", {}, "jobs.sites.T2_XX_A.look_before_delete"),
+    ("[jobs.sites.T2_XX_A]\nmax_files_per_cycle = 30000000\n", {}, "jobs.sites.T2_XX_A.max_files_per_cycle"),
+    ("", {"MSUNMERGED_PLANNER__MAX_FILES_PER_CYCLE": "-5"}, "planner.max_files_per_cycle"),
+    ("[planner]\nmax_files_per_cycle = 1000\n[guards]\nmax_delete_files = 999\n", {},
+     "planner.max_files_per_cycle"),
+    ("", {"MSUNMERGED_JOBS__MAX_IN_FLIGHT": "-1"}, "jobs.max_in_flight"),
+    ("", {"MSUNMERGED_JOBS__MAX_OPS_PER_S": "-0.5"}, "jobs.max_ops_per_s"),
+    ("", {"MSUNMERGED_JOBS__TOP_UP_S": "0"}, "jobs.top_up_s"),
     ("[rest]\nrequest_deadline_s = 0\n", {}, "rest.request_deadline_s"),
     ("[rest]\nthread_pool = 16\nmax_connections_per_client = 16\n", {}, "rest.max_connections_per_client"),
     ("[rest]\nmax_connections_per_client = 0\n", {}, "rest.max_connections_per_client"),
@@ -87,6 +99,29 @@ def test_site_specific_layout_with_its_root(tmp_path):
                     "[condor]\ndelegate_proxy = false\n")
     cfg = load_config(path, env={})
     assert cfg.jobs.for_rse("T2_XX_A").unmerged_root == "root://se//disk/tmp/" and cfg.condor.delegate_proxy is False
+
+
+def test_per_rse_limits_and_filters(tmp_path):
+    """jobs.sites.<RSE> overrides the service-wide limits where it sets them; its path filters add to the
+    planner's (excludes join, includes narrow: component-wise)."""
+    from MSUnmerged.sitelimits import intersect, limits_for
+    path = tmp_path / "c.toml"
+    path.write_text("[planner]\nmax_files_per_cycle = 500000\ninclude = ['/store/unmerged/Run3', '/store/unmerged/x/y']\n"
+                    "[jobs]\nmax_in_flight = 50\nmax_ops_per_s = 20.0\n"
+                    "[jobs.sites.T2_CH_CERN]\nmax_in_flight = 5\nlook_before_delete = false\nremove_empty_dirs = true\n"
+                    "exclude = ['/store/unmerged/logs/wmagent', '/store/unmerged/SAM']\n"
+                    "include = ['/store/unmerged/Run3/A', '/store/unmerged/x']\n")
+    cfg = load_config(path, env={})
+    cern, other = limits_for(cfg, "T2_CH_CERN"), limits_for(cfg, "T2_DE_DESY")
+    assert (cern.max_in_flight, cern.max_ops_per_s, cern.max_files_per_cycle) == (5, 20.0, 500000)
+    assert cern.look_before_delete is False and cern.remove_empty_dirs is True
+    assert (other.max_in_flight, other.look_before_delete, other.remove_empty_dirs) == (50, True, False)
+    assert cern.include == ("/store/unmerged/Run3/A", "/store/unmerged/x/y")
+    assert other.include == ("/store/unmerged/Run3", "/store/unmerged/x/y")
+    assert "/store/unmerged/SAM" in cern.exclude and "/store/unmerged/logs/prod/" in cern.exclude
+    assert "/store/unmerged/SAM" not in other.exclude
+    assert intersect(["/store/unmerged/a/b"], ["/store/unmerged/ab"]) == []  # component-wise, not by characters
+    assert intersect(["/"], ["/store/unmerged/a//"]) == ["/store/unmerged/a"]
 
 
 def test_the_shipped_file_documents_every_default() -> None:

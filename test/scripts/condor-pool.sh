@@ -61,6 +61,8 @@ SCHEDD_INTERVAL = 2
 GLIDEIN_CMSSite = "T2_XX_Condor"
 STARTD_ATTRS = $(STARTD_ATTRS) GLIDEIN_CMSSite
 STARTER_JOB_ENVIRONMENT = "SITECONFIG_PATH=/srv/siteconf"
+# MSUnmerged's per-RSE cap (docs/condor.md): each job takes 1/cap of its RSE's limit msunmerged.<RSE>.
+CONCURRENCY_LIMIT_DEFAULT_MSUNMERGED = 1
 CONF
 }
 
@@ -93,7 +95,15 @@ install() {
 
 start() {
     install
-    if running; then log "already running (pid $(cat "$PIDFILE"))"; return; fi
+    if running; then
+        # A pool started with an older configuration takes the current one without a restart.
+        local before; before="$(cat "$R/etc/condor/config.d/50-local.conf" 2>/dev/null || true)"
+        configure
+        if [[ "$before" != "$(cat "$R/etc/condor/config.d/50-local.conf")" ]]; then
+            chroot "$R" condor_reconfig >&2 || true
+        fi
+        log "already running (pid $(cat "$PIDFILE"))"; return
+    fi
     configure
     mounts
     grep -q "^127.0.0.1 $(hostname)\$" "$R/etc/hosts" 2>/dev/null || echo "127.0.0.1 $(hostname)" >> "$R/etc/hosts"

@@ -238,12 +238,12 @@ class Collected:
     reason: str = ""
 
 
-def _accepted(lines: Iterable[Any], path: Callable[[Any], str], allowed: Optional[set[str]], what: str,
+def _accepted(lines: Iterable[Any], path: Callable[[Any], str], allowed: Optional[Callable[[str], bool]], what: str,
               problems: list[str], convert: Callable[[Any], dict[str, Any]]) -> list[dict[str, Any]]:
-    """The report lines whose path is in `allowed` (all when None), converted; the others become problems."""
+    """The report lines whose path is `allowed` (all when None), converted; the others become problems."""
     out = []
     for line in lines:
-        if allowed is not None and path(line) not in allowed:
+        if allowed is not None and not allowed(path(line)):
             problems.append(f"line {line.line}: {path(line)} is not {what}")
         else:
             out.append(convert(line))
@@ -269,22 +269,37 @@ class Collector:
         self.sink = sink
 
     def collect(self, job_id: str, lfns: Optional[Iterable[str]], report: Optional[Report],
-                status: JobStatus) -> Collected:
-        """Record the report's outcomes (only for files of this job when `lfns` is given), then close."""
+                status: JobStatus, other_dirs: Optional[Callable[[str], bool]] = None,
+                given_dirs: Callable[[], Iterable[str]] = tuple) -> Collected:
+        """Record the report's outcomes (only for files of this job when `lfns` is given), then close.
+
+        A directory line is accepted for a directory of the job's files, or one `other_dirs` allows (the
+        job's retried directories, those its sweep may reach). `given_dirs`: the directories the job was given
+        to remove, asked only when the report is missing or cut off; those it says nothing of are recorded
+        not attempted (a later cycle retries them, ledger/pending_dirs.py)."""
         out = Collected(job_id, status.state if status.state.terminal else JobState.FAILED)
+        said: set[str] = set()
         if report is not None:
             allowed = set(lfns) if lfns is not None else None
-            outcomes = _accepted(report.files, lambda f: f.lfn, allowed, f"a file of job {job_id}", out.problems,
-                                 lambda f: ledger_outcome(f, report.exit_code))
+            outcomes = _accepted(report.files, lambda f: f.lfn, allowed.__contains__ if allowed is not None else None,
+                                 f"a file of job {job_id}", out.problems, lambda f: ledger_outcome(f, report.exit_code))
             dirs = None if allowed is None or not report.dirs else {d for lfn in allowed for d in ancestors(lfn)}
-            dir_outcomes = _accepted(report.dirs, lambda d: d.dir, dirs, f"a directory of job {job_id}'s files",
+            dir_ok = None if dirs is None else (lambda d: d in dirs or other_dirs is not None and other_dirs(d))
+            dir_outcomes = _accepted(report.dirs, lambda d: d.dir, dir_ok, f"a directory of job {job_id}'s files",
                                      out.problems, ledger_dir_outcome)
             out.problems[:0] = report.problems
             self.sink.record_outcomes(job_id, outcomes)
             self.sink.record_dirs(job_id, dir_outcomes)
+            said = {d["dir"] for d in dir_outcomes}
             out.recorded = len(outcomes)
             out.counters = report.counters()
             out.dirs = report.dir_counters()
+        if report is None or not report.complete:
+            unsaid = [{"dir": d, "state": "not_attempted", "error_class": "", "pfn": None,
+                       "error": "the job ended without a word on this directory"}
+                      for d in given_dirs() if d not in said]
+            if unsaid:
+                self.sink.record_dirs(job_id, unsaid)
         reasons = []
         if status.reason:
             reasons.append(status.reason)

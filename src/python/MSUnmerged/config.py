@@ -70,6 +70,9 @@ class PlannerConfig:
     spill_partitions: int = 64
     partition_max_bytes: int = 8 * 1024 * 1024
     engine: str = planlines.AUTO  # the per-line work: compiled when built ("auto"), "compiled" or "pure"
+    # The throttle: at most this many files of an RSE's plan are released per cycle, oldest directories first
+    # (throttle.py); the rest in the next cycles of the same dump. 0: the whole plan at once.
+    max_files_per_cycle: int = 0
 
 
 @dataclass
@@ -149,6 +152,15 @@ class SiteConfig:
     schedd: str = ""  # condor: its schedd; empty: condor.schedd
     pfn_layout: str = "standard"  # "site_specific": its PFNs need not end with the LFN (docs/jobs.md)
     unmerged_root: str = ""  # site_specific (required there): the PFN of /store/unmerged/ the site config must give
+    # Overrides of the service-wide limits (None: the service-wide value; sitelimits.py resolves them).
+    max_files_per_cycle: Optional[int] = None  # planner.max_files_per_cycle for this RSE
+    max_in_flight: Optional[int] = None  # jobs.max_in_flight for this RSE
+    max_ops_per_s: Optional[float] = None  # jobs.max_ops_per_s for this RSE
+    look_before_delete: Optional[bool] = None  # jobs.look_before_delete for this RSE
+    # Path filters of this RSE on top of planner.include/exclude (same component-wise rule, re-checked at the worker).
+    include: list[str] = field(default_factory=list)
+    exclude: list[str] = field(default_factory=list)
+    remove_empty_dirs: bool = False  # the worker also removes old empty directories below the datasets it cleans
 
 
 @dataclass
@@ -176,6 +188,12 @@ class JobsConfig:
     # The RSE attribute in Rucio naming its CMS site (e.g. "site"), read where jobs.sites.<RSE>.site is not set;
     # empty: the site comes from the configuration or the RSE's name only (sites.resolve_site).
     site_attribute: str = ""
+    # Load limits (docs/jobs.md): cleanup jobs of one RSE in the batch system at once (0: no limit), storage
+    # operations per second of one job (0: unpaced), and the look at each file before it is deleted.
+    max_in_flight: int = 100
+    max_ops_per_s: float = 0.0
+    look_before_delete: bool = True
+    top_up_s: float = 60.0  # `serve`: collect finished jobs and submit more up to the limits this often
     sites: dict[str, SiteConfig] = field(default_factory=dict)  # per-RSE overrides
 
     def for_rse(self, rse: str) -> SiteConfig:
@@ -393,9 +411,7 @@ def _validate(cfg: Config) -> None:
     need(p.engine in planlines.ENGINES, "planner.engine", f"must be one of {', '.join(planlines.ENGINES)}")
     need(p.engine != planlines.COMPILED_NAME or planlines.COMPILED is not None, "planner.engine",
          "compiled, but the C extension MSUnmerged._planfast is not built (no compiler at install?)")
-    for key, paths in (("planner.include", p.include), ("planner.exclude", p.exclude)):
-        for i, path in enumerate(paths):
-            need(path.startswith("/"), f"{key}[{i}]", f"must be an absolute path, got {path!r}")
+    _validate_limits(cfg)
     need(s.interval_s >= 1, "service.interval_s", "must be >= 1")
     need(s.parallel_rses >= 1, "service.parallel_rses", "must be >= 1")
     need(s.lease_ttl_s >= 10, "service.lease_ttl_s", "must be >= 10")
@@ -454,6 +470,33 @@ def _validate(cfg: Config) -> None:
     need(a.guard_repeats >= 1, "alerts.guard_repeats", "must be >= 1")
     need(a.expire_cycles >= 1, "alerts.expire_cycles", "must be >= 1")
     need(a.timeout_s > 0, "alerts.timeout_s", "must be > 0")
+
+
+def _validate_limits(cfg: Config) -> None:
+    """The path filters, the throttle and the load limits, service-wide and per RSE."""
+    def need(cond: bool, key: str, msg: str) -> None:
+        if not cond:
+            raise ConfigError(key, msg)
+
+    p, j, g = cfg.planner, cfg.jobs, cfg.guards
+    filters = [("planner.include", p.include), ("planner.exclude", p.exclude)]
+    filters += [(f"jobs.sites.{rse}.{key}", getattr(s, key)) for rse, s in j.sites.items() for key in ("include", "exclude")]
+    for key, paths in filters:
+        for i, path in enumerate(paths):
+            need(path.startswith("/"), f"{key}[{i}]", f"must be an absolute path, got {path!r}")
+    need(j.max_in_flight >= 0, "jobs.max_in_flight", "must be >= 0 (0: no limit)")
+    need(j.max_ops_per_s >= 0, "jobs.max_ops_per_s", "must be >= 0 (0: unpaced)")
+    need(j.top_up_s >= 1, "jobs.top_up_s", "must be >= 1")
+    caps = [("planner.max_files_per_cycle", p.max_files_per_cycle)]
+    caps += [(f"jobs.sites.{rse}.max_files_per_cycle", s.max_files_per_cycle) for rse, s in j.sites.items()
+             if s.max_files_per_cycle is not None]
+    for key, cap in caps:
+        need(cap >= 0, key, "must be >= 0 (0: no throttle)")
+        # A slice larger than the count guard would be refused every cycle.
+        need(cap <= g.max_delete_files, key, f"must be at most guards.max_delete_files ({g.max_delete_files})")
+    for rse, s in j.sites.items():
+        need(s.max_in_flight is None or s.max_in_flight >= 0, f"jobs.sites.{rse}.max_in_flight", "must be >= 0")
+        need(s.max_ops_per_s is None or s.max_ops_per_s >= 0, f"jobs.sites.{rse}.max_ops_per_s", "must be >= 0")
 
 
 CREDENTIALS = ("token", "proxy", "none")  # jobs.credential: what a job carries to its storage

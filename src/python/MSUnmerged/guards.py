@@ -130,10 +130,14 @@ def check_plan_scan(generation: Optional[float], scan_started: Optional[float], 
                            f"of the RSE ended {scan.end_time!r}, started {scan.start_time!r}")
 
 
-def check_counts(files_total: int, files_to_delete: int, g: GuardConfig) -> None:
-    """The deletion count and fraction limits; raise GuardTripped when a plan exceeds one."""
-    if files_to_delete > g.max_delete_files:
-        raise GuardTripped(GUARD_DELETE_COUNT, f"{files_to_delete} files to delete, limit {g.max_delete_files}")
+def check_counts(files_total: int, files_to_delete: int, g: GuardConfig, per_cycle: Optional[int] = None) -> None:
+    """The deletion count and fraction limits; raise GuardTripped when a plan exceeds one. A throttled plan's
+    count limit holds for the most files one cycle releases (`per_cycle`, its largest slice); the fraction
+    limit always judges the whole plan against the whole dump."""
+    released = files_to_delete if per_cycle is None else per_cycle
+    if released > g.max_delete_files:
+        in_one = "" if per_cycle is None else " in one cycle"
+        raise GuardTripped(GUARD_DELETE_COUNT, f"{released} files to delete{in_one}, limit {g.max_delete_files}")
     if files_total and files_to_delete / files_total > g.max_delete_fraction:
         raise GuardTripped(GUARD_DELETE_FRACTION,
                            f"{files_to_delete / files_total:.1%} of the files to delete, "

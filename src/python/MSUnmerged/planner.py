@@ -18,7 +18,7 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 
 from MSUnmerged import lfn, planlines, seal
 from MSUnmerged.config import Config
@@ -26,6 +26,8 @@ from MSUnmerged.dumpreader import DumpError, NotADump, check_lines, read_ahead_t
 from MSUnmerged.guards import (GUARD_DUMP_UNREADABLE, GUARD_LINE_COUNT, GUARD_NOT_A_DUMP, GuardTripped, Scan,
                                check_counts, check_protection, check_scan)
 from MSUnmerged.lfn import PrefixSet
+from MSUnmerged.sitelimits import limits_for
+from MSUnmerged.throttle import AgeOrder, Slicer, dataset_of
 
 SUMMARY_VERSION = 1
 EXAMPLES_PER_REASON = 5
@@ -55,6 +57,11 @@ class Plan:
     jobs: int = 0
     job_files: list[str] = field(default_factory=list)
     job_sizes: list[int] = field(default_factory=list)
+    # The throttle (throttle.py): each job's slice, and the files of each slice; empty when not throttled.
+    job_slices: list[int] = field(default_factory=list)
+    slice_sizes: list[int] = field(default_factory=list)
+    max_files_per_cycle: int = 0
+    filters: dict[str, Any] = field(default_factory=dict)  # the RSE's path filters in force (sitelimits)
     guard: Optional[str] = None
     guard_detail: str = ""
     would_delete: int = 0  # what the plan held before a guard emptied it
@@ -114,11 +121,17 @@ class _Spill:
     """
 
     def __init__(self, directory: Path, partitions: int, floor: int,
-                 encode: Callable[[bytes, bytes], bytes] = planlines.as_they_are) -> None:
+                 encode: Callable[[bytes, bytes], bytes] = planlines.as_they_are,
+                 order: Optional[AgeOrder] = None) -> None:
         self.directory = directory
         self.floor = floor
         self.encode = encode  # how a run is stored: (its directory and slash, its lines) -> bytes
+        # Throttled: the partitions are grouped by the dataset directory's age class, oldest first, so that
+        # reading them in order gives the oldest directories first.
+        self.order = order
+        self.per_class = -(-partitions // order.classes) if order is not None else partitions
         directory.mkdir(parents=True, exist_ok=True)
+        partitions = self.per_class * (order.classes if order is not None else 1)
         self.paths = [directory / f"part-{i:03d}" for i in range(partitions)]
         buffering = min(256 * 1024, max(64 * 1024, _SPILL_BUFFERS_BYTES // partitions))
         self._batch: list[tuple[int, bytes, bytes]] = []  # (partition, directory, lines)
@@ -134,17 +147,14 @@ class _Spill:
         return self._opening.result()
 
     def key(self, directory: bytes) -> bytes:
-        cut = -1
-        for _ in range(self.floor):
-            cut = directory.find(b"/", cut + 1)
-            if cut < 0:
-                return directory
-        return directory[:cut]
+        return dataset_of(directory, self.floor)
 
     def write(self, directory: bytes, block: bytes, salt: int = 0) -> None:
         """Append one run as a record: b"<dir>\\0<bytes>\\n" then the run's lines, encoded."""
         key = self.key(directory)
-        index = (zlib.adler32(key) if salt else zlib.crc32(key)) % len(self.paths)
+        index = (zlib.adler32(key) if salt else zlib.crc32(key)) % self.per_class
+        if self.order is not None:
+            index += self.order(key) * self.per_class
         self._batch.append((index, directory, block))
         self._batch_bytes += len(block)
         if self._batch_bytes >= _SPILL_BATCH_BYTES:
@@ -191,17 +201,21 @@ class _JobWriter:
     `most_lines` can fill; another reads each one back for the seal once it is closed, while the
     next ones are planned."""
 
-    def __init__(self, directory: Path, per_job: int, most_lines: int) -> None:
+    def __init__(self, directory: Path, per_job: int, most_lines: int, slicer: Optional[Slicer] = None) -> None:
         self.directory = directory
         self.per_job = per_job
+        self.slicer = slicer  # throttled: a job never spans two slices
         directory.mkdir(parents=True, exist_ok=True)
         self.names: list[str] = []
         self.sizes: list[int] = []
+        self.slices: list[int] = []  # each job's slice (throttled)
         self._fh: Any = None
         self._room = 0
         self._creator = ThreadPoolExecutor(1, thread_name_prefix="job-create")
         self._describer = ThreadPoolExecutor(1, thread_name_prefix="seal-describe")
         self._most_jobs = -(-most_lines // per_job)
+        if slicer is not None:  # each slice may leave one job unfilled; slices are at least half full in pairs
+            self._most_jobs += 2 * -(-most_lines // slicer.per_slice) + 1
         self._created: deque[Future[Any]] = deque()
         self._create_ahead()
         self._described: dict[str, Future[dict[str, Any]]] = {}
@@ -215,11 +229,14 @@ class _JobWriter:
         return self.directory / f"job-{number:06d}.txt"
 
     def add(self, block: bytes, lines: int) -> None:
-        """Append `block`, `lines` whole LFNs, cutting it where a job file is full."""
+        """Append `block`, one directory's `lines` whole LFNs, cutting it where a job file (or a slice) is full."""
+        slicer = self.slicer
+        if slicer is not None and slicer.begin(lines):
+            self._room = 0  # the directory starts a new slice, and so a new job
         while lines:
             if self._room == 0:
                 self._open()
-            take = min(lines, self._room)
+            take = min(lines, self._room, slicer.room if slicer is not None else lines)
             head = block
             if take < lines:  # the rest after the first `take` lines goes on to the next job
                 rest = block.split(b"\n", take)[-1]
@@ -228,6 +245,8 @@ class _JobWriter:
             self._room -= take
             self.sizes[-1] += take
             lines -= take
+            if slicer is not None and slicer.take(take, bool(lines)):
+                self._room = 0
 
     def _open(self) -> None:
         self.close()
@@ -237,6 +256,8 @@ class _JobWriter:
         self.names.append(self._path(len(self.names) + 1).name)
         self._create_ahead()
         self.sizes.append(0)
+        if self.slicer is not None:
+            self.slices.append(self.slicer.current)
         self._room = self.per_job
 
     def close(self) -> None:
@@ -262,12 +283,16 @@ class Planner:
     """Plans one RSE: feed dump chunks, then `finish` writes the plan directory."""
 
     def __init__(self, rse: str, protection: PrefixSet, config: Config, out_dir: os.PathLike | str,
-                 progress: Optional[ProgressFn] = None, expected_files: Optional[int] = None) -> None:
+                 progress: Optional[ProgressFn] = None, expected_files: Optional[int] = None,
+                 ages: Optional[Mapping[bytes, float]] = None) -> None:
+        """`ages`: when each dataset directory was first seen in a plan (ledger/ages.py), for the throttle's order."""
         pcfg = config.planner
         self.rse = rse
         self.protection = protection
-        self.exclude = PrefixSet(pcfg.exclude)
-        self.include = PrefixSet(pcfg.include) if pcfg.include else None
+        self.limits = limits_for(config, rse)
+        self.exclude = PrefixSet(self.limits.exclude)
+        self.include = PrefixSet(self.limits.include) if self.limits.include is not None else None
+        self.per_cycle = self.limits.max_files_per_cycle
         self.config = config
         self.out_dir = Path(out_dir)
         self.max_length = pcfg.max_lfn_length
@@ -285,8 +310,10 @@ class Planner:
                 elif target.exists():
                     target.unlink()
         self.out_dir.mkdir(parents=True, exist_ok=True)
+        order = AgeOrder(ages or {}) if self.per_cycle else None
         self.spill = _Spill(self.out_dir / ".spill", spill_partitions(pcfg.spill_partitions, pcfg.partition_max_bytes,
-                                                                      expected_files), self.floor, self.engine.spill)
+                                                                      expected_files), self.floor, self.engine.spill,
+                            order)
 
     # -- phase 1: classify every line, spill the deletable runs ---------------------------------
 
@@ -363,7 +390,8 @@ class Planner:
         guards only with `count_guards`)."""
         started = time.time()
         self.spill.close()
-        jobs = _JobWriter(self.out_dir / seal.JOBS_DIR, self.config.planner.files_per_job, self.spilled)
+        slicer = Slicer(self.per_cycle) if self.per_cycle else None
+        jobs = _JobWriter(self.out_dir / seal.JOBS_DIR, self.config.planner.files_per_job, self.spilled, slicer)
         n_dirs = 0
         with open(self.out_dir / seal.DIRS_NAME, "wb") as dirs_out:
             # A thread reads and de-duplicates the next group (file reads and the compiled engine
@@ -380,8 +408,11 @@ class Planner:
                     invalid_examples=c.examples, dirs_removable=n_dirs, jobs=len(jobs.names),
                     job_files=jobs.names, job_sizes=jobs.sizes, protected_count=len(self.protection),
                     dump_version=scan_end_time, scan_started=scan_started,
-                    scan_checked=scan_end_time is not None, created=time.time())
+                    scan_checked=scan_end_time is not None, created=time.time(),
+                    max_files_per_cycle=self.per_cycle, filters=self.limits.filters())
         plan.files_to_delete = sum(jobs.sizes)
+        if slicer is not None and plan.files_to_delete:
+            plan.job_slices, plan.slice_sizes = jobs.slices, slicer.sizes
         if guard is None:
             guard = self._final_guard(plan, expected_files, count_guards)
         if guard is not None:
@@ -400,7 +431,7 @@ class Planner:
                                     f"read {plan.files_total} files, the scan reported {expected_files}")
         try:
             if count_guards:
-                check_counts(plan.files_total, plan.files_to_delete, g)
+                check_counts(plan.files_total, plan.files_to_delete, g, max(plan.slice_sizes, default=None))
         except GuardTripped as tripped:
             return tripped
         return None
@@ -413,7 +444,7 @@ class Planner:
         plan.guard, plan.guard_detail = guard.reason, guard.detail
         plan.would_delete = plan.files_to_delete
         plan.files_to_delete = plan.jobs = plan.dirs_removable = 0
-        plan.job_files, plan.job_sizes = [], []
+        plan.job_files, plan.job_sizes, plan.job_slices, plan.slice_sizes = [], [], [], []
 
     def _partition_groups(self, path: Path) -> Iterable[bytes]:
         """The partition's content, split further by dataset base when it is too large to hold."""
@@ -504,7 +535,8 @@ def read_summary(out_dir: os.PathLike | str) -> Plan:
 def plan(rse: str, chunks: Iterable[bytes], protected: Iterable[str], config: Config,
          out_dir: os.PathLike | str, stats: Optional[dict[str, Any]] = None,
          previous_protected_count: Optional[int] = None, require_scan: bool = True,
-         now: Optional[float] = None, progress: Optional[ProgressFn] = None, count_guards: bool = True) -> Plan:
+         now: Optional[float] = None, progress: Optional[ProgressFn] = None, count_guards: bool = True,
+         ages: Optional[Mapping[bytes, float]] = None) -> Plan:
     """Plan one RSE from dump chunks into a sealed plan directory (seal.py). Any guard gives an empty
     plan with its reason, never a guess.
 
@@ -513,6 +545,7 @@ def plan(rse: str, chunks: Iterable[bytes], protected: Iterable[str], config: Co
     generation and no scan start, and `apply` refuses it). `previous_protected_count` is the shrink
     guard's baseline (the ledger's, or the operator's offline). `count_guards` False leaves out the
     deletion count and fraction limits (apply's re-derivation checks them on the plan it applies).
+    `ages`: when the ledger first saw each dataset directory (the throttle's order; none offline).
     """
     g = config.guards
     now = time.time() if now is None else now
@@ -527,7 +560,7 @@ def plan(rse: str, chunks: Iterable[bytes], protected: Iterable[str], config: Co
     except GuardTripped as tripped:
         guard = tripped
     expected = scan.files if scan is not None else None
-    planner = Planner(rse, protection, config, out_dir, progress, expected)
+    planner = Planner(rse, protection, config, out_dir, progress, expected, ages)
     dump = seal.DumpDigest(chunks)
     if guard is None:
         try:

@@ -54,6 +54,19 @@ def test_bench_sizing_tiny(tmp_path: Path) -> None:
     assert cms["documents"] > 0 and cms["data_gib"] > 0 and cms["writes_per_cycle"]["bytes_sent"] > 0
 
 
+def test_bench_drain_tiny(tmp_path: Path) -> None:
+    """A backlog larger than the count guard drains in slices at each cap, never over the cap, to a clean RSE."""
+    run("bench_drain.py", "--files", "6000", "--slice", "1500", "--caps", "1,2", "--top-up", "0.3", "--data",
+        str(tmp_path))
+    result = json.loads((tmp_path / "results-drain.json").read_text())
+    assert result["baseline"]["files"] == 6000 and result["baseline"]["s"] >= 0
+    for row, cap in zip(result["rows"], (1, 2)):
+        assert (row["cap"], row["state"], row["guarded"]) == (cap, "clean", 0)
+        assert row["slices"] >= 3 and row["cycles"] > row["slices"] and 1 <= row["most_in_flight"] <= cap
+        assert row["deleted"] == row["to_delete"] and row["files_left"] == 6000 - row["deleted"]
+    assert not list(tmp_path.glob("drain-*")), "the run's folders are left behind"
+
+
 def test_bench_metrics_tiny() -> None:
     """RSEs with jobs recorded; the jobs gauge sums to the job documents (the script checks); every timing comes out."""
     row = json.loads(run("bench_metrics.py", "--rses", "12", "--scrapes", "2", "--cycles", "3").splitlines()[-1])

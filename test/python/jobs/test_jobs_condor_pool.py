@@ -481,3 +481,35 @@ def test_a_condor_job_deletes_on_the_token_xrootd(condor_pool: CondorPool, token
         forward.close()
         for path in trusted:
             path.unlink(missing_ok=True)
+
+
+def test_the_pool_runs_at_most_max_in_flight_jobs_of_an_rse(condor_pool: CondorPool, worker: Path, tmp_path: Path,
+                                                             make_files: Callable[[list[str]], None]) -> None:
+    """jobs.sites.<RSE>.max_in_flight becomes a concurrency limit the pool's negotiator enforces (the service's own
+    cap is bypassed here: three jobs go to the schedd at once), with two free cores for them."""
+    assert condor_pool.run("condor_config_val", "-negotiator", "CONCURRENCY_LIMIT_DEFAULT_MSUNMERGED").strip() == "1"
+    jobs_cfg = JobsConfig(sites={RSE: SiteConfig(max_in_flight=1)})
+    backend = CondorBackend(config(condor_pool, condor_pool.token_dir("submitter")), jobs_cfg, tmp_path / "work",
+                            worker=worker)
+    t = tag()
+    sets = [[f"/store/unmerged/E/P/T/cap-v1/{t}/{j}/f{i}.root" for i in range(8)] for j in range(3)]
+    make_files([lfn for s in sets for lfn in s])
+    jobs = make_jobs(t, sets)
+    for job in jobs:
+        job.step.max_ops_per_s = 4.0  # paced: each job lasts about four seconds
+    ids = backend.submit(jobs)
+    limits = {line.strip() for line in condor_pool.run(
+        "condor_q", "-allusers", "-constraint", f"ClusterId == {next(iter(ids.values())).split('.')[0]}",
+        "-af", "ConcurrencyLimits").splitlines()}
+    assert limits == {"msunmerged.t2_xx_condor_disk:0.666666667"}  # lower-cased by the schedd
+    states = wait_until(backend, ids, lambda s: s.state.terminal, timeout=300)
+    assert {s.state for s in states.values()} == {JobState.FINISHED}
+    spans = []
+    for job in jobs:
+        report = backend.fetch_report(job.job_id, ids[job.job_id], tmp_path / "reports" / job.job_id.replace(":", "_"))
+        lines = [json.loads(line) for line in report.read_text().splitlines()]
+        start, end = lines[0]["start"]["time"], lines[-1]["summary"]["seconds"]
+        spans.append((start, start + end))
+        assert {x["outcome"] for x in lines if "lfn" in x} == {"deleted"}
+        backend.remove(job.job_id, ids[job.job_id], "collected")
+    assert max(sum(1 for a, b in spans if a <= t0 < b) for t0, _ in spans) == 1

@@ -60,6 +60,23 @@ def test_description_as_cms_production(backend: CondorBackend) -> None:
     assert d["requirements"].startswith("stringListMember")
     assert d["+CMS_JobType"] == '"Cleanup"' and d["+CMS_Type"] == '"production"'
     assert Path(d["executable"]).is_absolute()
+    assert "concurrency_limits" not in d  # no RSE given
+
+
+@pytest.mark.parametrize("cap", [1, 2, 3, 7, 10, 100, 1000, 5000])
+def test_max_in_flight_becomes_a_concurrency_limit_of_the_rse(backend: CondorBackend, cap: int) -> None:
+    """Each job takes 1/(cap + 1/2) of its RSE's limit, whose size the pool sets to 1: cap jobs fit, one more
+    does not, also when the negotiator adds the weights up in floating point."""
+    backend.jobs.sites["T2_YY"].max_in_flight = cap
+    d = backend.description("T2_YY", 500, 500, 3600, rse="T2_YY")
+    name, _, weight = d["concurrency_limits"].partition(":")
+    assert name == "msunmerged.T2_YY"
+    total = 0.0
+    for _ in range(cap):
+        total += float(weight)
+    assert total <= 1.0 < total + float(weight)
+    backend.jobs.sites["T2_YY"].max_in_flight = 0  # no limit: no concurrency limit either
+    assert "concurrency_limits" not in backend.description("T2_YY", 500, 500, 3600, rse="T2_YY")
 
 
 @pytest.mark.parametrize("ad,state,reason", [

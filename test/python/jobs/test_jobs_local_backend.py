@@ -116,3 +116,55 @@ def test_restart_finds_jobs_and_removal_stops_a_running_one(tmp_path: Path) -> N
         assert sum(parsed.counters().values()) == len(lfns)
     assert backend.poll({big.job_id: ids[big.job_id]})[big.job_id].state == JobState.REMOVED
     assert again.poll({"x": "local:nothing-here"})["x"].state == JobState.VANISHED
+
+
+def test_queued_jobs_start_as_slots_free_up_without_being_polled(tmp_path: Path) -> None:
+    """More jobs than slots: the supervisor starts every one of them as earlier ones end, while nobody polls
+    (between two cycles of the service), never more than `local_parallel` at once."""
+    storage, sc = make_site(tmp_path)
+    cfg = Config()
+    cfg.jobs.local_parallel = 2
+    jobs = []
+    for n in range(7):
+        lfns = [f"{B}/{n:05d}/f{i}.root" for i in range(30)]
+        for lfn in lfns:
+            (storage / lfn.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+            (storage / lfn.lstrip("/")).write_bytes(b"")
+        jobs.append(job(n, lfns))
+    backend = LocalBackend(cfg, tmp_path / "work", siteconfig=str(sc))
+    ids = backend.submit(jobs)
+    reports = [backend.job_dir(j.job_id) / "report.jsonl" for j in jobs]
+    deadline = time.monotonic() + 120
+    while not all(r.exists() and parse_report(r).complete for r in reports):
+        assert time.monotonic() < deadline, "queued jobs were never started without a poll"
+        time.sleep(0.05)
+    # Each worker's own start time and duration: never more than two at once.
+    spans = [(rep.start["time"], rep.start["time"] + rep.summary["seconds"]) for rep in map(parse_report, reports)]
+    assert max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans) <= 2
+    assert not any((storage / "store").rglob("*.root"))  # every job ran, none was polled
+    states = wait_for(backend, ids, timeout=60)  # a worker that wrote its summary may still be exiting
+    assert {s.state for s in states.values()} == {JobState.FINISHED}
+
+
+
+def test_two_backends_on_one_work_folder_start_a_job_once(tmp_path: Path) -> None:
+    """A job queued by one backend (a crashed service's, still in memory) and found queued on disk by another
+    (its restart) runs once: whoever starts it first claims it; the other leaves it alone."""
+    storage, sc = make_site(tmp_path)
+    cfg = Config()
+    cfg.jobs.local_parallel = 1
+    slow = [f"{B}/00000/f{i}.root" for i in range(5000)]
+    quick = [f"{B}/00001/g{i}.root" for i in range(50)]
+    for lfn in slow + quick:
+        (storage / lfn.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        open(storage / lfn.lstrip("/"), "wb").close()
+    first = LocalBackend(cfg, tmp_path / "work", siteconfig=str(sc))
+    ids = first.submit([job(0, slow), job(1, quick)])  # the second waits in first's queue
+    second = LocalBackend(cfg, tmp_path / "work", siteconfig=str(sc))
+    second.parallel = 2
+    states = wait_for(second, ids, timeout=120)  # second finds the queued one on disk and starts it
+    wait_for(first, ids, timeout=120)  # first's supervisor meets the claim and leaves it
+    assert {s.state for s in states.values()} == {JobState.FINISHED}
+    report = parse_report(first.job_dir(job(1, quick).job_id) / "report.jsonl")
+    assert report.complete and report.counters() == {"deleted": 50}  # a second run would find them missing
+    assert (first.job_dir(job(1, quick).job_id) / "worker.log").read_text().count("Traceback") == 0

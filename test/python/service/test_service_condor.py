@@ -165,3 +165,23 @@ def test_refused_token_is_recorded_and_nothing_submitted(condor_pool: CondorPool
     assert exit_code(result) == EXIT_AUTH  # `msunmerged apply`/`clean`: renew the token, not "internal error"
     assert mongo_db.rses.find_one({"_id": RSE})["reason"] == "backend_auth_refused"
     assert mongo_db.jobs.count_documents({"state": {"$ne": "planned"}}) == 0
+
+
+def test_the_service_keeps_max_in_flight_with_the_pool(condor_pool: CondorPool, site: Path, tmp_path: Path,
+                                                       mongo_db: Database) -> None:
+    """max_in_flight 1: the service submits one job at a time (topping up while it waits), each carrying the
+    concurrency limit the pool enforces too; every file ends deleted as without the cap."""
+    def capped(config: Config) -> None:
+        config.jobs.max_in_flight = 1
+    svc = make_service(str(tmp_path), mongo_db, str(site), str(condor_pool.token_dir("submitter")), configure=capped)
+    run_to_end(svc)
+    svc.stop()
+    check_outcomes(condor_pool, site, mongo_db)
+    jobs = list(mongo_db.jobs.find({"rse": RSE}))
+    assert len(jobs) >= 2
+    spans = [(j["intent_at"], j["finished_at"]) for j in jobs]
+    assert max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans) == 1
+    limits = {line.split()[1] for line in condor_pool.run(
+        "condor_history", "-constraint", f'stringListMember(MSUnmergedJobId, "{",".join(j["_id"] for j in jobs)}")',
+        "-af", "MSUnmergedJobId", "ConcurrencyLimits").splitlines()}
+    assert limits == {"msunmerged.t2_xx_condor_disk:0.666666667"}

@@ -56,8 +56,15 @@ def print_summary(plan: planner.Plan, out_dir: str, out: Any = None) -> None:
             ("to delete", f"{plan.files_to_delete:,}"), ("protected", f"{plan.files_protected:,}"),
             ("excluded", f"{plan.files_excluded:,}"), ("invalid", f"{plan.invalid_total:,}")]
     rows += [(f"  {reason}", f"{n:,}") for reason, n in plan.files_invalid.items()]
-    rows += [("directories removable", f"{plan.dirs_removable:,}"), ("jobs", f"{plan.jobs:,}"),
-             ("guard", plan.guard or "none"), ("plan directory", out_dir)]
+    rows += [("directories removable", f"{plan.dirs_removable:,}"), ("jobs", f"{plan.jobs:,}")]
+    if plan.slice_sizes:
+        rows.append(("slices (one per cycle)", f"{len(plan.slice_sizes):,} of at most {plan.max_files_per_cycle:,} files"))
+    filters = plan.filters or {}
+    if filters.get("include") is not None:
+        rows.append(("include", ", ".join(filters["include"]) or "nothing"))
+    if filters.get("exclude"):
+        rows.append(("exclude", ", ".join(filters["exclude"])))
+    rows += [("guard", plan.guard or "none"), ("plan directory", out_dir)]
     if plan.guard:
         rows.append(("guard detail", plan.guard_detail))
         rows.append(("would have deleted", f"{plan.would_delete:,}"))

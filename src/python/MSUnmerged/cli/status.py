@@ -10,7 +10,7 @@ from MSUnmerged.cli.demo import default_work, look_command
 from MSUnmerged.cli.ledgercli import known_rse, ledger_view, print_json
 from MSUnmerged.cli.output import moment, size, table
 from MSUnmerged.config import Config
-from MSUnmerged.rest.page import progress
+from MSUnmerged.rest.page import cycle_share, progress
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -43,6 +43,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
         rows = [("state", r.get("state")), ("reason", r.get("reason")), ("detail", r.get("detail")),
                 ("generation", moment(r.get("generation"))), ("updated", moment(r.get("updated"))),
                 ("progress", progress(counters)[1])]
+        if cycle_share(counters):
+            rows.append(("throttle", cycle_share(counters)))
         rows += [(k, size(v) if k.startswith("bytes") and isinstance(v, int) else v)
                  for k, v in sorted(counters.items())]
         table(rows, ("", "value"))
@@ -51,7 +53,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
     for r in rses:
         c = r.get("counters") or {}
         rows.append((r["name"], r.get("state"), r.get("reason"), moment(r.get("generation")),
-                     c.get("to_delete", 0), c.get("deleted", 0), c.get("failed", 0), progress(c)[1]))
+                     c.get("to_delete", 0), c.get("deleted", 0), c.get("failed", 0),
+                     " · ".join(x for x in (progress(c)[1], cycle_share(c)) if x)))
     table(rows, ("RSE", "state", "reason", "generation", "to delete", "deleted", "failed", "progress"))
     demo = default_work(config) / "state"
     if not rses and not config.mongo.url and (demo / "db").is_dir():

@@ -37,6 +37,7 @@ from MSUnmerged.config import Config, CondorConfig, JobsConfig  # noqa: E402
 from MSUnmerged.jobs.backend import (BackendError, JobCredential, JobState, JobStatus, credential_for,  # noqa: E402
                                      deliver_report, job_environment, write_private)
 from MSUnmerged.jobs.spec import CleanupJob  # noqa: E402
+from MSUnmerged.sitelimits import in_flight_cap  # noqa: E402
 from MSUnmerged.worker.ids import MANIFEST_NAME, REPORT_NAME, job_folder  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,15 @@ PROJECTION = [JOB_ID_ATTR, LEDGER_ATTR, "ClusterId", "ProcId", "JobStatus", "Hol
 _JOB_ID_RE = re.compile(r"[A-Za-z0-9_.:+-]+")
 _BATCH_ID_RE = re.compile(r"(\d+)\.(\d+)@(.+)")
 _MEMBER_CHUNK = 500  # job ids per query constraint
+# An RSE's cap as a concurrency limit the pool enforces: each job takes 1/(cap + 1/2) of the limit
+# `msunmerged.<RSE>`, whose size the pool's negotiator sets to 1 for all of them at once with
+# CONCURRENCY_LIMIT_DEFAULT_MSUNMERGED = 1 (docs/condor.md): cap jobs fit, one more does not.
+LIMIT_PREFIX = "msunmerged"
+
+
+def concurrency_limit(rse: str, cap: int) -> str:
+    """The `concurrency_limits` value of a job of an RSE whose jobs may run `cap` at once."""
+    return f"{LIMIT_PREFIX}.{rse}:{1.0 / (cap + 0.5):.9g}"
 
 
 def parse_batch_id(batch_id: str) -> tuple[int, int, str]:
@@ -228,10 +238,11 @@ class CondorBackend:
         return self.workdir / "jobs" / job_folder(job_id)
 
     def description(self, site: str, memory_mb: int, disk_mb: int, runtime_s: int,
-                    env: Optional[Mapping[str, str]] = None, credential: Optional[JobCredential] = None
-                    ) -> dict[str, str]:
+                    env: Optional[Mapping[str, str]] = None, credential: Optional[JobCredential] = None,
+                    rse: str = "") -> dict[str, str]:
         """The submit description shared by one cluster; per-job values come from itemdata. `env`: the job
-        environment (job_environment), `credential`: the storage credential the jobs carry."""
+        environment (job_environment), `credential`: the storage credential the jobs carry, `rse`: whose
+        `max_in_flight` becomes a concurrency limit."""
         c = self.condor
         env = dict(env or {})
         inputs, delegated = [MANIFEST_NAME], {}
@@ -273,6 +284,9 @@ class CondorBackend:
                               f"&& time() - EnteredCurrentStatus < {KEEP_COMPLETED_S}",
         }
         desc.update(delegated)
+        cap = in_flight_cap(self.jobs, rse) if rse else 0
+        if cap:
+            desc["concurrency_limits"] = concurrency_limit(rse, cap)
         if env:
             desc["environment"] = _environment(env)
         if c.requirements:
@@ -313,7 +327,7 @@ class CondorBackend:
                     write_private(jdir / credential.file_name, secret)
                 items.append({"msu_job_id": job.job_id, "msu_dir": str(jdir), "msu_deadline": f"{job.deadline:.0f}"})
             env = job_environment(self.jobs, rse, credential)
-            sub = htcondor2.Submit(self.description(site, mem, disk, runtime, env, credential))
+            sub = htcondor2.Submit(self.description(site, mem, disk, runtime, env, credential, rse))
             try:
                 try:
                     result = schedd.submit(sub, itemdata=iter(items), spool=True)

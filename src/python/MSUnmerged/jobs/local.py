@@ -3,8 +3,9 @@
 Each job gets a folder <work_dir>/<job>/ (0700) with manifest.json and, when the RSE's jobs carry one, a copy
 of the storage credential (0600); the worker zipapp runs there as `python3 worker.pyz manifest.json` with the
 job environment (SITECONFIG_PATH, the credential's file), writes report.jsonl and worker.log.
-At most `jobs.local_parallel` run at once; the rest wait in submission order and are started by
-`poll`. Everything needed to answer `poll` and `find` after a restart is on disk: the pid file of a
+At most `jobs.local_parallel` run at once; the rest wait in submission order and a supervisor thread starts
+them as slots free up, between the service's cycles too (it ends when nothing waits; a submit starts it
+again). Everything needed to answer `poll` and `find` after a restart is on disk: the pid file of a
 running worker and the report's final summary line, which holds the worker's exit code.
 """
 from __future__ import annotations
@@ -31,6 +32,11 @@ LOG_NAME = "worker.log"
 PID_NAME = "worker.pid"
 ENV_NAME = "env.json"
 BATCH_PREFIX = "local:"
+PUMP_INTERVAL_S = 0.2  # how often the supervisor looks for a free slot while jobs wait
+# Made exclusively by whoever starts a job's worker, before it starts: two backends on one work folder (a
+# restarted service beside its predecessor's threads, `run` beside `serve`) never both start a job.
+CLAIM_NAME = "worker.claim"
+CLAIM_GRACE_S = 60.0  # a claim with no pid file after this: its starter died before starting the worker
 
 # Per process, shared by the backends of every site (they share the work folder): the worker zipapp built into
 # each folder, and the (python, worker file) pairs `preflight` saw start. A file is known by its path, inode,
@@ -64,6 +70,9 @@ class LocalBackend:
         self._procs: dict[str, subprocess.Popen] = {}  # job dir name -> running worker
         self._queue: list[str] = []  # job dir names waiting to start
         self._removed: set[str] = set()
+        # The supervisor thread and the service's calls share the queue: every use of it holds this lock.
+        self._lock = threading.RLock()
+        self._supervisor: Optional[threading.Thread] = None
 
     @classmethod
     def from_config(cls, config: Config, site: str, ledger_id: str = "") -> "LocalBackend":
@@ -122,13 +131,17 @@ class LocalBackend:
             raise BackendError("unreachable", f"local worker cannot run: {exc}") from None
 
     def submit(self, jobs: Sequence[CleanupJob]) -> dict[str, str]:
-        """Write each job's folder and queue it; up to `local_parallel` start at once."""
+        """Write each job's folder and queue it; up to `local_parallel` start at once, the others as slots free up."""
+        with self._lock:
+            return self._submit(jobs)
+
+    def _submit(self, jobs: Sequence[CleanupJob]) -> dict[str, str]:
         out = {}
         worker = self.worker()
         for job in jobs:
             name = job_folder(job.job_id)
             jdir = self.work_dir / name
-            if (jdir / PID_NAME).exists() or (jdir / REPORT_NAME).exists():
+            if any((jdir / f).exists() for f in (CLAIM_NAME, PID_NAME, REPORT_NAME)):
                 out[job.job_id] = BATCH_PREFIX + name  # already submitted: never run a job twice
                 continue
             jdir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -143,15 +156,32 @@ class LocalBackend:
         return out
 
     def _pump(self) -> None:
-        """Reap finished workers and start queued ones while there is room."""
+        """Reap finished workers and start queued ones while there is room; the supervisor starts the rest."""
         for name, proc in list(self._procs.items()):
             if proc.poll() is not None:
                 del self._procs[name]
         while self._queue and len(self._procs) < self.parallel:
             self._start(self._queue.pop(0))
+        if self._queue and (self._supervisor is None or not self._supervisor.is_alive()):
+            self._supervisor = threading.Thread(target=self._supervise, name="local-jobs", daemon=True)
+            self._supervisor.start()
+
+    def _supervise(self) -> None:
+        """Start waiting jobs as running ones end, until none waits."""
+        while True:
+            time.sleep(PUMP_INTERVAL_S)
+            with self._lock:
+                self._pump()
+                if not self._queue:
+                    self._supervisor = None
+                    return
 
     def _start(self, name: str) -> None:
         jdir = self.work_dir / name
+        try:
+            os.close(os.open(jdir / CLAIM_NAME, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except FileExistsError:
+            return  # another backend on this work folder started it
         extra = json.loads((jdir / ENV_NAME).read_text())
         env = {**self.env, **extra}
         with open(jdir / LOG_NAME, "ab") as log:
@@ -161,8 +191,9 @@ class LocalBackend:
         self._procs[name] = proc
 
     def poll(self, batch_ids: Mapping[str, str]) -> dict[str, JobStatus]:
-        self._pump()
-        return {job_id: self._status(job_id, batch_id) for job_id, batch_id in batch_ids.items()}
+        with self._lock:
+            self._pump()
+            return {job_id: self._status(job_id, batch_id) for job_id, batch_id in batch_ids.items()}
 
     def _status(self, job_id: str, batch_id: str) -> JobStatus:
         name = self._dir_of(batch_id)
@@ -183,10 +214,15 @@ class LocalBackend:
         if pid is not None:
             return JobStatus(job_id, JobState.FAILED, batch_id, "worker ended without a final report line "
                              "(killed?)", exit_code=None)
+        claimed = _age(jdir / CLAIM_NAME)
+        if claimed is not None:  # another backend is starting it
+            if claimed < CLAIM_GRACE_S:
+                return JobStatus(job_id, JobState.RUNNING, batch_id)
+            return JobStatus(job_id, JobState.FAILED, batch_id, "its starter stopped before starting the worker")
         if (jdir / MANIFEST_NAME).exists():
             self._queue.append(name)  # queued by an earlier instance that stopped before starting it
             self._pump()
-            return JobStatus(job_id, JobState.QUEUED, batch_id)
+            return self._status(job_id, batch_id)
         return JobStatus(job_id, JobState.VANISHED, batch_id, "no such local job")
 
     def find(self, job_ids: Sequence[str]) -> dict[str, str]:
@@ -199,11 +235,17 @@ class LocalBackend:
         return deliver_report(report, dest)
 
     def remove_pending(self, batch_ids: Mapping[str, str], reason: str) -> list[str]:
-        return remove_queued(self, batch_ids, reason)
+        """Exact: under the lock the supervisor takes, a job reported queued cannot start before it is removed."""
+        with self._lock:
+            return remove_queued(self, batch_ids, reason)
 
     def remove(self, job_id: str, batch_id: str, reason: str) -> None:
         """Queued: dropped. Running: SIGTERM (the worker stops, reports the rest not attempted), then
         SIGKILL after 10 s. Finished: its folder is deleted (call after the report was fetched)."""
+        with self._lock:
+            self._remove(batch_id)
+
+    def _remove(self, batch_id: str) -> None:
         name = self._dir_of(batch_id)
         jdir = self.work_dir / name
         if name in self._queue:
@@ -237,6 +279,14 @@ def _summary_exit_code(report: Path) -> Optional[int]:
         return None
     code = last.get("exit_code") if isinstance(last, dict) and "summary" in last else None
     return code if isinstance(code, int) else None
+
+
+def _age(path: Path) -> Optional[float]:
+    """Seconds since the file was made, None when there is none."""
+    try:
+        return time.time() - path.stat().st_mtime
+    except OSError:
+        return None
 
 
 def _read_pid(path: Path) -> Optional[int]:

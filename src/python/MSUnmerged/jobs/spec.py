@@ -9,6 +9,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 from MSUnmerged.config import Config
 from MSUnmerged.lfn import PreparedByDigest, normalise_base
+from MSUnmerged.sitelimits import limits_for
 from MSUnmerged.worker.ids import MANIFEST_VERSION
 from MSUnmerged.worker.paths import MIN_DIR_DEPTH, ancestors, depth
 
@@ -31,6 +32,14 @@ class DeleteFilesStep:
     pfn_layout: str = "standard"  # "site_specific": PFNs need not end with the LFN's path (jobs.sites.<RSE>)
     unmerged_root: Optional[str] = None  # site_specific: the PFN of /store/unmerged/ the site config must give
     scan_started: Optional[float] = None  # the ConMon scan's start_time: files modified later are refused
+    # Directories an earlier plan gave as removable, not removed yet: removed when empty (service/dirretry.py).
+    retry_dirs: list[str] = field(default_factory=list)
+    sweep_empty_dirs: bool = False  # also remove old empty directories below the datasets cleaned
+    dir_floor_depth: int = 7  # planner.dir_floor_depth: no directory above it is ever removed
+    include: Optional[list[str]] = None  # the RSE's path filters (sitelimits), re-checked at the site
+    exclude: list[str] = field(default_factory=list)
+    max_ops_per_s: float = 0.0  # storage operations per second of the job (0: unpaced)
+    look_before_delete: bool = True  # off: remote storage is not looked at before each delete (docs/jobs.md)
     name: str = "DeleteFiles"
     type: str = "DeleteFiles"
 
@@ -139,22 +148,27 @@ protected_bases: PreparedByDigest[ProtectedBases] = PreparedByDigest(ProtectedBa
 def make_job(job_id: str, rse: str, site: str, lfns: list[str], removable: set[str],
              protected: ProtectedBases, config: Config, generation: float = 0.0,
              now: Optional[float] = None, unmerged_pfn: Optional[str] = None,
-             scan_started: Optional[float] = None) -> CleanupJob:
-    """One CleanupJob from a chunk of planned files, with the job settings of `config`.
+             scan_started: Optional[float] = None, retry_dirs: Sequence[str] = ()) -> CleanupJob:
+    """One CleanupJob from a chunk of planned files, with the job settings of `config` and the RSE's limits.
 
     `protected`: the protected list, prepared once for all the jobs made from it;
     `unmerged_pfn`: Rucio's PFN of /store/unmerged/ for `rse` (None offline: only the site config's
-    own mapping is checked); `scan_started`: the start time of the scan the plan comes from.
+    own mapping is checked); `scan_started`: the start time of the scan the plan comes from;
+    `retry_dirs`: directories of earlier plans still to remove (a job may hold no file, only these).
     """
     j = config.jobs
-    dirs = file_dirs(lfns)
+    limits = limits_for(config, rse)
+    dirs = file_dirs(lfns) | set(retry_dirs) | file_dirs(retry_dirs)
     bases, keep = protected.for_job(lfns, dirs)
     step = DeleteFilesStep(lfns=lfns, remove_dirs=job_dirs(dirs, removable), keep_dirs=keep, protected=bases,
                            dry_run=config.service.dry_run, file_timeout_s=j.file_timeout_s, retries=j.retries,
                            max_consecutive_denied=j.max_consecutive_denied, unmerged_pfn=unmerged_pfn,
                            mapping_check="rucio" if unmerged_pfn is not None else "site_config_only",
                            pfn_layout=j.for_rse(rse).pfn_layout, unmerged_root=j.for_rse(rse).unmerged_root or None,
-                           scan_started=scan_started)
+                           scan_started=scan_started, retry_dirs=sorted(retry_dirs),
+                           sweep_empty_dirs=limits.remove_empty_dirs, dir_floor_depth=config.planner.dir_floor_depth,
+                           max_ops_per_s=limits.max_ops_per_s, look_before_delete=limits.look_before_delete,
+                           **limits.filters())
     return CleanupJob(job_id=job_id, rse=rse, site=site, step=step, generation=generation,
                       deadline=(time.time() if now is None else now) + j.deadline_h * 3600,
                       request_memory_mb=j.request_memory_mb, request_disk_mb=j.request_disk_mb,

@@ -31,13 +31,14 @@ from pymongo.database import Database
 from MSUnmerged.config import PlannerConfig
 from MSUnmerged.guards import check_plan_lines, split_lines
 from MSUnmerged.jobs.backend import JobState
+from MSUnmerged.ledger import ages, fences, history, pending_dirs, records, slices
 from MSUnmerged.ledger import buckets as bk
-from MSUnmerged.ledger import fences, history, records
 from MSUnmerged.ledger.retry import LedgerError, with_retry
 from MSUnmerged.ledger.states import (BACKEND_JOB_STATES, DIR_RANK, LIVE_JOB_STATES, NOT_DELETED, OUTCOME_STATES,
                                       RETRIABLE, SUBMITTED, DirState, FileState, dir_failed)
 from MSUnmerged.seal import DIRS_NAME, JOBS_DIR, Seal
 from MSUnmerged.statemachine import RSEState
+from MSUnmerged.throttle import dataset_of
 from MSUnmerged.worker.ids import file_id, gen_key, job_id
 
 EVENTS_KEPT = 50
@@ -72,6 +73,7 @@ class PlanSummary(Protocol):
     protected_count: int
     job_files: Sequence[str]
     job_sizes: Sequence[int]
+    # Optional, read with getattr: a throttled plan's `job_slices` (each job's slice) and `slice_sizes`.
 
 
 class StepFiles(Protocol):
@@ -183,6 +185,8 @@ class Ledger:
             self.jobs.create_index([("rse", ASCENDING), ("gen", ASCENDING), ("state", ASCENDING)])
             self.jobs.create_index([("state", ASCENDING)])
             self.cycles.create_index([("started", DESCENDING)])
+            self.db[ages.COLLECTION].create_index([("rse", ASCENDING)])
+            self.db[pending_dirs.COLLECTION].create_index([("rse", ASCENDING), ("tries", ASCENDING)])
             bucket_indexes()
         with_retry(make, "create indexes")
 
@@ -207,9 +211,12 @@ class Ledger:
 
     def record_plan(self, plan_dir: os.PathLike | str, plan: PlanSummary, generation: float,
                     baseline_count: Optional[int] = None, sealed: Optional[Seal] = None,
-                    max_lfn_length: int = PlannerConfig.max_lfn_length, scan_started: Optional[float] = None) -> int:
+                    max_lfn_length: int = PlannerConfig.max_lfn_length, scan_started: Optional[float] = None,
+                    floor_depth: int = PlannerConfig.dir_floor_depth) -> int:
         """Record a plan's files (state planned, each in its job) and jobs; returns files recorded.
         `scan_started` (the scan's start_time) is kept on the generation entry for the jobs' workers.
+        A throttled plan's jobs keep their slice, its generation entry the slice sizes (ledger/slices.py), and
+        its dataset directories (`floor_depth` elements) their first plan (ledger/ages.py).
 
         `baseline_count` is what this generation contributes to the shrink guard's baseline
         (protected_baseline); `sealed` the plan's seal, kept on the generation's entry so that the
@@ -228,6 +235,9 @@ class Ledger:
                  "invalid": plan.files_invalid, "dirs_removable": plan.dirs_removable, "jobs": plan.jobs,
                  "protected_count": plan.protected_count, "dropped_protected": 0, "scan_started": scan_started,
                  "baseline_count": plan.protected_count if baseline_count is None else baseline_count}
+        job_slices, slice_sizes = getattr(plan, "job_slices", ()), list(getattr(plan, "slice_sizes", ()))
+        if slice_sizes:
+            entry.update(slice_sizes=slice_sizes, released=0)
         if sealed is not None:
             entry.update(seal=sealed.digest, dirs_sha256=sealed.files[DIRS_NAME]["sha256"])
         with_retry(lambda: self.rses.update_one(
@@ -235,11 +245,17 @@ class Ledger:
                            "$setOnInsert": {"created": now, "state": RSEState.NEW}}, upsert=True), "mark recording")
         with_retry(lambda: self.rses.update_one({"_id": rse, "generations.gen": {"$ne": generation}},
                                                 {"$push": {"generations": entry}}), "add generation")
-        n, spans = self._insert_buckets(rse, generation, plan_dir, plan.job_files, max_lfn_length, sealed)
+        n, spans, dirs = self._insert_buckets(rse, generation, plan_dir, plan.job_files, max_lfn_length, sealed)
         jobs = [{"_id": job_id(rse, generation, 1, i), "rse": rse, "gen": generation, "round": 1, "n": i,
                  "state": JobState.PLANNED, "files": size, "plan_file": name, "created": now, "span": spans[i - 1]}
                 for i, (name, size) in enumerate(zip(plan.job_files, plan.job_sizes), 1)]
+        for job, slice_ in zip(jobs, job_slices):
+            job["slice"] = slice_
         self._insert_ignoring_duplicates(self.jobs, jobs)
+        if slice_sizes:
+            ages.record(self.db, rse, generation,
+                        {dataset_of(d.encode("utf-8", "surrogateescape"), floor_depth).decode("utf-8", "surrogateescape")
+                         for d in dirs})
         with_retry(lambda: self.rses.update_one(
             {"_id": rse}, {"$set": {"generation": generation, "state": RSEState.PLANNED,
                                     "reason": "", "detail": "", "updated": time.time()},
@@ -260,16 +276,17 @@ class Ledger:
         return next((g for g in self.rse(rse).get("generations", []) if g["gen"] == generation), {})
 
     def _insert_buckets(self, rse: str, generation: float, plan_dir: Path, job_files: Sequence[str],
-                        max_lfn_length: int, sealed: Optional[Seal]) -> tuple[int, list[list[str]]]:
+                        max_lfn_length: int, sealed: Optional[Seal]) -> tuple[int, list[list[str]], set[str]]:
         """Every line of the jobs files, read as bytes and split on b"\\n" only, into buckets, then the
         generation's fences. A file that differs from its seal, or holds a line that is not exactly a canonical
         LFN below /store/unmerged, is refused (GuardTripped) before any of it is recorded. Returns the files
-        recorded and each job's span."""
+        recorded, each job's span and the directories holding them."""
         prefix = f"{rse}|{gen_key(generation)}|"
         now = time.time()
         batch: list[dict[str, Any]] = []
         ids: list[str] = []
         spans: list[list[str]] = []
+        dirs: set[str] = set()
         n = 0
         for i, name in enumerate(job_files, 1):
             data = (plan_dir / JOBS_DIR / name).read_bytes()
@@ -280,6 +297,7 @@ class Ledger:
             n += len(lfns)
             built = bk.build(rse, generation, prefix, job_id(rse, generation, 1, i), i, lfns, now)
             ids += [d["_id"] for d in built]
+            dirs.update(d["dir"] for d in built)
             spans.append(span(min(d["_id"] for d in built), prefix + max(lfns)) if built else [])
             batch += built
             if len(batch) >= BUCKET_BATCH:
@@ -291,7 +309,7 @@ class Ledger:
         if fence_docs:
             with_retry(lambda: self.fences.coll.bulk_write(
                 [ReplaceOne({"_id": d["_id"]}, d, upsert=True) for d in fence_docs]), "write fences")
-        return n, spans
+        return n, spans, dirs
 
     @classmethod
     def _insert_ignoring_duplicates(cls, coll: Collection, docs: list[dict[str, Any]]) -> None:
@@ -594,9 +612,11 @@ class Ledger:
         return n
 
     def new_round(self, rse: str, generation: float, max_attempts: int, files_per_job: int,
-                  redo_dry_run: bool = False) -> list[str]:
+                  redo_dry_run: bool = False, limit: Optional[int] = None) -> list[str]:
         """Put retriable files (failed, unknown, fewer than `max_attempts` tries), and with `redo_dry_run` the
-        files a dry run left (would_delete), into new planned jobs."""
+        files a dry run left (would_delete), into new planned jobs. A throttled generation's round takes at most
+        `limit` of them (in path order; the rest wait for the next rounds), and each file's attempts then count
+        its own tries (one more than before; a would_delete entry's first real try is its second look)."""
         # A crash between creating a job and assigning its files leaves an empty planned job: drop it.
         for job in self.jobs_in(rse, [JobState.PLANNED], generation):
             if not self._has_files(job["_id"]):
@@ -613,7 +633,7 @@ class Ledger:
                 {"rse": rse, "gen": generation, "states": wd.value}, bk.CODES[wd])}
         ids = sorted([d["_id"] for q in queries
                       for d in with_retry(lambda: list(self.files.find(q, {"_id": 1})), "files for a new round")]
-                     + list(entries))
+                     + list(entries))[:limit]
         states = [*RETRIABLE, FileState.WOULD_DELETE] if redo_dry_run else list(RETRIABLE)
         created = []
         for n, start in enumerate(range(0, len(ids), files_per_job), 1):
@@ -623,9 +643,13 @@ class Ledger:
                 "_id": jid, "rse": rse, "gen": generation, "round": round_, "n": n, "state": JobState.PLANNED,
                 "files": len(chunk), "created": time.time(), "span": span(chunk[0], chunk[-1])}])
             assign = {"state": FileState.PLANNED, "job": jid, "attempts": round_}
+            rows = {"$set": {**assign, "t": time.time()}}
+            if limit is not None:  # rounds no longer take every file: attempts count each file's own tries
+                del rows["$set"]["attempts"]
+                rows["$inc"], assign = {"attempts": 1}, {**assign, "attempts": 2}
             with_retry(lambda: self.files.update_many(
-                {"_id": {"$in": [i for i in chunk if i not in entries]}, "state": {"$in": states}},
-                {"$set": {**assign, "t": time.time()}}), "assign retry")
+                {"_id": {"$in": [i for i in chunk if i not in entries]}, "state": {"$in": states}}, rows),
+                "assign retry")
             self._move_to_rows([(entries[i], assign) for i in chunk if i in entries], {"state": {"$in": states}})
             created.append(jid)
         return created
@@ -729,7 +753,7 @@ class Ledger:
                     "dirs_refused": dirs_by_state.get(DirState.REFUSED, 0),
                     "dirs_failed": dirs_failed,
                     "dirs_by_state": dirs_by_state, "dirs_refused_by_reason": refused_by_reason,
-                    "jobs_by_state": self._job_counts(rse)}
+                    "jobs_by_state": self._job_counts(rse), **slices.cycle_counters(entry)}
         now = time.time()
         done = sum(counters[s.value] for s in PROGRESS_STATES)
         # Progress: a new generation, or more files done than at the last count (the stall alert reads it).

@@ -120,6 +120,14 @@ def progress(counters: dict[str, Any]) -> tuple[float, str]:
     return frac, label
 
 
+def cycle_share(counters: dict[str, Any]) -> str:
+    """A throttled RSE's share of its plan this cycle: "N of M this cycle (slice k of S)"; "" when not throttled."""
+    if not counters.get("slices"):
+        return ""
+    return (f"{counters.get('cycle_files', 0):,} of {counters.get('to_delete', 0):,} this cycle "
+            f"(slice {counters.get('slice', 0)} of {counters['slices']})")
+
+
 def top_errors(counters: dict[str, Any], n: int = 3) -> str:
     by_class = counters.get("failed_by_class") or {}
     top = sorted(by_class.items(), key=lambda kv: (-(kv[1] or 0), kv[0]))[:n]
@@ -298,7 +306,7 @@ def index_page(view: LedgerView, ctx: Context, params: Optional[dict[str, Any]] 
             td(number(c.get("deleted", 0)), numeric=True),
             td(number(c.get("failed", 0)), numeric=True),
             td(top_errors(c)),
-            td(bar(c)),
+            td(bar(c) + (f'<br><span class="muted">{esc(cycle_share(c))}</span>' if cycle_share(c) else "")),
         ])
     sortable = {"RSE": "name", "state": "state", "last update": "updated", "to delete": "to_delete",
                 "deleted": "deleted", "failed": "failed"}
@@ -338,6 +346,8 @@ def rse_page(view: LedgerView, ctx: Context, name: str) -> Optional[str]:
              ("generation (dump end_time)", esc(when(r.get("generation")))),
              ("planned", esc(when((r.get("plan") or {}).get("planned")))), ("last update", esc(when(r.get("updated")))),
              ("detail", esc(r.get("detail")) or "-"), ("progress", bar(c))]
+    if cycle_share(c):
+        facts.append(("throttle", esc(cycle_share(c))))
     facts += [(esc(k), f"{number(v)} ({esc(charts.size(v))})" if k == "bytes_freed" and v else number(v))
               for k, v in sorted(c.items()) if not isinstance(v, (dict, list))]
     facts.append(("errors by class", top_errors(c, 20)))

@@ -9,20 +9,22 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from MSUnmerged import seal
-from MSUnmerged.collector import Collector, parse_report
+from MSUnmerged.collector import Collector, Report, parse_report
 from MSUnmerged.config import Config
 from MSUnmerged.guards import (GUARD_SCAN_START_MISSING, PLAN_MODIFIED, GuardTripped, check_plan_lines,
                                check_protection, split_lines)
 from MSUnmerged.jobs.backend import BackendError, BatchBackend, JobState, JobStatus, credential_for
 from MSUnmerged.jobs.router import backend_name
-from MSUnmerged.jobs.spec import CleanupJob, make_job, protected_bases
-from MSUnmerged.ledger import LIVE_JOB_STATES, Leases, Ledger, gen_key
+from MSUnmerged.jobs.spec import CleanupJob, file_dirs, job_dirs, make_job, protected_bases
+from MSUnmerged.ledger import LIVE_JOB_STATES, Leases, Ledger, gen_key, pending_dirs, slices
 from MSUnmerged.ledger.states import BACKEND_JOB_STATES
 from MSUnmerged.lfn import PrefixSet
+from MSUnmerged.lfn import depth as lfn_depth
 from MSUnmerged.service.result import Hook
+from MSUnmerged.sitelimits import limits_for
 from MSUnmerged.sites import resolve_site
 from MSUnmerged.sources import Sources
 
@@ -63,10 +65,34 @@ class JobKeeper:
     # -- submission ----------------------------------------------------------------------------
 
     def submit_planned(self, rse: str, generation: float, protected: Sequence[str]) -> int:
-        """Submit the generation's planned jobs, `jobs.submit_batch` at a time: for each batch intent first,
-        then submit, then mark (see `reconcile`). Returns how many were submitted."""
-        return self._submit_batches(rse, self.ledger.jobs_in(rse, [JobState.PLANNED], generation), protected,
-                                    intent=True)
+        """Submit the generation's planned jobs of the released slices (ledger/slices.py), as many as the RSE's
+        `max_in_flight` leaves room for, `jobs.submit_batch` at a time: for each batch intent first, then submit,
+        then mark (see `reconcile`). Returns how many were submitted."""
+        return self._submit_batches(rse, self.ready(rse, generation), protected, intent=True)
+
+    def ready(self, rse: str, generation: float) -> list[dict[str, Any]]:
+        """The generation's planned jobs that may be submitted now: of released slices, within max_in_flight."""
+        entry = self.ledger.generation_entry(rse, generation)
+        released = [doc for doc in self.ledger.jobs_in(rse, [JobState.PLANNED], generation)
+                    if slices.is_released(doc, entry)]
+        return released[:self.room(rse, len(released))]
+
+    def plan_directory_jobs(self, rse: str, generation: float, protection: PrefixSet) -> list[str]:
+        """Directory jobs for the RSE's directories still to remove from earlier plans (ledger/pending_dirs.py);
+        those the current protected list or the RSE's filters now keep, or above the floor, are forgotten."""
+        excluded = PrefixSet(limits_for(self.config, rse).exclude)
+        floor = self.config.planner.dir_floor_depth
+
+        def removable(directory: str) -> bool:
+            d = directory.encode("utf-8", "surrogateescape")
+            return lfn_depth(d) >= floor and not any(s.covers(d) or s.holds_below(d) for s in (protection, excluded))
+        return pending_dirs.plan_jobs(self.ledger, rse, generation, 1 + self.config.jobs.retries,
+                                      self.config.planner.files_per_job, removable)
+
+    def room(self, rse: str, wanted: int) -> int:
+        """How many of `wanted` jobs the RSE may have submitted now: its `max_in_flight` less its live jobs."""
+        cap = limits_for(self.config, rse).max_in_flight
+        return wanted if not cap else max(0, min(wanted, cap - len(self.live(rse))))
 
     def reconcile(self, rse: str) -> None:
         """Jobs left in `submitting` by a crash: adopt the ones the batch system has, submit the rest."""
@@ -118,12 +144,13 @@ class JobKeeper:
             jobs = []
             for doc in docs[start:start + size]:
                 lfns = self.ledger.job_lfns(doc["_id"])
-                if not lfns:
+                retry = doc.get("retry_dirs") or []  # a directory job (ledger/pending_dirs.py) holds no file
+                if not lfns and not retry:
                     self.ledger.close_job(doc["_id"], JobState.COLLECTED, "no files left")
                     continue
                 site = site or self._site(rse)
                 jobs.append(make_job(doc["_id"], rse, site, lfns, removable[doc["gen"]], bases, self.config,
-                                     generation=doc["gen"], **checks[doc["gen"]]))
+                                     generation=doc["gen"], retry_dirs=retry, **checks[doc["gen"]]))
             if jobs:
                 yield jobs
 
@@ -195,10 +222,14 @@ class JobKeeper:
             log.warning("%s: job %s never started (%s): planned again", job["rse"], job["_id"], status.reason)
             self.ledger.requeue_job(job["_id"], f"never started: {status.reason or status.state.value}")
         else:
+            report = parse_report(path) if path is not None else None
+            lfns = self.ledger.job_lfns(job["_id"], states=None)
             # The report may speak only of this job's files; the ledger changes only those still assigned to
             # this job, so a late report never overwrites a retry's outcome.
-            got = self.collector.collect(job["_id"], self.ledger.job_lfns(job["_id"], states=None),
-                                         parse_report(path) if path is not None else None, status)
+            got = self.collector.collect(job["_id"], lfns, report, status, self._other_dirs(job, lfns, report),
+                                         lambda: self._given_dirs(job, lfns))
+            if job.get("retry_dirs"):
+                pending_dirs.settle(self.ledger, job)
             if got.problems:
                 log.warning("%s: job %s: %s", job["rse"], job["_id"], got.reason)
         try:
@@ -206,6 +237,19 @@ class JobKeeper:
         except BackendError as exc:  # the outcome is recorded; a left-over queue entry is harmless
             log.warning("%s: removing %s after collection: %s", job["rse"], job["_id"], exc)
         return collected
+
+    def _other_dirs(self, job: dict[str, Any], lfns: list[str], report: Optional[Report]) -> Callable[[str], bool]:
+        """Directories a job may report on besides those of its files: its retried ones, and, when its report
+        says it swept, any strictly below the dataset directories of its files (worker/sweep.py)."""
+        retried = set(job.get("retry_dirs") or [])
+        floor = self.config.planner.dir_floor_depth
+        swept = report is not None and (report.start or {}).get("method", {}).get("sweep") == "on"
+        tops = {d + "/" for d in file_dirs(lfns) if d.count("/") + 1 == floor} if swept else set()
+        return lambda d: d in retried or any(d.startswith(top) for top in tops)
+
+    def _given_dirs(self, job: dict[str, Any], lfns: list[str]) -> list[str]:
+        """The directories a job was given to remove: the plan's removable ones holding its files, its retried ones."""
+        return job_dirs(file_dirs(lfns), self.removable(job["rse"], job["gen"])) + list(job.get("retry_dirs") or [])
 
     def revalidate(self, rse: str) -> tuple[int, int]:
         """Queued jobs holding a file the fresh protected list covers are removed before they start.

@@ -1,4 +1,5 @@
-"""The polling loop: `Service.cycle()` works every RSE of this instance once, in parallel; `serve()` repeats it."""
+"""The polling loop: `Service.cycle()` works every RSE of this instance once, in parallel; `serve()` repeats it,
+with a Drainer (drain.py) collecting and topping up jobs in between."""
 from __future__ import annotations
 
 import logging
@@ -12,6 +13,7 @@ from MSUnmerged.config import Config
 from MSUnmerged.jobs.backend import BatchBackend
 from MSUnmerged.ledger import Ledger, LedgerError
 from MSUnmerged.ledger.view import MongoLedgerView
+from MSUnmerged.service.drain import Drainer
 from MSUnmerged.service.result import Failure, Hook, RunAction, RunResult, describe, failure_of
 from MSUnmerged.service.run import Runner
 from MSUnmerged.sources import Sources
@@ -31,6 +33,8 @@ class Service(Runner):
         self._stop = threading.Event()
         # After each cycle, what fires is pushed to AlertManager (alerts.alertmanager_url; none when empty).
         self.notifier = Notifier(config, MongoLedgerView(ledger.db)) if config.alerts.alertmanager_url else None
+        self.last_rses: list[str] = []  # the RSEs of the last cycle: those the drainer looks after
+        self._drainer: Optional[Drainer] = None
 
     def cycle(self, rses: Optional[Sequence[str]] = None, slot: Optional[int] = None) -> dict[str, RunResult]:
         """One polling cycle: every RSE of this instance once (across instances), in parallel.
@@ -46,6 +50,7 @@ class Service(Runner):
         except SourceError as exc:  # e.g. Rucio down: no RSE to work on, but the cycle and its failure are recorded
             self._record_failed_cycle(slot, failure_of(exc))
             raise
+        self.last_rses = names
         cid = self.ledger.start_cycle(self.instance, slot, names)
         mode = "dry run" if self.config.service.dry_run else "real"
         log.info("cycle %s: start, %d RSEs (%s)", cid, len(names), mode)
@@ -95,8 +100,11 @@ class Service(Runner):
                               dry_run=self.config.service.dry_run)
 
     def serve(self) -> None:
-        """Run cycles every service.interval_s until stop()."""
+        """Run cycles every service.interval_s until stop(); jobs are collected and topped up in between."""
         interval = self.config.service.interval_s
+        self._drainer = Drainer(self.config, self.ledger, self.sources, self.backend, self.instance,
+                                lambda: self.last_rses)
+        self._drainer.start()
         while not self._stop.is_set():
             slot = int(time.time() // interval)
             try:
@@ -115,6 +123,8 @@ class Service(Runner):
 
     def stop(self) -> None:
         self._stop.set()
+        if self._drainer is not None:
+            self._drainer.stop()
         self.leases.stop_heartbeat()
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)

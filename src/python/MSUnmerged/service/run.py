@@ -22,10 +22,12 @@ from MSUnmerged.guards import (PLAN_MODIFIED, PLAN_NOT_IN_CURRENT_DUMP, PLAN_OUT
                                check_counts, check_plan_scan, check_scan)
 from MSUnmerged.lfn import PrefixSet
 from MSUnmerged.jobs.backend import BatchBackend, JobState
-from MSUnmerged.ledger import RETRIABLE, FileState, LeaseLost, Leases, Ledger, LedgerError, gen_key
+from MSUnmerged.ledger import (RETRIABLE, FileState, LeaseLost, Leases, Ledger, LedgerError, ages, gen_key,
+                                pending_dirs, slices)
 from MSUnmerged.service.jobkeeper import JobKeeper
 from MSUnmerged.service.result import INTERNAL_ERROR, LEASE_LOST, Hook, RunAction, RunResult, failure_of
 from MSUnmerged.service.rses import InstanceRSEs, UnknownRSE
+from MSUnmerged.sitelimits import limits_for
 from MSUnmerged.sources import Sources
 from MSUnmerged.sources.errors import SourceError
 from MSUnmerged.statemachine import JOBS_RUNNING, Action, Decision, Progress, RSEState, decide
@@ -171,7 +173,7 @@ class Runner:
             return result
         assert decision.generation is not None
         if decision.action is Action.FINISH:
-            return self._finish(rse, result, decision)
+            return self._retry_dirs(rse, self._finish(rse, result, decision))
 
         protected = self.sources.protected()
         try:
@@ -179,6 +181,8 @@ class Runner:
         except GuardTripped as guard:
             return self._guarded(rse, result, guard.reason, guard.detail)
         if decision.action is Action.NEW_GENERATION:
+            if doc.get("generation") is not None:  # its directories not removed are retried from now on
+                pending_dirs.remember(self.ledger, rse, doc["generation"])
             plan_dir = self.config.state_dir / "plans" / rse / gen_key(decision.generation)
             plan, sealed = self._plan(rse, scan, protected, plan_dir, decision.generation, doc, baseline)
             self.hook("planned", rse)
@@ -188,16 +192,20 @@ class Runner:
             # generations rotate out (workflows finish); an operator's list at apply never does.
             self.ledger.record_plan(plan_dir, plan, decision.generation, baseline_count=len(protection),
                                     sealed=sealed, max_lfn_length=self.config.planner.max_lfn_length,
-                                    scan_started=plan.scan_started)
+                                    scan_started=plan.scan_started, floor_depth=self.config.planner.dir_floor_depth)
             self.hook("recorded", rse)
         else:
             result.dropped_protected += self.ledger.drop_protected(rse, decision.generation, protection)
             # Jobs a crash left planned between two submission batches go out before a new round starts, so
             # that a file's round (its attempts) counts its tries.
             if not self.ledger.jobs_in(rse, [JobState.PLANNED], decision.generation):
+                # A throttled RSE also retries, and deletes what a dry run left, N files a cycle at most.
                 self.ledger.new_round(rse, decision.generation, 1 + self.config.jobs.retries,
                                       self.config.planner.files_per_job,
-                                      redo_dry_run=not self.config.service.dry_run)
+                                      redo_dry_run=not self.config.service.dry_run,
+                                      limit=limits_for(self.config, rse).max_files_per_cycle or None)
+        self.jobs.plan_directory_jobs(rse, decision.generation, protection)
+        slices.release_next(self.ledger, rse, decision.generation)  # a throttled plan: this cycle's slice
         result.submitted = self.jobs.submit_planned(rse, decision.generation, protected)
         result.state = RSEState.RUNNING if result.submitted else RSEState.PLANNED
         self.ledger.set_rse_state(rse, result.state, detail=f"{result.submitted} jobs submitted",
@@ -206,6 +214,8 @@ class Runner:
             while time.monotonic() < deadline and self.jobs.live(rse):
                 time.sleep(0.2)
                 result.collected += self.jobs.poll(rse)
+                # More of the released jobs as the RSE's max_in_flight leaves room.
+                result.submitted += self.jobs.submit_planned(rse, decision.generation, protected)
             if not self.jobs.live(rse):  # every job collected: say where the RSE stands
                 settled = self._decide(rse, self.ledger.rse(rse), scan)
                 if settled.action is Action.FINISH:
@@ -225,6 +235,24 @@ class Runner:
         self.ledger.set_rse_state(rse, decision.state, decision.reason, decision.detail, finished=time.time())
         self.ledger.refresh_counters(rse)
         result.state, result.reason, result.detail = decision.state, decision.reason, decision.detail
+        return result
+
+    def _retry_dirs(self, rse: str, result: RunResult) -> RunResult:
+        """The dump's work is over: its directories not removed are remembered, and directory jobs go out for
+        those of any generation still to remove (ledger/pending_dirs.py). The RSE keeps its final state; a
+        protected list that cannot be had or trusted now only postpones them to a later cycle."""
+        assert result.generation is not None
+        pending_dirs.remember(self.ledger, rse, result.generation)
+        if not pending_dirs.due(self.ledger, rse, 1 + self.config.jobs.retries):
+            return result
+        try:
+            protected = self.sources.protected()
+            protection, _ = self.jobs.protection(rse, protected)
+        except (SourceError, GuardTripped) as exc:
+            log.warning("%s: directories still to remove wait for a later cycle: %s", rse, exc)
+            return result
+        if self.jobs.plan_directory_jobs(rse, result.generation, protection):
+            result.submitted = self.jobs.submit_planned(rse, result.generation, protected)
         return result
 
     def _guarded(self, rse: str, result: RunResult, reason: str, detail: str) -> RunResult:
@@ -262,9 +290,12 @@ class Runner:
     def _plan_dump(self, rse: str, scan: Any, protected: Sequence[str], baseline: Optional[int], out: Path,
                    progress: Optional[planner.ProgressFn] = None, count_guards: bool = True) -> planner.Plan:
         """Open the RSE's dump and plan it into `out` with the configuration in force."""
+        # A throttled RSE releases its oldest dataset directories first: when the ledger first saw each.
+        first_seen = ages.first_seen(self.ledger.db, rse) if limits_for(self.config, rse).max_files_per_cycle else None
         with self.sources.open_dump(rse) as dump:
             return planner.plan(rse, iter_chunks(dump), protected, self.config, out, stats=scan,
-                                previous_protected_count=baseline, progress=progress, count_guards=count_guards)
+                                previous_protected_count=baseline, progress=progress, count_guards=count_guards,
+                                ages=first_seen)
 
     def preview(self, rse: str, progress: Optional[planner.ProgressFn] = None) -> planner.Plan:
         """Plan the RSE now from the sources into <state_dir>/previews/<rse>.
@@ -338,16 +369,18 @@ class Runner:
             if entry and not same:
                 raise GuardTripped(PLAN_OUTDATED, f"generation {gen_key(generation)} is recorded already with "
                                                   f"another plan ({entry.get('plan_dir')})")
+            slices.check(plan.job_sizes, plan.job_slices, plan.slice_sizes)  # the count guard judges the largest
             protection, baseline = self.jobs.protection(rse, protected)
             now = self._rederive(plan_dir, plan, sealed, protected, protection, baseline)
-            check_counts(now.files_total, plan.files_to_delete, self.config.guards)
+            check_counts(now.files_total, plan.files_to_delete, self.config.guards, max(plan.slice_sizes, default=None))
         except GuardTripped as guard:
             return self._guarded(rse, result, guard.reason, guard.detail)
         # An operator's list never lowers the baseline (the plan's own count is never used).
         self.ledger.record_plan(plan_dir, plan, generation, baseline_count=max(baseline or 0, len(protection)),
                                 sealed=sealed, max_lfn_length=self.config.planner.max_lfn_length,
-                                scan_started=now.scan_started)
+                                scan_started=now.scan_started, floor_depth=self.config.planner.dir_floor_depth)
         result.dropped_protected = self.ledger.drop_protected(rse, generation, protection)
+        slices.release_next(self.ledger, rse, generation)
         result.submitted = self.jobs.submit_planned(rse, generation, protected)
         result.state = RSEState.RUNNING if result.submitted else RSEState.PLANNED
         self.ledger.set_rse_state(rse, result.state, detail=f"applied {plan_dir}: {result.submitted} jobs, "

@@ -10,10 +10,11 @@ import sys
 import time
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
-from . import credentials, deleters, paths, pfn, siteconf, storage
+from . import credentials, deleters, paths, pfn, siteconf, storage, sweep
 from .deleters import AUTH_FAILED, DELETED, DENIED, MISSING, REFUSED, Deleter, Result, Seen
 from .ids import MANIFEST_VERSION
-from .report import (ABOVE_FLOOR, INVALID_LFN, KEPT, MAPPING_DISAGREES, MODIFIED_SINCE_SCAN, NO_PFN,
+from .pace import Pacer
+from .report import (ABOVE_FLOOR, EXCLUDED, INVALID_LFN, KEPT, MAPPING_DISAGREES, MODIFIED_SINCE_SCAN, NO_PFN,
                      NOT_JOB_DIR, PATH_CHANGED, PFN_OUTSIDE_UNMERGED, PROTECTED, ReportWriter)
 
 # Exit codes (docs/jobs.md).
@@ -33,7 +34,9 @@ _NONE = type(None)
 _STEP_TYPES = {"lfns": list, "remove_dirs": list, "keep_dirs": list, "protected": list, "dry_run": bool,
                "file_timeout_s": (int, float), "retries": int, "backoff_s": (int, float),
                "max_consecutive_denied": int, "unmerged_pfn": (str, _NONE), "mapping_check": str,
-               "pfn_layout": str, "unmerged_root": (str, _NONE), "scan_started": (int, float)}
+               "pfn_layout": str, "unmerged_root": (str, _NONE), "scan_started": (int, float), "retry_dirs": list,
+               "sweep_empty_dirs": bool, "dir_floor_depth": int, "include": (list, _NONE), "exclude": list,
+               "max_ops_per_s": (int, float), "look_before_delete": bool}
 Refusal = Tuple[str, str]  # (report.REASONS code, error text)
 
 
@@ -93,6 +96,17 @@ class Job:
         if step.get("scan_started") is None:  # fail closed: without it a file changed since the scan looks unchanged
             raise JobRefused("DeleteFiles.scan_started is missing: the scan the plan comes from is unknown")
         self.scan_started = float(step["scan_started"])
+        # Directories an earlier plan of the RSE gave as removable and that are not removed yet: removed when
+        # empty, with every directory check but that they hold a file of this job.
+        self.retry_dirs: List[Any] = step.get("retry_dirs", [])
+        self.sweep = bool(step.get("sweep_empty_dirs", False))
+        self.floor = max(paths.MIN_DIR_DEPTH, int(step.get("dir_floor_depth", paths.MIN_DIR_DEPTH)))
+        include = step.get("include")
+        self.include: Optional[paths.PathSet] = None if include is None else paths.PathSet(
+            [x for x in include if isinstance(x, str)])
+        self.exclude = paths.PathSet([x for x in step.get("exclude", []) if isinstance(x, str)])
+        self.max_ops_per_s = max(0.0, float(step.get("max_ops_per_s", 0.0)))
+        self.look = bool(step.get("look_before_delete", True))
         if self.pfn_layout not in pfn.LAYOUTS:
             raise JobRefused("DeleteFiles.pfn_layout %r is not one of %s" % (self.pfn_layout, ", ".join(pfn.LAYOUTS)))
         if self.pfn_layout == "site_specific" and self.unmerged_root is None:
@@ -239,6 +253,7 @@ class Cleanup:
         self.duplicates = 0
         self.credential = credentials.NONE
         self.auth_refused = False  # the storage refused the credential: the job stopped
+        self.pacer = Pacer(job.max_ops_per_s)
 
     def info(self) -> Dict[str, Any]:
         return {"job_id": self.job.job_id, "rse": self.job.rse, "site": self.job.site, "dry_run": self.dry_run,
@@ -285,17 +300,21 @@ class Cleanup:
         try:
             self._delete(todo, deleter)
             self._rmdirs(mapper, deleter, [lfn for lfn, why in checked if why is None], bad_root)
+            if self.method["sweep"] == "on":
+                self._sweep(mapper, deleter, [lfn for lfn, why in checked if why is None], bad_root)
         finally:
             signal.signal(signal.SIGTERM, old)
         return self._finish()
 
     def _describe(self, choice: Choice, rule: Optional[str], why: str) -> None:
         """The method the job uses (or, refused, the site's first usable one) and why, for the report."""
-        self.method = dict(choice.method.describe(), deleter=choice.deleter.name, unmerged_pfn=choice.root,
-                           checks=choice.deleter.checks(), pfn_layout=self.job.pfn_layout,
-                           mapping_check=self.job.mapping_check,
-                           choice={"rule": rule, "why": why, "rucio_pfn": self.job.unmerged_pfn,
-                                   "unmerged_root": self.job.unmerged_root, "passed": choice.passed})
+        deleter, job = choice.deleter, self.job
+        self.method = dict(choice.method.describe(), deleter=deleter.name, unmerged_pfn=choice.root,
+                           checks=deleter.checks() if self._looks(deleter) else "none", pfn_layout=job.pfn_layout,
+                           mapping_check=job.mapping_check,
+                           sweep=("on" if deleter.lists() else "unsupported") if job.sweep else "off",
+                           choice={"rule": rule, "why": why, "rucio_pfn": job.unmerged_pfn,
+                                   "unmerged_root": job.unmerged_root, "passed": choice.passed})
 
     # -- checks -----------------------------------------------------------------------------------
 
@@ -310,6 +329,8 @@ class Cleanup:
             # A line may name a directory: one holding a protected base is refused like one under it.
             if refusal is None and (protected.covers(lfn) or protected.at_or_above(lfn)):
                 refusal = (PROTECTED, REFUSED_PROTECTED)
+            if refusal is None and self._excluded(lfn):
+                refusal = (EXCLUDED, "outside the RSE's path filters")
             if refusal is None and lfn in seen:
                 self.duplicates += 1  # one outcome per file: a repeated LFN gets no second line
                 continue
@@ -327,18 +348,26 @@ class Cleanup:
         why = bad_root or pfn.pfn_problem(got, path, deleter.root, self.job.pfn_layout)
         return got, None if why is None else (PFN_OUTSIDE_UNMERGED, why)
 
-    def _dir_problem(self, directory: Any, file_dirs: set, protected: paths.PathSet,
+    def _excluded(self, path: str) -> bool:
+        """Outside the RSE's path filters: under an excluded prefix, or (include set) under no included one."""
+        job = self.job
+        return job.exclude.covers(path) or job.include is not None and not job.include.covers(path)
+
+    def _dir_problem(self, directory: Any, file_dirs: Optional[set], protected: paths.PathSet,
                      keep: paths.PathSet) -> Optional[Refusal]:
+        """Why a directory must not be removed; `file_dirs` None: it need not hold a file of this job."""
         why = paths.problem(directory)
         if why is not None:
             return INVALID_LFN, why
-        if paths.depth(directory) < paths.MIN_DIR_DEPTH:
+        if paths.depth(directory) < self.job.floor:
             return ABOVE_FLOOR, "above the lowest removable level"
         if protected.at_or_above(directory) or keep.at_or_above(directory):
             return KEPT, "a directory that must be kept (a protected or kept path at or below it)"
         if protected.covers(directory):
             return PROTECTED, REFUSED_PROTECTED
-        if directory not in file_dirs:
+        if self.job.exclude.covers(directory) or self.job.exclude.at_or_above(directory):
+            return EXCLUDED, "an excluded path at, above or below it"
+        if file_dirs is not None and directory not in file_dirs:
             return NOT_JOB_DIR, "not a directory of this job's files"
         return None
 
@@ -354,11 +383,18 @@ class Cleanup:
 
     # -- deletion ---------------------------------------------------------------------------------
 
+    def _looks(self, deleter: Deleter) -> bool:
+        """Whether files are looked at before deletion: unless the RSE turned the look off, and then still
+        everywhere but on xrootd, whose delete cannot take a directory's content (docs/jobs.md)."""
+        return self.job.look or not deleters.deletes_files_only(deleter.root)
+
     def _delete(self, todo: List[Tuple[str, str]], deleter: Deleter) -> None:
         """Each batch is inspected first (links, size, mtime); a dry run stops there."""
         job = self.job
         denied_run = 0
         start = 0
+        batch_size = self.pacer.batch(deleter.batch_size)
+        looks = self._looks(deleter)
         while start < len(todo):
             if self.stop.reason is None and time.time() > job.deadline:
                 self.stop.reason = "deadline passed during the job"
@@ -368,10 +404,12 @@ class Cleanup:
                 return
             # The first batch probes the storage; once it refuses, batches shrink so that the job stops
             # after exactly max_denied refusals in a row.
-            size = job.max_denied - denied_run if start == 0 or denied_run else deleter.batch_size
-            batch = todo[start:start + max(1, min(size, deleter.batch_size))]
+            size = job.max_denied - denied_run if start == 0 or denied_run else batch_size
+            batch = todo[start:start + max(1, min(size, batch_size))]
             start += len(batch)
-            seen = deleter.inspect([p for _, p in batch])
+            if looks and deleter.checks() != "none":
+                self.pacer.take(len(batch))
+            seen = deleter.inspect([p for _, p in batch]) if looks else [Seen()] * len(batch)
             final: List[Optional[Tuple[Result, int]]] = []
             go = []
             for i, look in enumerate(seen):
@@ -382,7 +420,7 @@ class Cleanup:
             if self.dry_run:
                 done = [(Result("dry_run"), 0)] * len(go)
             else:
-                done = self._with_retries(deleter, [batch[i] for i in go], [seen[i] for i in go])
+                done = self._with_retries(deleter, [batch[i] for i in go], [seen[i] for i in go], looks)
             for i, answer in zip(go, done):
                 final[i] = answer
             for (lfn, pfn_), look, answer in zip(batch, seen, final):
@@ -397,21 +435,23 @@ class Cleanup:
                     self.stop.reason = "storage refused %d deletions in a row" % denied_run
 
     def _with_retries(self, deleter: Deleter, batch: List[Tuple[str, str]],
-                      looks: List[Seen]) -> List[Tuple[Result, int]]:
+                      looks: List[Seen], looked: bool = True) -> List[Tuple[Result, int]]:
         """Final result and attempt count per file; transient failures are retried with backoff. Every file
-        here was found by the look: gone at the unlink, it is `path_changed` (retried), never `missing`."""
+        here was found by the look: gone at the unlink, it is `path_changed` (retried), never `missing`
+        (unless the RSE turned the look off: then a file not there is just missing)."""
         final: List[Optional[Tuple[Result, int]]] = [None] * len(batch)
         pending = list(range(len(batch)))
         ambiguous = set()  # an attempt that may have deleted the file before failing
         attempt = 0
         while pending:
             attempt += 1
+            self.pacer.take(len(pending))
             results = deleter.unlink([batch[i][1] for i in pending], [looks[i] for i in pending])
             retry = []
             for i, result in zip(pending, results):
                 if result.outcome == MISSING and i in ambiguous:
                     result = Result(DELETED, "gone after an earlier attempt that failed: %s" % result.error)
-                elif result.outcome == MISSING:  # seen by the look, not reached now: moved, or a parent swapped
+                elif result.outcome == MISSING and looked:  # seen by the look, not reached now: moved, or swapped
                     result = Result(REFUSED, "found by the look, not at the unlink: %s" % result.error,
                                     reason=PATH_CHANGED)
                 if result.transient and attempt <= self.job.retries and self.stop.reason is None:
@@ -432,13 +472,20 @@ class Cleanup:
         for lfn in lfns:
             file_dirs.update(paths.ancestors(lfn))
         valid = []
-        for directory in job.remove_dirs:
-            refusal = self._dir_problem(directory, file_dirs, protected, keep)
+        given = [(d, file_dirs) for d in job.remove_dirs]
+        given += [(d, None) for d in job.retry_dirs if d not in job.remove_dirs]
+        for directory, must_hold in given:
+            refusal = self._dir_problem(directory, must_hold, protected, keep)
             if refusal is not None:
                 self.report.directory(str(directory), None, REFUSED, refusal[1], refusal[0])
             else:
                 valid.append(directory)
-        # Leaf first, whatever order the manifest used.
+        self._remove_dirs(mapper, deleter, valid, bad_root)
+
+    def _remove_dirs(self, mapper: storage.Mapper, deleter: Deleter, valid: List[str],
+                     bad_root: Optional[str]) -> None:
+        """rmdir of checked directories, leaf first (whatever order they came in), each reported."""
+        job = self.job
         for directory in sorted(set(valid), key=lambda d: (-paths.depth(d), d)):
             got, refusal = self._place(mapper, deleter, directory, bad_root)
             stopped = self.stop.reason is not None and not self.dry_run
@@ -454,6 +501,7 @@ class Cleanup:
             elif not deleter.can_rmdir:
                 self.report.directory(directory, got, "not_attempted", "%s has no non-recursive rmdir" % deleter.name)
             else:
+                self.pacer.take(1)
                 result = deleter.rmdir(got)  # type: ignore[arg-type]
                 for attempt in range(job.retries):
                     if not result.transient:
@@ -462,6 +510,34 @@ class Cleanup:
                     result = deleter.rmdir(got)  # type: ignore[arg-type]
                 self.report.directory(directory, got, result.outcome, result.error, result.reason)
 
+    def _sweep(self, mapper: storage.Mapper, deleter: Deleter, lfns: List[str], bad_root: Optional[str]) -> None:
+        """Remove old empty directories below the dataset directories of the job's files (worker/sweep.py)."""
+        job = self.job
+        protected, keep = paths.PathSet(job.protected), paths.PathSet(job.keep_dirs)
+        tops = sorted({d for lfn in lfns for d in paths.ancestors(lfn) if paths.depth(d) == job.floor})
+        if self.stop.reason is not None:
+            return
+
+        def listing(directory: str) -> sweep.Listing:
+            got, refusal = self._place(mapper, deleter, directory, bad_root)
+            if refusal is not None:
+                return None, None  # a directory the job may not act on is not looked into
+            self.pacer.take(1)
+            return deleter.list_dir(got)  # type: ignore[arg-type]
+
+        def descend(directory: str) -> bool:
+            return not (protected.covers(directory) or job.exclude.covers(directory))
+
+        def eligible(directory: str, changed: float) -> bool:
+            return (changed + deleter.time_step() <= job.scan_started
+                    and self._dir_problem(directory, None, protected, keep) is None
+                    and (job.include is None or job.include.covers(directory)))
+
+        def failed(directory: str, error: Result) -> None:
+            self.report.directory(directory, None, error.outcome, error.error, error.reason)
+        found = [d for top in tops if descend(top) for d in sweep.empty_below(top, listing, descend, eligible, failed)]
+        self._remove_dirs(mapper, deleter, found, bad_root)
+
     # -- endings ----------------------------------------------------------------------------------
 
     def _refuse_all(self, code: int, why: str, outcome: str = "not_attempted", reason: Optional[str] = None) -> int:
@@ -469,7 +545,7 @@ class Cleanup:
         self.errors.append(why)
         for lfn in self.job.lfns:
             self.report.file(str(lfn), None, outcome, why, 0, reason)
-        for directory in self.job.remove_dirs:
+        for directory in self.job.remove_dirs + self.job.retry_dirs:
             self.report.directory(str(directory), None, outcome, why, reason)
         return self._finish(code)
 

@@ -180,6 +180,21 @@ class Deleter:
     def rmdir(self, pfn: str) -> Result:
         raise NotImplementedError
 
+    def lists(self) -> bool:
+        """Whether `list_dir` can list a directory without following links (the sweep of empty directories)."""
+        return False
+
+    def list_dir(self, pfn: str) -> "tuple[Optional[List[localfs.Child]], Optional[Result]]":
+        """(entries, None) of a directory without following a link, or (None, why not)."""
+        raise NotImplementedError
+
+
+def deletes_files_only(root: str) -> bool:
+    """Whether the protocol of the unmerged root's PFN deletes files only: xrootd's `rm` (xrdfs, gfal2 over
+    root://) refuses a directory. A WebDAV DELETE of a collection is recursive; local storage's look is the walk
+    that refuses links: there the look before deleting is never left out."""
+    return bool(_XRD_URL.match(root))
+
 
 def _local_path(pfn: str) -> Optional[str]:
     if pfn.startswith("file://"):
@@ -282,6 +297,16 @@ class PosixDeleter(Deleter):
 
     def rmdir(self, pfn: str) -> Result:
         return watched_map(lambda p: self._act(localfs.rmdir, p, Result(REMOVED), True), [pfn], self.timeout)[0]
+
+    def lists(self) -> bool:
+        return _local_path(self.root) is not None
+
+    def list_dir(self, pfn: str) -> "tuple[Optional[List[localfs.Child]], Optional[Result]]":
+        def one(p: str) -> "tuple[Optional[List[localfs.Child]], Optional[Result]]":
+            found: List[List[localfs.Child]] = []
+            got = self._act(lambda root, below: found.append(localfs.children(root, below)), p, OK, True)
+            return (found[0], None) if found else (None, got)
+        return watched_map(one, [pfn], self.timeout, lambda r: (None, r))[0]  # type: ignore[arg-type,return-value]
 
 
 def _run(argv: List[str], env: Mapping[str, str], timeout: float,

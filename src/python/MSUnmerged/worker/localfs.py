@@ -13,7 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from typing import NamedTuple, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
@@ -127,6 +127,30 @@ def rmdir(root: str, below: str) -> None:
 def where(root: str, below: Optional[str]) -> str:
     """The full path of `below` under `root`, for messages."""
     return root.rstrip("/") + ("/" + below if below else "")
+
+
+class Child(NamedTuple):
+    """An entry of a directory as listed: a link or anything else but a directory has is_dir False."""
+
+    name: str
+    is_dir: bool
+    mtime: float
+    ctime: float
+
+
+def children(root: str, below: str) -> List[Child]:
+    """The entries of the directory `below` under `root` (lstat of each: no link is followed)."""
+    fd, name = walk(root, below)
+    try:
+        dfd = _open_dir(fd, name, where(root, below))
+    finally:
+        os.close(fd)
+    try:
+        with os.scandir(dfd) as listing:  # scandir works on its own copy of the descriptor
+            return [Child(e.name, stat.S_ISDIR(st.st_mode), st.st_mtime, st.st_ctime)
+                    for e in listing for st in (e.stat(follow_symlinks=False),)]
+    finally:
+        os.close(dfd)
 
 
 def error_text(exc: OSError, root: str, below: Optional[str]) -> str:

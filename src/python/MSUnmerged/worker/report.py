@@ -30,10 +30,11 @@ NOT_JOB_DIR = "not_job_dir"  # a directory holding none of this job's files
 KEPT = "kept"  # a directory that must stay (a protected or kept path at or below it)
 ABOVE_FLOOR = "above_floor"  # a directory above the lowest removable level
 NO_PFN = "no_pfn"  # the site config maps it to nothing this deleter can use
+EXCLUDED = "excluded"  # outside the RSE's path filters (planner.include/exclude, jobs.sites.<RSE>.include/exclude)
 REASONS = (SYMLINK_IN_PATH, PFN_OUTSIDE_UNMERGED, MAPPING_DISAGREES, MODIFIED_SINCE_SCAN, NOT_A_FILE, PATH_CHANGED,
-           PROTECTED, INVALID_LFN, NOT_JOB_DIR, KEPT, ABOVE_FLOOR, NO_PFN)
+           PROTECTED, INVALID_LFN, NOT_JOB_DIR, KEPT, ABOVE_FLOOR, NO_PFN, EXCLUDED)
 # Directory refusals that are the plan working as meant: they alone do not make a job partial.
-EXPECTED_DIR_REASONS = (PROTECTED, KEPT)
+EXPECTED_DIR_REASONS = (PROTECTED, KEPT, EXCLUDED)
 
 _dumps = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
 

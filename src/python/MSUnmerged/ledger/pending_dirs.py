@@ -1,0 +1,100 @@
+"""Directories a plan gave as removable that its jobs did not remove: remembered per RSE across generations and
+retried by later cycles (directory jobs: a cleanup job with `retry_dirs` and no file) until removed or no
+longer removable.
+
+Collection `pending_dirs`, _id "<rse>|<dir>": `rse, dir, since` (the generation that first planned it),
+`tries` (directory jobs that tried it), `state` and `error` (the last outcome), `t`. A generation's directories
+are remembered once its work is over (finished, or replaced by a newer dump): those whose record says they were
+not removed (not attempted, not empty, a storage error; a job that ended without reporting one records it not
+attempted). Entries leave when a job removes the directory or finds it gone, when the worker refuses it, or when
+the service finds it no longer removable (protected, excluded) before building a directory job.
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+
+from pymongo import DeleteOne, UpdateOne
+
+from MSUnmerged.jobs.backend import JobState
+from MSUnmerged.ledger.retry import with_retry
+from MSUnmerged.ledger.states import LIVE_JOB_STATES, DirState
+from MSUnmerged.worker.ids import gen_key, job_id
+
+if TYPE_CHECKING:
+    from MSUnmerged.ledger.store import Ledger
+
+COLLECTION = "pending_dirs"
+# Directory outcomes that leave a removable directory in place: worth another try later.
+NOT_REMOVED = (DirState.NOT_ATTEMPTED, DirState.NOT_EMPTY, DirState.TIMEOUT, DirState.STORAGE_ERROR,
+               DirState.PERMISSION_DENIED, DirState.AUTH_FAILED)
+# Outcomes that settle an entry: the directory is gone, or the worker will not remove it.
+SETTLED = (DirState.REMOVED, DirState.MISSING, DirState.REFUSED)
+REMEMBERED = "dirs_remembered"  # on the generation entry, once its directories were remembered
+
+
+def remember(ledger: "Ledger", rse: str, generation: float) -> int:
+    """Remember the generation's directories its jobs did not remove (once per generation); returns how many."""
+    if ledger.generation_entry(rse, generation).get(REMEMBERED):
+        return 0
+    docs = with_retry(lambda: list(ledger.dirs.find({"rse": rse, "gen": generation,
+                                                     "state": {"$in": [s.value for s in NOT_REMOVED]}},
+                                                    {"dir": 1, "state": 1, "error": 1})), "directories not removed")
+    now = time.time()
+    ops = [UpdateOne({"_id": f"{rse}|{d['dir']}"},
+                     {"$set": {"rse": rse, "dir": d["dir"], "state": d["state"], "error": d.get("error", ""), "t": now},
+                      "$min": {"since": generation}, "$setOnInsert": {"tries": 0}}, upsert=True) for d in docs]
+    if ops:
+        with_retry(lambda: ledger.db[COLLECTION].bulk_write(ops, ordered=False), "remember directories")
+    with_retry(lambda: ledger.rses.update_one({"_id": rse, "generations.gen": generation},
+                                              {"$set": {f"generations.$.{REMEMBERED}": True}}), "remembered")
+    return len(ops)
+
+
+def due(ledger: "Ledger", rse: str, max_tries: int) -> list[dict[str, Any]]:
+    """The RSE's entries with tries left, by directory."""
+    return with_retry(lambda: list(ledger.db[COLLECTION].find({"rse": rse, "tries": {"$lt": max_tries}})
+                                   .sort("_id", 1)), f"pending directories of {rse}")
+
+
+def plan_jobs(ledger: "Ledger", rse: str, generation: float, max_tries: int, per_job: int,
+              removable: Callable[[str], bool]) -> list[str]:
+    """Directory jobs (planned, in the current generation) for the RSE's entries with tries left, unless one is
+    in flight already; entries `removable` says are no longer removable are forgotten. Returns the jobs made."""
+    busy = [j for j in ledger.jobs_in(rse, [JobState.PLANNED, *LIVE_JOB_STATES], generation) if j.get("retry_dirs")]
+    if busy:
+        return []
+    entries = due(ledger, rse, max_tries)
+    gone = [e["_id"] for e in entries if not removable(e["dir"])]
+    if gone:
+        with_retry(lambda: ledger.db[COLLECTION].delete_many({"_id": {"$in": gone}}), "forget directories")
+    dirs = [e["dir"] for e in entries if e["_id"] not in set(gone)]
+    if not dirs:
+        return []
+    round_ = 1 + max((j.get("round", 1) for j in with_retry(
+        lambda: list(ledger.jobs.find({"rse": rse, "gen": generation}, {"round": 1})), "rounds")), default=0)
+    now = time.time()
+    docs = [{"_id": job_id(rse, generation, round_, n), "rse": rse, "gen": generation, "round": round_, "n": n,
+             "state": JobState.PLANNED, "files": 0, "retry_dirs": dirs[start:start + per_job], "created": now,
+             "span": []}
+            for n, start in enumerate(range(0, len(dirs), per_job), 1)]
+    with_retry(lambda: ledger.jobs.insert_many(docs), "directory jobs")
+    return [d["_id"] for d in docs]
+
+
+def settle(ledger: "Ledger", job: Mapping[str, Any]) -> None:
+    """After a directory job was collected: entries it removed, found gone or was refused leave; the others
+    count one more try."""
+    dirs: Iterable[str] = job.get("retry_dirs") or []
+    prefix = f"{job['rse']}|{gen_key(job['gen'])}|"
+    records = {r["dir"]: r["state"] for r in with_retry(lambda: list(ledger.dirs.find(
+        {"_id": {"$in": [prefix + d for d in dirs]}}, {"dir": 1, "state": 1})), "directory outcomes")}
+    now = time.time()
+    ops: list[Any] = []
+    for d in dirs:
+        state = records.get(d, DirState.NOT_ATTEMPTED.value)
+        key = {"_id": f"{job['rse']}|{d}"}
+        ops.append(DeleteOne(key) if state in SETTLED else
+                   UpdateOne(key, {"$inc": {"tries": 1}, "$set": {"state": state, "t": now}}))
+    if ops:
+        with_retry(lambda: ledger.db[COLLECTION].bulk_write(ops, ordered=False), "settle directories")

@@ -1,0 +1,66 @@
+"""A throttled generation's slices in the ledger: one is released per cycle, once everything released before it
+has been submitted (throttle.py cuts them; `record_plan` keeps each job's `slice` and the generation's
+`slice_sizes`; `released` on the generation entry counts the slices released so far)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from MSUnmerged.guards import PLAN_MODIFIED, GuardTripped
+from MSUnmerged.jobs.backend import JobState
+from MSUnmerged.ledger.retry import with_retry
+
+if TYPE_CHECKING:  # the store reads the counters from here
+    from MSUnmerged.ledger.store import Ledger
+
+
+def check(job_sizes: Sequence[int], job_slices: Sequence[int], slice_sizes: Sequence[int]) -> None:
+    """A plan's slices fit its jobs: one slice per job, numbered 1, 2, ... in job order, and each slice's size the
+    sum of its jobs' (the count guard judges the largest); GuardTripped plan_modified otherwise."""
+    if not job_slices and not slice_sizes:
+        return
+    sums = [0] * len(slice_sizes)
+    ordered = len(job_slices) == len(job_sizes) and list(job_slices) == sorted(job_slices)
+    for sl, size in zip(job_slices, job_sizes):
+        if not ordered or not 1 <= sl <= len(sums):
+            raise GuardTripped(PLAN_MODIFIED, f"the plan's job slices {list(job_slices)[:20]} do not fit its "
+                                              f"{len(job_sizes)} jobs and {len(slice_sizes)} slices")
+        sums[sl - 1] += size
+    if sums != list(slice_sizes) or 0 in sums:
+        raise GuardTripped(PLAN_MODIFIED, f"the plan's slice sizes {list(slice_sizes)[:20]} are not the sums of "
+                                          f"their jobs' files {sums[:20]}")
+
+
+def released(entry: Mapping[str, Any]) -> int:
+    """Slices released so far; a generation without slices has everything released (a huge number)."""
+    return int(entry.get("released", 0)) if entry.get("slice_sizes") else 1 << 62
+
+
+def is_released(job: Mapping[str, Any], entry: Mapping[str, Any]) -> bool:
+    """Whether a job may be submitted: its slice is released (jobs of retry rounds have no slice)."""
+    return int(job.get("slice") or 0) <= released(entry)
+
+
+def release_next(ledger: "Ledger", rse: str, generation: float) -> int:
+    """Release the generation's next slice when every job of the slices released so far has been submitted;
+    returns the slices released now. Repeating it before those jobs are submitted changes nothing."""
+    entry = ledger.generation_entry(rse, generation)
+    sizes, done = entry.get("slice_sizes") or [], released(entry)
+    if not sizes or done >= len(sizes):
+        return done
+    waiting = [j for j in ledger.jobs_in(rse, [JobState.PLANNED], generation) if is_released(j, entry)]
+    if waiting:
+        return done
+    with_retry(lambda: ledger.rses.update_one(
+        {"_id": rse, "generations": {"$elemMatch": {"gen": generation, "released": done}}},
+        {"$set": {"generations.$.released": done + 1}}), f"release slice {done + 1} of {rse}")
+    return released(ledger.generation_entry(rse, generation))
+
+
+def cycle_counters(entry: Mapping[str, Any]) -> dict[str, int]:
+    """What the RSE's counters say of the throttle: `cycle_files` (the files of the slice released last),
+    `slice` (slices released) and `slices` (in all); nothing when the generation is not throttled."""
+    sizes = entry.get("slice_sizes") or []
+    if not sizes:
+        return {}
+    done = min(released(entry), len(sizes))
+    return {"cycle_files": sizes[done - 1] if done else 0, "slice": done, "slices": len(sizes)}

@@ -1,0 +1,114 @@
+"""Empty directories end to end (real SecantusDB ledger, real LocalBackend running the worker on a POSIX site):
+directories a generation planned as removable and did not remove are remembered and removed by a later cycle,
+after the next dump no longer lists them; ones that became protected are forgotten; the opt-in sweep removes
+old empty directories below the datasets cleaned and they count in dirs_removed."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from pymongo.database import Database
+
+from MSUnmerged.config import SiteConfig
+from MSUnmerged.ledger import pending_dirs
+from MSUnmerged.samplesite import rescan
+from service_kit import dump_lines, write_sources
+from test_service_run import RSE, make_service
+
+pytestmark = pytest.mark.integration
+
+
+def failing_python(base: Path) -> str:
+    """A python3 for LocalBackend whose jobs die before the worker writes a report (a lost job); the backend's
+    preflight (`--help`) still works."""
+    path = base / "dying-python"
+    path.write_text(f'#!/bin/sh\n[ "$2" = --help ] && exec {sys.executable} "$@"\nexit 1\n')
+    path.chmod(0o755)
+    return str(path)
+
+
+def new_dump(src: Path, keep: list[str]) -> None:
+    """The next ConMon scan, starting now: only `keep` listed (the rest was deleted by someone else meanwhile)."""
+    (src / "dumps" / f"{RSE}.txt").write_text("\n".join(keep) + "\n")
+    stats = json.loads((src / "stats.json").read_text())
+    stats[RSE].update(files=len(keep))
+    (src / "stats.json").write_text(json.dumps(stats))
+    rescan(src, RSE)
+
+
+def test_a_directory_emptied_after_an_earlier_cycle_is_removed_by_a_later_one(tmp_path: Path,
+                                                                            mongo_db: Database) -> None:
+    src = write_sources(tmp_path / "src", [RSE], files=200, end_time=time.time() - 3600)
+    svc = make_service(tmp_path, mongo_db, src, python=failing_python(tmp_path))
+    svc.config.jobs.retries = 0
+    first = svc.run_once(RSE, wait_s=60)
+    assert first.action == "new_generation" and first.submitted > 0
+    gen1 = first.generation
+    lost = {d["dir"] for d in mongo_db.dirs.find({"rse": RSE, "gen": gen1})}
+    assert lost and {d["state"] for d in mongo_db.dirs.find({"rse": RSE, "gen": gen1})} == {"not_attempted"}
+    # Someone else deletes the files of one dataset; the next scan no longer lists them nor their directories.
+    lines, _ = dump_lines(RSE, 200)
+    gone = [x for x in lines if "/Primary5/" in x]
+    storage = tmp_path / "storage" / RSE
+    for lfn in gone:
+        (storage / lfn.lstrip("/")).unlink()
+    emptied = sorted(d for d in lost if "/Primary5/" in d)
+    assert emptied and all((storage / d.lstrip("/")).is_dir() for d in emptied)
+    new_dump(src, [x for x in lines if x not in gone])
+    svc.backend.python = sys.executable  # jobs run again
+    second = svc.run_once(RSE, wait_s=60)
+    assert second.action == "new_generation" and second.generation > gen1
+    # The emptied directories were retried by a directory job of the new generation and are gone.
+    assert not any((storage / d.lstrip("/")).exists() for d in emptied)
+    retry_jobs = list(mongo_db.jobs.find({"rse": RSE, "retry_dirs": {"$exists": True}}))
+    assert retry_jobs and set(emptied) <= {d for j in retry_jobs for d in j["retry_dirs"]}
+    assert all(j["gen"] == second.generation for j in retry_jobs)
+    recorded = {d["dir"]: d["state"] for d in mongo_db.dirs.find({"rse": RSE, "gen": second.generation})}
+    assert all(recorded[d] == "removed" for d in emptied)
+    assert svc.ledger.rse(RSE)["counters"]["dirs_removed"] >= len(emptied)
+    # Settled entries leave; directories of files still listed were planned again and removed by gen 2's jobs.
+    left = {e["dir"] for e in mongo_db[pending_dirs.COLLECTION].find({"rse": RSE})}
+    assert not left & set(emptied)
+
+
+def test_a_pending_directory_that_became_protected_is_forgotten(tmp_path: Path, mongo_db: Database) -> None:
+    src = write_sources(tmp_path / "src", [RSE], files=100, end_time=time.time() - 3600)
+    svc = make_service(tmp_path, mongo_db, src, python=failing_python(tmp_path))
+    svc.config.jobs.retries = 0
+    first = svc.run_once(RSE, wait_s=60)
+    lost = sorted({d["dir"] for d in mongo_db.dirs.find({"rse": RSE, "gen": first.generation})})
+    target = next(d for d in lost if d.count("/") >= 7)
+    storage = tmp_path / "storage" / RSE
+    for path in (storage / target.lstrip("/")).rglob("*"):
+        if path.is_file():
+            path.unlink()
+    prot = json.loads((src / "protected.json").read_text())
+    (src / "protected.json").write_text(json.dumps({"result": prot["result"] + [target]}))
+    second = svc.run_once(RSE, wait_s=60)  # the same dump: done with errors, then the directories are retried
+    assert (second.action, second.state) == ("finish", "done_with_errors")
+    assert (storage / target.lstrip("/")).is_dir()  # never tried: it is protected now
+    retried = {d for j in mongo_db.jobs.find({"retry_dirs": {"$exists": True}}) for d in j["retry_dirs"]}
+    assert target not in retried and not any(d.startswith(target + "/") for d in retried)
+    assert mongo_db[pending_dirs.COLLECTION].count_documents({"dir": target}) == 0
+
+
+def test_sweep_removes_old_empty_directories_and_counts_them(tmp_path: Path, mongo_db: Database) -> None:
+    src = write_sources(tmp_path / "src", [RSE], files=100)
+    svc = make_service(tmp_path, mongo_db, src)
+    svc.config.jobs.sites.setdefault(RSE, SiteConfig()).remove_empty_dirs = True
+    lines, _ = dump_lines(RSE, 100)
+    dataset = lines[2].rsplit("/", 3)[0]  # /store/unmerged/<era>/<primary>/<tier>/<procstr>
+    storage = tmp_path / "storage" / RSE
+    old = [storage / f"{dataset}/999/empty".lstrip("/"), storage / f"{dataset}/999".lstrip("/")]
+    old[0].mkdir(parents=True)  # empty directories no dump lists, older than the scan (it starts now)
+    rescan(src, RSE)
+    result = svc.run_once(RSE, wait_s=60)
+    assert result.action == "new_generation" and not any(p.exists() for p in old)
+    recorded = {d["dir"]: d["state"] for d in mongo_db.dirs.find({"rse": RSE})}
+    assert recorded[f"{dataset}/999/empty"] == recorded[f"{dataset}/999"] == "removed"
+    # The collector took the swept directories as the job's own (no report line rejected), and counted them.
+    assert all("rejected" not in (j.get("reason") or "") for j in mongo_db.jobs.find({"rse": RSE}))
+    assert svc.ledger.rse(RSE)["counters"]["dirs_removed"] == sum(1 for s in recorded.values() if s == "removed")
