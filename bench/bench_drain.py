@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO / "src" / "python"))
 from MSUnmerged import sample  # noqa: E402
 from MSUnmerged.config import Config, SiteConfig  # noqa: E402
 from MSUnmerged.ledger import LIVE_JOB_STATES  # noqa: E402
-from MSUnmerged.samplesite import fill_storage, write_site  # noqa: E402
+from MSUnmerged.samplesite import fill_storage, rescan, write_site  # noqa: E402
 from MSUnmerged.service.drain import Drainer  # noqa: E402
 from MSUnmerged.sources.offline import OfflineSources  # noqa: E402
 from MSUnmerged.wiring import build_service  # noqa: E402
@@ -96,6 +96,7 @@ def drain(src: Path, work: Path, cap: int, per_cycle: int, top_up: float) -> dic
     shutil.rmtree(work, ignore_errors=True)
     storage = work / "storage"
     fill_storage(storage, src / "dumps" / f"{RSE}.txt")
+    rescan(src, RSE)  # the scan starts after its files were made (the workers refuse files changed since)
     config = bench_config(work, cap, per_cycle, top_up)
     siteconf = write_site(work / "siteconf", storage, site=RSE, rse=RSE, volume=f"{RSE}_posix")
     config.jobs.sites[RSE] = SiteConfig(siteconfig=str(siteconf))
@@ -111,7 +112,9 @@ def drain(src: Path, work: Path, cap: int, per_cycle: int, top_up: float) -> dic
             if cycles == 1:
                 row["first_cycle_s"] = round(time.perf_counter() - t, 1)  # planning, recording, first jobs
             guarded += result.state == "guarded"
-            if result.action == "finish" or result.action == "failed" or cycles > 10_000:
+            if result.action == "failed":
+                raise RuntimeError(f"cycle {cycles}: {result.reason}: {result.detail}")
+            if result.action == "finish" or cycles > 10_000:
                 break
             while service.ledger.jobs_in(RSE, LIVE_JOB_STATES):
                 time.sleep(top_up)
@@ -145,7 +148,7 @@ def raw_unlink(src: Path, work: Path) -> dict[str, Any]:
         os.unlink(path)
     seconds = time.perf_counter() - start
     shutil.rmtree(work, ignore_errors=True)
-    return {"baseline": "os.unlink loop", "files": len(paths), "s": round(seconds, 1),
+    return {"baseline": "os.unlink loop", "files": len(paths), "s": round(seconds, 3),
             "files_per_s": round(len(paths) / seconds), "load_before": load}
 
 
@@ -157,7 +160,7 @@ def summary(files: int, base: dict[str, Any], rows: list[dict[str, Any]], interv
     for r in rows:
         calendar = max(r["drain_s"], (r["slices"] or 1) * interval_s)
         out.append(f"| {r['cap']} | {r['per_cycle']:,} | {r['slices']} | {r['cycles']} | {r['first_cycle_s']} s | "
-                   f"{r['drain_s']} s | {r['files_per_s']:,} | {r['drain_s'] / base['s']:.1f} | {r['most_in_flight']} | "
+                   f"{r['drain_s']} s | {r['files_per_s']:,} | {r['drain_s'] / max(base['s'], 0.001):.1f} | {r['most_in_flight']} | "
                    f"{r['guarded']} | {r['files_left']:,} | {r['worker_median_s']} / {r['in_flight_median_s']} s | "
                    f"{calendar / 3600:.1f} h | {r['load_before']}-{r['load_after']} |")
     if len(rows) > 1:
