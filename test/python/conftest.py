@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from servers import keep_session_dir
+from sites_kit import SITE_FIXTURES
 
 # Server fixtures live in servers/<name>.py; each is listed here once.
 pytest_plugins: list[str] = ["servers.rest", "servers.condor", "servers.slurm", "servers.rucio", "servers.mongo", "servers.xrootd",
@@ -18,10 +19,18 @@ FIXTURES = REPO / "test" / "fixtures" / "wmcore"  # real samples, copied into th
 
 @pytest.fixture(scope="session")
 def wmcore_fixtures() -> Path:
-    """The real samples in test/fixtures/wmcore (protected list, ConMon answers, site configs)."""
+    """The real samples in test/fixtures/wmcore (protected list, ConMon answers)."""
     if not FIXTURES.is_dir():
         pytest.fail(f"fixtures not found at {FIXTURES}")
     return FIXTURES
+
+
+@pytest.fixture(scope="session")
+def site_fixtures() -> Path:
+    """Real sites' site-local-config.xml, storage.json and trivial file catalogs in test/fixtures/sites/<site>."""
+    if not SITE_FIXTURES.is_dir():
+        pytest.fail(f"fixtures not found at {SITE_FIXTURES}")
+    return SITE_FIXTURES
 
 
 @pytest.fixture(scope="session")

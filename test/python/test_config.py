@@ -35,6 +35,13 @@ def test_file_and_environment(tmp_path):
     ("", {"MSUNMERGED_JOBS__BACKEND": "pbs"}, "jobs.backend"),
     ("[jobs]\nsubmit_batch = 0\n", {}, "jobs.submit_batch"),
     ("[jobs.sites.T2_XX_A]\npfn_layout = 'anything'\n", {}, "jobs.sites.T2_XX_A.pfn_layout"),
+    # site_specific needs the root its workers must find, canonical and not the storage's top.
+    ("[jobs.sites.T2_XX_A]\npfn_layout = 'site_specific'\n", {}, "jobs.sites.T2_XX_A.unmerged_root"),
+    ("[jobs.sites.T2_XX_A]\npfn_layout = 'site_specific'\nunmerged_root = 'root://se//'\n", {},
+     "jobs.sites.T2_XX_A.unmerged_root"),
+    ("[jobs.sites.T2_XX_A]\nunmerged_root = '/disk/tmp/../data/'\n", {}, "jobs.sites.T2_XX_A.unmerged_root"),
+    ("[jobs.sites.T2_XX_A]\nunmerged_root = 'disk/tmp/'\n", {}, "jobs.sites.T2_XX_A.unmerged_root"),
+    ("[condor]\ndelegate_proxy = 'sometimes'\n", {}, "condor.delegate_proxy"),
     ("[jobs.sites.T2_XX_A]\nsiet = 'T2_XX'\n", {}, "jobs.sites.T2_XX_A.siet"),  # misspelt: unknown key
     ("[jobs.sites.T2_XX_A]\nbackend = 'slrum'\n", {}, "jobs.sites.T2_XX_A.backend"),
     ("[jobs.sites]\nT2_XX_A = 'T2_XX'\n", {}, "jobs.sites.T2_XX_A"),
@@ -84,6 +91,14 @@ def test_good_log_levels_and_mongo_urls(tmp_path):
                 {"MSUNMERGED_MONGO__URL": "mongodb://a:b@h1:27017,h2:27017/?replicaSet=rs0"},
                 {"MSUNMERGED_MONGO__URL": "mongodb+srv://cluster0.example.cern.ch/"}):
         assert load_config(tmp_path / "none.toml", env=env)
+
+
+def test_site_specific_layout_with_its_root(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[jobs.sites.T2_XX_A]\npfn_layout = 'site_specific'\nunmerged_root = 'root://se//disk/tmp/'\n"
+                    "[condor]\ndelegate_proxy = false\n")
+    cfg = load_config(path, env={})
+    assert cfg.jobs.for_rse("T2_XX_A").unmerged_root == "root://se//disk/tmp/" and cfg.condor.delegate_proxy is False
 
 
 def test_per_rse_limits_and_filters(tmp_path):

@@ -3,6 +3,7 @@
 #   condor-pool.sh install        debootstrap + apt install (idempotent; ~80 s the first time)
 #   condor-pool.sh start          install if needed, start condor_master (PID in condor_master.pid)
 #   condor-pool.sh token USER     print a token directory holding an IDTOKEN for USER@localpool
+#   condor-pool.sh tools          install the storage clients jobs need (xrdfs with its token plugin; idempotent)
 #   condor-pool.sh stop           stop condor_master by its PID, unmount proc and dev
 # Everything lives in test/.servers/condor/ (override with CONDOR_POOL_DIR); only 127.0.0.1 is used.
 set -euo pipefail
@@ -131,6 +132,18 @@ token() {
     echo "$dir"
 }
 
+tools() {
+    # xrdfs and the ztn (token) security plugin, for jobs that delete on the tests' token xrootd.
+    install
+    if [[ -f "$R/.msunmerged-tools" ]]; then return; fi
+    mounts
+    chroot "$R" apt-get "${APT[@]}" update -q >>"$BASE/apt.log" 2>&1
+    chroot "$R" env DEBIAN_FRONTEND=noninteractive apt-get "${APT[@]}" install -y -q --no-install-recommends \
+        xrootd-client xrootd-plugins >>"$BASE/apt.log" 2>&1 || { tail -20 "$BASE/apt.log" >&2; exit 1; }
+    chroot "$R" xrdfs --version >/dev/null
+    touch "$R/.msunmerged-tools"
+}
+
 stop() {
     if running; then
         local pid; pid="$(cat "$PIDFILE")"
@@ -147,6 +160,7 @@ case "${1:-start}" in
     install) install ;;
     start) start ;;
     token) token "${2:?identity}" ;;
+    tools) tools ;;
     stop) stop ;;
-    *) echo "usage: $0 install|start|token ID|stop" >&2; exit 2 ;;
+    *) echo "usage: $0 install|start|token ID|tools|stop" >&2; exit 2 ;;
 esac

@@ -42,6 +42,7 @@ permission = generic
 schema = generic
 lfn2pfn_algorithm_default = identity
 lfn2pfn_module = msunmerged_lfn2pfn
+package = msunmerged_policy
 support = root@localhost
 [alembic]
 cfg = $dir/alembic.ini
@@ -57,7 +58,9 @@ CFG
     mkdir -p "$dir/trace"
     # CMS's policy package maps an LFN to the site's path without the scope; RSEs that set the attribute
     # lfn2pfn_algorithm = cms_lfn get the same here (PFN = protocol prefix + LFN).
-    cat > "$dir/msunmerged_lfn2pfn.py" <<PY
+    cat > "$dir/msunmerged_lfn2pfn.py" <<'PY'
+import re
+
 from rucio.rse.translation import RSEDeterministicTranslation
 
 
@@ -65,7 +68,50 @@ def cms_lfn(scope, name, rse, rse_attrs, protocol_attrs):
     return name.lstrip("/")
 
 
+def _tfc(lfn, rules, proto, depth=0):
+    """The rules of one protocol in order; a chained rule maps with its chain's rules first."""
+    if depth > 8:
+        raise ValueError("chain of %s too deep" % proto)
+    for rule in rules:
+        if rule["proto"] != proto:
+            continue
+        path = _tfc(lfn, rules, rule["chain"], depth + 1) if rule.get("chain") else lfn
+        if re.match(rule["path"], path):
+            return re.sub(rule["path"], rule["out"].replace("$", "\\"), path, count=1)
+    if depth:
+        return lfn
+    raise ValueError("no rule of %s maps %s" % (proto, lfn))
+
+
+def cmstfc(scope, name, rse, rse_attrs, protocol_attrs):
+    """As CMS registers RSEs from storage.json (dmwm/CMSRucio CMSRSE.py): a protocol with `prefix` maps an LFN
+    to prefix + LFN; one with `rules` carries them (and those of its chains) in extended_attributes.tfc and
+    maps with them, a result that is a URL being the PFN itself."""
+    ext = protocol_attrs.get("extended_attributes") or {}
+    if "tfc" not in ext:
+        return "/" + re.sub("/+", "/", name).lstrip("/")
+    pfn = _tfc(name, ext["tfc"], ext["tfc_proto"])
+    if re.match(r"^\w+://", pfn):
+        return pfn
+    base = "%s://%s:%s%s%s" % (protocol_attrs["scheme"], protocol_attrs["hostname"], protocol_attrs["port"],
+                               ext.get("web_service_path", ""), protocol_attrs["prefix"])
+    path = pfn.replace(base, "")
+    return path if protocol_attrs["scheme"] == "root" else re.sub("/+", "/", path)
+
+
 RSEDeterministicTranslation.register(cms_lfn, "cms_lfn")
+RSEDeterministicTranslation.register(cmstfc, "cmstfc")
+PY
+    # CMS RSE names carry lower case (T1_US_FNAL_Disk), which CMS's own policy package allows and the generic
+    # schema does not: a policy package whose schema allows them, everything else generic.
+    mkdir -p "$dir/msunmerged_policy"
+    : > "$dir/msunmerged_policy/__init__.py"
+    cat > "$dir/msunmerged_policy/schema.py" <<'PY'
+from rucio.common.schema.generic import *  # noqa: F401,F403
+from rucio.common.schema import generic as _generic
+
+RSE = dict(_generic.RSE, pattern="^(T[0-3]_[A-Z]{2}(_[A-Za-z0-9]+)+|[A-Z0-9]+([_-][A-Z0-9]+)*)$")
+SCHEMAS = dict(_generic.SCHEMAS, rse=RSE)
 PY
     cat > "$dir/alembic.ini" <<INI
 [alembic]
@@ -87,7 +133,7 @@ formatter = generic
 [formatter_generic]
 format = %%(levelname)s %%(message)s
 INI
-    RUCIO_CONFIG="$dir/rucio.cfg" "$VENV/bin/python" -c "
+    RUCIO_CONFIG="$dir/rucio.cfg" PYTHONPATH="$dir" "$VENV/bin/python" -c "
 from rucio.db.sqla.util import build_database, create_base_vo, create_root_account
 build_database(); create_base_vo(); create_root_account()"
 }

@@ -252,10 +252,14 @@ def _accepted(lines: Iterable[Any], path: Callable[[Any], str], allowed: Optiona
 
 def batch_facts(status: JobStatus, report: Optional[Report]) -> dict[str, Any]:
     """What the batch system and the worker said, kept on the job as they said it: the job's exit code
-    (the batch system's, else the worker's summary line), the worker's own, the batch system's reason."""
+    (the batch system's, else the worker's summary line), the worker's own, the batch system's reason, and the
+    stage-out method the worker used and why (its report's `method`, with `choice`)."""
     worker = report.exit_code if report is not None else None
+    said = (report.summary or report.start or {}) if report is not None else {}
+    method = said.get("method")
     return {"exit_code": status.exit_code if status.exit_code is not None else worker,
-            "worker_exit_code": worker, "batch_reason": status.reason}
+            "worker_exit_code": worker, "batch_reason": status.reason,
+            "method": method if isinstance(method, dict) and method else None}
 
 
 class Collector:

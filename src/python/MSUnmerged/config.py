@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from MSUnmerged import planlines
-from MSUnmerged.worker.pfn import LAYOUTS as PFN_LAYOUTS
+from MSUnmerged.worker.pfn import LAYOUTS as PFN_LAYOUTS, form_problem as pfn_form_problem
 
 ENV_PREFIX = "MSUNMERGED_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -151,6 +151,7 @@ class SiteConfig:
     pool: str = ""  # condor: collector of its schedd; empty: condor.pool
     schedd: str = ""  # condor: its schedd; empty: condor.schedd
     pfn_layout: str = "standard"  # "site_specific": its PFNs need not end with the LFN (docs/jobs.md)
+    unmerged_root: str = ""  # site_specific (required there): the PFN of /store/unmerged/ the site config must give
     # Overrides of the service-wide limits (None: the service-wide value; sitelimits.py resolves them).
     max_files_per_cycle: Optional[int] = None  # planner.max_files_per_cycle for this RSE
     max_in_flight: Optional[int] = None  # jobs.max_in_flight for this RSE
@@ -218,6 +219,7 @@ class CondorConfig:
     extra_attributes: dict[str, str] = field(default_factory=dict)  # job ClassAd attributes: name -> expression
     requirements: str = ""
     ping_timeout_s: float = 30.0  # preflight; an unresponsive schedd blocks the bindings ~20 s
+    delegate_proxy: bool = True  # false: a proxy credential is copied, not delegated (schedds that cannot accept one)
 
 
 @dataclass
@@ -435,6 +437,10 @@ def _validate(cfg: Config) -> None:
     for rse, settings in j.sites.items():
         need(settings.backend in ("", *BACKENDS), f"jobs.sites.{rse}.backend", "must be " + ", ".join(BACKENDS))
         need(settings.pfn_layout in PFN_LAYOUTS, f"jobs.sites.{rse}.pfn_layout", "must be " + " or ".join(PFN_LAYOUTS))
+        need(bool(settings.unmerged_root) or settings.pfn_layout != "site_specific", f"jobs.sites.{rse}.unmerged_root",
+             "must be set when pfn_layout is site_specific: the PFN of /store/unmerged/ its workers must find")
+        need(not settings.unmerged_root or pfn_form_problem(settings.unmerged_root) is None,
+             f"jobs.sites.{rse}.unmerged_root", pfn_form_problem(settings.unmerged_root or "/") or "")
     need(j.deadline_h > 0, "jobs.deadline_h", "must be > 0")
     need(j.retries >= 0, "jobs.retries", "must be >= 0")
     need(j.submit_batch >= 1, "jobs.submit_batch", "must be >= 1")

@@ -151,19 +151,22 @@ class World:
         return done.stdout
 
     def our_condor_jobs(self, rse_prefix: str = "T2_XE_") -> list[dict[str, Any]]:
-        """Queue and history ads of this harness's jobs (MSUnmergedJobId starting with rse_prefix), of this world's
-        ledger only: the pool is shared, and other sessions' runs of the same tests leave jobs of the same ids."""
+        """Queue and history ads of this harness's jobs (MSUnmergedJobId starting with rse_prefix) that could run:
+        still in the queue, or started at least once. A record the schedd removed before it ever started (a spool
+        that failed) is not one: the service submits that job again (docs/jobs.md, "Batch-system faults"). Only
+        this world's ledger's: the pool is shared, and other sessions' runs of the same tests leave jobs of the
+        same ids."""
         ledger = (self.db().meta.find_one({"_id": "ledger"}) or {}).get("instance_id", "")
         constraint = f'regexp("^{rse_prefix}", MSUnmergedJobId) && MSUnmergedLedger =?= "{ledger}"'
         out = []
         for cmd in (["condor_q", "-allusers"], ["condor_history"]):
             text = self.condor(*cmd, "-constraint", constraint, "-af", "MSUnmergedJobId", "ClusterId",
-                               "ProcId", "JobStatus", "ExitCode")
+                               "ProcId", "JobStatus", "NumJobStarts", "ExitCode")
             for line in text.splitlines():
                 parts = line.split()
-                if len(parts) >= 4:
+                if len(parts) >= 5 and (int(parts[3]) != 3 or parts[4] not in ("undefined", "0")):
                     out.append({"job": parts[0], "batch": f"{parts[1]}.{parts[2]}", "status": int(parts[3]),
-                                "exit": parts[4] if len(parts) > 4 else None})
+                                "exit": parts[5] if len(parts) > 5 else None})
         return out
 
 

@@ -59,7 +59,7 @@ def test_jobs_from_a_real_plan(tmp_path: Path) -> None:
 
 def test_make_job_carries_the_mapping_check_and_scan_start() -> None:
     cfg = Config()
-    cfg.jobs.sites = {"T2_XX_A": SiteConfig(pfn_layout="site_specific")}
+    cfg.jobs.sites = {"T2_XX_A": SiteConfig(pfn_layout="site_specific", unmerged_root="root://se//disk/tmp/")}
     lfns = [f"{B}/00000/a.root"]
     job = make_job("T2_XX_A:1:1", "T2_XX_A", "T2_XX", lfns, set(), ProtectedBases([]), cfg,
                    unmerged_pfn="root://se//store/unmerged/", scan_started=1700000000.5)
@@ -69,8 +69,10 @@ def test_make_job_carries_the_mapping_check_and_scan_start() -> None:
     worker_job = Job(json.loads(json.dumps(job.manifest())))
     assert (worker_job.unmerged_pfn, worker_job.mapping_check, worker_job.pfn_layout, worker_job.scan_started) == \
         ("root://se//store/unmerged/", "rucio", "site_specific", 1700000000.5)
+    assert job.step.unmerged_root == worker_job.unmerged_root == "root://se//disk/tmp/"
     other = make_job("T2_YY_B:1:1", "T2_YY_B", "T2_YY", lfns, set(), ProtectedBases([]), cfg)
-    assert (other.step.mapping_check, other.step.pfn_layout) == ("site_config_only", "standard")
+    assert (other.step.mapping_check, other.step.pfn_layout, other.step.unmerged_root) == \
+        ("site_config_only", "standard", None)
 
 
 def test_relevant_protection_and_dirs() -> None:

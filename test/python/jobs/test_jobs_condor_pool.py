@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -24,9 +25,10 @@ from MSUnmerged.jobs.condor import CondorBackend, htcondor2
 from MSUnmerged.jobs.spec import CleanupJob, DeleteFilesStep
 from MSUnmerged.jobs.workerpkg import build_worker
 from MSUnmerged.samplesite import write_siteconf
-from servers import free_port
+from servers import free_port, run_script
 from servers.condor import JOB_UID, SITE, CondorPool
 from servers.testca import TestCA
+from servers.xrootd import NamespaceForward, TokenXrootd
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # starts the real HTCondor pool
 
@@ -338,15 +340,14 @@ def test_site_config_and_credential_reach_the_job(condor_pool: CondorPool, worke
     else:
         ca = TestCA(tmp_path / "pki", rsa_keys=True)
         source = ca.proxy(ca.issue("msunmerged robot"))
-        # The test pool's schedd (minicondor 23.9 in a chroot) fails to accept a delegated proxy
-        # ("X509Credential::Request() failed"): here the proxy is copied over the authenticated channel.
-        htcondor2.param["DELEGATE_JOB_GSI_CREDENTIALS"] = "False"
         request.addfinalizer(lambda: htcondor2.param.__setitem__("DELEGATE_JOB_GSI_CREDENTIALS", "True"))
     secret = max(source.read_text().splitlines(), key=len)  # the token, or a line of the proxy
     jobs = JobsConfig(credential=kind, token_file=str(source), proxy_file=str(source),
                       sites={RSE: SiteConfig(siteconfig=SERVICE_SITECONF)})
-    backend = CondorBackend(config(condor_pool, condor_pool.token_dir("submitter")), jobs, tmp_path / "work",
-                            worker=worker)
+    # The test pool's schedd (minicondor 23.9 in a chroot) fails to accept a delegated proxy
+    # ("X509Credential::Request() failed"): condor.delegate_proxy = false copies it over the authenticated channel.
+    backend = CondorBackend(config(condor_pool, condor_pool.token_dir("submitter"), delegate_proxy=False), jobs,
+                            tmp_path / "work", worker=worker)
     (job,) = make_jobs(t, [lfns])
     ids = backend.submit([job])
     jdir = backend.job_dir(job.job_id)
@@ -377,6 +378,15 @@ def test_a_schedd_the_collector_does_not_know_is_unreachable(condor_pool: Condor
     with pytest.raises(BackendError) as err:
         backend.find([f"{RSE}:x:0"])
     assert err.value.kind == "unreachable"
+    # Every other path says the same; before, the preflight of a new plan said bad_answer ('NoneType' ...).
+    batch = {f"{RSE}:x:0": "1.0@stopped-schedd@nowhere"}
+    for call in (lambda: backend.preflight(RSE), lambda: backend.poll(batch),
+                 lambda: backend.remove(f"{RSE}:x:0", batch[f"{RSE}:x:0"], "test"),
+                 lambda: backend.remove_pending(batch, "test"),
+                 lambda: backend.fetch_report(f"{RSE}:x:0", batch[f"{RSE}:x:0"], tmp_path / "r.jsonl")):
+        with pytest.raises(BackendError) as err:
+            call()
+        assert err.value.kind == "unreachable" and "stopped-schedd@nowhere" in err.value.message, err.value
 
 
 def test_two_ledgers_on_one_schedd_never_see_each_others_jobs(condor_pool: CondorPool, worker: Path,
@@ -392,6 +402,85 @@ def test_two_ledgers_on_one_schedd_never_see_each_others_jobs(condor_pool: Condo
     assert two.remove_pending(ids, "not mine") == []
     assert [s.state for s in one.poll(ids).values()] == [JobState.QUEUED]
     assert one.remove_pending(ids, "test cleanup") == [jobs[0].job_id]
+
+
+def test_a_proxy_the_schedd_cannot_take_by_delegation_is_a_classified_failure(condor_pool: CondorPool, worker: Path,
+                                                                              tmp_path: Path) -> None:
+    """condor.delegate_proxy = true (the default) on a schedd that cannot accept a delegated proxy: the submission
+    fails with a named kind and nothing stays queued (delegate_proxy = false is the remedy, tested above)."""
+    ca = TestCA(tmp_path / "pki", rsa_keys=True)
+    jobs = JobsConfig(credential="proxy", proxy_file=str(ca.proxy(ca.issue("msunmerged robot"))))
+    backend = CondorBackend(config(condor_pool, condor_pool.token_dir("submitter"), requirements="False"), jobs,
+                            tmp_path / "work", worker=worker)
+    assert htcondor2.param["DELEGATE_JOB_GSI_CREDENTIALS"] in (True, "True")
+    job = make_jobs(tag(), [["/store/unmerged/E/P/T/p-v1/x.root"]])
+    with pytest.raises(BackendError) as err:
+        backend.submit(job)
+    assert err.value.kind == "submit_failed", err.value
+    assert queue(condor_pool, f'MSUnmergedJobId == "{job[0].job_id}"') == []
+
+
+TOKEN_SITECONF = "/srv/siteconf-token"  # inside the pool's chroot
+
+
+def test_a_condor_job_deletes_on_the_token_xrootd(condor_pool: CondorPool, token_xrootd: TokenXrootd, worker: Path,
+                                                  tmp_path: Path) -> None:
+    """A cleanup job in the pool deletes its files on the token-protected xrootd (ztn over TLS, SciTokens) with
+    the service's storage token, scoped storage.modify:/store/unmerged, which travels with it; what it was not
+    given and what lies outside /store/unmerged stays. The site's XRootD stage-out reaches the server through a
+    loopback port of the host (NamespaceForward); the site's trust store (XrdCl's default) holds the test CA."""
+    run_script("condor-pool.sh", "tools")  # xrdfs and its ztn plugin in the pool's chroot
+    server = token_xrootd.server
+    forward = NamespaceForward(server.pid)
+    trust = condor_pool.inside("/etc/grid-security/certificates")
+    trust.mkdir(parents=True, exist_ok=True)
+    trusted = []
+    for entry in token_xrootd.ca.ca_dir.iterdir():
+        if entry.is_symlink():  # <hash>.0 -> ca.pem: this session's CA under its own hash
+            trusted.append(trust / entry.name)
+            shutil.copyfile(entry.resolve(), trusted[-1])
+    try:
+        endpoint = f"root://127.0.0.1:{forward.port}"
+        conf = condor_pool.inside(TOKEN_SITECONF)
+        (conf / "JobConfig").mkdir(parents=True, exist_ok=True)
+        (conf / "JobConfig" / "site-local-config.xml").write_text(
+            f'<site-local-config><site name="{SITE}"><stage-out><method volume="Token_Disk" protocol="XRootD" '
+            f'command="xrdcp"/></stage-out></site></site-local-config>')
+        (conf / "storage.json").write_text(json.dumps([{"site": SITE, "volume": "Token_Disk", "rse": RSE, "type": "DISK",
+                                                         "protocols": [{"protocol": "XRootD", "access": "global-rw",
+                                                                        "prefix": endpoint + "/"}]}]))
+        t = tag()
+        lfns = [f"/store/unmerged/E/Token/AODSIM/p-v1/{t}/f{i}.root" for i in range(20)]
+        planned = [server.put(lfn) for lfn in lfns]
+        others = [server.put(f"/store/unmerged/E/Token/AODSIM/p-v1/{t}/not-planned.root"),
+                  server.put(f"/store/data/E/Token/AODSIM/v1/{t}/precious.root")]
+        time.sleep(1.2)  # the scan the plan comes from starts after they were written (xrootd: whole seconds)
+        scanned = time.time()
+        token = tmp_path / "storage-token"
+        token.write_text(token_xrootd.issuer.mint(lifetime=3600))
+        token.chmod(0o600)
+        jobs = JobsConfig(credential="token", token_file=str(token), sites={RSE: SiteConfig(siteconfig=TOKEN_SITECONF)})
+        backend = CondorBackend(config(condor_pool, condor_pool.token_dir("submitter")), jobs, tmp_path / "work",
+                                worker=worker)
+        job = CleanupJob(job_id=f"{RSE}:token-{t}:0", rse=RSE, site=SITE, deadline=time.time() + 3600,
+                         step=DeleteFilesStep(lfns=lfns, dry_run=False, unmerged_pfn=f"{endpoint}//store/unmerged/",
+                                              mapping_check="rucio", scan_started=scanned))
+        ids = backend.submit([job])
+        (status,) = wait_until(backend, ids, lambda s: s.state.terminal, timeout=240).values()
+        report = backend.fetch_report(job.job_id, ids[job.job_id], tmp_path / "report.jsonl")
+        lines = [json.loads(line) for line in report.read_text().splitlines()]  # type: ignore[union-attr]
+        assert (status.state, status.exit_code) == (JobState.FINISHED, 0), lines[-1]
+        start = lines[0]["start"]
+        assert start["credential"]["kind"] == "token" and start["credential"]["mode"] == "0600"
+        assert (start["method"]["deleter"], start["method"]["choice"]["rule"]) == ("xrootd", "same_pfn")
+        assert {r["outcome"] for r in lines if "lfn" in r} == {"deleted"}
+        assert not any(p.exists() for p in planned) and all(p.exists() for p in others)
+        assert token.read_text() not in report.read_text()  # type: ignore[union-attr]
+        backend.remove(job.job_id, ids[job.job_id], "collected")
+    finally:
+        forward.close()
+        for path in trusted:
+            path.unlink(missing_ok=True)
 
 
 def test_the_pool_runs_at_most_max_in_flight_jobs_of_an_rse(condor_pool: CondorPool, worker: Path, tmp_path: Path,

@@ -14,7 +14,7 @@ from MSUnmerged.jobs.backend import BackendError, JobState, wait_for
 from MSUnmerged.jobs.local import LocalBackend
 from MSUnmerged.jobs.spec import CleanupJob, DeleteFilesStep
 from MSUnmerged.samplesite import write_siteconf
-from MSUnmerged.worker.cleanup import EXIT_AUTH, EXIT_CONFIG
+from MSUnmerged.worker.cleanup import EXIT_CONFIG
 
 SITE = RSE = "T2_XX_Local"
 B = "/store/unmerged/Run2024F/JetMET1/AOD/PromptReco-v3"
@@ -79,12 +79,18 @@ def test_missing_token_is_a_classified_submit_error(tmp_path: Path) -> None:
     assert err.value.kind == "credential_missing" and cfg.jobs.token_file in err.value.message
 
 
-def test_expired_token_is_auth_failed_and_nothing_is_deleted(tmp_path: Path) -> None:
+def test_expired_token_is_refused_before_anything_is_submitted(tmp_path: Path) -> None:
+    """Before: the expired token went out with every job (each ended auth_failed, a try of its files). A token
+    that expires at the site while queued is still refused there (test_worker_credentials.py)."""
     storage, sc, lfns = setup_site(tmp_path)
     backend = LocalBackend(token_config(tmp_path, EXPIRED), tmp_path / "work", siteconfig=str(sc))
-    job, sink, code = run_one(backend, lfns, tmp_path)
-    assert code == EXIT_AUTH
-    assert {(o["state"], o["error_class"]) for o in sink.outcomes[job.job_id].values()} == {("failed", "auth_failed")}
+    job = CleanupJob(job_id=f"{RSE}:1:1", rse=RSE, site=SITE, deadline=time.time() + 600,
+                     step=DeleteFilesStep(lfns=lfns, dry_run=False))
+    with pytest.raises(BackendError) as err:
+        backend.submit([job])
+    assert err.value.kind == "credential_expired" and "2001-09-09" in err.value.message
+    assert EXPIRED not in err.value.message
+    assert backend.find([job.job_id]) == {}  # no job folder, nothing started
     assert all((storage / lfn.lstrip("/")).exists() for lfn in lfns)
 
 

@@ -42,6 +42,13 @@ def make_files(root: Path, lfns: list[str]) -> None:
         path.write_bytes(b"x" * 10)
 
 
+def make_files_of(root: Path, job: CleanupJob) -> None:
+    """The job's files, then its scan start: a scan lists files that exist when it starts (the worker refuses a
+    file whose ctime is later)."""
+    make_files(root, job.step.lfns)
+    job.step.scan_started = time.time()
+
+
 def lfns_for(job: int, n: int) -> list[str]:
     return [f"/store/unmerged/Run2024A/Prim/AOD/Proc-v{job}/000/0001/file{i}.root" for i in range(n)]
 
@@ -50,7 +57,7 @@ def cleanup_job(n: int, lfns: list[str], runtime_s: int = 3600) -> CleanupJob:
     """A job deleting `lfns` and then their (emptied) directory."""
     dirs = sorted({lfn.rsplit("/", 1)[0] for lfn in lfns})
     return CleanupJob(job_id=f"{RSE}:1700000000:{n}", rse=RSE, site=SITE, deadline=time.time() + 3600,
-                      step=DeleteFilesStep(lfns=lfns, remove_dirs=dirs, dry_run=False, scan_started=time.time()),
+                      step=DeleteFilesStep(lfns=lfns, remove_dirs=dirs, dry_run=False, scan_started=time.time()),  # see make_files_of
                       generation=1700000000.0,
                       request_memory_mb=100, max_runtime_s=runtime_s)
 
@@ -84,7 +91,7 @@ def test_array_deletes_files_and_reports(slurm_cluster, transport, tmp_path, sto
     root, siteconf = storage
     jobs = [cleanup_job(i, lfns_for(i, 4)) for i in range(3)]
     for job in jobs:
-        make_files(root, job.step.lfns)
+        make_files_of(root, job)
     kept = lfns_for(99, 2)  # not in any job
     make_files(root, kept)
     backend = backend_for(slurm_cluster, transport, tmp_path, siteconf, worker)
@@ -124,7 +131,7 @@ def test_cancelled_jobs_recorded_with_reason(slurm_cluster, transport, tmp_path,
     root, siteconf = storage
     jobs = [cleanup_job(i, lfns_for(i, 2)) for i in range(4)]
     for job in jobs:
-        make_files(root, job.step.lfns)
+        make_files_of(root, job)
     # Two tasks at a time (2 cores), each first sleeping: tasks 0 and 1 run, 2 and 3 pend.
     backend = backend_for(slurm_cluster, transport, tmp_path, siteconf, worker, setup="sleep 300",
                           array_parallel=2)
@@ -155,7 +162,7 @@ def test_time_limit_recorded(slurm_cluster, tmp_path, storage, worker) -> None:
     """Slurm's minimum limit is one minute, enforced about every 30 s: one slow test, over REST."""
     root, siteconf = storage
     job = cleanup_job(0, lfns_for(0, 2), runtime_s=60)
-    make_files(root, job.step.lfns)
+    make_files_of(root, job)
     backend = backend_for(slurm_cluster, "rest", tmp_path, siteconf, worker, setup="sleep 600")
     batch_ids = backend.submit([job])
     status = wait_until(backend, batch_ids, terminal, 180)[job.job_id]
@@ -166,7 +173,7 @@ def test_time_limit_recorded(slurm_cluster, tmp_path, storage, worker) -> None:
 def test_node_failure_recorded(slurm_cluster, tmp_path, storage, worker) -> None:
     root, siteconf = storage
     job = cleanup_job(0, lfns_for(0, 2))
-    make_files(root, job.step.lfns)
+    make_files_of(root, job)
     backend = backend_for(slurm_cluster, "cli", tmp_path, siteconf, worker, setup="sleep 600")
     batch_ids = backend.submit([job])
     wait_until(backend, batch_ids, lambda s: s.state == JobState.RUNNING, 60)
@@ -184,7 +191,7 @@ def test_purged_jobs_judged_by_accounting_and_markers(slurm_cluster, tmp_path, s
     """After MinJobAge Slurm's queue forgets a job: sacct (cli) or the job's own markers (rest) still tell."""
     root, siteconf = storage
     job = cleanup_job(0, lfns_for(0, 1))
-    make_files(root, job.step.lfns)
+    make_files_of(root, job)
     cli = backend_for(slurm_cluster, "cli", tmp_path, siteconf, worker)
     batch_ids = cli.submit([job])
     wait_until(cli, batch_ids, terminal)
@@ -221,7 +228,7 @@ def test_pending_on_a_drained_node_is_held_with_slurms_reason(slurm_cluster, tra
                                                               worker) -> None:
     root, siteconf = storage
     job = cleanup_job(0, lfns_for(0, 1))
-    make_files(root, job.step.lfns)
+    make_files_of(root, job)
     backend = backend_for(slurm_cluster, transport, tmp_path, siteconf, worker)
     slurm_cluster.run("scontrol", "update", f"nodename={slurm_cluster.node}", "state=drain",
                       "reason=msunmerged test: drained")
@@ -255,7 +262,7 @@ def test_arrays_split_by_size_and_resources(slurm_cluster, tmp_path, storage) ->
     jobs = [cleanup_job(i, lfns_for(i, 1)) for i in range(3)]
     jobs.append(cleanup_job(3, lfns_for(3, 1), runtime_s=7200))  # other time limit: its own array
     for job in jobs:
-        make_files(root, job.step.lfns)
+        make_files_of(root, job)
     # No zipapp given: the backend builds the worker of this installation itself.
     backend = backend_for(slurm_cluster, "cli", tmp_path, siteconf, None, array_max_size=2)
     batch_ids = backend.submit(jobs)
@@ -277,7 +284,7 @@ def test_proxy_travels_as_a_private_copy(slurm_cluster, tmp_path, storage, worke
     proxy.write_text("-----BEGIN CERTIFICATE-----\nnot a real proxy\n-----END CERTIFICATE-----\n")
     jobs_cfg = JobsConfig(credential="proxy", proxy_file=str(proxy))
     job = cleanup_job(7, lfns_for(7, 2))
-    make_files(root, job.step.lfns)
+    make_files_of(root, job)
     backend = backend_for(slurm_cluster, "cli", tmp_path, siteconf, worker, jobs_cfg)
     ids = backend.submit([job])
     (status,) = wait_until(backend, ids, terminal).values()

@@ -52,7 +52,7 @@ class FaultProxy:
                 conn.close()
                 return
             upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=30)
-            pipes = [threading.Thread(target=_pipe, args=(a, b), daemon=True)
+            pipes = [threading.Thread(target=pipe, args=(a, b), daemon=True)
                      for a, b in ((conn, upstream), (upstream, conn))]
             for p in pipes:
                 p.start()
@@ -70,7 +70,8 @@ class FaultProxy:
         self.server.close()
 
 
-def _pipe(src: socket.socket, dst: socket.socket) -> None:
+def pipe(src: socket.socket, dst: socket.socket) -> None:
+    """Relay bytes from `src` to `dst` until either side ends, then shut both down."""
     try:
         while True:
             data = src.recv(65536)

@@ -7,14 +7,22 @@ namespace of its own; its clients (xrdfs, the worker, gfal2) join that namespace
 certificate of a test CA) and authorizes with the SciTokens plugin: a token's storage.* scopes decide.
 `gsi_xrootd` authenticates with X.509 (GSI) only: a host certificate and a user's RFC proxy of a test CA
 (RSA keys: xrootd 5.5's GSI cannot use EC keys).
+
+Clients that cannot join the namespace (a batch job in the HTCondor pool) reach a server through
+`NamespaceForward`: a loopback port of the host relaying to the server's port in its namespace.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import pwd
+import queue
 import shutil
+import socket
 import subprocess
+import threading
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Optional, Sequence, TypeVar
@@ -22,6 +30,7 @@ from typing import Callable, Iterator, Mapping, Optional, Sequence, TypeVar
 import pytest
 
 from servers import Process, run_script, server_dir
+from servers.fault_proxy import pipe
 from servers.testca import Issued, TestCA
 from servers.tokens import AUDIENCE, TokenIssuer
 
@@ -54,6 +63,66 @@ class XrootdServer:
         for p in [target, *target.relative_to(self.data).parents]:
             os.chown(self.data / p, nobody.pw_uid, nobody.pw_gid)
         return target
+
+
+CLONE_NEWNET = 0x40000000
+
+
+class NamespaceForward:
+    """A port on the host's 127.0.0.1 relaying each connection to 127.0.0.1:`port` inside the network namespace of
+    process `pid`. The upstream connections are opened by one thread that entered that namespace (setns acts on
+    the calling thread only); the bytes are relayed as they are (TLS inside the xroot protocol included)."""
+
+    def __init__(self, pid: int, port: int = PORT) -> None:
+        self.port_inside = port
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(32)
+        self.port = self.listener.getsockname()[1]
+        self._pending: "queue.Queue[Optional[socket.socket]]" = queue.Queue()
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._error: Optional[OSError] = None
+        threading.Thread(target=self._connector, args=(pid,), daemon=True, name="netns-connector").start()
+        self._ready.wait(10)
+        if self._error is not None:
+            raise self._error
+        threading.Thread(target=self._accept, daemon=True, name="netns-accept").start()
+
+    def _connector(self, pid: int) -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
+        try:
+            if libc.setns(fd, CLONE_NEWNET) != 0:
+                self._error = OSError(ctypes.get_errno(), f"setns into the network namespace of {pid}")
+        finally:
+            os.close(fd)
+            self._ready.set()
+        while self._error is None:
+            client = self._pending.get()
+            if client is None:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.port_inside), timeout=10)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+
+    def _accept(self) -> None:
+        self.listener.settimeout(0.2)
+        while not self._stop.is_set():
+            try:
+                self._pending.put(self.listener.accept()[0])
+            except OSError:
+                continue
+
+    def close(self) -> None:
+        self._stop.set()
+        self._pending.put(None)
+        self.listener.close()
 
 
 def start_xrootd(base: Path, extra_config: str = "", env: Optional[Mapping[str, str]] = None,
@@ -109,7 +178,8 @@ class TokenXrootd:
 def _host_pki(base: Path, rsa_keys: bool = False) -> tuple[TestCA, Issued]:
     """A fresh test CA and a host certificate the server (running as nobody) can read."""
     shutil.rmtree(base / "pki", ignore_errors=True)
-    ca = TestCA(base / "pki", rsa_keys=rsa_keys)
+    # A name of its own: a session's CA may be trusted where another session's is too (the pool's trust store).
+    ca = TestCA(base / "pki", name=f"MSUnmerged Test CA {uuid.uuid4().hex[:8]}", rsa_keys=rsa_keys)
     host = ca.issue("localhost", server=True)
     for path in (base / "pki", host.cert, host.key):
         shutil.chown(path, "nobody", "nogroup")

@@ -42,3 +42,9 @@ def test_covers_and_holds_below_agree(members: list[str], path: str) -> None:
     # The planner keeps a directory that holds_below; the worker refuses one at_or_above or covered.
     assert planner_set.holds_below(encoded) == (worker_set.at_or_above(path) or worker_set.covers(path)), \
         (members, path)
+
+
+def test_a_base_with_surrounding_space_protects_alike() -> None:
+    """Found by the property above: the planner strips a base's surrounding whitespace, so must the worker."""
+    base, lfn_ = "/store/unmerged/A/B/C/D-v1 ", "/store/unmerged/A/B/C/D-v1/000/f.root"
+    assert lfn.PrefixSet([base]).covers(lfn_.encode()) and paths.PathSet([base]).covers(lfn_)

@@ -1,4 +1,4 @@
-"""Site configuration parsing on the real samples in test/fixtures/wmcore/siteconf, used as they are."""
+"""Site configuration parsing on the real samples in test/fixtures/sites, used as they are."""
 from __future__ import annotations
 
 import shutil
@@ -8,21 +8,25 @@ import pytest
 
 from MSUnmerged.worker import siteconf, storage
 from MSUnmerged.worker.cleanup import ConfigProblem, Job, choose_method
-from worker_kit import manifest
+from worker_kit import manifest, tool_path
 
 LFN = "/store/unmerged/Run3Summer23DRPremix/TTtoLNu2Q/AODSIM/130X_v2/00000/F00D.root"
 REL = LFN[1:]
 
 
 @pytest.fixture(scope="module")
-def siteconf_dir(wmcore_fixtures: Path) -> Path:
-    return wmcore_fixtures / "siteconf"
+def siteconf_dir(site_fixtures: Path) -> Path:
+    return site_fixtures
 
 
 def test_every_fixture_file_parses(siteconf_dir: Path) -> None:
-    xmls = sorted(siteconf_dir.glob("*-site-local-config*.xml"))
-    jsons = sorted(siteconf_dir.glob("*-storage.json"))
-    assert len(xmls) + len(jsons) == len(list(siteconf_dir.iterdir()))
+    xmls = sorted(siteconf_dir.rglob("site-local-config*.xml"))
+    jsons = sorted(siteconf_dir.rglob("storage*.json"))
+    tfcs = sorted(siteconf_dir.rglob("storage.xml"))
+    assert len(xmls) + len(jsons) + len(tfcs) == len([p for p in siteconf_dir.rglob("*") if p.is_file()])
+    for path in tfcs:
+        catalog, _ = storage.load_tfc(f"trivialcatalog_file:{path}?protocol=direct", {})
+        assert catalog.rules, path
     for path in xmls:
         cfg = siteconf.parse(str(path))
         assert cfg.site and cfg.methods, path
@@ -34,7 +38,7 @@ def test_every_fixture_file_parses(siteconf_dir: Path) -> None:
 
 
 def test_kit_stage_out_methods(siteconf_dir: Path) -> None:
-    cfg = siteconf.parse(str(siteconf_dir / "T1_DE_KIT-site-local-config.xml"))
+    cfg = siteconf.parse(str(siteconf_dir / "T1_DE_KIT" / "site-local-config.xml"))
     assert cfg.site == "T1_DE_KIT" and cfg.subsite is None
     kinds = [(m.kind, m.command, m.volume, m.protocol) for m in cfg.methods]
     # <method> without command: WMCore's default gfal2; then the legacy forms, in that order.
@@ -44,12 +48,12 @@ def test_kit_stage_out_methods(siteconf_dir: Path) -> None:
     assert local.catalog.endswith("storage_disk.xml?protocol=davs") and local.phedex_node == "T1_DE_KIT_Disk"
     assert fallback.lfn_prefix == "davs://dcache-cms-webdav-wan.desy.de:2880/pnfs/desy.de/cms/tier2"
     assert fallback.phedex_node == "T2_DE_DESY"
-    chained = siteconf.parse(str(siteconf_dir / "T1_DE_KIT-site-local-config-chained.xml"))
+    chained = siteconf.parse(str(siteconf_dir / "T1_DE_KIT" / "site-local-config-chained.xml"))
     assert (chained.methods[0].volume, chained.methods[0].protocol) == ("KIT_MSS", "WebDAV")
 
 
 def test_fnal_methods_with_commands_and_options(siteconf_dir: Path) -> None:
-    cfg = siteconf.parse(str(siteconf_dir / "misc-site-local-config.xml"))
+    cfg = siteconf.parse(str(siteconf_dir / "T1_US_FNAL" / "site-local-config-misc.xml"))
     assert cfg.site == "T1_US_FNAL"
     assert [(m.command, m.option, m.protocol) for m in cfg.methods if m.kind == "method"] == [
         ("xrdcp", "-p", "XRootD"), ("gfal2", "", "SRMv2"), ("gfal2", "", "WebDAV")]
@@ -90,19 +94,19 @@ FNAL_EXPECTED = [
 
 @pytest.mark.parametrize("volume,protocol,lfn,pfn", KIT_EXPECTED)
 def test_kit_pfns(siteconf_dir: Path, volume: str, protocol: str, lfn: str, pfn: str) -> None:
-    entries = storage.load_storage_json(str(siteconf_dir / "T1_DE_KIT-storage.json"))
+    entries = storage.load_storage_json(str(siteconf_dir / "T1_DE_KIT" / "storage.json"))
     assert storage.catalog_for(entries, "T1_DE_KIT", volume).pfn(protocol, lfn) == pfn  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("protocol,lfn,pfn", DESY_EXPECTED)
 def test_desy_pfns(siteconf_dir: Path, protocol: str, lfn: str, pfn: str) -> None:
-    entries = storage.load_storage_json(str(siteconf_dir / "T2_DE_DESY-storage.json"))
+    entries = storage.load_storage_json(str(siteconf_dir / "T2_DE_DESY" / "storage.json"))
     assert storage.catalog_for(entries, "T2_DE_DESY", "DESY_dCache").pfn(protocol, lfn) == pfn  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("volume,protocol,lfn,pfn", FNAL_EXPECTED)
 def test_fnal_pfns(siteconf_dir: Path, volume: str, protocol: str, lfn: str, pfn: str) -> None:
-    entries = storage.load_storage_json(str(siteconf_dir / "misc-storage.json"))
+    entries = storage.load_storage_json(str(siteconf_dir / "T1_US_FNAL" / "storage.json"))
     assert storage.catalog_for(entries, "T1_US_FNAL", volume).pfn(protocol, lfn) == pfn  # type: ignore[union-attr]
 
 
@@ -116,7 +120,7 @@ def test_rule_must_match_the_whole_path() -> None:
 
 
 def _layout(tmp_path: Path, fixtures: Path, xml: str, storage_json: str, site: str) -> Path:
-    """A SITECONFIG_PATH tree holding fixture files unchanged."""
+    """A SITECONFIG_PATH tree holding fixture files (paths below test/fixtures/sites) unchanged."""
     sc = tmp_path / "SITECONF" / site
     (sc / "JobConfig").mkdir(parents=True)
     shutil.copyfile(fixtures / xml, sc / "JobConfig" / "site-local-config.xml")
@@ -126,13 +130,7 @@ def _layout(tmp_path: Path, fixtures: Path, xml: str, storage_json: str, site: s
 
 @pytest.fixture()
 def fake_tools(tmp_path: Path) -> str:
-    """A PATH where xrdfs and gfal-rm exist (method choice only checks that the tool is there)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for tool in ("xrdfs", "gfal-rm"):
-        (bin_dir / tool).write_text("#!/bin/sh\nexit 1\n")
-        (bin_dir / tool).chmod(0o755)
-    return str(bin_dir)
+    return tool_path(tmp_path / "bin")
 
 
 def _job(rse: str, site: str) -> Job:
@@ -142,21 +140,21 @@ def _job(rse: str, site: str) -> Job:
 
 
 def test_choose_first_usable_method_fnal(tmp_path: Path, siteconf_dir: Path, fake_tools: str) -> None:
-    sc = _layout(tmp_path, siteconf_dir, "misc-site-local-config.xml", "misc-storage.json", "T1_US_FNAL")
-    method, mapper, deleter = choose_method(_job("T1_US_FNAL_Disk", "T1_US_FNAL"),
-                                            {"SITECONFIG_PATH": str(sc), "PATH": fake_tools}, LFN)
-    assert (method.protocol, method.command, deleter.name) == ("XRootD", "xrdcp", "xrootd")
-    assert mapper(LFN) == "root://cmsdcadisk.fnal.gov//dcache/uscmsdisk/" + REL
-    assert deleter.split(mapper(LFN)) == ("root://cmsdcadisk.fnal.gov", "/dcache/uscmsdisk/" + REL)
+    sc = _layout(tmp_path, siteconf_dir, "T1_US_FNAL/site-local-config-misc.xml", "T1_US_FNAL/storage.json", "T1_US_FNAL")
+    got = choose_method(_job("T1_US_FNAL_Disk", "T1_US_FNAL"), {"SITECONFIG_PATH": str(sc), "PATH": fake_tools}, LFN)
+    assert (got.method.protocol, got.method.command, got.deleter.name, got.rule) == ("XRootD", "xrdcp", "xrootd",
+                                                                                     "first_usable")
+    assert got.mapper(LFN) == "root://cmsdcadisk.fnal.gov//dcache/uscmsdisk/" + REL
+    assert got.deleter.split(got.mapper(LFN)) == ("root://cmsdcadisk.fnal.gov", "/dcache/uscmsdisk/" + REL)
 
 
 def test_kit_chained_tape_method_only_for_the_tape_rse(tmp_path: Path, siteconf_dir: Path, fake_tools: str) -> None:
-    sc = _layout(tmp_path, siteconf_dir, "T1_DE_KIT-site-local-config-chained.xml", "T1_DE_KIT-storage.json",
+    sc = _layout(tmp_path, siteconf_dir, "T1_DE_KIT/site-local-config-chained.xml", "T1_DE_KIT/storage.json",
                  "T1_DE_KIT")
     env = {"SITECONFIG_PATH": str(sc), "PATH": fake_tools}
-    method, mapper, deleter = choose_method(_job("T1_DE_KIT_Tape", "T1_DE_KIT"), env, LFN)
-    assert method.volume == "KIT_MSS" and deleter.name in ("gfal2", "gfal-rm")
-    assert mapper(LFN) == "davs://cmswebdav-kit-tape.gridka.de:2880/pnfs/gridka.de/cms/tape/" + REL
+    got = choose_method(_job("T1_DE_KIT_Tape", "T1_DE_KIT"), env, LFN)
+    assert got.method.volume == "KIT_MSS" and got.deleter.name in ("gfal2", "gfal-rm")
+    assert got.mapper(LFN) == "davs://cmswebdav-kit-tape.gridka.de:2880/pnfs/gridka.de/cms/tape/" + REL
     # A job for the disk RSE never deletes through the tape endpoint, nor through DESY's fallback.
     with pytest.raises(ConfigProblem) as err:
         choose_method(_job("T1_DE_KIT_Disk", "T1_DE_KIT"), env, LFN)
@@ -165,20 +163,19 @@ def test_kit_chained_tape_method_only_for_the_tape_rse(tmp_path: Path, siteconf_
 
 
 def test_legacy_local_stage_out_with_trivial_file_catalog(tmp_path: Path, siteconf_dir: Path, fake_tools: str) -> None:
-    sc = _layout(tmp_path, siteconf_dir, "T1_DE_KIT-site-local-config-chained.xml", "T1_DE_KIT-storage.json",
+    sc = _layout(tmp_path, siteconf_dir, "T1_DE_KIT/site-local-config-chained.xml", "T1_DE_KIT/storage.json",
                  "T1_DE_KIT")
     (sc / "PhEDEx").mkdir()
     (sc / "PhEDEx" / "storage_disk.xml").write_text(
         '<storage-mapping><lfn-to-pfn protocol="davs" path-match="/+store/(.*)" '
         'result="davs://cmswebdav-kit-disk.gridka.de:2880/pnfs/gridka.de/cms/disk-only/store/$1"/></storage-mapping>')
-    method, mapper, _ = choose_method(_job("T1_DE_KIT_Disk", "T1_DE_KIT"),
-                                      {"SITECONFIG_PATH": str(sc), "PATH": fake_tools}, LFN)
-    assert method.kind == "local-stage-out"
-    assert mapper(LFN) == "davs://cmswebdav-kit-disk.gridka.de:2880/pnfs/gridka.de/cms/disk-only/" + REL
+    got = choose_method(_job("T1_DE_KIT_Disk", "T1_DE_KIT"), {"SITECONFIG_PATH": str(sc), "PATH": fake_tools}, LFN)
+    assert got.method.kind == "local-stage-out"
+    assert got.mapper(LFN) == "davs://cmswebdav-kit-disk.gridka.de:2880/pnfs/gridka.de/cms/disk-only/" + REL
 
 
 def test_site_mismatch_and_unknown_command(tmp_path: Path, siteconf_dir: Path, fake_tools: str) -> None:
-    sc = _layout(tmp_path, siteconf_dir, "misc-site-local-config.xml", "misc-storage.json", "T1_US_FNAL")
+    sc = _layout(tmp_path, siteconf_dir, "T1_US_FNAL/site-local-config-misc.xml", "T1_US_FNAL/storage.json", "T1_US_FNAL")
     with pytest.raises(ConfigProblem, match="belongs to site 'T1_US_FNAL', the job is for 'T2_CH_CERN'"):
         choose_method(_job("T1_US_FNAL_Disk", "T2_CH_CERN"), {"SITECONFIG_PATH": str(sc), "PATH": fake_tools}, LFN)
     xml = sc / "JobConfig" / "site-local-config.xml"
@@ -194,7 +191,7 @@ def test_storage_json_of_a_subsite_is_one_level_up(tmp_path: Path, siteconf_dir:
     site = tmp_path / "SITECONF" / "T1_DE_KIT"
     sub = site / "KIT-HoreKa"
     (sub / "JobConfig").mkdir(parents=True)
-    shutil.copyfile(siteconf_dir / "T1_DE_KIT-storage.json", site / "storage.json")
+    shutil.copyfile(siteconf_dir / "T1_DE_KIT" / "storage.json", site / "storage.json")
     env = {"SITECONFIG_PATH": str(sub)}
     assert storage.storage_json_path(env, "T1_DE_KIT", "KIT-HoreKa", "T1_DE_KIT") == str(site / "storage.json")
     # No <subsite> element, but no storage.json here either: the parent's is used.

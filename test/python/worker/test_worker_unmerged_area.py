@@ -199,7 +199,8 @@ def test_site_specific_layout_relaxes_only_the_lfn_suffix(area: Area, tmp_path: 
     assert rc == 1 and {x["reason"] for x in files(lines).values()} == {"pfn_outside_unmerged"}
     assert "does not end with /store/unmerged/" in files(lines)[ok[0]]["error"]
     area.check(before, set())
-    rc, lines = run_worker(tmp_path / "site", manifest(ok + other, pfn_layout="site_specific"), area.sc)
+    rc, lines = run_worker(tmp_path / "site", manifest(ok + other, pfn_layout="site_specific", unmerged_root=f"{disk}/"),
+                           area.sc)
     out = files(lines)
     assert rc == 1 and [out[x]["outcome"] for x in ok] == ["deleted"] * 2
     assert out[other[0]]["reason"] == "pfn_outside_unmerged" and "not below" in out[other[0]]["error"]
@@ -277,3 +278,95 @@ def test_directories_kept_on_purpose_do_not_fail_the_job(area: Area, tmp_path: P
     man = manifest([f"{BASE}/00002/x.root"], remove_dirs=["/store/unmerged/Run2024F/Other/AOD/v1"])
     rc, lines = run_worker(tmp_path / "job2", man, area.sc)
     assert rc == 1 and dirs(lines)["/store/unmerged/Run2024F/Other/AOD/v1"]["reason"] == "not_job_dir"
+
+
+def _posix(area: Area, *protocols: dict[str, Any]) -> Path:
+    """A site whose stage-out methods are these posix protocols, in this order."""
+    return make_site(area.top, list(protocols), [{"volume": VOLUME, "protocol": p["protocol"], "command": "cp"}
+                                                 for p in protocols])
+
+
+def test_a_wrong_first_method_falls_back_to_the_one_rucio_agrees_with(area: Area, tmp_path: Path) -> None:
+    ok, other = _plant(area)
+    for lfn in ok + other:  # where the wrong method points: the same names, outside the storage
+        put(area.outside, lfn)
+    area.sc = _posix(area, {"protocol": "wrong", "prefix": str(area.outside)},
+                     {"protocol": "right", "prefix": str(area.storage)})
+    before = snapshot(area.top)
+    man = manifest(ok + other, remove_dirs=[f"{BASE}/00000"], unmerged_pfn=f"file://{area.unmerged}/",
+                   mapping_check="rucio")
+    rc, lines = run_worker(tmp_path / "job", man, area.sc)
+    assert rc == 0, summary(lines)
+    method = lines[0]["start"]["method"]
+    assert (method["protocol"], method["choice"]["rule"]) == ("right", "same_pfn")
+    assert method["unmerged_pfn"] == f"{area.unmerged}/" and "wrong" in method["choice"]["passed"][0]
+    assert summary(lines)["summary"]["method"]["choice"] == method["choice"]
+    area.check(before, {area.at(x) for x in ok + other} | {area.at(f"{BASE}/00000")})
+    # The wrong method's root ends with /store/unmerged/ too: only Rucio's PFN tells them apart.
+    assert all(area.outside.joinpath(x.lstrip("/")).exists() for x in ok + other)
+
+
+def test_desy_layout_needs_rucio_to_agree(area: Area, tmp_path: Path) -> None:
+    """DESY maps /store/unmerged/ to .../tier2/unmerged/ (not ending in /store/unmerged/): standard layout
+    works once Rucio agrees with that root, every PFN still being that root + the LFN's path below it."""
+    disk = area.storage / "unmerged"
+    lfns = [f"{BASE}/00000/f{i}.root" for i in range(2)]
+    for lfn in lfns:
+        put(disk, lfn[len("/store/unmerged"):])
+        put(area.storage, lfn)  # the same names where a plain prefix would point
+    area.sc = _posix(area, {"protocol": "pnfs", "rules": [
+        {"lfn": "/+store/unmerged/(.*)", "pfn": f"{disk}/$1"}, {"lfn": "/+(.*)", "pfn": f"{area.storage}/$1"}]})
+    before = snapshot(area.top)
+    rc, lines = run_worker(tmp_path / "alone", manifest(lfns), area.sc)
+    assert rc == 1 and {(x["reason"]) for x in files(lines).values()} == {"pfn_outside_unmerged"}
+    assert "agreed by Rucio" in files(lines)[lfns[0]]["error"]
+    rc, lines = run_worker(tmp_path / "other", manifest(lfns, unmerged_pfn=f"{area.unmerged}/", mapping_check="rucio"),
+                           area.sc)
+    assert rc == 3 and {(x["reason"]) for x in files(lines).values()} == {"mapping_disagrees"}
+    area.check(before, set())
+    rc, lines = run_worker(tmp_path / "agreed", manifest(lfns, unmerged_pfn=f"{disk}/", mapping_check="rucio"), area.sc)
+    assert rc == 0, summary(lines)
+    assert [files(lines)[x]["pfn"] for x in lfns] == [f"{disk}/{x[len('/store/unmerged/'):]}" for x in lfns]
+    area.check(before, {disk / x[len("/store/unmerged/"):] for x in lfns}, physical=disk)
+
+
+@pytest.mark.parametrize("case", ["site_specific_other_root", "site_specific_no_root", "standard", "standard_rucio"])
+def test_a_root_at_the_storage_top_never_reaches_store_data(area: Area, tmp_path: Path, case: str) -> None:
+    """The site maps /store/unmerged/(.*) to <storage>/$1: a dump line /store/unmerged/store/data/... would name a
+    real /store/data file. site_specific needs the configured unmerged_root, and the standard layout a root
+    ending in /store/unmerged/ (or /unmerged/ agreed by Rucio): each refuses it."""
+    lfn = "/store/unmerged/store/data/Run2024F/Muon0/AOD/v1/00000/precious.root"
+    precious = put(area.storage, lfn[len("/store/unmerged"):])
+    area.sc = _posix(area, {"protocol": "top", "rules": [{"lfn": "/+store/unmerged/(.*)", "pfn": f"{area.storage}/$1"}]})
+    step: dict[str, Any] = {
+        "site_specific_other_root": {"pfn_layout": "site_specific", "unmerged_root": f"{area.unmerged}/"},
+        "site_specific_no_root": {"pfn_layout": "site_specific"},
+        "standard": {},
+        "standard_rucio": {"unmerged_pfn": f"{area.storage}/", "mapping_check": "rucio"}}[case]
+    before = snapshot(area.top)
+    rc, lines = run_worker(tmp_path / "job", manifest([lfn], **step), area.sc)
+    if case == "site_specific_no_root":
+        assert rc == 2 and "needs unmerged_root" in summary(lines)["summary"]["error"]
+    else:
+        assert rc == 1 and (files(lines)[lfn]["outcome"], files(lines)[lfn]["reason"]) == ("refused", "pfn_outside_unmerged")
+    assert precious.exists()
+    area.check(before, set())
+
+
+@pytest.mark.parametrize("form", ["file_one_slash", "prefix_trailing_slash", "template_double_slash"])
+def test_real_pfn_forms_are_normalised(area: Area, tmp_path: Path, form: str) -> None:
+    lfns = [f"{BASE}/00000/f{i}.root" for i in range(2)]
+    for lfn in lfns:
+        put(area.storage, lfn)
+    protocol = {"file_one_slash": {"protocol": "nfs", "prefix": f"file:{area.storage}"},  # KIT's nfs_v4.1 form
+                "prefix_trailing_slash": {"protocol": "posix", "prefix": f"{area.storage}/"},
+                "template_double_slash": {"protocol": "direct", "rules": [
+                    {"lfn": "/+store(.*)", "pfn": f"{area.storage}/store/$1"}]}}[form]
+    area.sc = _posix(area, protocol)
+    before = snapshot(area.top)
+    rc, lines = run_worker(tmp_path / "job", manifest(lfns, remove_dirs=[f"{BASE}/00000"],
+                                                      unmerged_pfn=f"{area.unmerged}/", mapping_check="rucio"), area.sc)
+    assert rc == 0, summary(lines)
+    pfns = [files(lines)[x]["pfn"] for x in lfns] + [dirs(lines)[f"{BASE}/00000"]["pfn"]]
+    assert all("//" not in p.replace("file:///", "/") for p in pfns), pfns
+    area.check(before, {area.at(x) for x in lfns} | {area.at(f"{BASE}/00000")})

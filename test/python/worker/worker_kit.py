@@ -37,6 +37,15 @@ def worker_pyz() -> Path:
     return _BUILT["pyz"]
 
 
+def tool_path(folder: Path, tools: Sequence[str] = ("xrdfs", "gfal-rm")) -> str:
+    """A PATH where these tools exist (a stage-out method's choice only checks that its tool is there)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for tool in tools:
+        (folder / tool).write_text("#!/bin/sh\nexit 1\n")
+        (folder / tool).chmod(0o755)
+    return str(folder)
+
+
 def make_site(root: Path, protocols: list[dict[str, Any]], methods: Sequence[dict[str, str]],
               site: str = SITE, volume: str = VOLUME, rse: Optional[str] = RSE) -> Path:
     """A SITECONFIG_PATH with JobConfig/site-local-config.xml and storage.json; returns its path."""

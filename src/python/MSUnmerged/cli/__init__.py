@@ -28,7 +28,8 @@ EXIT_UNAVAILABLE = 5  # an outside service (ledger database, ConMon, WMStats, Ru
 EXIT_USAGE = 64  # the command line itself is wrong (EX_USAGE; argparse's own 2 means "a guard refused" here)
 EXIT_INTERRUPTED = 130
 # RunResult reasons of a refused credential: the operator renews it, nothing else helps.
-AUTH_REASONS = ("backend_auth_refused", "backend_auth_denied", "backend_credential_missing")
+AUTH_REASONS = ("backend_auth_refused", "backend_auth_denied", "backend_credential_missing",
+                "backend_credential_expired")
 
 
 def failed_code(reason: str) -> int:

@@ -19,6 +19,13 @@ def register(p: argparse.ArgumentParser) -> None:
     p.set_defaults(run=run)
 
 
+def method_of(job: dict[str, Any]) -> str:
+    """The stage-out method the job's worker used and the rule that chose it ("WebDAV same_pfn"), "" before."""
+    method = job.get("method") or {}
+    choice = method.get("choice") or {}
+    return " ".join(str(x) for x in (method.get("protocol") or method.get("kind"), choice.get("rule")) if x)
+
+
 def run(args: argparse.Namespace, config: Config) -> int:
     limit = max(1, args.limit)
     with ledger_view(config) as view:
@@ -29,9 +36,9 @@ def run(args: argparse.Namespace, config: Config) -> int:
     if args.json:
         print_json(jobs)
     else:
-        table([(j["id"], j.get("state"), j.get("site"), j.get("files", 0), moment(j.get("submitted_at")),
+        table([(j["id"], j.get("state"), j.get("site"), j.get("files", 0), method_of(j), moment(j.get("submitted_at")),
                 moment(j.get("finished_at"))) for j in jobs],
-              ("job", "state", "site", "files", "submitted", "finished"))
+              ("job", "state", "site", "files", "method", "submitted", "finished"))
     if more:
         truncated(f"{limit:,} jobs", "raise --limit, or narrow with --rse/--state")
     return EXIT_OK

@@ -36,7 +36,8 @@ class JobState(str, enum.Enum):
 
 class BackendError(Exception):
     """A batch system refused or could not be reached. `kind` classifies it for the ledger:
-    auth_refused, auth_denied, unreachable, timeout, submit_failed, bad_answer, credential_missing."""
+    auth_refused, auth_denied, unreachable, timeout, submit_failed, bad_answer, credential_missing,
+    credential_expired."""
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(f"{kind}: {message}")
@@ -51,6 +52,12 @@ class JobStatus:
     batch_id: str = ""
     reason: str = ""  # hold reason, failure reason, ...
     exit_code: Optional[int] = None
+    started: Optional[bool] = None  # False: the batch system says it never started (None: not known)
+
+    @property
+    def never_ran(self) -> bool:
+        """It ended without ever starting (spool failed, removed or given up while idle or held)."""
+        return self.state.terminal and self.started is False
 
 
 class BatchBackend(Protocol):
@@ -129,8 +136,9 @@ class JobCredential:
         """Its name in the job's folder (sandbox); "" for none."""
         return credentials.FILE_NAMES.get(self.kind, "")
 
-    def read(self) -> bytes:
-        """The credential's bytes; BackendError credential_missing when the deployment has not provided it."""
+    def read(self, now: Optional[float] = None) -> bytes:
+        """The credential's bytes; BackendError credential_missing when the deployment has not provided it,
+        credential_expired when it expires within the worker's margin (a job would be refused at the site)."""
         try:
             data = Path(self.source).read_bytes()
         except OSError as exc:
@@ -138,7 +146,19 @@ class JobCredential:
                                                      f"{exc.strerror}") from None
         if not data.strip():
             raise BackendError("credential_missing", f"storage {self.kind} file {self.source} is empty")
+        expires = credentials.token_expiry(data.decode("ascii", "replace")) if self.kind == credentials.TOKEN \
+            else credentials.proxy_expiry(self.source)
+        left = None if expires is None else expires - (time.time() if now is None else now)
+        if left is not None and left < credentials.EXPIRY_MARGIN_S:
+            raise BackendError("credential_expired", f"storage {self.kind} file {self.source} expires at "
+                               f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(expires))} ({left:.0f} s left): "
+                               "renew it; nothing was submitted")
         return data
+
+    def check(self) -> None:
+        """BackendError when a credential the jobs must carry is missing, empty or expiring (read)."""
+        if self.kind in credentials.FILE_NAMES:
+            self.read()
 
 
 def credential_for(jobs: JobsConfig, rse: str) -> JobCredential:

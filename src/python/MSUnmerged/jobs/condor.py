@@ -49,7 +49,7 @@ SPOOLING_HOLD = 16  # HoldReasonCode while a spool=True submit waits for its inp
 SPOOL_GRACE_S = 3600  # a job still waiting for its inputs this long lost its submitter: remove it
 KEEP_COMPLETED_S = 10 * 24 * 3600  # completed jobs whose outputs were never retrieved leave after this
 PROJECTION = [JOB_ID_ATTR, LEDGER_ATTR, "ClusterId", "ProcId", "JobStatus", "HoldReason", "HoldReasonCode", "ExitCode",
-              "ExitBySignal", "ExitSignal", "RemoveReason", "StageOutFinish", "EnteredCurrentStatus"]
+              "ExitBySignal", "ExitSignal", "RemoveReason", "StageOutFinish", "EnteredCurrentStatus", "NumJobStarts"]
 _JOB_ID_RE = re.compile(r"[A-Za-z0-9_.:+-]+")
 _BATCH_ID_RE = re.compile(r"(\d+)\.(\d+)@(.+)")
 _MEMBER_CHUNK = 500  # job ids per query constraint
@@ -87,7 +87,9 @@ def classify(text: str, default: str = "bad_answer") -> str:
 
 
 def configure_security(cfg: CondorConfig) -> None:
-    """Point the bindings at our credentials (process-wide). A SciToken file wins over a token directory."""
+    """Point the bindings at our credentials (process-wide). A SciToken file wins over a token directory.
+    condor.delegate_proxy false: x509userproxy is copied to the schedd, not delegated (docs/condor.md)."""
+    htcondor2.param["DELEGATE_JOB_GSI_CREDENTIALS"] = str(cfg.delegate_proxy)
     if cfg.scitoken_file:
         htcondor2.param["SEC_CLIENT_AUTHENTICATION_METHODS"] = "SCITOKENS"
         htcondor2.param["SCITOKENS_FILE"] = cfg.scitoken_file
@@ -416,7 +418,8 @@ class CondorBackend:
         if code == 3:
             reason = str(ad.get("RemoveReason", ""))
             state = JobState.REMOVED if reason.startswith(REMOVE_PREFIX) else JobState.FAILED
-            return JobStatus(job_id, state, batch_id, reason=reason)
+            # Removed before it ever started (spool failed, idle past its deadline, held): no try of its files.
+            return JobStatus(job_id, state, batch_id, reason=reason, started=bool(ad.get("NumJobStarts")))
         return JobStatus(job_id, JobState.FAILED, batch_id, reason=f"unexpected JobStatus {code}")
 
     def poll(self, batch_ids: Mapping[str, str]) -> dict[str, JobStatus]:
@@ -547,6 +550,10 @@ def _ping_main() -> None:
     try:
         collector = htcondor2.Collector(req["pool"]) if req["pool"] else htcondor2.Collector()
         ad = collector.locate(htcondor2.DaemonType.Schedd, req["schedd"] or None)
+        if ad is None:  # htcondor2 25.x: the collector answered but knows no such schedd (stopped, renamed)
+            print(json.dumps({"ok": False, "stage": stage, "kind": "unreachable",
+                              "message": f"no schedd {req['schedd'] or '(default)'} in the pool"}), flush=True)
+            return
         stage = "ping"
         started = time.monotonic()
         answer = htcondor2.ping(ad, "WRITE")

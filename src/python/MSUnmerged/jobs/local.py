@@ -145,8 +145,9 @@ class LocalBackend:
                 out[job.job_id] = BATCH_PREFIX + name  # already submitted: never run a job twice
                 continue
             jdir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            job.write_manifest(jdir / MANIFEST_NAME)
+            # The credential first: a missing or expiring one leaves no manifest that find() would take for a job.
             env = {**self._environment(job.rse, jdir), "MSUNMERGED_WORKER": str(worker)}
+            job.write_manifest(jdir / MANIFEST_NAME)
             (jdir / ENV_NAME).write_text(json.dumps(env))
             if name not in self._queue:
                 self._queue.append(name)

@@ -30,6 +30,7 @@ class DeleteFilesStep:
     unmerged_pfn: Optional[str] = None  # Rucio's PFN of /store/unmerged/ for the RSE; None: not asked (offline)
     mapping_check: str = "site_config_only"  # "rucio" when unmerged_pfn is set: the worker compares the two
     pfn_layout: str = "standard"  # "site_specific": PFNs need not end with the LFN's path (jobs.sites.<RSE>)
+    unmerged_root: Optional[str] = None  # site_specific: the PFN of /store/unmerged/ the site config must give
     scan_started: Optional[float] = None  # the ConMon scan's start_time: files modified later are refused
     # Directories an earlier plan gave as removable, not removed yet: removed when empty (service/dirretry.py).
     retry_dirs: list[str] = field(default_factory=list)
@@ -163,7 +164,7 @@ def make_job(job_id: str, rse: str, site: str, lfns: list[str], removable: set[s
                            dry_run=config.service.dry_run, file_timeout_s=j.file_timeout_s, retries=j.retries,
                            max_consecutive_denied=j.max_consecutive_denied, unmerged_pfn=unmerged_pfn,
                            mapping_check="rucio" if unmerged_pfn is not None else "site_config_only",
-                           pfn_layout=j.for_rse(rse).pfn_layout,
+                           pfn_layout=j.for_rse(rse).pfn_layout, unmerged_root=j.for_rse(rse).unmerged_root or None,
                            scan_started=scan_started, retry_dirs=sorted(retry_dirs),
                            sweep_empty_dirs=limits.remove_empty_dirs, dir_floor_depth=config.planner.dir_floor_depth,
                            max_ops_per_s=limits.max_ops_per_s, look_before_delete=limits.look_before_delete,

@@ -471,6 +471,14 @@ class Ledger:
             {"_id": job_id_, "state": JobState.SUBMITTING},
             {"$set": {"state": JobState.QUEUED, "batch_id": batch_id, "submitted_at": time.time()}}), "mark submitted")
 
+    def requeue_job(self, job_id_: str, reason: str) -> None:
+        """A job the batch system gave up on before it ever started: back to planned, its files still assigned to
+        it with their tries unchanged (a submission that never ran is not a try); `requeued` counts these."""
+        with_retry(lambda: self.jobs.update_one(
+            {"_id": job_id_, "state": {"$in": list(BACKEND_JOB_STATES)}},
+            {"$set": {"state": JobState.PLANNED, "reason": reason, "polled_at": time.time()},
+             "$unset": {"batch_id": ""}, "$inc": {"requeued": 1}}), "requeue job")
+
     def set_job_state(self, job_id_: str, state: str, reason: str = "") -> None:
         """A live job's state as the backend reports it (queued, running, held)."""
         with_retry(lambda: self.jobs.update_one({"_id": job_id_, "state": {"$in": list(BACKEND_JOB_STATES)}},

@@ -16,7 +16,7 @@ from MSUnmerged.collector import Collector, Report, parse_report
 from MSUnmerged.config import Config
 from MSUnmerged.guards import (GUARD_SCAN_START_MISSING, PLAN_MODIFIED, GuardTripped, check_plan_lines,
                                check_protection, split_lines)
-from MSUnmerged.jobs.backend import BackendError, BatchBackend, JobState, JobStatus
+from MSUnmerged.jobs.backend import BackendError, BatchBackend, JobState, JobStatus, credential_for
 from MSUnmerged.jobs.router import backend_name
 from MSUnmerged.jobs.spec import CleanupJob, file_dirs, job_dirs, make_job, protected_bases
 from MSUnmerged.ledger import LIVE_JOB_STATES, Leases, Ledger, gen_key, pending_dirs, slices
@@ -45,6 +45,12 @@ class JobKeeper:
         self.backend = backend
         self.hook = hook
         self.collector = Collector(ledger)
+        self._sent: dict[str, int] = {}  # jobs submitted per RSE since `sent` was last asked
+
+    def sent(self, rse: str) -> int:
+        """How many jobs were submitted for the RSE since the last call: new ones and those a reconciliation
+        submitted again, also when a later batch failed."""
+        return self._sent.pop(rse, 0)
 
     def protection(self, rse: str, protected: Sequence[str]) -> tuple[PrefixSet, Optional[int]]:
         """The index of a protected list (WMStats' now, or an operator's), checked with the guards in force
@@ -109,10 +115,12 @@ class JobKeeper:
     def _submit_batches(self, rse: str, docs: Sequence[dict[str, Any]], protected: Sequence[str],
                         intent: bool) -> int:
         """Build and submit the jobs of these documents one batch at a time; `intent`: record it first (jobs
-        still planned), else they are `submitting` already. The backend is checked before the first batch."""
+        still planned), else they are `submitting` already. The storage credential and the backend are checked
+        before the first batch."""
         n, checked = 0, False
         for jobs in self._batches(rse, docs, protected):
-            if not checked:  # refused or unreachable: BackendError, nothing recorded or submitted
+            if not checked:  # missing or expiring, refused or unreachable: BackendError, nothing recorded or submitted
+                credential_for(self.config.jobs, rse).check()
                 self.backend.preflight(rse)
                 checked = True
             if intent:
@@ -149,6 +157,7 @@ class JobKeeper:
     def _submit(self, rse: str, jobs: list[CleanupJob]) -> int:
         self.leases.check(rse)  # fencing: never submit for an RSE another instance took over
         ids = self.backend.submit(jobs)
+        self._sent[rse] = self._sent.get(rse, 0) + len(ids)
         log.info("%s: submitted %d jobs (%d files) to %s for site %s", rse, len(ids),
                  sum(len(j.step.lfns) for j in jobs), backend_name(self.backend, rse), jobs[0].site)
         self.hook("submitted", rse)
@@ -195,33 +204,39 @@ class JobKeeper:
         for job in live:
             status = statuses.get(job["_id"]) or JobStatus(job["_id"], JobState.VANISHED, job["batch_id"])
             if status.state.terminal:
-                self._collect(job, status)
-                n += 1
+                n += self._collect(job, status)
             elif status.state is not JobState(job["state"]):
                 self.ledger.set_job_state(job["_id"], status.state, status.reason)
         if n:
             self.hook("collected", rse)
         return n
 
-    def _collect(self, job: dict[str, Any], status: JobStatus) -> None:
-        """Report -> per-file outcomes -> job closed (unreported files: unknown) -> job removed."""
+    def _collect(self, job: dict[str, Any], status: JobStatus) -> bool:
+        """Report -> per-file outcomes -> job closed (unreported files: unknown) -> job removed; True. A job that
+        never started and left no report is planned again instead, its files' tries unchanged; False."""
         dest = self.config.state_dir / "reports" / job["rse"] / f"{job['_id'].replace(':', '_')}.jsonl"
         dest.parent.mkdir(parents=True, exist_ok=True)
         path = self.backend.fetch_report(job["_id"], job["batch_id"], dest)
-        report = parse_report(path) if path is not None else None
-        lfns = self.ledger.job_lfns(job["_id"], states=None)
-        # The report may speak only of this job's files; the ledger changes only those still assigned to
-        # this job, so a late report never overwrites a retry's outcome.
-        got = self.collector.collect(job["_id"], lfns, report, status, self._other_dirs(job, lfns, report),
-                                     lambda: self._given_dirs(job, lfns))
-        if job.get("retry_dirs"):
-            pending_dirs.settle(self.ledger, job)
-        if got.problems:
-            log.warning("%s: job %s: %s", job["rse"], job["_id"], got.reason)
+        collected = not (path is None and status.never_ran)
+        if not collected:
+            log.warning("%s: job %s never started (%s): planned again", job["rse"], job["_id"], status.reason)
+            self.ledger.requeue_job(job["_id"], f"never started: {status.reason or status.state.value}")
+        else:
+            report = parse_report(path) if path is not None else None
+            lfns = self.ledger.job_lfns(job["_id"], states=None)
+            # The report may speak only of this job's files; the ledger changes only those still assigned to
+            # this job, so a late report never overwrites a retry's outcome.
+            got = self.collector.collect(job["_id"], lfns, report, status, self._other_dirs(job, lfns, report),
+                                         lambda: self._given_dirs(job, lfns))
+            if job.get("retry_dirs"):
+                pending_dirs.settle(self.ledger, job)
+            if got.problems:
+                log.warning("%s: job %s: %s", job["rse"], job["_id"], got.reason)
         try:
             self.backend.remove(job["_id"], job["batch_id"], "collected")
         except BackendError as exc:  # the outcome is recorded; a left-over queue entry is harmless
             log.warning("%s: removing %s after collection: %s", job["rse"], job["_id"], exc)
+        return collected
 
     def _other_dirs(self, job: dict[str, Any], lfns: list[str], report: Optional[Report]) -> Callable[[str], bool]:
         """Directories a job may report on besides those of its files: its retried ones, and, when its report

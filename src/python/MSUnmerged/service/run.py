@@ -105,7 +105,9 @@ class Runner:
                 return RunResult(rse, RunAction.DONE_THIS_CYCLE, reason=RunAction.DONE_THIS_CYCLE)
             return RunResult(rse, RunAction.LEASED_ELSEWHERE, reason=RunAction.LEASED_ELSEWHERE,
                              detail=f"held by {lease.get('owner')} until {lease.get('expires')}")
+        self.jobs.sent(rse)  # counts from here
         result = self._recorded(rse, lambda: self._run(rse, wait_s))
+        result.submitted = self.jobs.sent(rse)  # with the jobs a reconciliation sent again, and before a failure
         result.seconds = round(time.time() - started, 3)
         if result.reason != LEASE_LOST:
             self._count_jobs(rse)

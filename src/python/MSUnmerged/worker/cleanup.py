@@ -8,7 +8,7 @@ import platform
 import signal
 import sys
 import time
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 from . import credentials, deleters, paths, pfn, siteconf, storage, sweep
 from .deleters import AUTH_FAILED, DELETED, DENIED, MISSING, REFUSED, Deleter, Result, Seen
@@ -34,9 +34,9 @@ _NONE = type(None)
 _STEP_TYPES = {"lfns": list, "remove_dirs": list, "keep_dirs": list, "protected": list, "dry_run": bool,
                "file_timeout_s": (int, float), "retries": int, "backoff_s": (int, float),
                "max_consecutive_denied": int, "unmerged_pfn": (str, _NONE), "mapping_check": str,
-               "pfn_layout": str, "scan_started": (int, float), "retry_dirs": list, "sweep_empty_dirs": bool,
-               "dir_floor_depth": int, "include": (list, _NONE), "exclude": list, "max_ops_per_s": (int, float),
-               "look_before_delete": bool}
+               "pfn_layout": str, "unmerged_root": (str, _NONE), "scan_started": (int, float), "retry_dirs": list,
+               "sweep_empty_dirs": bool, "dir_floor_depth": int, "include": (list, _NONE), "exclude": list,
+               "max_ops_per_s": (int, float), "look_before_delete": bool}
 Refusal = Tuple[str, str]  # (report.REASONS code, error text)
 
 
@@ -92,6 +92,7 @@ class Job:
         self.unmerged_pfn: Optional[str] = step.get("unmerged_pfn")
         self.mapping_check = step.get("mapping_check", "site_config_only")
         self.pfn_layout = step.get("pfn_layout", "standard")
+        self.unmerged_root: Optional[str] = step.get("unmerged_root")
         if step.get("scan_started") is None:  # fail closed: without it a file changed since the scan looks unchanged
             raise JobRefused("DeleteFiles.scan_started is missing: the scan the plan comes from is unknown")
         self.scan_started = float(step["scan_started"])
@@ -108,6 +109,10 @@ class Job:
         self.look = bool(step.get("look_before_delete", True))
         if self.pfn_layout not in pfn.LAYOUTS:
             raise JobRefused("DeleteFiles.pfn_layout %r is not one of %s" % (self.pfn_layout, ", ".join(pfn.LAYOUTS)))
+        if self.pfn_layout == "site_specific" and self.unmerged_root is None:
+            raise JobRefused("DeleteFiles.pfn_layout site_specific needs unmerged_root (jobs.sites.<RSE>.unmerged_root)")
+        if self.unmerged_root is not None and pfn.form_problem(self.unmerged_root) is not None:
+            raise JobRefused("DeleteFiles.unmerged_root: %s" % pfn.form_problem(self.unmerged_root))
         if self.mapping_check != ("rucio" if self.unmerged_pfn is not None else "site_config_only"):
             raise JobRefused("DeleteFiles.mapping_check %r does not fit unmerged_pfn %r"
                              % (self.mapping_check, self.unmerged_pfn))
@@ -145,16 +150,49 @@ def map_path(mapper: storage.Mapper, path: str) -> Tuple[Optional[str], Optional
     return got, None if got is not None else "no rule of the site config maps it"
 
 
-def choose_method(job: Job, env: Mapping[str, str], probe_lfn: Optional[str]) -> Tuple[
-        siteconf.StageOutMethod, storage.Mapper, Deleter]:
-    """The first stage-out method that maps this RSE's LFNs and whose tool is usable here."""
+class Choice(NamedTuple):
+    """The stage-out method a job deletes through, and why (the report's method.choice)."""
+
+    method: siteconf.StageOutMethod
+    mapper: storage.Mapper
+    deleter: Deleter
+    root: Optional[str]  # its PFN of /store/unmerged/
+    rule: str  # pfn.FIRST_USABLE, SAME_PFN or SAME_NAMESPACE
+    why: str
+    passed: List[str]  # the methods before it, with why each was not used
+    doors: List[Optional[str]]  # the PFNs of /store/unmerged/ of the other protocols of its catalog
+
+
+def _root(mapper: storage.Mapper) -> Optional[str]:
+    return pfn.unmerged_root(lambda path: map_path(mapper, path)[0])
+
+
+class MappingDisagrees(ConfigProblem):
+    """No usable stage-out method maps /store/unmerged/ where Rucio does (exit 3, mapping_disagrees)."""
+
+    def __init__(self, message: str, first: Choice) -> None:
+        super().__init__(message)
+        self.first = first  # the site's first usable method: what the report's start line describes
+
+
+_WHY = {pfn.FIRST_USABLE: "the site's first usable stage-out method (no Rucio PFN to compare)",
+        pfn.SAME_PFN: "the first usable method speaking Rucio's protocol whose PFN of %s is Rucio's" % paths.UNMERGED,
+        pfn.SAME_NAMESPACE: "no usable method speaks Rucio's protocol; this one reaches the host and physical "
+                            "path of Rucio's PFN of %s, which another protocol of its catalog names" % paths.UNMERGED}
+
+
+def choose_method(job: Job, env: Mapping[str, str], probe_lfn: Optional[str]) -> Choice:
+    """Among the site's stage-out methods (in order) that map this RSE's LFNs with a tool usable here, the one
+    to delete through: pfn.choose against Rucio's PFN of /store/unmerged/ (docs/jobs.md). ConfigProblem when
+    none is usable, MappingDisagrees when none agrees with Rucio."""
     try:
         cfg = siteconf.parse(siteconf.locate(env))
     except siteconf.SiteConfigError as exc:
         raise ConfigProblem(str(exc)) from None
     if cfg.site != job.site:
         raise ConfigProblem("this worker node belongs to site %r, the job is for %r" % (cfg.site, job.site))
-    reasons = []
+    reasons: List[str] = []
+    usable: List[Choice] = []
     for method in cfg.methods:
         label = "%s %s" % (method.kind, method.describe())
         deleter, why = deleters.for_command(method.command, job.timeout, env)
@@ -162,20 +200,31 @@ def choose_method(job: Job, env: Mapping[str, str], probe_lfn: Optional[str]) ->
             reasons.append("%s: %s" % (label, why))
             continue
         try:
-            mapper, why = storage.method_mapper(method, cfg, env, job.rse)
+            catalog, protocol = storage.method_catalog(method, cfg, env, job.rse)
         except siteconf.SiteConfigError as exc:
-            mapper, why = None, str(exc)
-        if mapper is None:
-            reasons.append("%s: %s" % (label, why))
+            catalog, protocol = None, str(exc)
+        if catalog is None:
+            reasons.append("%s: %s" % (label, protocol))  # why it cannot map
             continue
+        mapper = storage.normalised(catalog, protocol)
         if probe_lfn is not None:
             got, why = map_path(mapper, probe_lfn)
             if got is None or not deleter.accepts(got):
                 reasons.append("%s: %s gives PFN %r, not usable by %s%s" % (label, probe_lfn, got, deleter.name,
                                                                          ": " + why if why else ""))
                 continue
-        return method, mapper, deleter
-    raise ConfigProblem("no usable stage-out method in %s: %s" % (cfg.path, " | ".join(reasons) or "none listed"))
+        root = _root(mapper)
+        # The other protocols of its catalog: one of them may name Rucio's door of the same storage.
+        doors = [_root(storage.normalised(catalog, other)) for other in catalog.rules if other != protocol]
+        usable.append(Choice(method, mapper, deleter, root, "", "", list(reasons), doors))
+        reasons.append("%s: maps %s to %s" % (label, paths.UNMERGED, root))
+    if not usable:
+        raise ConfigProblem("no usable stage-out method in %s: %s" % (cfg.path, " | ".join(reasons) or "none listed"))
+    index, rule = pfn.choose([c.root for c in usable], job.unmerged_pfn, [c.doors for c in usable])
+    if index is None:
+        raise MappingDisagrees("the site config's PFN of %s is %s, Rucio's is %s: %s (%s)" % (
+            paths.UNMERGED, usable[0].root, job.unmerged_pfn, rule, " | ".join(reasons)), usable[0])
+    return usable[index]._replace(rule=rule, why=_WHY[rule])
 
 
 class _Stop:
@@ -225,21 +274,19 @@ class Cleanup:
             return self._refuse_all(EXIT_AUTH, problem, AUTH_FAILED)
         self.env = credentials.tool_env(self.env, self.credential)
         try:
-            method, mapper, deleter = choose_method(job, self.env, probe)
+            choice = choose_method(job, self.env, probe)
+        except MappingDisagrees as exc:
+            self._describe(exc.first, None, str(exc))
+            self.report.start(dict(self.info(), method=self.method))
+            return self._refuse_all(EXIT_CONFIG, str(exc), REFUSED, MAPPING_DISAGREES)
         except ConfigProblem as exc:
             self.report.start(self.info())
             return self._refuse_all(EXIT_CONFIG, str(exc))
-        root = pfn.unmerged_root(lambda path: map_path(mapper, path)[0])
+        mapper, deleter, root = choice.mapper, choice.deleter, choice.root
         deleter.root = root or ""
-        self.method = dict(method.describe(), deleter=deleter.name, unmerged_pfn=root,
-                           checks=deleter.checks() if self._looks(deleter) else "none",
-                           pfn_layout=job.pfn_layout, mapping_check=job.mapping_check,
-                           sweep=("on" if deleter.lists() else "unsupported") if job.sweep else "off")
+        self._describe(choice, choice.rule, choice.why)
         self.report.start(dict(self.info(), method=self.method))
-        if job.unmerged_pfn is not None and (root is None or not pfn.same_place(root, job.unmerged_pfn)):
-            return self._refuse_all(EXIT_CONFIG, "the site config's PFN of %s is %s, Rucio's is %s" % (
-                paths.UNMERGED, root, job.unmerged_pfn), REFUSED, MAPPING_DISAGREES)
-        bad_root = pfn.root_problem(root, job.pfn_layout)
+        bad_root = pfn.root_problem(root, job.pfn_layout, choice.rule, job.unmerged_root)
         todo: List[Tuple[str, str]] = []
         for lfn, refusal in checked:
             got = None
@@ -258,6 +305,16 @@ class Cleanup:
         finally:
             signal.signal(signal.SIGTERM, old)
         return self._finish()
+
+    def _describe(self, choice: Choice, rule: Optional[str], why: str) -> None:
+        """The method the job uses (or, refused, the site's first usable one) and why, for the report."""
+        deleter, job = choice.deleter, self.job
+        self.method = dict(choice.method.describe(), deleter=deleter.name, unmerged_pfn=choice.root,
+                           checks=deleter.checks() if self._looks(deleter) else "none", pfn_layout=job.pfn_layout,
+                           mapping_check=job.mapping_check,
+                           sweep=("on" if deleter.lists() else "unsupported") if job.sweep else "off",
+                           choice={"rule": rule, "why": why, "rucio_pfn": job.unmerged_pfn,
+                                   "unmerged_root": job.unmerged_root, "passed": choice.passed})
 
     # -- checks -----------------------------------------------------------------------------------
 

@@ -639,9 +639,14 @@ class GfalRmDeleter(_GfalDeleter):
 
 
 # Stage-out command (site-local-config) -> deleters to try, in order.
+# WMCore's other copy commands delete with the tool of their protocol: SRM (srmcp, lcg-cp) through gfal2,
+# FNAL's xrdcp wrapper through xrdfs.
 COMMANDS: Dict[str, List[type]] = {
     "gfal2": [Gfal2Deleter, GfalRmDeleter],
+    "srmv2": [Gfal2Deleter, GfalRmDeleter],
+    "srmv2-lcg": [Gfal2Deleter, GfalRmDeleter],
     "xrdcp": [XrootdDeleter],
+    "stageout-xrdcp-fnal": [XrootdDeleter],
     "cp": [PosixDeleter],
     "posix": [PosixDeleter],
 }

@@ -50,8 +50,9 @@ class PathSet:
     """Paths matched component-wise at any depth: '/a/b' covers '/a/b/c', not '/a/bc'."""
 
     def __init__(self, paths: Iterable[str]) -> None:
-        # Normalised like the planner's bases: repeated and trailing slashes do not hide a match.
-        self.paths = frozenset("/" + "/".join(part for part in p.split("/") if part) for p in paths)
+        # Normalised like the planner's bases (lfn.normalise_base): surrounding whitespace, repeated and
+        # trailing slashes do not hide a match.
+        self.paths = frozenset("/" + "/".join(part for part in p.strip().split("/") if part) for p in paths)
         below = set()
         for p in self.paths:
             below.update(ancestors(p))

@@ -1,25 +1,35 @@
-"""PFN sanity: where the site config puts /store/unmerged/, and whether a mapped PFN stays inside it.
+"""PFN sanity: where the site config puts /store/unmerged/, which stage-out method agrees with Rucio, and
+whether a mapped PFN stays inside the unmerged root.
 
-A PFN is split into its endpoint (scheme, host, port) and its path. Leading slashes of the path
-are collapsed (`root://h//store` and `root://h/store` name one file), nothing else is rewritten:
-a PFN whose path holds an empty, '.' or '..' component, or a percent-escaped '.', '/' or '\\', is
-not canonical and never used.
+A mapped PFN is first normalised (`normalise`: the spellings real site configurations produce), then split
+into its endpoint (scheme, host, port) and its path. Leading slashes of the path are collapsed
+(`root://h//store` and `root://h/store` name one file), nothing else is rewritten: a PFN whose path holds
+an empty, '.' or '..' component, or a percent-escaped '.', '/' or '\\', is not canonical and never used.
 """
 from __future__ import annotations
 
 import re
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional, Sequence, Tuple
 
 from .paths import UNMERGED
 
 # Mapped to find the site config's PFN of /store/unmerged/ (the name is stripped from the result).
 ROOT_PROBE = "msunmerged-root-probe"
 LAYOUTS = ("standard", "site_specific")
+# How the stage-out method was chosen (docs/jobs.md, "Which stage-out method"): the report's method.choice.rule.
+FIRST_USABLE = "first_usable"  # no Rucio PFN to compare: the site's first usable method
+SAME_PFN = "same_pfn"  # the first usable method speaking Rucio's scheme whose root is Rucio's PFN
+SAME_NAMESPACE = "same_namespace"  # none speaks Rucio's scheme: same host and path, its catalog names Rucio's PFN
+RUCIO_RULES = (SAME_PFN, SAME_NAMESPACE)  # Rucio vouches for the root
+_LOCAL = "file"  # the scheme of a local path (bare or file:)
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/?#]*)(/.*)?$")
 _ESCAPED = re.compile(r"%(2e|2f|5c)", re.IGNORECASE)
 # Same endpoint under two names: the scheme spellings tools accept for one protocol, default ports.
 _SCHEME = {"xroot": "root", "xroots": "roots", "dav": "http", "davs": "https"}
 _PORT = {"root": "1094", "roots": "1094", "http": "80", "https": "443", "srm": "8443", "gsiftp": "2811"}
+# Doors of one storage namespace (dCache, EOS, xrootd, StoRM serve the same path through each of them).
+_DOORS = frozenset(_PORT)
+_SFN = "?SFN="  # an SRM URL's physical path follows its web-service path
 
 
 class Place(NamedTuple):
@@ -27,10 +37,33 @@ class Place(NamedTuple):
     path: str  # absolute, leading slashes collapsed
 
 
+def normalise(pfn: str) -> str:
+    """One spelling for the forms real site configurations produce: `file:/p` -> `file:///p`, repeated
+    slashes inside a path collapsed (a prefix ending in '/', a rule's template joined with its group). The
+    slashes leading a URL's path are kept (`root://host//path`). A path holding '://' (a proxy prefix) is
+    left as it is (and refused: not canonical). Nothing else changes: '.', '..' and escapes stay to be refused."""
+    if pfn[:5].lower() == "file:" and pfn[5:6] == "/" and pfn[6:7] != "/":
+        pfn = "file://" + pfn[5:]
+    if pfn.startswith("/"):
+        head, path, keep = "", pfn, 1
+    else:
+        m = _URL.match(pfn)
+        if m is None or not m.group(3):
+            return pfn
+        head, path = pfn[:m.start(3)], m.group(3)
+        keep = 1 if m.group(1).lower() == _LOCAL else len(path) - len(path.lstrip("/"))
+    if "://" in path:
+        return pfn
+    rest = path.lstrip("/")
+    return head + "/" * keep + re.sub("/{2,}", "/", rest)
+
+
 def split(pfn: str) -> Optional[Place]:
     """(endpoint, path) of a PFN; None when it is neither an absolute path nor scheme://host/path."""
     if pfn.startswith("/"):
         return Place("", "/" + pfn.lstrip("/"))
+    if pfn[:6].lower() == "file:/" and pfn[6:7] != "/":  # file:/path, one slash
+        return Place("", pfn[5:])
     m = _URL.match(pfn)
     if m is None or not m.group(3):
         return None
@@ -55,27 +88,94 @@ def unmerged_root(mapper: Callable[[str], Optional[str]]) -> Optional[str]:
     return pfn[:-len(ROOT_PROBE)]
 
 
-def root_problem(root: Optional[str], layout: str) -> Optional[str]:
+def form_problem(root: str) -> Optional[str]:
+    """Why `root` is not a canonical absolute PFN of a directory other than '/', or None."""
+    place = split(root)
+    if place is None or place.path.rstrip("/") == "" or not _canonical(place.path.rstrip("/")):
+        return "%s is not a canonical absolute PFN of a directory other than /" % root
+    return None
+
+
+def root_problem(root: Optional[str], layout: str, rule: str = FIRST_USABLE,
+                 expected: Optional[str] = None) -> Optional[str]:
     """Why `root` (unmerged_root's answer) cannot anchor deletions, or None.
 
-    "standard" layout: its path ends with /store/unmerged/ (a rule sending the whole of
-    /store/unmerged/ elsewhere, e.g. into /store/data/, moves the root with it)."""
+    "standard" layout: its path ends with /store/unmerged/ (a rule sending the whole of /store/unmerged/
+    elsewhere, e.g. into /store/data/, moves the root with it), or its last component is `unmerged` and
+    Rucio agreed with it (`rule` in RUCIO_RULES: DESY's /pnfs/desy.de/cms/tier2/unmerged/).
+    "site_specific": it is exactly `expected`, the operator's jobs.sites.<RSE>.unmerged_root."""
     if root is None:
         return "the site config maps %s%s to no PFN ending in that name" % (UNMERGED, ROOT_PROBE)
-    place = split(root)
-    if place is None or place.path == "/" or not _canonical(place.path[:-1]):
+    if form_problem(root) is not None:
         return "the site config's PFN of %s (%s) is not a canonical absolute PFN" % (UNMERGED, root)
-    if layout != "site_specific" and not place.path.endswith(UNMERGED):
-        return "the site config's PFN of %s (%s) does not end with %s (pfn_layout standard)" % (
-            UNMERGED, root, UNMERGED)
+    path = split(root).path  # type: ignore[union-attr]
+    if layout == "site_specific":
+        if expected is None or not same_place(root, expected):
+            return "the site config's PFN of %s (%s) is not the configured unmerged_root (%s)" % (
+                UNMERGED, root, expected)
+    elif not path.endswith(UNMERGED) and not (path.rstrip("/").endswith("/unmerged") and rule in RUCIO_RULES):
+        return "the site config's PFN of %s (%s) does not end with %s, nor with /unmerged/ agreed by Rucio " \
+               "(pfn_layout standard)" % (UNMERGED, root, UNMERGED)
     return None
 
 
 def same_place(a: str, b: str) -> bool:
     """True when two PFNs of a directory name the same endpoint and path (trailing slash ignored)."""
-    pa, pb = split(a), split(b)
+    pa, pb = split(normalise(a)), split(normalise(b))
     return pa is not None and pb is not None and pa.endpoint == pb.endpoint \
         and pa.path.rstrip("/") == pb.path.rstrip("/")
+
+
+def scheme(pfn: str) -> str:
+    """The PFN's protocol as compared (xroot = root, davs = https, ...); "file" for a local path."""
+    place = split(normalise(pfn))
+    return (place.endpoint.split("://", 1)[0] or _LOCAL) if place is not None else ""
+
+
+def _door(place: Place) -> Tuple[str, str]:
+    """(host, physical path) of a remote PFN on a storage door; ("", "") otherwise."""
+    proto, _, host = place.endpoint.partition("://")
+    path = place.path.split(_SFN, 1)[1] if _SFN in place.path else place.path
+    if proto not in _DOORS or not path.startswith("/") or not _canonical(path.rstrip("/") or "/x"):
+        return "", ""
+    return host.rpartition("@")[2].rsplit(":", 1)[0], "/" + path.strip("/")
+
+
+def same_namespace(a: str, b: str) -> bool:
+    """True when two PFNs of a directory reach the same physical path on the same host through storage doors
+    (xrootd, WebDAV, SRM, GridFTP) of possibly different protocols and ports."""
+    pa, pb = split(normalise(a)), split(normalise(b))
+    if pa is None or pb is None:
+        return False
+    da, db = _door(pa), _door(pb)
+    return bool(da[0]) and da == db
+
+
+def choose(roots: Sequence[Optional[str]], rucio: Optional[str],
+           doors: Optional[Sequence[Sequence[Optional[str]]]] = None) -> Tuple[Optional[int], str]:
+    """Which of the usable stage-out methods (their PFNs of /store/unmerged/, in the site's order) to delete
+    through, and the rule (FIRST_USABLE, SAME_PFN, SAME_NAMESPACE); (None, why) when none agrees with `rucio`.
+
+    Without Rucio's PFN: the first. Else among the methods speaking Rucio's scheme, the first whose root is
+    Rucio's PFN. Only when none speaks it: the first that reaches Rucio's host and physical path
+    (same_namespace) through a catalog (storage.json volume, trivial file catalog) one of whose other protocols
+    maps /store/unmerged/ to Rucio's PFN exactly (`doors[i]`: their roots): the site's own configuration
+    confirms that Rucio's door and the method's serve one namespace."""
+    if rucio is None:
+        return (0, FIRST_USABLE) if roots else (None, "no usable stage-out method")
+    wanted = scheme(rucio)
+    speaking = [i for i, root in enumerate(roots) if root is not None and scheme(root) == wanted]
+    for i in speaking:
+        if same_place(roots[i], rucio):  # type: ignore[arg-type]
+            return i, SAME_PFN
+    if speaking:
+        return None, "no usable method speaking %s maps %s to Rucio's PFN %s" % (wanted, UNMERGED, rucio)
+    for i, root in enumerate(roots):
+        confirmed = any(door is not None and same_place(door, rucio) for door in (doors[i] if doors else ()))
+        if root is not None and confirmed and same_namespace(root, rucio):
+            return i, SAME_NAMESPACE
+    return None, "no usable method speaks %s, and none reaches the host and path of Rucio's PFN %s through a " \
+                 "catalog that names that PFN" % (wanted, rucio)
 
 
 def pfn_problem(pfn: str, lfn: str, root: str, layout: str) -> Optional[str]:

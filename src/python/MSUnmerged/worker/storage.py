@@ -5,7 +5,8 @@ Rules follow WMCore's RucioFileCatalog: a `prefix` protocol maps `/<path>` to `<
 `pfn` taking the N-th group; a rule with `chain` first maps the LFN with the chained protocol and
 matches its own regex against that result. One difference, for safety: a regex must match the
 WHOLE path. A rule that matches only the start of it would map two different LFNs to one PFN, and
-a deletion through it could remove the wrong file.
+a deletion through it could remove the wrong file. Every PFN a method gives is normalised
+(pfn.normalise: `file:/p`, repeated slashes from a prefix ending in '/' or a template's join).
 """
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
+from .pfn import normalise
 from .siteconf import SiteConfigError, SiteLocalConfig, StageOutMethod, site_dir
 
 STORAGE_OVERRIDE_VAR = "MSUNMERGED_STORAGE_JSON"
 MAX_CHAIN = 8
+LFN_PREFIX = "lfn-prefix"  # the one protocol of a fallback stage-out's catalog
 _GROUP = re.compile(r"\$(\d+)")
 
 Rule = Tuple["re.Pattern[str]", str, Optional[str]]  # (lfn regex, pfn template, chained protocol)
@@ -153,9 +156,10 @@ def load_tfc(url: str, env: Mapping[str, str]) -> Tuple[Catalog, str]:
     return Catalog(rules), protocol
 
 
-def method_mapper(method: StageOutMethod, cfg: SiteLocalConfig, env: Mapping[str, str],
-                  rse: str) -> Tuple[Optional[Mapper], str]:
-    """(mapper, "") when the method can map LFNs for `rse`, else (None, reason)."""
+def method_catalog(method: StageOutMethod, cfg: SiteLocalConfig, env: Mapping[str, str],
+                   rse: str) -> Tuple[Optional[Catalog], str]:
+    """(catalog, protocol) when the method can map LFNs for `rse`, else (None, reason). The catalog holds every
+    protocol of the method's storage.json volume or trivial file catalog (a fallback's lfn-prefix: that one)."""
     if method.kind == "method":
         if not method.volume or not method.protocol:
             return None, "stage-out method without volume or protocol"
@@ -170,15 +174,28 @@ def method_mapper(method: StageOutMethod, cfg: SiteLocalConfig, env: Mapping[str
             return None, f"volume {method.volume!r} is RSE {catalog.rse!r}, the job is for {rse!r}"
         if method.protocol not in catalog.rules:
             return None, f"volume {method.volume!r} has no protocol {method.protocol!r}"
-        return catalog.mapper(method.protocol), ""
+        return catalog, method.protocol
     if method.phedex_node != rse:
         return None, f"{method.kind} is for {method.phedex_node or 'an unnamed node'!r}, the job is for {rse!r}"
     if method.kind == "local-stage-out":
         if not method.catalog:
             return None, "local-stage-out without catalog"
-        catalog, protocol = load_tfc(method.catalog, env)
-        return catalog.mapper(protocol), ""
+        return load_tfc(method.catalog, env)
     if not method.lfn_prefix:
         return None, "fallback-stage-out without lfn-prefix"
-    prefix = method.lfn_prefix
-    return (lambda lfn: prefix + lfn), ""
+    return Catalog({LFN_PREFIX: [(re.compile(r"(/.*)"), method.lfn_prefix + "$1", None)]}), LFN_PREFIX
+
+
+def method_mapper(method: StageOutMethod, cfg: SiteLocalConfig, env: Mapping[str, str],
+                  rse: str) -> Tuple[Optional[Mapper], str]:
+    """(mapper, "") when the method can map LFNs for `rse` (its PFNs normalised), else (None, reason)."""
+    catalog, protocol = method_catalog(method, cfg, env, rse)
+    return (None, protocol) if catalog is None else (normalised(catalog, protocol), "")
+
+
+def normalised(catalog: Catalog, protocol: str) -> Mapper:
+    """The catalog's mapping with `protocol`, every PFN normalised (pfn.normalise)."""
+    def mapper(lfn: str) -> Optional[str]:
+        got = catalog.pfn(protocol, lfn)
+        return None if got is None else normalise(got)
+    return mapper

@@ -1,0 +1,97 @@
+"""Real sites' published configurations (test/fixtures/sites, unchanged) against the PFN CMS's Rucio gives for
+deletion: the worker deletes through the stage-out method that serves it, with PFNs inside the agreed root."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from MSUnmerged.worker import pfn, siteconf, storage
+from MSUnmerged.worker.cleanup import ConfigProblem, Job, MappingDisagrees, choose_method
+from sites_kit import BY_NAME, CASES, DESY_WEBDAV, FNAL_WEBDAV, LFNS, SiteCase
+from worker_kit import manifest, tool_path
+
+
+def _job(case: SiteCase, rucio: str | None) -> Job:
+    man = manifest(LFNS, unmerged_pfn=rucio, mapping_check="rucio" if rucio else "site_config_only")
+    man["rse"], man["site"] = case.rse, case.site
+    return Job(man)
+
+
+def _env(case: SiteCase, tmp_path: Path, tools: tuple[str, ...] = ("xrdfs", "gfal-rm")) -> dict[str, str]:
+    return {"SITECONFIG_PATH": str(case.build(tmp_path / "SITECONF")), "PATH": tool_path(tmp_path / "bin", tools)}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_each_site_deletes_through_the_method_serving_rucios_pfn(case: SiteCase, tmp_path: Path) -> None:
+    got = choose_method(_job(case, case.rucio_pfn), _env(case, tmp_path), LFNS[0])
+    assert (got.method.protocol or got.method.kind, got.rule) == case.chosen, got.passed
+    assert got.root is not None and pfn.same_place(got.root, case.rucio_pfn)
+    assert pfn.root_problem(got.root, "standard", got.rule) is None
+    for lfn in LFNS:
+        mapped = got.mapper(lfn)
+        assert mapped is not None and got.deleter.accepts(mapped)
+        assert pfn.pfn_problem(mapped, lfn, got.root, "standard") is None, mapped
+        assert mapped == pfn.normalise(case.rucio_pfn) + lfn[len("/store/unmerged/"):]
+
+
+def test_fnal_without_a_webdav_tool_uses_xrootd_on_the_same_namespace(tmp_path: Path) -> None:
+    case = BY_NAME["T1_US_FNAL"]
+    got = choose_method(_job(case, FNAL_WEBDAV), _env(case, tmp_path, ("xrdfs",)), LFNS[0])
+    assert (got.method.protocol, got.rule, got.deleter.name) == ("XRootD", "same_namespace", "xrootd")
+    assert got.root == "root://cmsdcadisk.fnal.gov//dcache/uscmsdisk/store/unmerged/"
+    assert FNAL_WEBDAV in got.doors and got.root not in got.doors  # the volume's WebDAV names Rucio's door
+    # Without Rucio's PFN: the site's first method, as before.
+    first = choose_method(_job(case, None), _env(case, tmp_path / "b"), LFNS[0])
+    assert (first.method.protocol, first.rule) == ("XRootD", "first_usable")
+
+
+@pytest.mark.parametrize("rucio", [
+    "davs://cmsdcadisk.fnal.gov:2880/dcache/uscmsdisk/store/data/",  # another path of the same door
+    "davs://cmsdcadisk2.fnal.gov:2880/dcache/uscmsdisk/store/unmerged/",  # another host
+    "davs://cmsdcadisk.fnal.gov:443/dcache/uscmsdisk/store/unmerged/",  # another port of WebDAV
+    "root://cmseos.fnal.gov//eos/uscms/store/unmerged/",  # EOS: no method maps /store/unmerged/ there
+])
+def test_fnal_refuses_a_rucio_pfn_no_method_agrees_with(rucio: str, tmp_path: Path) -> None:
+    case = BY_NAME["T1_US_FNAL"]
+    with pytest.raises(MappingDisagrees) as refused:
+        choose_method(_job(case, rucio), _env(case, tmp_path), LFNS[0])
+    assert "Rucio's is " + rucio in str(refused.value)
+    assert refused.value.first.method.protocol == "XRootD"  # what the report's start line describes
+
+
+def test_a_published_wrong_mapping_is_never_chosen(tmp_path: Path) -> None:
+    """KIT's fallback stage-out to DESY maps /store/unmerged/ to .../tier2/store/unmerged/, not where DESY keeps
+    it (.../tier2/unmerged/, Rucio's): only the method that agrees with Rucio is used."""
+    case = BY_NAME["T2_DE_DESY-from-KIT"]
+    env = _env(case, tmp_path)
+    cfg = siteconf.parse(siteconf.locate(env))
+    fallback = cfg.methods[-1]
+    assert fallback.kind == "fallback-stage-out" and fallback.phedex_node == "T2_DE_DESY"
+    mapper, _ = storage.method_mapper(fallback, cfg, env, "T2_DE_DESY")
+    wrong = pfn.unmerged_root(mapper)  # type: ignore[arg-type]
+    assert wrong == "davs://dcache-cms-webdav-wan.desy.de:2880/pnfs/desy.de/cms/tier2/store/unmerged/"
+    assert pfn.choose([wrong], DESY_WEBDAV)[0] is None
+    got = choose_method(_job(case, DESY_WEBDAV), env, LFNS[0])
+    assert (got.method.kind, got.method.storage_site, got.rule) == ("method", "T2_DE_DESY", "same_pfn")
+    # Without Rucio the root ends in /unmerged/ but nobody vouches for it: refused in the standard layout.
+    alone = choose_method(_job(case, None), env, LFNS[0])
+    assert pfn.root_problem(alone.root, "standard", alone.rule) is not None
+
+
+def test_kit_disk_job_has_no_usable_method_without_its_tool(tmp_path: Path) -> None:
+    case = BY_NAME["T1_DE_KIT"]
+    with pytest.raises(ConfigProblem) as refused:
+        choose_method(_job(case, case.rucio_pfn), _env(case, tmp_path, ("xrdfs",)), LFNS[0])
+    assert "no usable stage-out method" in str(refused.value)
+
+
+def test_kit_nfs_protocol_written_file_colon_slash(site_fixtures: Path) -> None:
+    """CMSRucio's KIT example names its NFS mount `file:/grid/...` (one slash): normalised, it is a local path."""
+    entries = storage.load_storage_json(str(site_fixtures / "T1_DE_KIT" / "storage-cmsrucio.json"))
+    raw = storage.catalog_for(entries, "T1_DE_KIT", "KIT_dCache").pfn("nfs_v4.1", LFNS[0])  # type: ignore[union-attr]
+    assert raw == "file:/grid/fzk.de/mounts/nfs4/data/cms/" + LFNS[0][1:]
+    root = pfn.normalise(raw.replace(LFNS[0][len("/store/unmerged/"):], ""))
+    assert root == "file:///grid/fzk.de/mounts/nfs4/data/cms/store/unmerged/"
+    assert pfn.pfn_problem(pfn.normalise(raw), LFNS[0], root, "standard") is None
+    assert pfn.same_place(root, "/grid/fzk.de/mounts/nfs4/data/cms/store/unmerged")
