@@ -153,8 +153,11 @@ class World:
     def our_condor_jobs(self, rse_prefix: str = "T2_XE_") -> list[dict[str, Any]]:
         """Queue and history ads of this harness's jobs (MSUnmergedJobId starting with rse_prefix) that could run:
         still in the queue, or started at least once. A record the schedd removed before it ever started (a spool
-        that failed) is not one: the service submits that job again (docs/jobs.md, "Batch-system faults")."""
-        constraint = f'regexp("^{rse_prefix}", MSUnmergedJobId)'
+        that failed) is not one: the service submits that job again (docs/jobs.md, "Batch-system faults"). Only
+        this world's ledger's: the pool is shared, and other sessions' runs of the same tests leave jobs of the
+        same ids."""
+        ledger = (self.db().meta.find_one({"_id": "ledger"}) or {}).get("instance_id", "")
+        constraint = f'regexp("^{rse_prefix}", MSUnmergedJobId) && MSUnmergedLedger =?= "{ledger}"'
         out = []
         for cmd in (["condor_q", "-allusers"], ["condor_history"]):
             text = self.condor(*cmd, "-constraint", constraint, "-af", "MSUnmergedJobId", "ClusterId",
