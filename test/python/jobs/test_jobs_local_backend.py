@@ -30,6 +30,18 @@ def job(n: int, lfns: list[str], dry_run: bool = False) -> CleanupJob:
                                            scan_started=time.time()))  # after the site's files were made
 
 
+def jobs_with_files(storage: Path, count: int, files: int) -> list[CleanupJob]:
+    """`count` jobs of `files` empty files each, made in `storage` before the jobs (their scan start)."""
+    jobs = []
+    for n in range(count):
+        lfns = [f"{B}/{n:05d}/f{i}.root" for i in range(files)]
+        for lfn in lfns:
+            (storage / lfn.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+            (storage / lfn.lstrip("/")).write_bytes(b"")
+        jobs.append(job(n, lfns))
+    return jobs
+
+
 def test_preflight_starts_each_built_worker_once_and_a_replaced_one_again(tmp_path: Path) -> None:
     calls = tmp_path / "calls"
     python = tmp_path / "python"  # the real interpreter, counting its starts
@@ -59,13 +71,7 @@ def test_runs_jobs_with_bounded_parallelism_and_collects(tmp_path: Path) -> None
     storage, sc = make_site(tmp_path)
     cfg = Config()
     cfg.jobs.local_parallel = 2
-    jobs = []
-    for n in range(5):
-        lfns = [f"{B}/{n:05d}/f{i}.root" for i in range(50)]
-        for lfn in lfns:
-            (storage / lfn.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
-            (storage / lfn.lstrip("/")).write_bytes(b"")
-        jobs.append(job(n, lfns))
+    jobs = jobs_with_files(storage, 5, 50)
     backend = LocalBackend(cfg, tmp_path / "work", siteconfig=str(sc))
     backend.preflight()
     ids = backend.submit(jobs)
@@ -124,13 +130,7 @@ def test_queued_jobs_start_as_slots_free_up_without_being_polled(tmp_path: Path)
     storage, sc = make_site(tmp_path)
     cfg = Config()
     cfg.jobs.local_parallel = 2
-    jobs = []
-    for n in range(7):
-        lfns = [f"{B}/{n:05d}/f{i}.root" for i in range(30)]
-        for lfn in lfns:
-            (storage / lfn.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
-            (storage / lfn.lstrip("/")).write_bytes(b"")
-        jobs.append(job(n, lfns))
+    jobs = jobs_with_files(storage, 7, 30)
     backend = LocalBackend(cfg, tmp_path / "work", siteconfig=str(sc))
     ids = backend.submit(jobs)
     reports = [backend.job_dir(j.job_id) / "report.jsonl" for j in jobs]
