@@ -16,7 +16,7 @@ from MSUnmerged.jobs.spec import CleanupJob, ProtectedBases, file_dirs, job_dirs
 from MSUnmerged.lfn import normalise_base
 from MSUnmerged.worker.cleanup import Job
 from MSUnmerged.worker.ids import MANIFEST_VERSION
-from MSUnmerged.worker.paths import ancestors
+from MSUnmerged.worker.paths import MIN_DIR_DEPTH, ancestors, depth
 
 B = "/store/unmerged/Run2024F/Muon0/AOD/PromptReco-v1"
 
@@ -96,10 +96,10 @@ def reference_protection(lfns: Sequence[str], protected: Iterable[str]) -> tuple
     bases, keep = set(), set()
     for raw in protected:
         base = normalise_base(raw).decode("utf-8", errors="surrogateescape")
-        chain = [base] + [a for a in ancestors(base) if a.count("/") >= 4]
+        chain = [base] + [a for a in ancestors(base) if depth(a) >= MIN_DIR_DEPTH]
         if base in files or base in dirs or any(a in dirs for a in chain):
             bases.add(base)
-            keep.update(a for a in chain if a in dirs and a.count("/") >= 4)
+            keep.update(a for a in chain if a in dirs and depth(a) >= MIN_DIR_DEPTH)
     return sorted(bases), sorted(keep)
 
 
