@@ -5,9 +5,9 @@ the job spec (jobs/spec.py) take theirs from here. Standard library only: the wo
 """
 from __future__ import annotations
 
-# The DeleteFiles step (jobs.<key>; the worker's when the manifest has none).
-FILE_TIMEOUT_S = 120.0  # per-file delete timeout
-RETRIES = 2  # extra rounds for failed or unreported files
+# The DeleteFiles step: the configuration's jobs.<key> (all but BACKOFF_S), the worker's when the manifest has none.
+FILE_TIMEOUT_S = 120.0  # one storage operation on one path
+RETRIES = 2  # a transient failure is tried again this many times (the service: in this many later jobs)
 BACKOFF_S = 1.0  # the wait before a retry, doubled at each
 MAX_CONSECUTIVE_DENIED = 20  # the worker stops after this many permission refusals in a row
 MAX_OPS_PER_S = 0.0  # storage operations per second of one job (0: unpaced)
