@@ -79,6 +79,30 @@ def test_a_row_written_before_a_crash_wins_over_its_bucket_entry(tmp_path: Path,
     assert ledger.job_lfns(second, states=None) == names[1:] and ledger.job_lfns(retry) == [names[0]]
 
 
+def test_outcomes_follow_a_row_written_before_a_crash(tmp_path: Path, mongo_db: Database) -> None:
+    """record_outcomes reads the job's rows by job: a row a crash left beside its bucket entry stays the file's
+    record, updated when it is the reporting job's, left alone when a retry job's; the counts follow."""
+    ledger = Ledger(mongo_db)
+    ledger.record_plan(tmp_path / "plan", make_plan(tmp_path), GEN)
+    first, second, retry = job_id(RSE, GEN, 1, 1), job_id(RSE, GEN, 1, 2), job_id(RSE, GEN, 2, 1)
+    gone = ledger.job_lfns(first)[0]
+    row = next(r for r in ledger.file_records(job=first) if r["lfn"] == gone)
+    mongo_db.files.insert_one({**row, "state": "unknown", "error_class": "no_report", "error": ""})  # close_job's row
+    names = ledger.job_lfns(second)
+    ledger.record_outcomes(second, [{"lfn": x, "state": "would_delete"} for x in names])
+    moved = next(r for r in ledger.file_records(job=second) if r["lfn"] == names[0])
+    mongo_db.files.insert_one({**moved, "state": "planned", "job": retry, "attempts": 2})  # new_round's row
+    ledger.record_outcomes(first, [{"lfn": gone, "state": "deleted", "size": 3}])
+    ledger.record_outcomes(second, [{"lfn": x, "state": "deleted", "size": 3} for x in names])  # late for names[0]
+    records = ledger.file_records()
+    by_lfn = {r["lfn"]: r for r in records}
+    assert (by_lfn[gone]["state"], by_lfn[gone]["job"], by_lfn[gone]["size"]) == ("deleted", first, 3)
+    assert (by_lfn[names[0]]["state"], by_lfn[names[0]]["job"]) == ("planned", retry)
+    assert all(by_lfn[x]["state"] == "deleted" for x in names[1:])
+    for state in ("planned", "deleted", "would_delete", "unknown"):
+        assert ledger.count_files(RSE, GEN, [state]) == sum(r["state"] == state for r in records), state
+
+
 def test_queries_by_state_job_prefix_with_pagination(tmp_path: Path, mongo_db: Database) -> None:
     plan = make_plan(tmp_path)
     ledger = Ledger(mongo_db)

@@ -90,30 +90,26 @@ class Outcomes(Entries):
     def _record_file_outcomes(self, job_id_: str, given: Mapping[str, tuple[str, str, str, Optional[int]]],
                               now: float) -> None:
         """Rows of this job are updated; bucket entries of this job take a code, or become rows when the
-        outcome needs one; files with a row of another job, or in none of this job's buckets, are left."""
-        rows = {d["_id"]: d["job"] for start in range(0, len(given), BATCH) for d in with_retry(
-            lambda: list(self.files.find({"_id": {"$in": list(given)[start:start + BATCH]}}, {"job": 1})),
-            f"rows of {job_id_}")}
-        entries = {}
-        if len(rows) < len(given):
-            entries = {fid: (doc, i, name) for doc in with_retry(
-                lambda: list(self.buckets.find({"job": job_id_})), f"buckets of {job_id_}")
-                for fid, i, name in bk.entries(doc, "".join(bk.CODES.values()))}
+        outcome needs one; files with a row of another job, or in none of this job's buckets, are left.
+        The job's rows are read by job, not looked up file by file (_live_entries says why that suffices; it also
+        sets ROW on entries a crash left beside their row, so that the counts follow the rows)."""
+        rows = {d["_id"] for d in with_retry(lambda: list(self.files.find({"job": job_id_}, {"_id": 1})),
+                                             f"rows of {job_id_}")}
+        entries = {bk.file_prefix(e[0]) + e[2]: e
+                   for e in self._live_entries({"job": job_id_}, "".join(bk.CODES.values()), rows)}
         row_ops: list[Any] = []
         to_rows: list[tuple[Entry, dict[str, Any]]] = []  # (entry, its row's fields)
         coded: Changes = {}
         grouped: dict[tuple[str, str, str], list[str]] = {}
         for fid, (state, cls, err, size) in given.items():
             if fid in rows:
-                if rows[fid] != job_id_:
-                    continue
                 if size is None:
                     grouped.setdefault((state, cls, err), []).append(fid)
                 else:
                     row_ops.append(UpdateOne({"_id": fid, "job": job_id_}, {"$set": {
                         "state": state, "error_class": cls, "error": err, "size": size, "t": now}}))
             elif fid in entries:
-                doc, i, name = entries[fid]
+                doc, i, _ = entries[fid]
                 if _needs_row(state, cls, err):
                     to_rows.append((entries[fid], {"state": state, "error_class": cls, "error": err,
                                                    **({} if size is None else {"size": size})}))
