@@ -54,17 +54,19 @@ class Entries(LedgerBase):
             chunk = ops[start:start + BUCKET_BATCH]
             with_retry(lambda: self.buckets.bulk_write(chunk, ordered=False), "rewrite buckets")
 
-    def _set_row_codes(self, entries: Sequence[Entry]) -> None:
-        changes: Changes = {}
+    def _set_row_codes(self, entries: Sequence[Entry], changes: Optional[Changes] = None) -> None:
+        """The entries' codes become ROW, written with `changes` (other entries of the same step) in one rewrite."""
+        changes = {} if changes is None else changes
         for doc, i, _ in entries:
             changes.setdefault(doc["_id"], (doc, {}))[1][i] = (bk.ROW, None)
         self._rewrite_buckets(changes)
 
-    def _move_to_rows(self, moves: Sequence[tuple[Entry, Mapping[str, Any]]], flt: Mapping[str, Any]) -> int:
+    def _move_to_rows(self, moves: Sequence[tuple[Entry, Mapping[str, Any]]], flt: Mapping[str, Any],
+                      changes: Optional[Changes] = None) -> int:
         """Bucket entries become rows: (entry, fields) -> an upsert of the entry's record filtered by {_id, **flt}
         and setting `fields` (a row already there that `flt` does not match makes the insert collide: skipped),
-        all in one bulk write per BATCH entries, then their codes become ROW. Row first: a crash between the
-        two leaves a row, which wins. Returns rows written."""
+        all in one bulk write per BATCH entries, then their codes become ROW (with `changes`, see
+        _set_row_codes). Row first: a crash between the two leaves a row, which wins. Returns rows written."""
         now = time.time()
         ops = []
         for (doc, i, name), fields in moves:
@@ -73,5 +75,5 @@ class Entries(LedgerBase):
             ops.append(UpdateOne({"_id": rec["_id"], **flt}, {"$set": {**fields, "t": now}, "$setOnInsert": on_insert},
                                  upsert=True))
         n = sum(write_ignoring_duplicates(self.files, ops[s:s + BATCH]) for s in range(0, len(ops), BATCH))
-        self._set_row_codes([entry for entry, _ in moves])
+        self._set_row_codes([entry for entry, _ in moves], changes)
         return n

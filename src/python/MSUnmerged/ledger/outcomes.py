@@ -121,8 +121,7 @@ class Outcomes(Entries):
                                           {"$set": {"state": state, "error_class": cls, "error": err, "t": now}}))
         if row_ops:
             with_retry(lambda: self.files.bulk_write(row_ops, ordered=False), f"outcomes of {job_id_}")
-        self._move_to_rows(to_rows, {"job": job_id_})
-        self._rewrite_buckets(coded)
+        self._move_to_rows(to_rows, {"job": job_id_}, coded)
 
     def record_dirs(self, job_id_: str, outcomes: Iterable[Mapping[str, Any]]) -> int:
         """Sink for the collector: directory outcomes of one job, as {"dir", "state" (a DIR_RANK key),
