@@ -8,9 +8,8 @@ from typing import Any, Iterator, Optional, Protocol
 
 from pymongo.database import Database
 
-from MSUnmerged.jobs.backend import JobState
 from MSUnmerged.ledger import history
-from MSUnmerged.ledger.states import RETRIABLE, SUBMITTED, DirState, FileState
+from MSUnmerged.ledger.states import RETRIABLE, SUBMITTED, DirState, FileState, JobState
 from MSUnmerged.ledger.store import Ledger
 from MSUnmerged.redact import redact, redact_all
 
@@ -58,9 +57,9 @@ class LedgerView(Protocol):
         """The recorded plan of the current generation: counts and the first files still to delete by directory."""
 
     def health(self, stale_after_s: float, brief: bool = False) -> dict[str, Any]:
-        """How the polling goes: `last_cycle` (its `failures`, `ok`, `dry_run`; brief: without `results` and `rses`), `last_good_cycle_at` (None:
-        never), `last_good_age_s` (since the last good cycle; before any, since the first cycle started; None
-        before any cycle), `never_good`, `sources` ({source: 1 up / 0 failed in the last finished cycle}),
+        """How the polling goes: `last_cycle` (its `failures`, `ok`, `dry_run`; brief: without `results` and
+        `rses`), `last_good_cycle_at` (None: never), `last_good_age_s` (since the last good cycle; before any,
+        since the first cycle started; None before any cycle), `never_good`, `sources` ({source: 1 up / 0 failed in the last finished cycle}),
         `alert` (a sentence when no cycle succeeded for `stale_after_s`, counted from the first cycle on a new
         ledger, else "")."""
 
@@ -185,13 +184,7 @@ class MongoLedgerView:
     # -- jobs and cycles ---------------------------------------------------------------------
 
     def jobs(self, rse: Optional[str], state: Optional[str], limit: int) -> list[dict[str, Any]]:
-        query: dict[str, Any] = {}
-        if rse:
-            query["rse"] = rse
-        if state:
-            query["state"] = state
-        # Job ids are "<rse>:<gen>:<round>-<n>": descending id order is newest first within an RSE.
-        docs = self.db.jobs.find(query).sort("_id", -1).limit(limit)
+        docs = self.ledger.query_jobs(rse, state, limit=limit, newest_first=True)["items"]
         return [redact_all(_clean({"id": d.pop("_id"), **d})) for d in docs]  # batch reasons may quote URLs
 
     def cycles(self, limit: int, brief: bool = False) -> list[dict[str, Any]]:
