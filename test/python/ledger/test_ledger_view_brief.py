@@ -8,7 +8,7 @@ import pytest
 from pymongo.database import Database
 
 from MSUnmerged.ledger import Ledger
-from MSUnmerged.ledger.store import CYCLES_META
+from MSUnmerged.ledger.cycles import CYCLES_META
 from MSUnmerged.ledger.view import CYCLE_BRIEF, MongoLedgerView
 
 pytestmark = pytest.mark.integration
