@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 
 from MSUnmerged import lfn, planlines, seal
 from MSUnmerged.config import Config
-from MSUnmerged.dumpreader import DumpError, NotADump, check_lines, read_ahead_thread
+from MSUnmerged.dumpreader import DumpChunks, DumpError, NotADump, check_lines, read_ahead_thread
 from MSUnmerged.guards import (GUARD_DUMP_UNREADABLE, GUARD_LINE_COUNT, GUARD_NOT_A_DUMP, GuardTripped, Scan,
                                check_counts, check_protection, check_scan)
 from MSUnmerged.lfn import PrefixSet
@@ -39,7 +39,7 @@ _PARTITION_HEADROOM = 1.5
 _MAX_PARTITIONS = 512
 _SPILL_BUFFERS_BYTES = 16 * 1024 * 1024
 _SPILL_BATCH_BYTES = 1024 * 1024
-_JOBS_CREATED_AHEAD = 8
+_JOBS_IN_FLIGHT = 8
 
 
 @dataclass
@@ -196,12 +196,12 @@ def _records(data: bytes) -> Iterable[tuple[bytes, bytes]]:
 
 
 class _JobWriter:
-    """Writes planned LFNs into job files of at most `per_job` lines. A thread creates the files
-    ahead of their use (creating a file took ~0.25 ms of kernel time here), no more than
-    `most_lines` can fill; another reads each one back for the seal once it is closed, while the
-    next ones are planned."""
+    """Writes planned LFNs into job files of at most `per_job` lines. Each job's lines are gathered in memory
+    and handed, once the job is full, to a thread that creates its file, writes it and takes its seal entry
+    from the bytes written (no job file is read back); at most `_JOBS_IN_FLIGHT` jobs wait for it, so the
+    planning thread does not wait on the file system (creating a file took ~0.25 ms of kernel time here)."""
 
-    def __init__(self, directory: Path, per_job: int, most_lines: int, slicer: Optional[Slicer] = None) -> None:
+    def __init__(self, directory: Path, per_job: int, slicer: Optional[Slicer] = None) -> None:
         self.directory = directory
         self.per_job = per_job
         self.slicer = slicer  # throttled: a job never spans two slices
@@ -209,24 +209,13 @@ class _JobWriter:
         self.names: list[str] = []
         self.sizes: list[int] = []
         self.slices: list[int] = []  # each job's slice (throttled)
-        self._fh: Any = None
+        self._parts: list[bytes] = []  # the current job's lines, not written yet
         self._room = 0
-        self._creator = ThreadPoolExecutor(1, thread_name_prefix="job-create")
-        self._describer = ThreadPoolExecutor(1, thread_name_prefix="seal-describe")
-        self._most_jobs = -(-most_lines // per_job)
-        if slicer is not None:  # each slice may leave one job unfilled; slices are at least half full in pairs
-            self._most_jobs += 2 * -(-most_lines // slicer.per_slice) + 1
-        self._created: deque[Future[Any]] = deque()
-        self._create_ahead()
-        self._described: dict[str, Future[dict[str, Any]]] = {}
-
-    def _create_ahead(self) -> None:
-        while len(self._created) < _JOBS_CREATED_AHEAD and len(self.names) + len(self._created) < self._most_jobs:
-            self._created.append(self._creator.submit(open, self._path(len(self.names) + len(self._created) + 1),
-                                                      "wb"))
-
-    def _path(self, number: int) -> Path:
-        return self.directory / f"job-{number:06d}.txt"
+        # Two threads: one creates and writes the files, the other hashes what it writes (both release the GIL).
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="job-write")
+        self._hasher = ThreadPoolExecutor(1, thread_name_prefix="job-hash")
+        self._in_flight: deque[Future[None]] = deque()
+        self._described: dict[str, Future[dict[str, Any]]] = {}  # filled by the writer thread
 
     def add(self, block: bytes, lines: int) -> None:
         """Append `block`, one directory's `lines` whole LFNs, cutting it where a job file (or a slice) is full."""
@@ -241,7 +230,7 @@ class _JobWriter:
             if take < lines:  # the rest after the first `take` lines goes on to the next job
                 rest = block.split(b"\n", take)[-1]
                 head, block = block[:len(block) - len(rest)], rest
-            self._fh.write(head)
+            self._parts.append(head)
             self._room -= take
             self.sizes[-1] += take
             lines -= take
@@ -250,33 +239,33 @@ class _JobWriter:
 
     def _open(self) -> None:
         self.close()
-        if not self._created:  # cannot happen: the spill holds no more files than were counted
-            raise RuntimeError("internal error: more planned files than spilled")
-        self._fh = self._created.popleft().result()
-        self.names.append(self._path(len(self.names) + 1).name)
-        self._create_ahead()
+        self.names.append(f"job-{len(self.names) + 1:06d}.txt")
         self.sizes.append(0)
         if self.slicer is not None:
             self.slices.append(self.slicer.current)
         self._room = self.per_job
 
     def close(self) -> None:
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
-            name = self.names[-1]
-            self._described[f"{seal.JOBS_DIR}/{name}"] = self._describer.submit(seal.describe_file,
-                                                                                self.directory / name)
+        """Hand the current job to the writer thread (raising the error of a job written before it)."""
+        if self._parts:
+            self._in_flight.append(self._writer.submit(self._write, self.names[-1], self._parts, self.sizes[-1]))
+            self._parts = []
+            while len(self._in_flight) > _JOBS_IN_FLIGHT:
+                self._in_flight.popleft().result()
+
+    def _write(self, name: str, parts: list[bytes], lines: int) -> None:
+        data = b"".join(parts)
+        self._described[f"{seal.JOBS_DIR}/{name}"] = self._hasher.submit(seal.describe_written, data, lines)
+        with open(self.directory / name, "xb") as fh:
+            fh.write(data)
 
     def described(self) -> dict[str, dict[str, Any]]:
-        """The seal entries of the job files written (after `close`); files created but not needed
-        (repeated lines made fewer jobs) are removed."""
-        for number, unused in enumerate(self._created, len(self.names) + 1):
-            unused.result().close()
-            self._path(number).unlink()
-        self._creator.shutdown()
-        self._describer.shutdown()
-        return {rel: future.result() for rel, future in self._described.items()}
+        """The seal entries of the job files, from the bytes written (after `close`)."""
+        while self._in_flight:
+            self._in_flight.popleft().result()
+        self._writer.shutdown()
+        self._hasher.shutdown()
+        return {rel: entry.result() for rel, entry in self._described.items()}
 
 
 class Planner:
@@ -300,7 +289,6 @@ class Planner:
         self.progress = progress
         self.counts = _Counts()
         self.engine = planlines.engine(pcfg.engine)
-        self.spilled = 0  # files spilled, repeats included
         self.described: dict[str, dict[str, Any]] = {}  # seal entries of the job files, by finish
         if self.out_dir.exists():
             for stale in (seal.SEAL_NAME, seal.JOBS_DIR, ".spill", seal.DIRS_NAME, seal.SUMMARY_NAME):
@@ -365,7 +353,6 @@ class Planner:
             if not block:
                 return
             files = block.count(b"\n")
-        self.spilled += files
         self.spill.write(directory, block)
 
     def _filter_files(self, block: bytes, prot: int, excl: int, incl: int) -> bytes:
@@ -391,7 +378,7 @@ class Planner:
         started = time.time()
         self.spill.close()
         slicer = Slicer(self.per_cycle) if self.per_cycle else None
-        jobs = _JobWriter(self.out_dir / seal.JOBS_DIR, self.config.planner.files_per_job, self.spilled, slicer)
+        jobs = _JobWriter(self.out_dir / seal.JOBS_DIR, self.config.planner.files_per_job, slicer)
         n_dirs = 0
         with open(self.out_dir / seal.DIRS_NAME, "wb") as dirs_out:
             # A thread reads and de-duplicates the next group (file reads and the compiled engine
@@ -561,10 +548,11 @@ def plan(rse: str, chunks: Iterable[bytes], protected: Iterable[str], config: Co
         guard = tripped
     expected = scan.files if scan is not None else None
     planner = Planner(rse, protection, config, out_dir, progress, expected, ages)
-    dump = seal.DumpDigest(chunks)
+    # The seal's digest of the dump: of its bytes as read from the source (iter_chunks), else of the chunks given.
+    dump = chunks if isinstance(chunks, DumpChunks) else seal.DumpDigest(chunks)
     if guard is None:
         try:
-            for chunk in read_ahead_thread(dump, 1):  # hashed in a thread: hashlib releases the GIL
+            for chunk in dump:
                 planner.feed(chunk)
             check_lines(planner.counts.total, planner.counts.invalid)
         except NotADump as exc:
