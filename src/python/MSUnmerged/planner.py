@@ -196,10 +196,15 @@ def _records(data: bytes) -> Iterable[tuple[bytes, bytes]]:
 
 
 class _JobWriter:
-    """Writes planned LFNs into job files of at most `per_job` lines. Each job's lines are gathered in memory
-    and handed, once the job is full, to a thread that creates its file, writes it and takes its seal entry
-    from the bytes written (no job file is read back); at most `_JOBS_IN_FLIGHT` jobs wait for it, so the
-    planning thread does not wait on the file system (creating a file took ~0.25 ms of kernel time here)."""
+    """Writes planned LFNs into job files of at most `per_job` lines.
+
+    Creating a file costs 0.3-0.7 ms of kernel CPU here (ext4 looks past recently deleted inodes), so a
+    thread creates the job files, empty, while the dump is still being read: never more than the files
+    spilled so far can fill (`expect`). Each job's lines are gathered in memory and handed, once the job
+    is full, to a thread that writes them into its file while another takes its seal entry from the
+    bytes written (no job file is read back); at most `_JOBS_IN_FLIGHT` jobs wait for them, so the
+    planning thread does not wait on the file system.
+    """
 
     def __init__(self, directory: Path, per_job: int, slicer: Optional[Slicer] = None) -> None:
         self.directory = directory
@@ -211,11 +216,28 @@ class _JobWriter:
         self.slices: list[int] = []  # each job's slice (throttled)
         self._parts: list[bytes] = []  # the current job's lines, not written yet
         self._room = 0
-        # Two threads: one creates and writes the files, the other hashes what it writes (both release the GIL).
+        self._creator = ThreadPoolExecutor(1, thread_name_prefix="job-create")
+        self._created: list[Future[None]] = []  # the creation of job file n is the n-th
+        # Two threads: one writes the files, the other hashes what it writes (both release the GIL).
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="job-write")
         self._hasher = ThreadPoolExecutor(1, thread_name_prefix="job-hash")
         self._in_flight: deque[Future[None]] = deque()
         self._described: dict[str, Future[dict[str, Any]]] = {}  # filled by the writer thread
+
+    def expect(self, lines: int) -> None:
+        """Up to `lines` files may be planned in all: create the job files they can fill."""
+        most = -(-lines // self.per_job)
+        if self.slicer is not None:  # each slice may leave one job unfilled; slices are at least half full in pairs
+            most += 2 * -(-lines // self.slicer.per_slice) + 1
+        while len(self._created) < most:
+            self._created.append(self._creator.submit(self._create, self._path(len(self._created) + 1)))
+
+    @staticmethod
+    def _create(path: Path) -> None:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666))
+
+    def _path(self, number: int) -> Path:
+        return self.directory / f"job-{number:06d}.txt"
 
     def add(self, block: bytes, lines: int) -> None:
         """Append `block`, one directory's `lines` whole LFNs, cutting it where a job file (or a slice) is full."""
@@ -239,7 +261,9 @@ class _JobWriter:
 
     def _open(self) -> None:
         self.close()
-        self.names.append(f"job-{len(self.names) + 1:06d}.txt")
+        if len(self.names) == len(self._created):  # cannot happen: the spill holds no more files than expected
+            raise RuntimeError("internal error: more planned files than spilled")
+        self.names.append(self._path(len(self.names) + 1).name)
         self.sizes.append(0)
         if self.slicer is not None:
             self.slices.append(self.slicer.current)
@@ -248,23 +272,32 @@ class _JobWriter:
     def close(self) -> None:
         """Hand the current job to the writer thread (raising the error of a job written before it)."""
         if self._parts:
-            self._in_flight.append(self._writer.submit(self._write, self.names[-1], self._parts, self.sizes[-1]))
+            self._in_flight.append(self._writer.submit(self._write, len(self.names), self._parts, self.sizes[-1]))
             self._parts = []
             while len(self._in_flight) > _JOBS_IN_FLIGHT:
                 self._in_flight.popleft().result()
 
-    def _write(self, name: str, parts: list[bytes], lines: int) -> None:
+    def _write(self, number: int, parts: list[bytes], lines: int) -> None:
         data = b"".join(parts)
-        self._described[f"{seal.JOBS_DIR}/{name}"] = self._hasher.submit(seal.describe_written, data, lines)
-        with open(self.directory / name, "xb") as fh:
+        path = self._path(number)
+        self._described[f"{seal.JOBS_DIR}/{path.name}"] = self._hasher.submit(seal.describe_written, data, lines)
+        self._created[number - 1].result()
+        # Not truncated (the planner created it empty; anything else there is refused where the plan is used):
+        # on ext4 a truncated file is written back as soon as it is closed.
+        with open(os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "wb") as fh:
             fh.write(data)
 
     def described(self) -> dict[str, dict[str, Any]]:
-        """The seal entries of the job files, from the bytes written (after `close`)."""
+        """The seal entries of the job files, from the bytes written (after `close`); files created but not
+        needed (repeated lines made fewer jobs) are removed."""
         while self._in_flight:
             self._in_flight.popleft().result()
-        self._writer.shutdown()
-        self._hasher.shutdown()
+        for created in self._created:
+            created.result()
+        for number in range(len(self.names) + 1, len(self._created) + 1):
+            self._path(number).unlink()
+        for pool in (self._creator, self._writer, self._hasher):
+            pool.shutdown()
         return {rel: entry.result() for rel, entry in self._described.items()}
 
 
@@ -289,6 +322,7 @@ class Planner:
         self.progress = progress
         self.counts = _Counts()
         self.engine = planlines.engine(pcfg.engine)
+        self.spilled = 0  # files spilled, repeats included
         self.described: dict[str, dict[str, Any]] = {}  # seal entries of the job files, by finish
         if self.out_dir.exists():
             for stale in (seal.SEAL_NAME, seal.JOBS_DIR, ".spill", seal.DIRS_NAME, seal.SUMMARY_NAME):
@@ -302,6 +336,8 @@ class Planner:
         self.spill = _Spill(self.out_dir / ".spill", spill_partitions(pcfg.spill_partitions, pcfg.partition_max_bytes,
                                                                       expected_files), self.floor, self.engine.spill,
                             order)
+        self.jobs = _JobWriter(self.out_dir / seal.JOBS_DIR, pcfg.files_per_job,
+                               Slicer(self.per_cycle) if self.per_cycle else None)
 
     # -- phase 1: classify every line, spill the deletable runs ---------------------------------
 
@@ -320,6 +356,7 @@ class Planner:
             self.counts.total += sum(run[2] for run in runs)
         for directory, block, files in runs:
             self._run(directory, block, files)
+        self.jobs.expect(self.spilled)
         if self.progress is not None:
             self.progress(self.counts.total)
 
@@ -353,6 +390,7 @@ class Planner:
             if not block:
                 return
             files = block.count(b"\n")
+        self.spilled += files
         self.spill.write(directory, block)
 
     def _filter_files(self, block: bytes, prot: int, excl: int, incl: int) -> bytes:
@@ -377,8 +415,7 @@ class Planner:
         guards only with `count_guards`)."""
         started = time.time()
         self.spill.close()
-        slicer = Slicer(self.per_cycle) if self.per_cycle else None
-        jobs = _JobWriter(self.out_dir / seal.JOBS_DIR, self.config.planner.files_per_job, slicer)
+        jobs, slicer = self.jobs, self.jobs.slicer
         n_dirs = 0
         with open(self.out_dir / seal.DIRS_NAME, "wb") as dirs_out:
             # A thread reads and de-duplicates the next group (file reads and the compiled engine
