@@ -196,17 +196,16 @@ def _records(data: bytes) -> Iterable[tuple[bytes, bytes]]:
 
 
 class _JobWriter:
-    """Writes planned LFNs into job files of at most `per_job` lines.
+    """Writes planned LFNs into job files of at most `per_job` lines, of `most_lines` lines in all at most.
 
-    Creating a file costs 0.3-0.7 ms of kernel CPU here (ext4 looks past recently deleted inodes), so a
-    thread creates the job files, empty, while the dump is still being read: never more than the files
-    spilled so far can fill (`expect`). Each job's lines are gathered in memory and handed, once the job
-    is full, to a thread that writes them into its file while another takes its seal entry from the
-    bytes written (no job file is read back); at most `_JOBS_IN_FLIGHT` jobs wait for them, so the
-    planning thread does not wait on the file system.
+    Three threads work beside the planning one (each releases the GIL for most of its work): one creates
+    the job files, empty, ahead of their use (creating a file costs 0.3-0.7 ms of kernel CPU here: ext4
+    looks past recently deleted inodes), never more than `most_lines` can fill; one writes each job's
+    lines, gathered in memory until the job is full, into its file; one takes the job's seal entry from
+    the bytes written (no job file is read back). At most `_JOBS_IN_FLIGHT` jobs wait to be written.
     """
 
-    def __init__(self, directory: Path, per_job: int, slicer: Optional[Slicer] = None) -> None:
+    def __init__(self, directory: Path, per_job: int, most_lines: int, slicer: Optional[Slicer] = None) -> None:
         self.directory = directory
         self.per_job = per_job
         self.slicer = slicer  # throttled: a job never spans two slices
@@ -217,20 +216,15 @@ class _JobWriter:
         self._parts: list[bytes] = []  # the current job's lines, not written yet
         self._room = 0
         self._creator = ThreadPoolExecutor(1, thread_name_prefix="job-create")
-        self._created: list[Future[None]] = []  # the creation of job file n is the n-th
-        # Two threads: one writes the files, the other hashes what it writes (both release the GIL).
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="job-write")
         self._hasher = ThreadPoolExecutor(1, thread_name_prefix="job-hash")
         self._in_flight: deque[Future[None]] = deque()
         self._described: dict[str, Future[dict[str, Any]]] = {}  # filled by the writer thread
-
-    def expect(self, lines: int) -> None:
-        """Up to `lines` files may be planned in all: create the job files they can fill."""
-        most = -(-lines // self.per_job)
-        if self.slicer is not None:  # each slice may leave one job unfilled; slices are at least half full in pairs
-            most += 2 * -(-lines // self.slicer.per_slice) + 1
-        while len(self._created) < most:
-            self._created.append(self._creator.submit(self._create, self._path(len(self._created) + 1)))
+        most_jobs = -(-most_lines // per_job)
+        if slicer is not None:  # each slice may leave one job unfilled; slices are at least half full in pairs
+            most_jobs += 2 * -(-most_lines // slicer.per_slice) + 1
+        # The creation of job file n is the n-th.
+        self._created = [self._creator.submit(self._create, self._path(n)) for n in range(1, most_jobs + 1)]
 
     @staticmethod
     def _create(path: Path) -> None:
@@ -336,8 +330,6 @@ class Planner:
         self.spill = _Spill(self.out_dir / ".spill", spill_partitions(pcfg.spill_partitions, pcfg.partition_max_bytes,
                                                                       expected_files), self.floor, self.engine.spill,
                             order)
-        self.jobs = _JobWriter(self.out_dir / seal.JOBS_DIR, pcfg.files_per_job,
-                               Slicer(self.per_cycle) if self.per_cycle else None)
 
     # -- phase 1: classify every line, spill the deletable runs ---------------------------------
 
@@ -356,7 +348,6 @@ class Planner:
             self.counts.total += sum(run[2] for run in runs)
         for directory, block, files in runs:
             self._run(directory, block, files)
-        self.jobs.expect(self.spilled)
         if self.progress is not None:
             self.progress(self.counts.total)
 
@@ -415,7 +406,8 @@ class Planner:
         guards only with `count_guards`)."""
         started = time.time()
         self.spill.close()
-        jobs, slicer = self.jobs, self.jobs.slicer
+        slicer = Slicer(self.per_cycle) if self.per_cycle else None
+        jobs = _JobWriter(self.out_dir / seal.JOBS_DIR, self.config.planner.files_per_job, self.spilled, slicer)
         n_dirs = 0
         with open(self.out_dir / seal.DIRS_NAME, "wb") as dirs_out:
             # A thread reads and de-duplicates the next group (file reads and the compiled engine

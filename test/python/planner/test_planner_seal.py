@@ -66,7 +66,7 @@ def test_a_refused_dump_has_no_digest(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("per_cycle", [0, 30])
 def test_job_entries_from_the_bytes_written_match_the_disk(tmp_path: Path, per_cycle: int) -> None:
-    """Every job file the plan names, created ahead while the dump was read, holds what its seal entry says;
+    """Every job file the plan names, created ahead of its writing, holds what its seal entry says;
     files created but not needed (repeats made fewer jobs) are gone."""
     lines = LINES + LINES[::3]  # repeats: fewer jobs than the spilled files could fill
     made = run_plan(tmp_path, lines, PROTECTED, config(per_cycle=per_cycle))
