@@ -93,7 +93,7 @@ def _in_order(candidates: Iterable[Path], allowed: Iterable[Path], exempt: Calla
             theirs.skip_line()
         elif exempt(line):
             mine.skip_line()
-        else:  # the current plan's line is not in the plan: look further on
+        else:  # this line of the current plan is not the plan's next one: look further on
             theirs.skip_line()
     return True
 
