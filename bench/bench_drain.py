@@ -102,12 +102,13 @@ def drain(src: Path, work: Path, cap: int, per_cycle: int, top_up: float) -> dic
     config.jobs.sites[RSE] = SiteConfig(siteconfig=str(siteconf))
     row: dict[str, Any] = {"cap": cap, "per_cycle": per_cycle, "load_before": round(os.getloadavg()[0], 2)}
     with build_service(config, sources=OfflineSources(src)) as service:
-        drainer = Drainer(config, service.ledger, service.sources, service.backend, service.instance, lambda: [RSE])
+        drainer = Drainer(config, service.ledger, service.sources, service.runner.jobs.backend, service.instance,
+                          lambda: [RSE])
         start = time.perf_counter()
         cycles, guarded = 0, 0
         while True:
             t = time.perf_counter()
-            result = service.run_once(RSE)
+            result = service.runner.run_once(RSE)
             cycles += 1
             if cycles == 1:
                 row["first_cycle_s"] = round(time.perf_counter() - t, 1)  # planning, recording, first jobs

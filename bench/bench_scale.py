@@ -106,9 +106,9 @@ def one_size(lines: int, data: Path, collect_jobs: int, queries: bool, clients: 
             def hook(step: str, rse: str) -> None:
                 marks.setdefault(step, time.perf_counter())
                 rss.setdefault(step, round(vm_hwm_mib(db_pid), 1))
-            service.hook = hook
+            service.runner.hook = hook
             start = time.perf_counter()
-            result = service.run_once(RSE)
+            result = service.runner.run_once(RSE)
             total = time.perf_counter() - start
             assert result.action == "new_generation" and result.submitted, result
             phases, last = {}, start
@@ -147,7 +147,7 @@ def one_size(lines: int, data: Path, collect_jobs: int, queries: bool, clients: 
                     bench_rest.stop(proc)
                 row["db_peak_rss_after_queries_mib"] = round(vm_hwm_mib(db_pid), 1)
             for job in ledger.jobs_in(RSE, LIVE_JOB_STATES, gen):  # nothing keeps running after the benchmark
-                service.backend.remove(job["_id"], job["batch_id"], "benchmark over")
+                service.runner.jobs.backend.remove(job["_id"], job["batch_id"], "benchmark over")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     row["load_after"] = round(os.getloadavg()[0], 2)
