@@ -163,6 +163,7 @@ def start(config: Config, view: LedgerView, triggers: Optional[TriggerQueue] = N
 
 
 def stop() -> None:
+    cherrypy.engine.stop()  # first: exit() during a start that Ctrl-C/SIGTERM cut short ends the process (exit 70)
     cherrypy.engine.exit()
     while _SERVERS:
         _SERVERS.pop().unsubscribe()
