@@ -6,6 +6,7 @@ its polling loop records failed cycles and keeps serving.
 """
 from __future__ import annotations
 
+import os
 import signal
 import time
 import urllib.error
@@ -50,8 +51,11 @@ def test_serve_ends_interrupted_with_its_database_stopped(tmp_path: Path, sig: s
         if serve.poll() is None:
             serve.kill()
             serve.wait(10)
+        left = servers_on(state)
+        for pid in left:  # a failed test leaves no server behind
+            os.kill(pid, signal.SIGTERM)
     text = log.read_text()
     assert serve.returncode == EXIT_INTERRUPTED, text[-2000:]
     assert "Traceback" not in text, text[-3000:]
     assert text.splitlines()[-1] == "msunmerged serve: interrupted", text[-2000:]
-    assert servers_on(state) == [] and recorded_server(state) is None  # the server it started is stopped
+    assert left == [] and recorded_server(state) is None  # the server it started is stopped
