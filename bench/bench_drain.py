@@ -5,7 +5,7 @@ local batch backend running the real worker, throttled (`planner.max_files_per_c
 count guard's `guards.max_delete_files` would allow in one plan) and capped (`jobs.max_in_flight` jobs of the
 RSE at once, `jobs.local_parallel` the same).
 
-Cycles run back to back: `Service.run_once` (plan and record once, then one slice released per cycle) and,
+Cycles run back to back: `Runner.run_once` (plan and record once, then one slice released per cycle) and,
 between two cycles, the drainer `serve` runs every `jobs.top_up_s` (here every `--top-up` seconds) until the
 RSE has no job left in flight. Per cap: wall time from the first cycle to every file deleted and the RSE
 clean, cycles, slices, the first cycle's planning and recording, files deleted per second, the most jobs

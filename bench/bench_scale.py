@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The biggest RSE end to end on the embedded default database: a generated dump of N lines planned,
-recorded and its first round of jobs submitted by one Service.run_once (the code path of `msunmerged
+recorded and its first round of jobs submitted by one Runner.run_once (the code path of `msunmerged
 clean --apply` and the polling loop), then some jobs collected, then every operator query under load.
 
 Per size: wall time of each run_once step (hooks), the database server's peak RSS (VmHWM of its

@@ -29,6 +29,8 @@ def test_file_and_environment(tmp_path):
     ("[planner]\nfiles_per_job = 0\n", {}, "planner.files_per_job"),
     ("[planner]\nfiles_per_job = 'many'\n", {}, "planner.files_per_job"),
     ("[planner]\nexclude = ['relative/x']\n", {}, "planner.exclude[0]"),
+    # Above the worker's own floor (worker.paths.MIN_DIR_DEPTH, 5): /store/unmerged/<x> would be planned removable.
+    ("[planner]\ndir_floor_depth = 4\n", {}, "planner.dir_floor_depth"),
     ("[guards]\nmax_delete_fraction = 1.5\n", {}, "guards.max_delete_fraction"),
     ("[service]\ndry_run = 'maybe'\n", {}, "service.dry_run"),
     ("", {"MSUNMERGED_SERVICE__DRY_RUN": "perhaps"}, "service.dry_run"),

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from MSUnmerged import planlines
+from MSUnmerged.worker import defaults as job_defaults
+from MSUnmerged.worker.paths import MIN_DIR_DEPTH
 from MSUnmerged.worker.pfn import LAYOUTS as PFN_LAYOUTS, form_problem as pfn_form_problem
 
 ENV_PREFIX = "MSUNMERGED_"
@@ -167,12 +169,13 @@ class SiteConfig:
 class JobsConfig:
     backend: str = "local"  # local | condor | slurm
     deadline_h: float = 48.0
-    file_timeout_s: float = 120.0
-    retries: int = 2
-    max_consecutive_denied: int = 20
-    request_memory_mb: int = 500
-    request_disk_mb: int = 500
-    max_runtime_s: int = 4 * 3600
+    # A job's defaults live with the worker (worker/defaults.py), which uses them for a setting its manifest lacks.
+    file_timeout_s: float = job_defaults.FILE_TIMEOUT_S
+    retries: int = job_defaults.RETRIES
+    max_consecutive_denied: int = job_defaults.MAX_CONSECUTIVE_DENIED
+    request_memory_mb: int = job_defaults.MEMORY_MB
+    request_disk_mb: int = job_defaults.DISK_MB
+    max_runtime_s: int = job_defaults.RUNTIME_S
     local_parallel: int = 2
     # Jobs built, recorded as intent, submitted and marked together: the first go out after one batch is
     # built, and only one batch of file lists is in memory (or left `submitting` by a crash) at a time.
@@ -191,8 +194,8 @@ class JobsConfig:
     # Load limits (docs/jobs.md): cleanup jobs of one RSE in the batch system at once (0: no limit), storage
     # operations per second of one job (0: unpaced), and the look at each file before it is deleted.
     max_in_flight: int = 100
-    max_ops_per_s: float = 0.0
-    look_before_delete: bool = True
+    max_ops_per_s: float = job_defaults.MAX_OPS_PER_S
+    look_before_delete: bool = job_defaults.LOOK_BEFORE_DELETE
     top_up_s: float = 60.0  # `serve`: collect finished jobs and submit more up to the limits this often
     sites: dict[str, SiteConfig] = field(default_factory=dict)  # per-RSE overrides
 
@@ -405,7 +408,8 @@ def _validate(cfg: Config) -> None:
     need(g.max_scan_age_h > 0, "guards.max_scan_age_h", "must be > 0")
     need(p.files_per_job >= 1, "planner.files_per_job", "must be >= 1")
     need(64 <= p.max_lfn_length <= 65536, "planner.max_lfn_length", "must be between 64 and 65536")
-    need(p.dir_floor_depth >= 4, "planner.dir_floor_depth", "must be >= 4 (never remove /store/unmerged/<x>)")
+    need(p.dir_floor_depth >= MIN_DIR_DEPTH, "planner.dir_floor_depth",
+         f"must be >= {MIN_DIR_DEPTH} (never remove /store/unmerged/<x>: the worker's own floor)")
     need(1 <= p.spill_partitions <= 512, "planner.spill_partitions", "must be between 1 and 512")
     need(p.partition_max_bytes >= 1024 * 1024, "planner.partition_max_bytes", "must be >= 1 MiB")
     need(p.engine in planlines.ENGINES, "planner.engine", f"must be one of {', '.join(planlines.ENGINES)}")

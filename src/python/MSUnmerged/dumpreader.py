@@ -1,6 +1,7 @@
 """Streams a ConMon dump (plain text, gzip or a JSON array of strings) as chunks of whole lines."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import queue
@@ -56,21 +57,46 @@ def check_lines(lines: int, invalid: Mapping[str, int]) -> None:
         raise NotADump(f"{foreign:,} of its {lines:,} lines are not LFNs under /store/unmerged/")
 
 
-def iter_chunks(source: Source, chunk_bytes: int = CHUNK_BYTES, read_ahead: int = 2) -> Iterator[bytes]:
-    """Yield chunks of the dump, each made of whole lines and ending with b'\\n'.
+def iter_chunks(source: Source, chunk_bytes: int = CHUNK_BYTES, read_ahead: int = 2) -> "DumpChunks":
+    """Yield chunks of the dump, each made of whole lines and ending with b'\\n' (see DumpChunks).
 
     The format is detected from the content (gzip magic bytes, a leading '['), never from a
     file name. Up to `read_ahead` chunks are read (and decompressed) by a background thread,
     which overlaps with planning because zlib and file reads release the GIL. Memory is
     bounded by (`read_ahead` + 1) * `chunk_bytes` plus the longest line.
     """
-    if isinstance(source, (str, os.PathLike)):
-        with open(source, "rb") as fh:
-            yield from iter_chunks(fh, chunk_bytes, read_ahead)
-        return
-    if read_ahead > 0:
-        yield from read_ahead_thread(iter_chunks(source, chunk_bytes, 0), read_ahead)
-        return
+    return DumpChunks(source, chunk_bytes, read_ahead)
+
+
+class DumpChunks:
+    """The chunks of a dump (an iterator), and `hexdigest()`: the sha256 of the dump's bytes as read from its
+    source, compressed as served for a gzip dump, to the source's end (complete once the chunks are consumed).
+    The bytes are hashed by the thread that reads them, in blocks that release the GIL."""
+
+    def __init__(self, source: Source, chunk_bytes: int = CHUNK_BYTES, read_ahead: int = 2) -> None:
+        self._hash = hashlib.sha256()
+        self._chunks = self._read(source, chunk_bytes, read_ahead)
+
+    def __iter__(self) -> "DumpChunks":
+        return self
+
+    def __next__(self) -> bytes:
+        return next(self._chunks)
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
+
+    def _read(self, source: Source, chunk_bytes: int, read_ahead: int) -> Iterator[bytes]:
+        if isinstance(source, (str, os.PathLike)):
+            with open(source, "rb") as fh:
+                yield from self._read(fh, chunk_bytes, read_ahead)
+            return
+        chunks = _chunks(_Hashed(source, self._hash), chunk_bytes)
+        yield from read_ahead_thread(chunks, read_ahead) if read_ahead > 0 else chunks
+
+
+def _chunks(source: "_Hashed", chunk_bytes: int) -> Iterator[bytes]:
+    """The dump's chunks, read from `source` in this thread; then the rest of the source, for its digest."""
     head = source.read(2)
     stream: Any = _Prepend(head, source)
     if head == GZIP_MAGIC:
@@ -87,6 +113,28 @@ def iter_chunks(source: Source, chunk_bytes: int = CHUNK_BYTES, read_ahead: int 
             yield from _line_chunks(first, stream, chunk_bytes)
     except (EOFError, zlib.error, INFLATER.error) as exc:
         raise DumpError(f"gzip stream is truncated or corrupt: {exc}") from None
+    source.drain()
+
+
+class _Hashed:
+    """A read-only stream that hashes the bytes it reads from another."""
+
+    def __init__(self, stream: BinaryIO, digest: Any) -> None:
+        self._stream = stream
+        self._digest = digest
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._stream.read(size)
+        self._digest.update(data)
+        return data
+
+    def drain(self) -> None:
+        """Read (and hash) what is left: the bytes after the dump's end that its reading does not need."""
+        while self.read(INFLATE_INPUT_BYTES):
+            pass
+
+    def readable(self) -> bool:
+        return True
 
 
 _DONE = object()

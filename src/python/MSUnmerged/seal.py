@@ -2,10 +2,13 @@
 
 `seal.json` holds the sha256 and line count of every file of the plan (each jobs file, dirs.txt,
 summary.json), the RSE, the generation (the dump's end_time), the sha256 of the dump as the planner
-read it (its decompressed chunks, in order), the sha256 of the protected list (its normalised bases,
-sorted, one per line), the guards in force, and `digest`: the sha256 of all of that. The seal is a
-check against edits and mistakes, not a signature: whoever can write the plan directory could reseal it;
-the guards and the LFN checks at apply do not depend on it.
+read it (its bytes as read from the source to its end: the compressed bytes of a gzip dump, what
+`sha256sum` of the file gives), the sha256 of the protected list (its normalised bases, sorted, one
+per line), the guards in force, and `digest`: the sha256 of all of that. The planner takes a job
+file's entry from the bytes it writes, never from the disk, so that an edit made at any time after
+the planner wrote the file is refused wherever the plan is used (`verify`, and the ledger when it
+records each jobs file). The seal is a check against edits and mistakes, not a signature: whoever
+can write the plan directory could reseal it; the guards and the LFN checks at apply do not depend on it.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from MSUnmerged.guards import PLAN_MODIFIED, GuardTripped, check_plan_lines
 from MSUnmerged.lfn import PrefixSet
 
 SEAL_NAME = "seal.json"
-SEAL_VERSION = 1
+SEAL_VERSION = 2  # 2: dump_sha256 of the bytes as read from the source (was: of its lines, decompressed)
 JOBS_DIR = "jobs"
 DIRS_NAME = "dirs.txt"
 SUMMARY_NAME = "summary.json"
@@ -33,7 +36,7 @@ def sha256(data: bytes) -> str:
 
 
 class DumpDigest:
-    """Passes dump chunks through while hashing them as read (decompressed bytes, in order)."""
+    """Passes dump chunks handed over as they are (not read by dumpreader.iter_chunks) while hashing them."""
 
     def __init__(self, chunks: Iterable[bytes]) -> None:
         self._chunks = chunks
@@ -87,7 +90,13 @@ def _plan_files(plan_dir: Path) -> list[str]:
 
 
 def _describe(data: bytes) -> dict[str, Any]:
-    return {"sha256": sha256(data), "lines": data.count(b"\n")}
+    return describe_written(data, data.count(b"\n"))
+
+
+def describe_written(data: bytes, lines: int) -> dict[str, Any]:
+    """A plan file's entry in the seal from the bytes written to it, which hold `lines` lines (as counted
+    while they were planned: whoever checks the file counts them on disk)."""
+    return {"sha256": sha256(data), "lines": lines}
 
 
 def describe_file(path: os.PathLike | str) -> dict[str, Any]:
@@ -98,9 +107,9 @@ def describe_file(path: os.PathLike | str) -> dict[str, Any]:
 def write_seal(plan_dir: os.PathLike | str, rse: str, generation: Optional[float], dump_sha256: Optional[str],
                protection: Optional[PrefixSet], guards: GuardConfig,
                described: Optional[Mapping[str, dict[str, Any]]] = None) -> Seal:
-    """Seal the plan directory as it is now (call after summary.json is written). `described`:
-    entries already read from disk by describe_file after their file was closed (the planner's
-    job files); every other file in the directory is read here."""
+    """Seal the plan directory (call after summary.json is written). `described`: the entries of the
+    files the planner wrote, from the bytes written (its job files); every other file in the directory
+    is read here."""
     plan_dir = Path(plan_dir)
     known = described or {}
     seal = Seal(rse=rse, generation=generation,

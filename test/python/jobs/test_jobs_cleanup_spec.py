@@ -16,7 +16,7 @@ from MSUnmerged.jobs.spec import CleanupJob, ProtectedBases, file_dirs, job_dirs
 from MSUnmerged.lfn import normalise_base
 from MSUnmerged.worker.cleanup import Job
 from MSUnmerged.worker.ids import MANIFEST_VERSION
-from MSUnmerged.worker.paths import ancestors
+from MSUnmerged.worker.paths import MIN_DIR_DEPTH, ancestors, depth
 
 B = "/store/unmerged/Run2024F/Muon0/AOD/PromptReco-v1"
 
@@ -75,6 +75,26 @@ def test_make_job_carries_the_mapping_check_and_scan_start() -> None:
         ("site_config_only", "standard", None)
 
 
+def test_a_manifest_without_settings_gets_the_configuration_defaults() -> None:
+    """A manifest leaving out its resources and step settings: the service (from_manifest) and the worker take
+    the same defaults as the configuration's [jobs]."""
+    defaults = Config().jobs
+    job = make_job("T2_XX_A:1:1", "T2_XX_A", "T2_XX", [f"{B}/00000/a.root"], set(), ProtectedBases([]), Config(),
+                   scan_started=1700000000.0)
+    bare = job.manifest()
+    del bare["resources"]
+    step = bare["task"]["steps"][0]
+    for key in ("file_timeout_s", "retries", "max_consecutive_denied", "max_ops_per_s", "look_before_delete"):
+        del step[key]
+    again = CleanupJob.from_manifest(json.loads(json.dumps(bare)))
+    assert (again.request_memory_mb, again.request_disk_mb, again.max_runtime_s) == \
+        (defaults.request_memory_mb, defaults.request_disk_mb, defaults.max_runtime_s)
+    worker_job = Job(json.loads(json.dumps(bare)))
+    assert (worker_job.timeout, worker_job.retries, worker_job.max_denied, worker_job.max_ops_per_s, worker_job.look) \
+        == (defaults.file_timeout_s, defaults.retries, defaults.max_consecutive_denied, defaults.max_ops_per_s,
+            defaults.look_before_delete)
+
+
 def test_relevant_protection_and_dirs() -> None:
     lfns = [f"{B}/00000/a.root"]
     bases, keep = ProtectedBases([f"{B}/000/380//", f"{B}0/x", "/store/unmerged/Z/Y/X/W"]).for_job(lfns,
@@ -96,10 +116,10 @@ def reference_protection(lfns: Sequence[str], protected: Iterable[str]) -> tuple
     bases, keep = set(), set()
     for raw in protected:
         base = normalise_base(raw).decode("utf-8", errors="surrogateescape")
-        chain = [base] + [a for a in ancestors(base) if a.count("/") >= 4]
+        chain = [base] + [a for a in ancestors(base) if depth(a) >= MIN_DIR_DEPTH]
         if base in files or base in dirs or any(a in dirs for a in chain):
             bases.add(base)
-            keep.update(a for a in chain if a in dirs and a.count("/") >= 4)
+            keep.update(a for a in chain if a in dirs and depth(a) >= MIN_DIR_DEPTH)
     return sorted(bases), sorted(keep)
 
 

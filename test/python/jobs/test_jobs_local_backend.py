@@ -13,6 +13,7 @@ from MSUnmerged.jobs.backend import BackendError, JobState, wait_for
 from MSUnmerged.jobs.local import LocalBackend
 from MSUnmerged.jobs.spec import CleanupJob, DeleteFilesStep
 from MSUnmerged.samplesite import write_siteconf
+from MSUnmerged.worker.ids import LOG_NAME
 
 SITE = RSE = "T2_XX_Local"
 B = "/store/unmerged/Run2024F/JetMET1/AOD/PromptReco-v3"
@@ -167,4 +168,4 @@ def test_two_backends_on_one_work_folder_start_a_job_once(tmp_path: Path) -> Non
     assert {s.state for s in states.values()} == {JobState.FINISHED}
     report = parse_report(first.job_dir(job(1, quick).job_id) / "report.jsonl")
     assert report.complete and report.counters() == {"deleted": 50}  # a second run would find them missing
-    assert (first.job_dir(job(1, quick).job_id) / "worker.log").read_text().count("Traceback") == 0
+    assert (first.job_dir(job(1, quick).job_id) / LOG_NAME).read_text().count("Traceback") == 0

@@ -15,6 +15,7 @@ from MSUnmerged.jobs.local import LocalBackend
 from MSUnmerged.jobs.spec import CleanupJob, DeleteFilesStep
 from MSUnmerged.samplesite import write_siteconf
 from MSUnmerged.worker.cleanup import EXIT_CONFIG
+from MSUnmerged.worker.ids import ENV_NAME, LOG_NAME, MANIFEST_NAME, REPORT_NAME
 
 SITE = RSE = "T2_XX_Local"
 B = "/store/unmerged/Run2024F/JetMET1/AOD/PromptReco-v3"
@@ -64,7 +65,7 @@ def test_token_travels_as_a_private_copy(tmp_path: Path) -> None:
     assert copy.stat().st_mode & 0o777 == 0o600 and jdir.stat().st_mode & 0o777 == 0o700
     start = parse_report(jdir / "report.jsonl").start or {}
     assert start["credential"] == {"kind": "token", "file": str(copy.resolve()), "mode": "0600"}
-    for name in ("manifest.json", "report.jsonl", "worker.log", "env.json"):
+    for name in (MANIFEST_NAME, REPORT_NAME, LOG_NAME, ENV_NAME):
         assert TOKEN not in (jdir / name).read_text(), name
 
 

@@ -8,7 +8,7 @@ import pytest
 from pymongo.database import Database
 
 from MSUnmerged.ledger import Ledger
-from MSUnmerged.ledger.store import CYCLES_META, RECENT_CYCLES
+from MSUnmerged.ledger.cycles import CYCLES_META, RECENT_CYCLES
 
 pytestmark = pytest.mark.integration
 FAILED = [{"source": "rucio", "reason": "timeout", "detail": "", "rse": ""}]

@@ -59,24 +59,49 @@ def test_outcomes_are_idempotent_and_scoped_to_their_job(tmp_path: Path, mongo_d
         ledger.record_outcomes(jid, [{"lfn": lfns[0], "state": "exploded"}])
 
 
+FIRST, SECOND, RETRY = job_id(RSE, GEN, 1, 1), job_id(RSE, GEN, 1, 2), job_id(RSE, GEN, 2, 1)
+
+
+def crashed_rows(tmp_path: Path, mongo_db: Database) -> tuple[Ledger, str, list[str]]:
+    """A recorded plan in which two steps were cut short after writing a file's row and before setting its
+    bucket code: close_job's row of FIRST's file `gone`; SECOND's files would_delete, then new_round's row of
+    its first file for RETRY. Returns the ledger, `gone` and SECOND's files."""
+    ledger = Ledger(mongo_db)
+    ledger.record_plan(tmp_path / "plan", make_plan(tmp_path), GEN)
+    gone = ledger.job_lfns(FIRST)[0]
+    row = next(r for r in ledger.file_records(job=FIRST) if r["lfn"] == gone)
+    mongo_db.files.insert_one({**row, "state": "unknown", "error_class": "no_report", "error": ""})  # close_job's row
+    names = ledger.job_lfns(SECOND)
+    ledger.record_outcomes(SECOND, [{"lfn": x, "state": "would_delete"} for x in names])
+    moved = next(r for r in ledger.file_records(job=SECOND) if r["lfn"] == names[0])
+    mongo_db.files.insert_one({**moved, "state": "planned", "job": RETRY, "attempts": 2})  # new_round's row
+    return ledger, gone, names
+
+
 def test_a_row_written_before_a_crash_wins_over_its_bucket_entry(tmp_path: Path, mongo_db: Database) -> None:
     """A step cut short after writing a file's row and before setting its bucket code: the job's files
     follow the row (of the bucket's own job for a planned entry, of a retry job for a would-delete one) and
     the code is repaired."""
-    ledger = Ledger(mongo_db)
-    ledger.record_plan(tmp_path / "plan", make_plan(tmp_path), GEN)
-    first, second, retry = job_id(RSE, GEN, 1, 1), job_id(RSE, GEN, 1, 2), job_id(RSE, GEN, 2, 1)
-    gone = ledger.job_lfns(first)[0]
-    row = next(r for r in ledger.file_records(job=first) if r["lfn"] == gone)
-    mongo_db.files.insert_one({**row, "state": "unknown", "error_class": "no_report", "error": ""})  # close_job's row
-    assert gone not in ledger.job_lfns(first) and len(ledger.job_lfns(first)) == 199
-    assert gone in ledger.job_lfns(first, states=None)
-    assert "r" in "".join(b["codes"] for b in mongo_db.buckets.find({"job": first}))
-    names = ledger.job_lfns(second)
-    ledger.record_outcomes(second, [{"lfn": x, "state": "would_delete"} for x in names])
-    moved = next(r for r in ledger.file_records(job=second) if r["lfn"] == names[0])
-    mongo_db.files.insert_one({**moved, "state": "planned", "job": retry, "attempts": 2})  # new_round's row
-    assert ledger.job_lfns(second, states=None) == names[1:] and ledger.job_lfns(retry) == [names[0]]
+    ledger, gone, names = crashed_rows(tmp_path, mongo_db)
+    assert gone not in ledger.job_lfns(FIRST) and len(ledger.job_lfns(FIRST)) == 199
+    assert gone in ledger.job_lfns(FIRST, states=None)
+    assert "r" in "".join(b["codes"] for b in mongo_db.buckets.find({"job": FIRST}))
+    assert ledger.job_lfns(SECOND, states=None) == names[1:] and ledger.job_lfns(RETRY) == [names[0]]
+
+
+def test_outcomes_follow_a_row_written_before_a_crash(tmp_path: Path, mongo_db: Database) -> None:
+    """record_outcomes reads the job's rows by job: a row a crash left beside its bucket entry stays the file's
+    record, updated when it is the reporting job's, left alone when a retry job's; the counts follow."""
+    ledger, gone, names = crashed_rows(tmp_path, mongo_db)
+    ledger.record_outcomes(FIRST, [{"lfn": gone, "state": "deleted", "size": 3}])
+    ledger.record_outcomes(SECOND, [{"lfn": x, "state": "deleted", "size": 3} for x in names])  # late for names[0]
+    records = ledger.file_records()
+    by_lfn = {r["lfn"]: r for r in records}
+    assert (by_lfn[gone]["state"], by_lfn[gone]["job"], by_lfn[gone]["size"]) == ("deleted", FIRST, 3)
+    assert (by_lfn[names[0]]["state"], by_lfn[names[0]]["job"]) == ("planned", RETRY)
+    assert all(by_lfn[x]["state"] == "deleted" for x in names[1:])
+    for state in ("planned", "deleted", "would_delete", "unknown"):
+        assert ledger.count_files(RSE, GEN, [state]) == sum(r["state"] == state for r in records), state
 
 
 def test_queries_by_state_job_prefix_with_pagination(tmp_path: Path, mongo_db: Database) -> None:

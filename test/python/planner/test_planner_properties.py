@@ -103,6 +103,7 @@ def test_compiled_and_pure_engines_write_the_same_plan(valid, hostile, data, pro
             cfg.planner.engine = engine.name
             plan = planner.plan("T2_XX_Test", chunks, protected, cfg, out, require_scan=False)
             outputs.append(plan_output(out))
+            seal.verify(out, max_length)  # the entries taken from the bytes written are those of the disk
             if plan.guard is None:  # every line is counted once
                 assert (plan.files_to_delete + plan.files_protected + plan.files_excluded + plan.invalid_total
                         == plan.files_total)

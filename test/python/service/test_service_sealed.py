@@ -119,6 +119,9 @@ PROTECTED_FILE = f"/store/unmerged/Run3Era/Primary0/AODSIM/Proc{RSE[-3:]}-v1/000
 Tamper = Callable[[Path], None]
 TAMPERS: dict[str, Tamper] = {
     "appended_lines": lambda d: append(first_job(d), PROTECTED_FILE.encode() + b"\n"),
+    # A planned line swapped for a protected file: the same line count, every line a canonical LFN.
+    "swapped_line": lambda d: first_job(d).write_bytes(
+        first_job(d).read_bytes().replace(first_job(d).read_bytes().split(b"\n", 1)[0], PROTECTED_FILE.encode(), 1)),
     "new_jobs_file": lambda d: (d / "jobs" / "job-999999.txt").write_text(PROTECTED_FILE + "\n"),
     "extra_file_in_jobs": lambda d: (d / "jobs" / "notes").write_text("hello\n"),
     "removed_jobs_file": lambda d: first_job(d).unlink(),
@@ -190,6 +193,19 @@ def test_the_sealed_plan_is_applied_exactly(tmp_path: Path, mongo_db: Database) 
     assert {d["lfn"] for d in Ledger(mongo_db).file_records()} == want
     entry = site.ledger.rse(RSE)["generations"][0]
     assert entry["seal"] == sealed["digest"] and entry["baseline_count"] == len(site.protected)
+
+
+def test_a_dump_edited_after_planning_is_refused(tmp_path: Path, mongo_db: Database) -> None:
+    """The dump rewritten after the plan was made, a planned file's line replaced by another (its line count kept):
+    the seal's dump digest no longer matches it, and apply, which plans the current dump again, refuses."""
+    site = Site(tmp_path, mongo_db, files=100)
+    plan_dir = site.plan("plan")
+    gone = sorted(planned(plan_dir))[0]
+    site.dump.write_text("\n".join(x.replace(".root", "-new.root") if x == gone else x for x in site.lines) + "\n")
+    assert seal.read_seal(plan_dir).dump_sha256 != seal.sha256(site.dump.read_bytes())
+    result = site.apply(plan_dir)
+    site.nothing_happened(result, guards.PLAN_NOT_IN_CURRENT_DUMP)
+    assert gone in result.detail
 
 
 def test_an_applied_plan_applied_again_changes_nothing(tmp_path: Path, mongo_db: Database) -> None:

@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 from pymongo.database import Database
 
-from MSUnmerged.jobs.local import PID_NAME
 from MSUnmerged.ledger import Ledger
-from MSUnmerged.worker.ids import REPORT_NAME
+from MSUnmerged.worker.ids import PID_NAME, REPORT_NAME
 from service_kit import files_left, write_sources
 from test_service_run import RSE, make_service
 

@@ -44,6 +44,16 @@ def test_covers_and_holds_below_agree(members: list[str], path: str) -> None:
         (members, path)
 
 
+@settings(max_examples=1000, deadline=None)
+@given(PATH)
+def test_depth_agrees(path: str) -> None:
+    assert lfn.depth(path.encode("utf-8")) == paths.depth(path)
+
+
+def test_the_unmerged_root_agrees() -> None:
+    assert lfn.UNMERGED == paths.UNMERGED.encode("ascii")
+
+
 def test_a_base_with_surrounding_space_protects_alike() -> None:
     """Found by the property above: the planner strips a base's surrounding whitespace, so must the worker."""
     base, lfn_ = "/store/unmerged/A/B/C/D-v1 ", "/store/unmerged/A/B/C/D-v1/000/f.root"

@@ -1,7 +1,6 @@
 """The contract every batch backend (local, HTCondor, Slurm) fulfils for cleanup jobs."""
 from __future__ import annotations
 
-import enum
 import os
 import shutil
 import time
@@ -11,27 +10,8 @@ from typing import Callable, Mapping, Optional, Protocol, Sequence
 
 from MSUnmerged.config import CREDENTIAL_FILE_KEY, Config, JobsConfig
 from MSUnmerged.jobs.spec import CleanupJob
+from MSUnmerged.ledger.states import JobState
 from MSUnmerged.worker import credentials
-
-
-class JobState(str, enum.Enum):
-    """Ledger job states; backends map their own states onto these."""
-
-    PLANNED = "planned"  # recorded in the ledger, not yet handed to a batch system
-    SUBMITTING = "submitting"  # intent recorded in the ledger, submit not yet confirmed
-    QUEUED = "queued"
-    RUNNING = "running"
-    HELD = "held"
-    FINISHED = "finished"  # the worker exited; its report decides each file's outcome
-    FAILED = "failed"  # the batch system gave up on it (removed, killed, time limit, ...)
-    REMOVED = "removed"  # we removed it (revalidation, policy)
-    VANISHED = "vanished"  # unknown to the batch system, no report: files get outcome "unknown"
-    COLLECTED = "collected"  # report handed to the collector, job removed from the queue
-
-    @property
-    def terminal(self) -> bool:
-        return self in (JobState.FINISHED, JobState.FAILED, JobState.REMOVED, JobState.VANISHED,
-                        JobState.COLLECTED)
 
 
 class BackendError(Exception):

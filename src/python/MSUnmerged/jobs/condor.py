@@ -38,7 +38,8 @@ from MSUnmerged.jobs.backend import (BackendError, JobCredential, JobState, JobS
                                      deliver_report, job_environment, write_private)
 from MSUnmerged.jobs.spec import CleanupJob  # noqa: E402
 from MSUnmerged.sitelimits import in_flight_cap  # noqa: E402
-from MSUnmerged.worker.ids import MANIFEST_NAME, REPORT_NAME, job_folder  # noqa: E402
+from MSUnmerged.worker.ids import (MANIFEST_NAME, REPORT_NAME, STDERR_NAME, STDOUT_NAME, WORKER_NAME,  # noqa: E402
+                                  job_folder)
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +232,7 @@ class CondorBackend:
         """The worker zipapp shipped with every job (built once into the work directory)."""
         if self._worker is None:
             from MSUnmerged.jobs.workerpkg import build_worker
-            self._worker = build_worker(self.workdir / "worker.pyz")
+            self._worker = build_worker(self.workdir / WORKER_NAME)
         return Path(self._worker).resolve()
 
     def job_dir(self, job_id: str) -> Path:
@@ -266,8 +267,8 @@ class CondorBackend:
             "transfer_input_files": ",".join(inputs),
             "should_transfer_files": "YES",
             "when_to_transfer_output": "ON_EXIT",
-            "output": "job.out",
-            "error": "job.err",
+            "output": STDOUT_NAME,
+            "error": STDERR_NAME,
             "request_cpus": "1",
             "request_memory": f"{memory_mb}",
             "request_disk": f"{disk_mb * 1024}",  # KiB

@@ -1,8 +1,10 @@
 """The embedded default batch backend: cleanup jobs run as local processes, same contract as at a site.
 
-Each job gets a folder <work_dir>/<job>/ (0700) with manifest.json and, when the RSE's jobs carry one, a copy
-of the storage credential (0600); the worker zipapp runs there as `python3 worker.pyz manifest.json` with the
-job environment (SITECONFIG_PATH, the credential's file), writes report.jsonl and worker.log.
+Each job gets a folder <work_dir>/<job>/ (0700) with manifest.json and env.json (the job environment:
+SITECONFIG_PATH, the credential's file) and, when the RSE's jobs carry one, a copy of the storage credential
+(0600). The worker zipapp, built once into <work_dir>, runs there as
+`python3 <work_dir>/msunmerged-worker.pyz manifest.json --report report.jsonl` with that environment; its output
+goes to worker.log, its pid to worker.pid (file names: worker/ids.py).
 At most `jobs.local_parallel` run at once; the rest wait in submission order and a supervisor thread starts
 them as slots free up, between the service's cycles too (it ends when nothing waits; a submit starts it
 again). Everything needed to answer `poll` and `find` after a restart is on disk: the pid file of a
@@ -26,16 +28,13 @@ from MSUnmerged.jobs.backend import (BackendError, JobState, JobStatus, credenti
                                      job_environment, remove_queued, write_private)
 from MSUnmerged.jobs.spec import CleanupJob
 from MSUnmerged.jobs.workerpkg import build_worker
-from MSUnmerged.worker.ids import MANIFEST_NAME, REPORT_NAME, job_folder
+from MSUnmerged.worker.ids import (CLAIM_NAME, ENV_NAME, LOG_NAME, MANIFEST_NAME, PID_NAME, REPORT_NAME, WORKER_NAME,
+                                  job_folder)
 
-LOG_NAME = "worker.log"
-PID_NAME = "worker.pid"
-ENV_NAME = "env.json"
 BATCH_PREFIX = "local:"
 PUMP_INTERVAL_S = 0.2  # how often the supervisor looks for a free slot while jobs wait
-# Made exclusively by whoever starts a job's worker, before it starts: two backends on one work folder (a
-# restarted service beside its predecessor's threads, `run` beside `serve`) never both start a job.
-CLAIM_NAME = "worker.claim"
+# CLAIM_NAME is made exclusively by whoever starts a job's worker, before it starts: two backends on one work
+# folder (a restarted service beside its predecessor's threads, `run` beside `serve`) never both start a job.
 CLAIM_GRACE_S = 60.0  # a claim with no pid file after this: its starter died before starting the worker
 
 # Per process, shared by the backends of every site (they share the work folder): the worker zipapp built into
@@ -89,7 +88,7 @@ class LocalBackend:
     def worker(self) -> Path:
         """The worker zipapp every job runs (built once into the work folder)."""
         if self._worker is None:
-            dest = self.work_dir / "msunmerged-worker.pyz"
+            dest = self.work_dir / WORKER_NAME
             with _lock:  # once per folder and process, not per site's backend
                 if not dest.exists() or _built.get(dest) != _file_key(dest):
                     self.work_dir.mkdir(parents=True, exist_ok=True)

@@ -7,9 +7,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
-from MSUnmerged.config import Config
+from MSUnmerged.config import Config, PlannerConfig
 from MSUnmerged.lfn import PreparedByDigest, normalise_base
 from MSUnmerged.sitelimits import limits_for
+from MSUnmerged.worker import defaults
 from MSUnmerged.worker.ids import MANIFEST_VERSION
 from MSUnmerged.worker.paths import MIN_DIR_DEPTH, ancestors, depth
 
@@ -23,10 +24,10 @@ class DeleteFilesStep:
     keep_dirs: list[str] = field(default_factory=list)  # its directories that are or hold a protected base: kept
     protected: list[str] = field(default_factory=list)  # protected bases relevant to these files: refuse under them
     dry_run: bool = True
-    file_timeout_s: float = 120.0
-    retries: int = 2
-    backoff_s: float = 1.0
-    max_consecutive_denied: int = 20
+    file_timeout_s: float = defaults.FILE_TIMEOUT_S
+    retries: int = defaults.RETRIES
+    backoff_s: float = defaults.BACKOFF_S
+    max_consecutive_denied: int = defaults.MAX_CONSECUTIVE_DENIED
     unmerged_pfn: Optional[str] = None  # Rucio's PFN of /store/unmerged/ for the RSE; None: not asked (offline)
     mapping_check: str = "site_config_only"  # "rucio" when unmerged_pfn is set: the worker compares the two
     pfn_layout: str = "standard"  # "site_specific": PFNs need not end with the LFN's path (jobs.sites.<RSE>)
@@ -35,13 +36,18 @@ class DeleteFilesStep:
     # Directories an earlier plan gave as removable, not removed yet: removed when empty (service/dirretry.py).
     retry_dirs: list[str] = field(default_factory=list)
     sweep_empty_dirs: bool = False  # also remove old empty directories below the datasets cleaned
-    dir_floor_depth: int = 7  # planner.dir_floor_depth: no directory above it is ever removed
+    dir_floor_depth: int = PlannerConfig.dir_floor_depth  # no directory above it is ever removed
     include: Optional[list[str]] = None  # the RSE's path filters (sitelimits), re-checked at the site
     exclude: list[str] = field(default_factory=list)
-    max_ops_per_s: float = 0.0  # storage operations per second of the job (0: unpaced)
-    look_before_delete: bool = True  # off: remote storage is not looked at before each delete (docs/jobs.md)
+    max_ops_per_s: float = defaults.MAX_OPS_PER_S  # storage operations per second of the job (0: unpaced)
+    # off: remote storage is not looked at before each delete (docs/jobs.md)
+    look_before_delete: bool = defaults.LOOK_BEFORE_DELETE
     name: str = "DeleteFiles"
     type: str = "DeleteFiles"
+
+
+# The manifest's "resources": its key -> the CleanupJob field it holds.
+RESOURCES = {"memory_mb": "request_memory_mb", "disk_mb": "request_disk_mb", "runtime_s": "max_runtime_s"}
 
 
 @dataclass
@@ -54,9 +60,9 @@ class CleanupJob:
     deadline: float  # epoch seconds; the worker refuses to start after it
     step: DeleteFilesStep
     generation: float = 0.0  # the dump version (ConMon end_time) this job comes from
-    request_memory_mb: int = 500
-    request_disk_mb: int = 500
-    max_runtime_s: int = 4 * 3600
+    request_memory_mb: int = defaults.MEMORY_MB
+    request_disk_mb: int = defaults.DISK_MB
+    max_runtime_s: int = defaults.RUNTIME_S
     task_name: str = "Cleanup"
     task_type: str = "Cleanup"
 
@@ -69,8 +75,7 @@ class CleanupJob:
             "site": self.site,
             "generation": self.generation,
             "deadline": self.deadline,
-            "resources": {"memory_mb": self.request_memory_mb, "disk_mb": self.request_disk_mb,
-                          "runtime_s": self.max_runtime_s},
+            "resources": {key: getattr(self, name) for key, name in RESOURCES.items()},
             "task": {"name": self.task_name, "type": self.task_type, "steps": [asdict(self.step)]},
         }
 
@@ -88,13 +93,13 @@ class CleanupJob:
 
     @classmethod
     def from_manifest(cls, data: dict[str, Any]) -> "CleanupJob":
+        """The job a manifest describes; a resource it leaves out takes the job's default."""
         step = data["task"]["steps"][0]
         res = data.get("resources", {})
         return cls(job_id=data["job_id"], rse=data["rse"], site=data["site"], deadline=data["deadline"],
                    generation=data.get("generation", 0.0), step=DeleteFilesStep(**step),
-                   request_memory_mb=res.get("memory_mb", 500), request_disk_mb=res.get("disk_mb", 500),
-                   max_runtime_s=res.get("runtime_s", 4 * 3600), task_name=data["task"]["name"],
-                   task_type=data["task"]["type"])
+                   task_name=data["task"]["name"], task_type=data["task"]["type"],
+                   **{name: res[key] for key, name in RESOURCES.items() if key in res})
 
 
 def file_dirs(lfns: Iterable[str]) -> set[str]:
@@ -110,7 +115,7 @@ def file_dirs(lfns: Iterable[str]) -> set[str]:
 
 def job_dirs(dirs: set[str], removable: set[str]) -> list[str]:
     """The plan's removable directories among a job's directories (`file_dirs`), leaf first."""
-    return sorted(dirs & removable, key=lambda d: (-d.count("/"), d))
+    return sorted(dirs & removable, key=lambda d: (-depth(d), d))
 
 
 class ProtectedBases:

@@ -9,9 +9,10 @@ import threading
 import zipapp
 from pathlib import Path
 
+from MSUnmerged.worker.ids import WORKER_NAME
+
 WORKER_SRC = Path(__file__).resolve().parent.parent / "worker"
 PACKAGE = "msunmerged_worker"
-WORKER_NAME = "msunmerged-worker.pyz"
 _MAIN = f"import sys\nfrom {PACKAGE}.__main__ import main\nsys.exit(main())\n"
 
 
@@ -28,7 +29,7 @@ def worker_version() -> str:
 
 
 def build_worker(dest: Path) -> Path:
-    """Write the worker zipapp to `dest` (a file, or a directory to put msunmerged-worker.pyz in)."""
+    """Write the worker zipapp to `dest` (a file, or a directory to put it in as WORKER_NAME)."""
     dest = Path(dest)
     if dest.is_dir():
         dest = dest / WORKER_NAME

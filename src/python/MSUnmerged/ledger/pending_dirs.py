@@ -16,9 +16,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from pymongo import DeleteOne, UpdateOne
 
-from MSUnmerged.jobs.backend import JobState
 from MSUnmerged.ledger.retry import with_retry
-from MSUnmerged.ledger.states import LIVE_JOB_STATES, DirState
+from MSUnmerged.ledger.states import LIVE_JOB_STATES, DirState, JobState
 from MSUnmerged.worker.ids import gen_key, job_id
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from MSUnmerged.guards import PLAN_MODIFIED, GuardTripped
-from MSUnmerged.jobs.backend import JobState
+from MSUnmerged.ledger.states import JobState
 from MSUnmerged.ledger.retry import with_retry
 
 if TYPE_CHECKING:  # the store reads the counters from here

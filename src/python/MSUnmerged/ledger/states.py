@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import enum
 
-from MSUnmerged.jobs.backend import JobState
 from MSUnmerged.worker.report import DIR_OUTCOMES, EXPECTED_DIR_REASONS
 
 
@@ -20,6 +19,26 @@ class FileState(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+class JobState(str, enum.Enum):
+    """A cleanup job's state in the ledger; the batch backends map their own states onto these."""
+
+    PLANNED = "planned"  # recorded in the ledger, not yet handed to a batch system
+    SUBMITTING = "submitting"  # intent recorded in the ledger, submit not yet confirmed
+    QUEUED = "queued"
+    RUNNING = "running"
+    HELD = "held"
+    FINISHED = "finished"  # the worker exited; its report decides each file's outcome
+    FAILED = "failed"  # the batch system gave up on it (removed, killed, time limit, ...)
+    REMOVED = "removed"  # we removed it (revalidation, policy)
+    VANISHED = "vanished"  # unknown to the batch system, no report: files get outcome "unknown"
+    COLLECTED = "collected"  # report handed to the collector, job removed from the queue
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobState.FINISHED, JobState.FAILED, JobState.REMOVED, JobState.VANISHED,
+                        JobState.COLLECTED)
 
 
 # Directory states are the worker's directory outcomes.

@@ -8,9 +8,8 @@ from typing import Any, Iterator, Optional, Protocol
 
 from pymongo.database import Database
 
-from MSUnmerged.jobs.backend import JobState
 from MSUnmerged.ledger import history
-from MSUnmerged.ledger.states import RETRIABLE, SUBMITTED, DirState, FileState
+from MSUnmerged.ledger.states import RETRIABLE, SUBMITTED, DirState, FileState, JobState
 from MSUnmerged.ledger.store import Ledger
 from MSUnmerged.redact import redact, redact_all
 
@@ -182,13 +181,7 @@ class MongoLedgerView:
     # -- jobs and cycles ---------------------------------------------------------------------
 
     def jobs(self, rse: Optional[str], state: Optional[str], limit: int) -> list[dict[str, Any]]:
-        query: dict[str, Any] = {}
-        if rse:
-            query["rse"] = rse
-        if state:
-            query["state"] = state
-        # Job ids are "<rse>:<gen>:<round>-<n>": descending id order is newest first within an RSE.
-        docs = self.db.jobs.find(query).sort("_id", -1).limit(limit)
+        docs = self.ledger.query_jobs(rse, state, limit=limit, newest_first=True)["items"]
         return [redact_all(_clean({"id": d.pop("_id"), **d})) for d in docs]  # batch reasons may quote URLs
 
     def cycles(self, limit: int) -> list[dict[str, Any]]:

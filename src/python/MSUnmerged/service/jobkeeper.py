@@ -27,6 +27,7 @@ from MSUnmerged.service.result import Hook
 from MSUnmerged.sitelimits import limits_for
 from MSUnmerged.sites import resolve_site
 from MSUnmerged.sources import Sources
+from MSUnmerged.worker.paths import depth
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +255,7 @@ class JobKeeper:
         retried = set(job.get("retry_dirs") or [])
         floor = self.config.planner.dir_floor_depth
         swept = report is not None and (report.start or {}).get("method", {}).get("sweep") == "on"
-        tops = {d + "/" for d in file_dirs(lfns) if d.count("/") + 1 == floor} if swept else set()
+        tops = {d + "/" for d in file_dirs(lfns) if depth(d) == floor} if swept else set()
         return lambda d: d in retried or any(d.startswith(top) for top in tops)
 
     def _given_dirs(self, job: dict[str, Any], lfns: list[str]) -> list[str]:

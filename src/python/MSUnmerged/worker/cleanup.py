@@ -10,7 +10,7 @@ import sys
 import time
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
-from . import credentials, deleters, paths, pfn, siteconf, storage, sweep
+from . import credentials, defaults, deleters, paths, pfn, siteconf, storage, sweep
 from .deleters import AUTH_FAILED, DELETED, DENIED, MISSING, REFUSED, Deleter, Result, Seen
 from .ids import MANIFEST_VERSION
 from .pace import Pacer
@@ -85,10 +85,10 @@ class Job:
         self.keep_dirs: List[str] = [d for d in step.get("keep_dirs", []) if isinstance(d, str)]
         self.protected: List[str] = [p for p in step.get("protected", []) if isinstance(p, str)]
         self.dry_run = bool(step.get("dry_run", True))
-        self.timeout = float(step.get("file_timeout_s", 120.0))
-        self.retries = max(0, int(step.get("retries", 2)))
-        self.backoff = max(0.0, float(step.get("backoff_s", 1.0)))
-        self.max_denied = max(1, int(step.get("max_consecutive_denied", 20)))
+        self.timeout = float(step.get("file_timeout_s", defaults.FILE_TIMEOUT_S))
+        self.retries = max(0, int(step.get("retries", defaults.RETRIES)))
+        self.backoff = max(0.0, float(step.get("backoff_s", defaults.BACKOFF_S)))
+        self.max_denied = max(1, int(step.get("max_consecutive_denied", defaults.MAX_CONSECUTIVE_DENIED)))
         self.unmerged_pfn: Optional[str] = step.get("unmerged_pfn")
         self.mapping_check = step.get("mapping_check", "site_config_only")
         self.pfn_layout = step.get("pfn_layout", "standard")
@@ -105,8 +105,8 @@ class Job:
         self.include: Optional[paths.PathSet] = None if include is None else paths.PathSet(
             [x for x in include if isinstance(x, str)])
         self.exclude = paths.PathSet([x for x in step.get("exclude", []) if isinstance(x, str)])
-        self.max_ops_per_s = max(0.0, float(step.get("max_ops_per_s", 0.0)))
-        self.look = bool(step.get("look_before_delete", True))
+        self.max_ops_per_s = max(0.0, float(step.get("max_ops_per_s", defaults.MAX_OPS_PER_S)))
+        self.look = bool(step.get("look_before_delete", defaults.LOOK_BEFORE_DELETE))
         if self.pfn_layout not in pfn.LAYOUTS:
             raise JobRefused("DeleteFiles.pfn_layout %r is not one of %s" % (self.pfn_layout, ", ".join(pfn.LAYOUTS)))
         if self.pfn_layout == "site_specific" and self.unmerged_root is None:

@@ -15,6 +15,8 @@ import ssl
 import time
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
+from .ids import PROXY_NAME, TOKEN_NAME
+
 KIND_VAR = "MSUNMERGED_CREDENTIAL"
 TOKEN_VAR = "BEARER_TOKEN"
 TOKEN_FILE_VAR = "BEARER_TOKEN_FILE"
@@ -23,7 +25,7 @@ XRD_PROTOCOL_VAR = "XrdSecPROTOCOL"
 TOOL_VARS = (TOKEN_VAR, TOKEN_FILE_VAR, PROXY_VAR, XRD_PROTOCOL_VAR)  # what tool_env may set
 TOKEN, PROXY = "token", "proxy"
 # The credential's file name in the job's folder (sandbox), written by the service.
-FILE_NAMES = {TOKEN: "storage.token", PROXY: "storage.proxy"}
+FILE_NAMES = {TOKEN: TOKEN_NAME, PROXY: PROXY_NAME}
 _FILE_VARS = {TOKEN: TOKEN_FILE_VAR, PROXY: PROXY_VAR}
 # The xrootd security protocol each kind authenticates with.
 _XRD_PROTOCOLS = {TOKEN: "ztn", PROXY: "gsi"}

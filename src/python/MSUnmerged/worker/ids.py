@@ -1,4 +1,5 @@
-"""Ids of the ledger's records and the names of a cleanup job's files: the one place that defines them.
+"""The ids of files and jobs (the ledger's and the worker's) and the names of the files in a cleanup job's folder (on
+every backend, and in a Slurm array's folder): the one place that defines them.
 
 It lives in the worker package (standard library only, Python 3.9) because the worker reads the manifest and
 writes the report under these names and shipped alone must stay self-contained; the service imports it from here.
@@ -9,8 +10,33 @@ import hashlib
 import re
 
 MANIFEST_VERSION = 2  # of the job manifest (jobs/spec.py writes it, worker/cleanup.py refuses any other)
+
+# The files of a job's folder, on every backend.
 MANIFEST_NAME = "manifest.json"  # a job's manifest in its folder, the worker's argument
 REPORT_NAME = "report.jsonl"  # the worker's per-file report (JSON lines) in the job's folder
+WORKER_NAME = "msunmerged-worker.pyz"  # the worker zipapp every job runs (jobs/workerpkg.py builds it)
+TOKEN_NAME = "storage.token"  # the job's storage credential (worker/credentials.py), a WLCG bearer token
+PROXY_NAME = "storage.proxy"  # ... or an X.509 proxy
+# Local backend (jobs/local.py): the worker's output, its pid, the claim of whoever starts it, its environment.
+LOG_NAME = "worker.log"
+PID_NAME = "worker.pid"
+CLAIM_NAME = "worker.claim"
+ENV_NAME = "env.json"
+# HTCondor (jobs/condor.py): the job's standard output and error, retrieved with the report.
+STDOUT_NAME = "job.out"
+STDERR_NAME = "job.err"
+# Slurm (jobs/slurm): written by the job script: its output, its raw Slurm job id when it started, the worker's
+# exit code; by the service's remove(): the reason. The markers are how a job is judged after Slurm forgot it.
+JOB_LOG_NAME = "job.log"
+STARTED_NAME = "started"
+EXIT_CODE_NAME = "exit_code"
+REMOVED_NAME = "removed"
+# ... and in a Slurm array's folder (beside the worker): the job script, the task index -> job folder list, the
+# task index -> job id list, and Slurm's own output of task %a.
+ARRAY_SCRIPT_NAME = "job.sh"
+ARRAY_FOLDERS_NAME = "jobs.txt"
+ARRAY_IDS_NAME = "jobs.json"
+ARRAY_LOG_NAME = "slurm-%a.log"
 
 
 def gen_key(generation: float) -> str:

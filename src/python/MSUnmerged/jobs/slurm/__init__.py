@@ -7,7 +7,9 @@ Jobs and service share a folder (`slurm.work_dir`) on the cluster's file system:
 
     <work_dir>/jobs/<job>/     manifest.json; written by the job: started (its raw Slurm job id),
                                report.jsonl (the worker's), exit_code, job.log; by remove(): removed (reason)
-    <work_dir>/arrays/<tag>/   worker.pyz, jobs.txt (task index -> job folder), jobs.json, job.sh, slurm-<i>.log
+    <work_dir>/arrays/<tag>/   msunmerged-worker.pyz, jobs.txt (task index -> job folder), jobs.json (task index ->
+                               job id), job.sh, slurm-<i>.log
+File names: worker/ids.py.
 
 The service reaches that folder, and in `cli` mode the Slurm commands, through `slurm.command_prefix`: every
 command is handed to it as ONE shell-quoted string (as ssh expects); empty means `sh -c` on this machine.

@@ -22,9 +22,10 @@ from MSUnmerged.jobs.slurm.states import map_state
 from MSUnmerged.jobs.slurm.transport import JOB_PATH, NAME_PREFIX, ArraySpec, Transport
 from MSUnmerged.jobs.spec import CleanupJob
 from MSUnmerged.jobs.workerpkg import build_worker
-from MSUnmerged.worker.ids import MANIFEST_NAME, REPORT_NAME, job_folder
+from MSUnmerged.worker.ids import (ARRAY_FOLDERS_NAME, ARRAY_IDS_NAME, ARRAY_SCRIPT_NAME, EXIT_CODE_NAME, JOB_LOG_NAME,
+                                  MANIFEST_NAME, REMOVED_NAME, REPORT_NAME, STARTED_NAME, WORKER_NAME, job_folder)
 
-MARKERS = ("started", "exit_code", "removed")  # files a job's folder may hold besides the worker's (docstring)
+MARKERS = (STARTED_NAME, EXIT_CODE_NAME, REMOVED_NAME)  # files a job's folder may hold besides the worker's (docstring)
 
 
 def _tar(files: Mapping[str, bytes]) -> bytes:
@@ -39,16 +40,16 @@ def _tar(files: Mapping[str, bytes]) -> bytes:
 
 
 JOB_SCRIPT = """#!/bin/bash
-# MSUnmerged cleanup job array: task N runs the worker for the job folder on line N+1 of jobs.txt.
+# MSUnmerged cleanup job array: task N runs the worker for the job folder on line N+1 of {folders}.
 export PATH="${{PATH:-{path}}}"
-JOBDIR=$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {array_dir}/jobs.txt)
+JOBDIR=$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {array_dir}/{folders})
 cd "$JOBDIR" || exit 90
-exec > job.log 2>&1
-echo "$SLURM_JOB_ID $(hostname) $(date +%s)" > started
+exec > {log} 2>&1
+echo "$SLURM_JOB_ID $(hostname) $(date +%s)" > {started}
 {exports}{setup}
-{python} {array_dir}/worker.pyz {manifest}
+{python} {array_dir}/{worker} {manifest}
 rc=$?
-echo "$rc" > exit_code.tmp && mv -f exit_code.tmp exit_code
+echo "$rc" > {exit_code}.tmp && mv -f {exit_code}.tmp {exit_code}
 exit "$rc"
 """
 
@@ -113,21 +114,22 @@ class SlurmBackend:
         env = job_environment(self.jobs, rse, credential)
         script = JOB_SCRIPT.format(
             path=JOB_PATH, array_dir=shlex.quote(array_dir), python=shlex.quote(self.settings.python),
-            manifest=MANIFEST_NAME, setup=self.settings.setup,
+            manifest=MANIFEST_NAME, setup=self.settings.setup, folders=ARRAY_FOLDERS_NAME, log=JOB_LOG_NAME,
+            started=STARTED_NAME, worker=WORKER_NAME, exit_code=EXIT_CODE_NAME,
             exports="".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items()))
         files = {f"jobs/{job_folder(j.job_id)}/{MANIFEST_NAME}": j.manifest_bytes() for j in jobs}
         if credential.file_name:  # a copy in each job's folder: a job never reads another's
             secret = credential.read()
             files.update({f"jobs/{job_folder(j.job_id)}/{credential.file_name}": secret for j in jobs})
-        files.update({f"arrays/{tag}/worker.pyz": worker, f"arrays/{tag}/job.sh": script.encode(),
-                      f"arrays/{tag}/jobs.json": json.dumps(ids).encode(),
-                      f"arrays/{tag}/jobs.txt": "".join(f"{self._job_dir(i)}\n" for i in ids).encode()})
+        files.update({f"arrays/{tag}/{WORKER_NAME}": worker, f"arrays/{tag}/{ARRAY_SCRIPT_NAME}": script.encode(),
+                      f"arrays/{tag}/{ARRAY_IDS_NAME}": json.dumps(ids).encode(),
+                      f"arrays/{tag}/{ARRAY_FOLDERS_NAME}": "".join(f"{self._job_dir(i)}\n" for i in ids).encode()})
         # One command for the whole array (one ssh round trip, not one per job). A resubmitted job id must
         # not inherit the markers or report of an earlier attempt.
         w = shlex.quote(self.work_dir)
         self.shell.run(f"umask 077 && mkdir -p {w} && tar -x -f - -C {w} && while IFS= read -r d; do "
-                       f"for f in {' '.join(MARKERS)} {REPORT_NAME} job.log; do rm -f \"$d/$f\"; done; "
-                       f"done < {shlex.quote(array_dir)}/jobs.txt", stdin=_tar(files))
+                       f"for f in {' '.join(MARKERS)} {REPORT_NAME} {JOB_LOG_NAME}; do rm -f \"$d/$f\"; done; "
+                       f"done < {shlex.quote(array_dir)}/{ARRAY_FOLDERS_NAME}", stdin=_tar(files))
         s = self.settings
         spec = ArraySpec(name=NAME_PREFIX + tag, size=len(jobs), parallel=s.array_parallel,
                          time_limit_min=max(1, math.ceil(runtime_s / 60)), memory_mb=memory_mb,
@@ -155,8 +157,8 @@ class SlurmBackend:
         records = {r.batch_id: r for r in self.transport.query(b.split("_")[0] for b in batch_ids.values())}
         markers = self._markers(batch_ids)
         # Jobs Slurm's queue forgot (MinJobAge): ask accounting by the raw id the job wrote when it started.
-        raw = {job_id: m["started"].split()[0] for job_id, m in markers.items()
-               if batch_ids[job_id] not in records and m.get("started")}
+        raw = {job_id: m[STARTED_NAME].split()[0] for job_id, m in markers.items()
+               if batch_ids[job_id] not in records and m.get(STARTED_NAME)}
         accounted = self.transport.accounting(raw.values())
         out = {}
         for job_id, batch_id in batch_ids.items():
@@ -170,7 +172,7 @@ class SlurmBackend:
         found: dict[str, str] = {}
         arrays = {r.batch_id.split("_")[0]: r.name[len(NAME_PREFIX):] for r in self.transport.ours()}
         for array_id, tag in arrays.items():
-            listing = self.shell.read(f"{self.work_dir}/arrays/{tag}/jobs.json")
+            listing = self.shell.read(f"{self.work_dir}/arrays/{tag}/{ARRAY_IDS_NAME}")
             if listing is None:
                 continue
             for i, job_id in enumerate(json.loads(listing)):
@@ -191,5 +193,5 @@ class SlurmBackend:
 
     def remove(self, job_id: str, batch_id: str, reason: str) -> None:
         # The marker first: a pending task cancelled from its array leaves no record in Slurm at all.
-        self.shell.write(f"{self._job_dir(job_id)}/removed", (reason.replace("\n", " ") + "\n").encode())
+        self.shell.write(f"{self._job_dir(job_id)}/{REMOVED_NAME}", (reason.replace("\n", " ") + "\n").encode())
         self.transport.cancel(batch_id)

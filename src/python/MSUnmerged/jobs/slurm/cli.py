@@ -8,6 +8,7 @@ from MSUnmerged.jobs.backend import BackendError
 from MSUnmerged.jobs.slurm.shell import Shell, cli_error
 from MSUnmerged.jobs.slurm.states import SlurmRecord
 from MSUnmerged.jobs.slurm.transport import NAME_PREFIX, ArraySpec
+from MSUnmerged.worker.ids import ARRAY_LOG_NAME
 
 
 class CliTransport:
@@ -32,7 +33,7 @@ class CliTransport:
         args = ["sbatch", "--parsable", f"--job-name={spec.name}", f"--array={spec.indexes}",
                 f"--time={spec.time_limit_min}", f"--mem={spec.memory_mb}", "--ntasks=1", "--cpus-per-task=1",
                 "--no-requeue", "--export=NONE", f"--chdir={spec.directory}",
-                f"--output={spec.directory}/slurm-%a.log"]
+                f"--output={spec.directory}/{ARRAY_LOG_NAME}"]
         args += [f"--{k}={v}" for k, v in (("partition", spec.partition), ("account", spec.account),
                                            ("qos", spec.qos)) if v]
         out = self.shell.run(shlex.join(args), stdin=script.encode()).stdout.decode().strip()

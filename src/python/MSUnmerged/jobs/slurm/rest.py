@@ -11,6 +11,7 @@ from MSUnmerged.config import SlurmConfig
 from MSUnmerged.jobs.backend import BackendError
 from MSUnmerged.jobs.slurm.states import SlurmRecord
 from MSUnmerged.jobs.slurm.transport import JOB_PATH, NAME_PREFIX, ArraySpec
+from MSUnmerged.worker.ids import ARRAY_LOG_NAME
 
 
 class RestTransport:
@@ -72,7 +73,7 @@ class RestTransport:
         job: dict[str, Any] = {
             "name": spec.name, "array": spec.indexes, "time_limit": spec.time_limit_min,
             "memory_per_node": spec.memory_mb, "tasks": 1, "cpus_per_task": 1, "requeue": False,
-            "current_working_directory": spec.directory, "standard_output": f"{spec.directory}/slurm-%a.log",
+            "current_working_directory": spec.directory, "standard_output": f"{spec.directory}/{ARRAY_LOG_NAME}",
             "environment": {"PATH": JOB_PATH},
         }
         job.update({k: v for k, v in (("partition", spec.partition), ("account", spec.account),

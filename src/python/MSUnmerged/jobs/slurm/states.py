@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from MSUnmerged.jobs.backend import JobState
+from MSUnmerged.worker.ids import EXIT_CODE_NAME, REMOVED_NAME
 
 # Slurm job states (squeue %T, sacct State, REST job_state) -> ledger state; reasons for the failures.
 _RUNNING = {"RUNNING", "CONFIGURING", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING"}
@@ -40,8 +41,8 @@ class SlurmRecord:
 
 def map_state(record: Optional[SlurmRecord], markers: Mapping[str, str]) -> tuple[JobState, str, Optional[int]]:
     """Ledger state, reason and exit code from Slurm's record (None: Slurm forgot the job) and the job's markers."""
-    exit_code = int(markers["exit_code"]) if markers.get("exit_code", "").lstrip("-").isdigit() else None
-    removed = markers.get("removed")
+    exit_code = int(markers[EXIT_CODE_NAME]) if markers.get(EXIT_CODE_NAME, "").lstrip("-").isdigit() else None
+    removed = markers.get(REMOVED_NAME)
     if record is None:
         if exit_code is not None:
             return JobState.FINISHED, "", exit_code

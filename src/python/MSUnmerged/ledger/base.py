@@ -1,0 +1,86 @@
+"""The ledger's database handle and collections, with the look-ups every part of the ledger shares."""
+from __future__ import annotations
+
+import time
+from typing import Any, Optional, Sequence
+
+from pymongo import ASCENDING, InsertOne, errors
+from pymongo.collection import Collection
+from pymongo.database import Database
+
+from MSUnmerged.ledger import fences
+from MSUnmerged.ledger.retry import with_retry
+
+EVENTS_KEPT = 50
+BATCH = 10_000
+BUCKET_BATCH = 500  # buckets per insert (each up to a job's files)
+
+
+def span(first: str, last: str) -> list[str]:
+    """A job's `span`: every _id of its records (its files, and its buckets for a round-1 job) lies in
+    [first, last], so the job's pages read only that range."""
+    return [first, last]
+
+
+def write_ignoring_duplicates(coll: Collection, ops: list[Any]) -> int:
+    """Documents inserted, upserted or modified; duplicate keys (a record already there) are skipped."""
+    def write() -> int:
+        try:
+            res = coll.bulk_write(ops, ordered=False).bulk_api_result
+        except errors.BulkWriteError as exc:
+            other = [e for e in exc.details.get("writeErrors", []) if e.get("code") != 11000]
+            if other or exc.details.get("writeConcernErrors"):
+                raise
+            res = exc.details
+        return sum(int(res.get(k) or 0) for k in ("nInserted", "nUpserted", "nModified"))
+    return with_retry(write, f"write to {coll.name}") if ops else 0
+
+
+def insert_ignoring_duplicates(coll: Collection, docs: list[dict[str, Any]]) -> None:
+    if docs:
+        write_ignoring_duplicates(coll, [InsertOne(d) for d in docs])
+
+
+class LedgerBase:
+    """The collections (see store.py), an RSE's document, a generation's entry and a job's document."""
+
+    def __init__(self, db: Database, generations_kept: int = 3, cycles_kept_days: float = 30.0) -> None:
+        self.db = db
+        self.generations_kept = generations_kept
+        self.cycles_kept_days = cycles_kept_days
+        self.rses: Collection = db["rses"]
+        self.buckets: Collection = db["buckets"]
+        self.files: Collection = db["files"]  # rows
+        self.dirs: Collection = db["dirs"]
+        self.jobs: Collection = db["jobs"]
+        self.cycles: Collection = db["cycles"]
+        self.meta: Collection = db["meta"]
+        self.fences = fences.FenceCache(db["fences"])
+
+    def rse(self, rse: str) -> dict[str, Any]:
+        return with_retry(lambda: self.rses.find_one({"_id": rse}), f"read rse {rse}") or {}
+
+    def set_rse_state(self, rse: str, state: str, reason: str = "", detail: str = "",
+                      **fields: Any) -> None:
+        """Set the RSE's state with the reason; a skip or failure is also kept in `events`."""
+        now = time.time()
+        update: dict[str, Any] = {"$set": {"state": state, "reason": reason, "detail": detail,
+                                           "updated": now, **fields},
+                                  "$setOnInsert": {"created": now}}
+        if reason:
+            event = {"at": now, "state": state, "reason": reason, "detail": detail[:2000]}
+            update["$push"] = {"events": {"$each": [event], "$slice": -EVENTS_KEPT}}
+        with_retry(lambda: self.rses.update_one({"_id": rse}, update, upsert=True), f"set state {rse}")
+
+    def generation_entry(self, rse: str, generation: float) -> dict[str, Any]:
+        """The kept generation's entry of the RSE document ({} when there is none)."""
+        return next((g for g in self.rse(rse).get("generations", []) if g["gen"] == generation), {})
+
+    def jobs_in(self, rse: str, states: Sequence[str], generation: Optional[float] = None) -> list[dict[str, Any]]:
+        flt: dict[str, Any] = {"rse": rse, "state": {"$in": list(states)}}
+        if generation is not None:
+            flt["gen"] = generation
+        return with_retry(lambda: list(self.jobs.find(flt).sort("_id", ASCENDING)), f"jobs of {rse}")
+
+    def job(self, job_id_: str) -> dict[str, Any]:
+        return with_retry(lambda: self.jobs.find_one({"_id": job_id_}), f"job {job_id_}") or {}

@@ -1,0 +1,136 @@
+"""Counting a generation's files and an RSE's jobs: the counters on the RSE document (page, metrics, alerts)."""
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping, Optional, Sequence
+
+from MSUnmerged.ledger import buckets as bk
+from MSUnmerged.ledger import slices
+from MSUnmerged.ledger.base import LedgerBase
+from MSUnmerged.ledger.outcomes import message_tally
+from MSUnmerged.ledger.retry import with_retry
+from MSUnmerged.ledger.states import DirState, FileState, dir_failed
+from MSUnmerged.worker.ids import job_id
+
+COUNT_JOBS = 50  # round-1 jobs whose buckets are read per query when counting
+# Files with a final outcome: more of them than at the last count is progress.
+PROGRESS_STATES = (FileState.DELETED, FileState.MISSING, FileState.WOULD_DELETE, FileState.SKIPPED_PROTECTED)
+
+
+def _first_try_matches(extra: Mapping[str, Any]) -> bool:
+    """Whether a bucket entry (attempts 1) matches count_files' extra filter; only `attempts` is known."""
+    ops = {"$lt": lambda a, b: a < b, "$lte": lambda a, b: a <= b, "$gt": lambda a, b: a > b,
+           "$gte": lambda a, b: a >= b, "$eq": lambda a, b: a == b, "$ne": lambda a, b: a != b}
+    for key, cond in extra.items():
+        if key != "attempts":
+            raise ValueError(f"count_files filters bucket entries on attempts only, not {key}")
+        if not all(ops[op](1, v) for op, v in (cond if isinstance(cond, dict) else {"$eq": cond}).items()):
+            return False
+    return True
+
+
+class Counters(LedgerBase):
+    """Files per state of a generation (rows and bucket entries), jobs per state, the RSE's counters."""
+
+    def count_files(self, rse: str, generation: float, states: Sequence[str], **extra: Any) -> int:
+        """Files of a generation in these states; `extra` may filter on `attempts` (bucket entries have 1)."""
+        flt = {"rse": rse, "gen": generation, "state": {"$in": list(states)}, **extra}
+        rows = with_retry(lambda: self.files.count_documents(flt), "count files")
+        if not any(s in bk.CODES for s in states) or not _first_try_matches(extra):
+            return rows
+        counts = self._bucket_counts(rse, generation, [FileState(s) for s in states if s in bk.CODES])
+        return rows + sum(counts.get(FileState(s).value, 0) for s in states)
+
+    def _bucket_counts(self, rse: str, generation: float,
+                       states: Optional[Sequence[FileState]] = None) -> dict[str, int]:
+        """Bucket entries (not rows) per state, summed from the `counts` of the buckets holding these states
+        (default: all)."""
+        match: dict[str, Any] = {}
+        if states is not None:
+            match["states"] = {"$in": [s.value for s in states]}
+        # Read by round-1 job, a chunk of jobs at a time: the embedded server fetches every bucket a query
+        # matches, whole, before projecting or grouping; over a whole generation that was its peak memory.
+        jobs = [job_id(rse, generation, 1, n)
+                for n in range(1, self.generation_entry(rse, generation).get("jobs", 0) + 1)]
+        totals = {s.value: 0 for s in bk.CODES}
+        for start in range(0, len(jobs), COUNT_JOBS):
+            flt = {**match, "job": {"$in": jobs[start:start + COUNT_JOBS]}}
+            for doc in with_retry(lambda: list(self.buckets.find(flt, {"_id": 0, "counts": 1})), "count buckets"):
+                for state, n in doc.get("counts", {}).items():
+                    totals[state] += int(n)
+        return totals
+
+    def _state_counts(self, rse: str, generation: float) -> dict[str, int]:
+        """Files per state (rows and bucket entries)."""
+        by_state = {s.value: 0 for s in FileState}
+        for r in with_retry(lambda: list(self.files.aggregate([{"$match": {"rse": rse, "gen": generation}},
+                                                               {"$group": {"_id": "$state", "n": {"$sum": 1}}}])),
+                            "count rows"):
+            by_state[r["_id"]] = by_state.get(r["_id"], 0) + r["n"]
+        for s, n in self._bucket_counts(rse, generation).items():
+            by_state[s] += n
+        return by_state
+
+    def _job_counts(self, rse: str) -> dict[str, int]:
+        """The RSE's job documents per state (every generation), read through the (rse, ...) index."""
+        return {r["_id"]: r["n"] for r in with_retry(lambda: list(self.jobs.aggregate([
+            {"$match": {"rse": rse}}, {"$group": {"_id": "$state", "n": {"$sum": 1}}}])), "jobs by state")}
+
+    def refresh_job_counts(self, rse: str) -> None:
+        """Recount the RSE's jobs per state into `counters.jobs_by_state` (the `msunmerged_jobs` gauge reads it
+        there, not from every job document at each scrape); the service does it at the end of each RSE's run."""
+        counts = self._job_counts(rse)
+        with_retry(lambda: self.rses.update_one({"_id": rse}, {"$set": {"counters.jobs_by_state": counts}}),
+                   "job counts")
+
+    def refresh_counters(self, rse: str) -> dict[str, Any]:
+        """Recompute the RSE's counters for its current generation from the records (idempotent)."""
+        doc = self.rse(rse)
+        gen = doc.get("generation")
+        if gen is None:
+            return {}
+        entry = next((g for g in doc.get("generations", []) if g["gen"] == gen), {})
+        by_state = self._state_counts(rse, gen)
+        failed_by_class = {r["_id"] or "unclassified": r["n"] for r in with_retry(lambda: list(self.files.aggregate([
+            {"$match": {"rse": rse, "gen": gen, "state": FileState.FAILED}},
+            {"$group": {"_id": "$error_class", "n": {"$sum": 1}}}])), "failed by class")}
+        dirs = with_retry(lambda: list(self.dirs.aggregate([
+            {"$match": {"rse": rse, "gen": gen}},
+            {"$group": {"_id": {"state": "$state", "cls": "$error_class"}, "n": {"$sum": 1}}}])), "dirs by state")
+        dirs_by_state: dict[str, int] = {}
+        refused_by_reason: dict[str, int] = {}
+        dirs_failed = 0  # not removed for a storage error or an unexpected refusal (not the plan's keep rules)
+        for r in dirs:
+            state, reason = r["_id"]["state"], r["_id"].get("cls") or ""
+            dirs_by_state[state] = dirs_by_state.get(state, 0) + r["n"]
+            if state == DirState.REFUSED:
+                refused_by_reason[reason or "unclassified"] = refused_by_reason.get(reason or "unclassified", 0) + r["n"]
+            if dir_failed(state, reason):
+                dirs_failed += r["n"]
+        summaries = [j.get("summary") or {} for j in with_retry(lambda: list(self.jobs.find(
+            {"rse": rse, "gen": gen}, {"summary.bytes_freed": 1, "summary.failed_by_message": 1})), "job summaries")]
+        bytes_freed = sum(j.get("bytes_freed", 0) for j in summaries)
+        failed_by_message: dict[str, int] = {}
+        for j in summaries:
+            for tally in j.get("failed_by_message") or []:
+                failed_by_message[tally["message"]] = failed_by_message.get(tally["message"], 0) + int(tally["n"])
+        counters = {"to_delete": entry.get("to_delete", 0), "pending": by_state[FileState.PLANNED],
+                    **{s.value: by_state[s] for s in FileState if s != FileState.PLANNED},
+                    "failed_by_class": failed_by_class,
+                    "failed_by_message": message_tally(failed_by_message),
+                    "protected": entry.get("protected", 0), "excluded": entry.get("excluded", 0),
+                    "invalid": entry.get("invalid", {}), "dirs_removable": entry.get("dirs_removable", 0),
+                    "bytes_freed": bytes_freed, "protected_count": entry.get("protected_count", 0),
+                    "dirs_removed": dirs_by_state.get(DirState.REMOVED, 0),
+                    "dirs_refused": dirs_by_state.get(DirState.REFUSED, 0),
+                    "dirs_failed": dirs_failed,
+                    "dirs_by_state": dirs_by_state, "dirs_refused_by_reason": refused_by_reason,
+                    "jobs_by_state": self._job_counts(rse), **slices.cycle_counters(entry)}
+        now = time.time()
+        done = sum(counters[s.value] for s in PROGRESS_STATES)
+        # Progress: a new generation, or more files done than at the last count (the stall alert reads it).
+        progress = {"progress_at": now} if gen != doc.get("counted_gen") or done != doc.get("counted_done") else {}
+        with_retry(lambda: self.rses.update_one({"_id": rse}, {"$set": {
+            "counters": counters, "counted_at": now, "counted_gen": gen, "counted_done": done, **progress}}),
+            "counters")
+        return counters

@@ -1,0 +1,88 @@
+"""Polling cycles: their documents, the `meta` document naming the latest and the last good one, pruning."""
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping, Optional, Sequence
+
+from pymongo import ASCENDING, DESCENDING
+
+from MSUnmerged.ledger import history
+from MSUnmerged.ledger.base import LedgerBase
+from MSUnmerged.ledger.retry import with_retry
+
+# The `meta` document naming the latest cycles and the last good one, so that the status page reads a few
+# cycles by _id instead of sorting them all (SecantusDB reads every match before a limit).
+CYCLES_META, RECENT_CYCLES = "cycles", 50
+
+
+class Cycles(LedgerBase):
+    """A cycle started, its RSEs' results, its end; the latest cycles, the last good one and the first."""
+
+    def start_cycle(self, instance: str, slot: int, rses: Sequence[str]) -> str:
+        cid = f"{instance}:{slot}:{time.time():.3f}"
+        with_retry(lambda: self.cycles.update_one({"_id": cid}, {"$setOnInsert": {
+            "instance": instance, "slot": slot, "started": time.time(), "rses": list(rses), "results": {}}},
+            upsert=True), "start cycle")
+        with_retry(lambda: self.meta.update_one(
+            {"_id": CYCLES_META}, {"$push": {"recent": {"$each": [cid], "$slice": -RECENT_CYCLES}},
+                                   "$min": {"first_started": time.time()}}, upsert=True),
+            "recent cycles")
+        return cid
+
+    def record_cycle_result(self, cycle_id: str, rse: str, result: Mapping[str, Any]) -> None:
+        # RSE names hold no dots (Rucio naming), so they are safe as field names.
+        with_retry(lambda: self.cycles.update_one({"_id": cycle_id}, {"$set": {f"results.{rse}": dict(result)}}),
+                   "cycle result")
+
+    def end_cycle(self, cycle_id: str, failures: Sequence[Mapping[str, Any]] = (), **fields: Any) -> None:
+        """The cycle is over; `failures` ({source, reason, detail, rse}) say what went wrong. A cycle is `ok`
+        when nothing failed; its day's aggregate counts it (history)."""
+        ok, finished = not failures, time.time()
+        doc = with_retry(lambda: self.cycles.find_one_and_update(
+            {"_id": cycle_id}, {"$set": {"finished": finished, "failures": list(failures), "ok": ok, **fields}}),
+            "end cycle") or {}
+        started = doc.get("started") or finished
+        history.record_cycle(self.db, cycle_id, started, ok, failures)
+        if ok:
+            good = {"_id": cycle_id, "started": started, "finished": finished, "ok": True}
+            newer = {"$or": [{"last_good": {"$exists": False}}, {"last_good.started": {"$lt": started}}]}
+            with_retry(lambda: self.meta.update_one({"_id": CYCLES_META, **newer}, {"$set": {"last_good": good}}),
+                       "last good cycle")
+        with_retry(lambda: self.cycles.delete_many({"started": {"$lt": finished - self.cycles_kept_days * 86400}}),
+                   "prune cycles")
+
+    def _cycles_meta(self) -> dict[str, Any]:
+        return with_retry(lambda: self.meta.find_one({"_id": CYCLES_META}), "cycles meta") or {}
+
+    def last_good_cycle(self) -> dict[str, Any]:
+        """The most recent cycle that finished with no failure ({} when none); once pruned, what `meta` kept of
+        it (_id, started, finished)."""
+        good = self._cycles_meta().get("last_good")
+        if good:
+            return with_retry(lambda: self.cycles.find_one({"_id": good["_id"]}), "last good cycle") or good
+        # A ledger from before the meta document: sorted on the server.
+        docs = with_retry(lambda: list(self.cycles.find({"ok": True}).sort("started", DESCENDING).limit(1)),
+                          "last good cycle")
+        return docs[0] if docs else {}
+
+    def first_cycle_started(self) -> Optional[float]:
+        """When the ledger's first polling cycle started (None before any): the failing-cycles alert counts its
+        delay from there until a cycle succeeds."""
+        first = self._cycles_meta().get("first_started")
+        if first is None:  # a ledger from before the meta field: its oldest kept cycle
+            docs = with_retry(lambda: list(self.cycles.find({}, {"started": 1}).sort("started", ASCENDING).limit(1)),
+                              "first cycle")
+            first = docs[0].get("started") if docs else None
+        return first
+
+    def query_cycles(self, limit: int = 20) -> list[dict[str, Any]]:
+        """The latest `limit` cycles, newest first."""
+        recent = self._cycles_meta().get("recent")
+        if recent and limit <= len(recent):
+            # A few more than asked: instances starting together may have pushed out of order.
+            ids = recent[-(limit + 5):]
+            docs = with_retry(lambda: list(self.cycles.find({"_id": {"$in": ids}})), "recent cycles")
+            if len(docs) >= limit:
+                return sorted(docs, key=lambda d: d["started"], reverse=True)[:limit]
+        # Fewer recorded (pruned, or a ledger from before the meta document): sorted on the server.
+        return with_retry(lambda: list(self.cycles.find().sort("started", DESCENDING).limit(limit)), "cycles")

@@ -1,0 +1,113 @@
+"""The ledger's reads for operators (REST API, page, CLI): RSE documents, per-file and per-directory pages,
+a file's history, jobs. view.py shapes them for the service face."""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from pymongo import ASCENDING, DESCENDING
+
+from MSUnmerged.ledger import buckets as bk
+from MSUnmerged.ledger import records
+from MSUnmerged.ledger.base import LedgerBase
+from MSUnmerged.ledger.retry import with_retry
+from MSUnmerged.ledger.states import LIVE_JOB_STATES, SUBMITTED, FileState
+from MSUnmerged.worker.ids import file_id, gen_key
+
+
+class Reads(LedgerBase):
+    """Pages of the ledger's records in `_id` order, each one index range (see query_files)."""
+
+    def rse_docs(self, rse: Optional[str] = None) -> list[dict[str, Any]]:
+        flt = {"_id": rse} if rse else {}
+        return with_retry(lambda: list(self.rses.find(flt).sort("_id", ASCENDING)), "rse docs")
+
+    def query_files(self, rse: str, state: Optional[str] = None, job: Optional[str] = None,
+                    dir_prefix: Optional[str] = None, generation: Optional[float] = None,
+                    after: Optional[str] = None, limit: int = 100,
+                    error_class: Optional[str] = None, dirs: bool = False) -> dict[str, Any]:
+        """Files (dirs=True: directory records) of one RSE generation (default: current), by state, error
+        class, job or path prefix.
+
+        Paginated by _id: pass the answer's `next` as `after`. State "submitted" means planned
+        files whose job is live in the batch system; an error class alone means failed files.
+        """
+        limit = max(1, min(limit, 10_000))
+        if generation is None:
+            generation = self.rse(rse).get("generation")
+            if generation is None:
+                return {"items": [], "next": None, "generation": None}
+        if error_class is not None and state is None and not dirs:
+            state = FileState.FAILED
+        # Each filter is an index's leading fields (ensure_indexes) plus a range on its trailing _id,
+        # with the indexed field first: SecantusDB picks indexes by the filter's exact field set,
+        # else by its first indexable clause.
+        flt: dict[str, Any]
+        bucket_flt: dict[str, Any]
+        stored = None if state == SUBMITTED else state
+        gen_prefix = f"{rse}|{gen_key(generation)}|"
+        lo = gen_prefix + (dir_prefix or "")
+        hi, inclusive = lo + "\U0010ffff", True
+        bucket_floor = ""
+        if state == SUBMITTED:
+            live = [j["_id"] for j in self.jobs_in(rse, LIVE_JOB_STATES, generation) if not job or j["_id"] == job]
+            flt = {"job": {"$in": live}, "rse": rse, "gen": generation, "state": FileState.PLANNED}
+            bucket_flt, stored = {"job": {"$in": live}, "states": FileState.PLANNED.value}, FileState.PLANNED
+        elif job:
+            flt, bucket_flt = {"job": job}, {"job": job}
+            job_span = (self.job(job).get("span") or []) if not dirs else []
+            if job_span:
+                lo, hi, bucket_floor = max(lo, job_span[0]), min(hi, job_span[1] + "\0"), job_span[0]
+        else:
+            flt, bucket_flt = {"rse": rse, "gen": generation}, {"rse": rse, "gen": generation}
+        if stored and state != SUBMITTED:
+            flt["state"] = stored
+            if "job" not in bucket_flt and not dirs:
+                bucket_flt["states"] = str(stored)
+        if error_class is not None:
+            flt["error_class"] = error_class
+        if after and after >= lo:
+            lo, inclusive = after, False
+        # Bucket entries are planned, or have an outcome without error class (error_class "").
+        codes = "" if dirs else "".join(c for s, c in bk.CODES.items() if (stored is None or s == stored) and (
+            error_class is None or error_class == "" and s != FileState.PLANNED))
+        docs = records.page(self.dirs if dirs else self.files, flt, self.buckets, bucket_flt, codes, lo, inclusive, hi,
+                            limit, self.fences.get(rse, generation), all_rows=flt.keys() == {"rse", "gen"},
+                            bucket_floor=bucket_floor)
+        return {"items": docs, "next": docs[-1]["_id"] if len(docs) == limit else None, "generation": generation}
+
+    def file_history(self, rse: str, lfn: str) -> list[dict[str, Any]]:
+        """One file's records across the kept generations, newest first."""
+        out = []
+        for gen in sorted((g["gen"] for g in self.rse(rse).get("generations", [])), reverse=True):
+            doc = with_retry(lambda: self.files.find_one({"_id": file_id(rse, gen, lfn)}), "history") \
+                or records.find_entry(self.buckets, rse, gen, lfn)
+            if doc:
+                out.append(doc)
+        return out
+
+    def file_records(self, rse: Optional[str] = None, generation: Optional[float] = None,
+                     state: Optional[str] = None, job: Optional[str] = None) -> list[dict[str, Any]]:
+        """Every file record matching (rows, and bucket entries without a row), in _id order: the per-file
+        documents as they were before buckets, for tests, comparisons and exports."""
+        flt: dict[str, Any] = {k: v for k, v in (("rse", rse), ("gen", generation), ("job", job)) if v is not None}
+        rows = with_retry(lambda: list(self.files.find({**flt, **({"state": state} if state else {})})), "rows")
+        found = [bk.record(doc, i, name) for doc in with_retry(lambda: list(self.buckets.find(flt)), "buckets")
+                 for _, i, name in bk.entries(doc, "".join(c for s, c in bk.CODES.items() if not state or s == state))]
+        have_rows = records.with_rows(self.files, (r["_id"] for r in found))
+        return sorted(rows + [r for r in found if r["_id"] not in have_rows], key=lambda d: d["_id"])
+
+    def query_jobs(self, rse: Optional[str] = None, state: Optional[str] = None,
+                   generation: Optional[float] = None, after: Optional[str] = None,
+                   limit: int = 100, newest_first: bool = False) -> dict[str, Any]:
+        """Jobs by RSE, state and generation in _id order, or descending with `newest_first` (ids are
+        "<rse>:<gen>:<round>-<n>": newest first within an RSE). Paginated by _id: pass the answer's `next` as
+        `after`."""
+        flt: dict[str, Any] = {k: v for k, v in (("rse", rse), ("state", state)) if v}
+        if generation is not None:
+            flt["gen"] = generation
+        if after:
+            flt["_id"] = {"$lt" if newest_first else "$gt": after}
+        limit = max(1, limit)
+        order = DESCENDING if newest_first else ASCENDING
+        docs = with_retry(lambda: list(self.jobs.find(flt).sort("_id", order).limit(limit)), "query jobs")
+        return {"items": docs, "next": docs[-1]["_id"] if len(docs) == limit else None}

@@ -1,0 +1,198 @@
+"""Recording a plan: its generation, buckets, fences and jobs; the protected files it drops later; old
+generations pruned."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Optional, Protocol, Sequence
+
+from pymongo import ReplaceOne
+
+from MSUnmerged.config import PlannerConfig
+from MSUnmerged.guards import check_plan_lines, split_lines
+from MSUnmerged.ledger import ages, fences
+from MSUnmerged.ledger import buckets as bk
+from MSUnmerged.ledger.base import BATCH, BUCKET_BATCH, insert_ignoring_duplicates, span
+from MSUnmerged.ledger.entries import Entries
+from MSUnmerged.ledger.retry import with_retry
+from MSUnmerged.ledger.states import LIVE_JOB_STATES, NOT_DELETED, FileState, JobState
+from MSUnmerged.seal import DIRS_NAME, JOBS_DIR, Seal
+from MSUnmerged.statemachine import RSEState
+from MSUnmerged.throttle import dataset_of
+from MSUnmerged.worker.ids import gen_key, job_id
+
+PROTECTED_SINCE_PLANNING = "protected_since_planning"
+
+
+class PlanSummary(Protocol):
+    """What record_plan reads of a plan (planner.Plan)."""
+
+    rse: str
+    guard: Optional[str]
+    created: float
+    files_total: int
+    files_to_delete: int
+    files_protected: int
+    files_excluded: int
+    files_invalid: Any
+    dirs_removable: int
+    jobs: int
+    protected_count: int
+    job_files: Sequence[str]
+    job_sizes: Sequence[int]
+    # Optional, read with getattr: a throttled plan's `job_slices` (each job's slice) and `slice_sizes`.
+
+
+class Protection(Protocol):
+    """The current protected list (lfn.PrefixSet)."""
+
+    def holds_below(self, path: bytes) -> bool: ...
+
+
+class Recording(Entries):
+    """A plan's generation recorded (record_plan), the shrink guard's baseline, protection dropped, pruning."""
+
+    def record_plan(self, plan_dir: os.PathLike | str, plan: PlanSummary, generation: float,
+                    baseline_count: Optional[int] = None, sealed: Optional[Seal] = None,
+                    max_lfn_length: int = PlannerConfig.max_lfn_length, scan_started: Optional[float] = None,
+                    floor_depth: int = PlannerConfig.dir_floor_depth) -> int:
+        """Record a plan's files (state planned, each in its job) and jobs; returns files recorded.
+        `scan_started` (the scan's start_time) is kept on the generation entry for the jobs' workers.
+        A throttled plan's jobs keep their slice, its generation entry the slice sizes (ledger/slices.py), and
+        its dataset directories (`floor_depth` elements) their first plan (ledger/ages.py).
+
+        `baseline_count` is what this generation contributes to the shrink guard's baseline
+        (protected_baseline); `sealed` the plan's seal, kept on the generation's entry so that the
+        same plan is recognised and dirs.txt is checked before each use.
+        Safe to repeat after a crash: the same ids are inserted again and duplicates are ignored,
+        so existing records (which may have moved on) are kept. Repeat it with the SAME plan
+        directory: `recording` on the RSE document says which generation was being recorded.
+        """
+        if plan.guard:
+            raise ValueError(f"plan for {plan.rse} was refused by guard {plan.guard}: nothing to record")
+        rse, plan_dir = plan.rse, Path(plan_dir)
+        now = time.time()
+        entry = {"gen": generation, "plan_dir": str(plan_dir), "planned": plan.created or now,
+                 "files_total": plan.files_total, "to_delete": plan.files_to_delete,
+                 "protected": plan.files_protected, "excluded": plan.files_excluded,
+                 "invalid": plan.files_invalid, "dirs_removable": plan.dirs_removable, "jobs": plan.jobs,
+                 "protected_count": plan.protected_count, "dropped_protected": 0, "scan_started": scan_started,
+                 "baseline_count": plan.protected_count if baseline_count is None else baseline_count}
+        job_slices, slice_sizes = getattr(plan, "job_slices", ()), list(getattr(plan, "slice_sizes", ()))
+        if slice_sizes:
+            entry.update(slice_sizes=slice_sizes, released=0)
+        if sealed is not None:
+            entry.update(seal=sealed.digest, dirs_sha256=sealed.files[DIRS_NAME]["sha256"])
+        with_retry(lambda: self.rses.update_one(
+            {"_id": rse}, {"$set": {"recording": generation, "updated": now},
+                           "$setOnInsert": {"created": now, "state": RSEState.NEW}}, upsert=True), "mark recording")
+        with_retry(lambda: self.rses.update_one({"_id": rse, "generations.gen": {"$ne": generation}},
+                                                {"$push": {"generations": entry}}), "add generation")
+        n, spans, dirs = self._insert_buckets(rse, generation, plan_dir, plan.job_files, max_lfn_length, sealed)
+        jobs = [{"_id": job_id(rse, generation, 1, i), "rse": rse, "gen": generation, "round": 1, "n": i,
+                 "state": JobState.PLANNED, "files": size, "plan_file": name, "created": now, "span": spans[i - 1]}
+                for i, (name, size) in enumerate(zip(plan.job_files, plan.job_sizes), 1)]
+        for job, slice_ in zip(jobs, job_slices):
+            job["slice"] = slice_
+        insert_ignoring_duplicates(self.jobs, jobs)
+        if slice_sizes:
+            ages.record(self.db, rse, generation,
+                        {dataset_of(d.encode("utf-8", "surrogateescape"), floor_depth).decode("utf-8", "surrogateescape")
+                         for d in dirs})
+        with_retry(lambda: self.rses.update_one(
+            {"_id": rse}, {"$set": {"generation": generation, "state": RSEState.PLANNED,
+                                    "reason": "", "detail": "", "updated": time.time()},
+                           "$unset": {"recording": ""}}), "finish recording")
+        self.prune_generations(rse)
+        baseline = self.protected_baseline(rse)
+        with_retry(lambda: self.rses.update_one({"_id": rse}, {"$set": {"protected_count": baseline}}), "baseline")
+        return n
+
+    def protected_baseline(self, rse: str) -> Optional[int]:
+        """The shrink guard's baseline: the largest protected-list size among the RSE's kept generations
+        (None before the first plan). Only the ledger's own records count, never a plan's summary."""
+        counts = [g.get("baseline_count", g.get("protected_count")) for g in self.rse(rse).get("generations", [])]
+        return max((c for c in counts if isinstance(c, int) and not isinstance(c, bool)), default=None)
+
+    def _insert_buckets(self, rse: str, generation: float, plan_dir: Path, job_files: Sequence[str],
+                        max_lfn_length: int, sealed: Optional[Seal]) -> tuple[int, list[list[str]], set[str]]:
+        """Every line of the jobs files, read as bytes and split on b"\\n" only, into buckets, then the
+        generation's fences. A file that differs from its seal, or holds a line that is not exactly a canonical
+        LFN below /store/unmerged, is refused (GuardTripped) before any of it is recorded. Returns the files
+        recorded, each job's span and the directories holding them."""
+        prefix = f"{rse}|{gen_key(generation)}|"
+        now = time.time()
+        batch: list[dict[str, Any]] = []
+        ids: list[str] = []
+        spans: list[list[str]] = []
+        dirs: set[str] = set()
+        n = 0
+        for i, name in enumerate(job_files, 1):
+            data = (plan_dir / JOBS_DIR / name).read_bytes()
+            if sealed is not None:
+                sealed.check_file(f"{JOBS_DIR}/{name}", data)
+            check_plan_lines(data, max_lfn_length, f"{JOBS_DIR}/{name}")
+            lfns = [raw.decode("utf-8", errors="surrogateescape") for raw in split_lines(data)]
+            n += len(lfns)
+            built = bk.build(rse, generation, prefix, job_id(rse, generation, 1, i), i, lfns, now)
+            ids += [d["_id"] for d in built]
+            dirs.update(d["dir"] for d in built)
+            spans.append(span(min(d["_id"] for d in built), prefix + max(lfns)) if built else [])
+            batch += built
+            if len(batch) >= BUCKET_BATCH:
+                insert_ignoring_duplicates(self.buckets, batch)
+                batch = []
+        insert_ignoring_duplicates(self.buckets, batch)
+        # After every bucket: a complete fence list is never short of a bucket (fences.FenceCache).
+        fence_docs = fences.documents(rse, generation, ids)
+        if fence_docs:
+            with_retry(lambda: self.fences.coll.bulk_write(
+                [ReplaceOne({"_id": d["_id"]}, d, upsert=True) for d in fence_docs]), "write fences")
+        return n, spans, dirs
+
+    def drop_protected(self, rse: str, generation: float, protection: Protection, job: Optional[str] = None) -> int:
+        """Files not yet deleted (of one job, if given) that the current protected list covers, or that lie above
+        a protected base (a line naming a directory), become skipped_protected."""
+        flt: dict[str, Any] = {"rse": rse, "gen": generation, "state": {"$in": list(NOT_DELETED)}}
+        if job is not None:
+            flt["job"] = job
+        ids = [d["_id"] for d in with_retry(lambda: list(self.files.find(flt, {"lfn": 1})), "scan protection")
+               if protection.holds_below(d["lfn"].encode("utf-8", "surrogateescape"))]
+        dropped = {"state": FileState.SKIPPED_PROTECTED, "error_class": PROTECTED_SINCE_PLANNING}
+        for start in range(0, len(ids), BATCH):
+            chunk = ids[start:start + BATCH]
+            with_retry(lambda: self.files.update_many(
+                {"_id": {"$in": chunk}, "state": {"$in": list(NOT_DELETED)}},
+                {"$set": {**dropped, "t": time.time()}}), "drop protected")
+        bflt = {"rse": rse, "gen": generation,
+                "states": {"$in": [FileState.PLANNED.value, FileState.WOULD_DELETE.value]}}
+        if job is not None:
+            bflt["job"] = job
+        codes = bk.CODES[FileState.PLANNED] + bk.CODES[FileState.WOULD_DELETE]
+        covered = [e for e in self._live_entries(bflt, codes)
+                   if protection.holds_below(f"{e[0]['dir']}/{e[2]}".encode("utf-8", "surrogateescape"))]
+        self._move_to_rows([(e, dropped) for e in covered], {"state": {"$in": list(NOT_DELETED)}})
+        n = len(ids) + len(covered)
+        if n:
+            with_retry(lambda: self.rses.update_one({"_id": rse, "generations.gen": generation},
+                                                    {"$inc": {"generations.$.dropped_protected": n}}),
+                       "count dropped")
+        return n
+
+    def prune_generations(self, rse: str) -> list[float]:
+        """Delete file and job records of generations older than the last `generations_kept`."""
+        doc = self.rse(rse)
+        gens = sorted(g["gen"] for g in doc.get("generations", []))
+        old = gens[:-self.generations_kept]
+        if not old:
+            return []
+        with_retry(lambda: self.buckets.delete_many({"rse": rse, "gen": {"$in": old}}), "prune buckets")
+        with_retry(lambda: self.fences.coll.delete_many({"rse": rse, "gen": {"$in": old}}), "prune fences")
+        with_retry(lambda: self.files.delete_many({"rse": rse, "gen": {"$in": old}}), "prune files")
+        with_retry(lambda: self.dirs.delete_many({"rse": rse, "gen": {"$in": old}}), "prune dirs")
+        with_retry(lambda: self.jobs.delete_many({"rse": rse, "gen": {"$in": old},
+                                                  "state": {"$nin": list(LIVE_JOB_STATES)}}), "prune jobs")
+        with_retry(lambda: self.rses.update_one({"_id": rse}, {"$pull": {"generations": {"gen": {"$in": old}}}}),
+                   "prune generations")
+        return old

@@ -1,0 +1,118 @@
+"""A job's way through the batch system as the ledger keeps it: its files, intent, submission, requeue and
+state; retry rounds."""
+from __future__ import annotations
+
+import time
+from typing import Optional, Protocol, Sequence
+
+from pymongo import UpdateOne
+
+from MSUnmerged.ledger import buckets as bk
+from MSUnmerged.ledger.base import insert_ignoring_duplicates, span
+from MSUnmerged.ledger.entries import Entries, Entry
+from MSUnmerged.ledger.retry import with_retry
+from MSUnmerged.ledger.states import BACKEND_JOB_STATES, RETRIABLE, FileState, JobState
+from MSUnmerged.worker.ids import job_id
+
+
+class StepFiles(Protocol):
+    lfns: Sequence[str]
+    dry_run: bool
+
+
+class JobIntent(Protocol):
+    """What record_job_intent reads of a job about to be submitted (jobs.spec.CleanupJob)."""
+
+    job_id: str
+    site: str
+    step: StepFiles
+
+
+class Rounds(Entries):
+    """Jobs from planned to live (intent, submitted, requeued, polled states) and new rounds of retries."""
+
+    def job_lfns(self, job_id_: str, states: Optional[Sequence[str]] = (FileState.PLANNED,)) -> list[str]:
+        """The files of a job in these states (default: still to work on; None: all), sorted."""
+        rows = with_retry(lambda: list(self.files.find({"job": job_id_}, {"lfn": 1, "state": 1})),
+                          f"files of {job_id_}")
+        codes = "".join(c for s, c in bk.CODES.items() if states is None or s in states)
+        entries = self._live_entries({"job": job_id_}, codes, {d["_id"] for d in rows}) if codes else []
+        return sorted([d["lfn"] for d in rows if states is None or d["state"] in states]
+                      + [f"{doc['dir']}/{name}" for doc, _, name in entries])
+
+    def record_job_intent(self, jobs: Sequence[JobIntent], backend: str = "") -> None:
+        """Before submitting: the jobs go from planned to submitting (with site and backend)."""
+        now = time.time()
+        ops = [UpdateOne({"_id": j.job_id, "state": JobState.PLANNED},
+                         {"$set": {"state": JobState.SUBMITTING, "site": j.site, "backend": backend,
+                                   "files": len(j.step.lfns), "dry_run": j.step.dry_run, "intent_at": now}})
+               for j in jobs]
+        if ops:
+            with_retry(lambda: self.jobs.bulk_write(ops, ordered=False), "record intent")
+
+    def mark_submitted(self, job_id_: str, batch_id: str) -> None:
+        """The batch system accepted the job (or reconciliation found it there)."""
+        with_retry(lambda: self.jobs.update_one(
+            {"_id": job_id_, "state": JobState.SUBMITTING},
+            {"$set": {"state": JobState.QUEUED, "batch_id": batch_id, "submitted_at": time.time()}}), "mark submitted")
+
+    def requeue_job(self, job_id_: str, reason: str) -> None:
+        """A job the batch system gave up on before it ever started: back to planned, its files still assigned to
+        it with their tries unchanged (a submission that never ran is not a try); `requeued` counts these."""
+        with_retry(lambda: self.jobs.update_one(
+            {"_id": job_id_, "state": {"$in": list(BACKEND_JOB_STATES)}},
+            {"$set": {"state": JobState.PLANNED, "reason": reason, "polled_at": time.time()},
+             "$unset": {"batch_id": ""}, "$inc": {"requeued": 1}}), "requeue job")
+
+    def set_job_state(self, job_id_: str, state: str, reason: str = "") -> None:
+        """A live job's state as the backend reports it (queued, running, held)."""
+        with_retry(lambda: self.jobs.update_one({"_id": job_id_, "state": {"$in": list(BACKEND_JOB_STATES)}},
+                                                {"$set": {"state": state, "reason": reason,
+                                                          "polled_at": time.time()}}), "set job state")
+
+    def new_round(self, rse: str, generation: float, max_attempts: int, files_per_job: int,
+                  redo_dry_run: bool = False, limit: Optional[int] = None) -> list[str]:
+        """Put retriable files (failed, unknown, fewer than `max_attempts` tries), and with `redo_dry_run` the
+        files a dry run left (would_delete), into new planned jobs. A throttled generation's round takes at most
+        `limit` of them (in path order; the rest wait for the next rounds), and each file's attempts then count
+        its own tries (one more than before; a would_delete entry's first real try is its second look)."""
+        # A crash between creating a job and assigning its files leaves an empty planned job: drop it.
+        for job in self.jobs_in(rse, [JobState.PLANNED], generation):
+            if not self._has_files(job["_id"]):
+                with_retry(lambda: self.jobs.delete_one({"_id": job["_id"], "state": JobState.PLANNED}), "drop job")
+        rounds = [j.get("round", 1) for j in with_retry(
+            lambda: list(self.jobs.find({"rse": rse, "gen": generation}, {"round": 1})), "rounds")]
+        round_ = max(rounds, default=0) + 1
+        queries = [{"rse": rse, "gen": generation, "state": {"$in": list(RETRIABLE)}, "attempts": {"$lt": max_attempts}}]
+        entries: dict[str, Entry] = {}
+        if redo_dry_run:
+            queries.append({"rse": rse, "gen": generation, "state": FileState.WOULD_DELETE})
+            wd = FileState.WOULD_DELETE
+            entries = {bk.file_prefix(doc) + name: (doc, i, name) for doc, i, name in self._live_entries(
+                {"rse": rse, "gen": generation, "states": wd.value}, bk.CODES[wd])}
+        ids = sorted([d["_id"] for q in queries
+                      for d in with_retry(lambda: list(self.files.find(q, {"_id": 1})), "files for a new round")]
+                     + list(entries))[:limit]
+        states = [*RETRIABLE, FileState.WOULD_DELETE] if redo_dry_run else list(RETRIABLE)
+        created = []
+        for n, start in enumerate(range(0, len(ids), files_per_job), 1):
+            chunk = ids[start:start + files_per_job]
+            jid = job_id(rse, generation, round_, n)
+            insert_ignoring_duplicates(self.jobs, [{
+                "_id": jid, "rse": rse, "gen": generation, "round": round_, "n": n, "state": JobState.PLANNED,
+                "files": len(chunk), "created": time.time(), "span": span(chunk[0], chunk[-1])}])
+            assign = {"state": FileState.PLANNED, "job": jid, "attempts": round_}
+            rows = {"$set": {**assign, "t": time.time()}}
+            if limit is not None:  # rounds no longer take every file: attempts count each file's own tries
+                del rows["$set"]["attempts"]
+                rows["$inc"], assign = {"attempts": 1}, {**assign, "attempts": 2}
+            with_retry(lambda: self.files.update_many(
+                {"_id": {"$in": [i for i in chunk if i not in entries]}, "state": {"$in": states}}, rows),
+                "assign retry")
+            self._move_to_rows([(entries[i], assign) for i in chunk if i in entries], {"state": {"$in": states}})
+            created.append(jid)
+        return created
+
+    def _has_files(self, job_id_: str) -> bool:
+        return bool(with_retry(lambda: self.files.count_documents({"job": job_id_}, limit=1)
+                               or self.buckets.count_documents({"job": job_id_}, limit=1), "count"))
