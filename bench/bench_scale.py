@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The biggest RSE end to end on the embedded default database: a generated dump of N lines planned,
-recorded and its first round of jobs submitted by one Service.run_once (the code path of `msunmerged
+recorded and its first round of jobs submitted by one Runner.run_once (the code path of `msunmerged
 clean --apply` and the polling loop), then some jobs collected, then every operator query under load.
 
 Per size: wall time of each run_once step (hooks), the database server's peak RSS (VmHWM of its
@@ -177,9 +177,9 @@ def one_size(lines: int, data: Path, collect_jobs: int, queries: bool, clients: 
             def hook(step: str, rse: str) -> None:
                 marks.setdefault(step, time.perf_counter())
                 rss.setdefault(step, round(vm_hwm_mib(db_pid), 1))
-            service.hook = hook
+            service.runner.hook = hook
             start = time.perf_counter()
-            result = service.run_once(RSE)
+            result = service.runner.run_once(RSE)
             total = time.perf_counter() - start
             assert result.action == "new_generation" and result.submitted, result
             phases, last = {}, start
@@ -218,7 +218,7 @@ def one_size(lines: int, data: Path, collect_jobs: int, queries: bool, clients: 
                     bench_rest.stop(proc)
                 row["db_peak_rss_after_queries_mib"] = round(vm_hwm_mib(db_pid), 1)
             for job in ledger.jobs_in(RSE, LIVE_JOB_STATES, gen):  # nothing keeps running after the benchmark
-                service.backend.remove(job["_id"], job["batch_id"], "benchmark over")
+                service.runner.jobs.backend.remove(job["_id"], job["batch_id"], "benchmark over")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     row["load_after"] = round(os.getloadavg()[0], 2)
