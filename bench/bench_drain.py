@@ -5,7 +5,7 @@ local batch backend running the real worker, throttled (`planner.max_files_per_c
 count guard's `guards.max_delete_files` would allow in one plan) and capped (`jobs.max_in_flight` jobs of the
 RSE at once, `jobs.local_parallel` the same).
 
-Cycles run back to back: `Service.run_once` (plan and record once, then one slice released per cycle) and,
+Cycles run back to back: `Runner.run_once` (plan and record once, then one slice released per cycle) and,
 between two cycles, the drainer `serve` runs every `jobs.top_up_s` (here every `--top-up` seconds) until the
 RSE has no job left in flight. Per cap: wall time from the first cycle to every file deleted and the RSE
 clean, cycles, slices, the first cycle's planning and recording, files deleted per second, the most jobs
@@ -102,12 +102,13 @@ def drain(src: Path, work: Path, cap: int, per_cycle: int, top_up: float) -> dic
     config.jobs.sites[RSE] = SiteConfig(siteconfig=str(siteconf))
     row: dict[str, Any] = {"cap": cap, "per_cycle": per_cycle, "load_before": round(os.getloadavg()[0], 2)}
     with build_service(config, sources=OfflineSources(src)) as service:
-        drainer = Drainer(config, service.ledger, service.sources, service.backend, service.instance, lambda: [RSE])
+        drainer = Drainer(config, service.ledger, service.sources, service.runner.jobs.backend, service.instance,
+                          lambda: [RSE])
         start = time.perf_counter()
         cycles, guarded = 0, 0
         while True:
             t = time.perf_counter()
-            result = service.run_once(RSE)
+            result = service.runner.run_once(RSE)
             cycles += 1
             if cycles == 1:
                 row["first_cycle_s"] = round(time.perf_counter() - t, 1)  # planning, recording, first jobs

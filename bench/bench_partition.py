@@ -120,7 +120,7 @@ def one_cycle(data: Path, spread: list[tuple[int, int]]) -> dict[str, Any]:
     try:
         with build_service(config, sources=OfflineSources(src)) as service:
             db_pid = json.loads((state / "db.json").read_text())["pid"]
-            service.hook = hook
+            service.runner.hook = hook
             t = time.perf_counter()
             results = service.cycle(names)
             row["cycle_s"] = round(time.perf_counter() - t, 1)
@@ -151,7 +151,7 @@ def one_cycle(data: Path, spread: list[tuple[int, int]]) -> dict[str, Any]:
             for rse in names:  # nothing keeps running after the benchmark
                 for job in service.ledger.jobs_in(rse, LIVE_JOB_STATES):
                     if job.get("batch_id"):
-                        service.backend.remove(job["_id"], job["batch_id"], "benchmark over")
+                        service.runner.jobs.backend.remove(job["_id"], job["batch_id"], "benchmark over")
         row["db_mib"] = du_mib(state / "db") if (state / "db").exists() else du_mib(state)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The biggest RSE end to end on the embedded default database: a generated dump of N lines planned,
-recorded and its first round of jobs submitted by one Service.run_once (the code path of `msunmerged
+recorded and its first round of jobs submitted by one Runner.run_once (the code path of `msunmerged
 clean --apply` and the polling loop), then some jobs collected, then every operator query under load.
 
 Per size: wall time of each run_once step (hooks), the database server's peak RSS (VmHWM of its
@@ -14,7 +14,12 @@ folder, file-based sources (OfflineSources: the dump, protected list and a fresh
 local batch backend in dry run (1 worker at a time; jobs left queued are removed at the end). Inputs
 are bench_plan.py's generated dumps in bench/data/<lines>-txt.
 
-Usage: python3 bench/bench_scale.py [--sizes 1000000,10000000] [--queries 10000000] [--quick]
+With `--apply`: per size, `msunmerged run` against `msunmerged apply` of the same dump instead, each in its
+own process (the commands' code path with OfflineSources) on a fresh ledger: the process's wall time and peak
+RSS and its database's peak RSS; run's planning, recording and submission, and their ratio; the plan applied
+is written by `msunmerged plan` with the same scan, protected list and configuration.
+
+Usage: python3 bench/bench_scale.py [--sizes 1000000,10000000] [--queries 10000000] [--quick] [--apply]
 """
 from __future__ import annotations
 
@@ -29,8 +34,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src" / "python"))
+SRC = sys.argv[sys.argv.index("--src") + 1] if "--src" in sys.argv else str(REPO / "src" / "python")
+sys.path.insert(0, SRC)
 
+import MSUnmerged  # noqa: E402  (first: the bench modules below put this checkout's code on the path)
 import bench_plan  # noqa: E402
 import bench_rest  # noqa: E402
 import ledgersim  # noqa: E402
@@ -47,6 +54,7 @@ from MSUnmerged.wiring import build_service  # noqa: E402
 RSE = bench_plan.RSE
 MIB = 1024 * 1024
 TARGET_S, TARGET_RSS_MIB, TARGET_P99_MS = 180.0, 1024.0, 100.0
+APPLY_TIME_RATIO, APPLY_RSS_MIB, RECORD_RATIO = 1.2, 512.0, 5.0  # issue 29: apply against run; recording
 
 
 def vm_hwm_mib(pid: int) -> float:
@@ -80,13 +88,76 @@ def bench_config(state: Path) -> Config:
     return config
 
 
-def run_cli(state: Path, *argv: str) -> float:
+def run_cli(state: Path, *argv: str, src: str = SRC) -> float:
     """Wall seconds of one `msunmerged` command on the run's ledger (process start included)."""
     env = {**os.environ, "MSUNMERGED_SERVICE__STATE_DIR": str(state), "MSUNMERGED_MONGO__URL": "",
-           "PYTHONPATH": str(REPO / "src" / "python")}
+           "MSUNMERGED_GUARDS__MAX_DELETE_FRACTION": "1.0",  # as bench_config
+           "PYTHONPATH": src}
     t = time.perf_counter()
     subprocess.run([sys.executable, "-m", "MSUnmerged.cli", *argv], env=env, check=True, capture_output=True)
     return time.perf_counter() - t
+
+
+def command(kind: str, work: Path) -> None:
+    """In a child process: `msunmerged run --rse RSE` or `msunmerged apply work/plan` on a fresh ledger under
+    `work`; prints its figures as JSON, with its own peak RSS and its database's."""
+    sources = OfflineSources(work / "sources")
+    state = work / f"state-{kind}"
+    marks: dict[str, float] = {}
+    with build_service(bench_config(state), sources=sources) as service:
+        db_pid = json.loads((state / "db.json").read_text())["pid"]
+        service.hook = lambda step, rse: marks.setdefault(step, time.perf_counter())
+        start = time.perf_counter()
+        if kind == "run":
+            result = service.run_once(RSE)
+        else:
+            result = service.apply_plan(work / "plan", sources.protected())
+        took = time.perf_counter() - start
+        assert result.submitted, result
+        gen = service.ledger.rse(RSE)["generation"]
+        for job in service.ledger.jobs_in(RSE, LIVE_JOB_STATES, gen):  # nothing keeps running after it
+            service.backend.remove(job["_id"], job["batch_id"], "benchmark over")
+        db_rss = vm_hwm_mib(db_pid)
+    print(json.dumps({"code": str(Path(MSUnmerged.__file__).parents[1]), "seconds": round(took, 2), "jobs": result.submitted, "peak_rss_mib": vm_hwm_mib(os.getpid()),
+                      "db_peak_rss_mib": db_rss, "marks_s": {step: round(t - start, 2) for step, t in marks.items()}}))
+
+
+def in_child(kind: str, work: Path, src: str) -> dict[str, Any]:
+    """`command` in its own process with the code of `src`: its figures and wall time (process start included)."""
+    t = time.perf_counter()
+    res = subprocess.run([sys.executable, __file__, "--child", kind, str(work), "--src", src], capture_output=True,
+                         text=True)
+    if res.returncode:
+        raise SystemExit(f"bench_scale: {kind} failed: {res.stderr.strip()[-2000:]}")
+    row = json.loads(res.stdout.strip().splitlines()[-1])
+    row["process_s"] = round(time.perf_counter() - t, 2)
+    return row
+
+
+def run_vs_apply(lines: int, data: Path, code: str) -> dict[str, Any]:
+    """`msunmerged run` and `msunmerged apply` of the same dump with the code of `code` (a src/python), each in
+    its own process on its own ledger."""
+    inputs = bench_plan.inputs(data, lines)
+    work = data / f"apply-{lines}"
+    shutil.rmtree(work, ignore_errors=True)
+    row: dict[str, Any] = {"lines": lines, "code": code, "load_before": round(os.getloadavg()[0], 2)}
+    try:
+        src = sources_dir(inputs, work)
+        row["run"] = in_child("run", work, code)
+        row["plan_cli_s"] = round(run_cli(work / "state-plan", "plan", "--rse", RSE, "--dump",
+                                          str(src / "dumps" / f"{RSE}.txt"), "--protected", str(src / "protected.json"),
+                                          "--stats", str(src / "stats.json"), "--out", str(work / "plan"), src=code), 2)
+        row["apply"] = in_child("apply", work, code)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    run = row["run"]
+    plan = run["marks_s"]["planned"] - run["marks_s"]["polled"]
+    row["record_over_plan"] = round((run["marks_s"]["recorded"] - plan) / plan, 2)
+    row["record_submit_over_plan"] = round((run["marks_s"]["counted"] - plan) / plan, 2)
+    row["apply_over_run"] = round(row["apply"]["seconds"] / run["seconds"], 2)
+    row["load_after"] = round(os.getloadavg()[0], 2)
+    print(json.dumps(row), flush=True)
+    return row
 
 
 def one_size(lines: int, data: Path, collect_jobs: int, queries: bool, clients: int, seconds: float,
@@ -106,9 +177,9 @@ def one_size(lines: int, data: Path, collect_jobs: int, queries: bool, clients: 
             def hook(step: str, rse: str) -> None:
                 marks.setdefault(step, time.perf_counter())
                 rss.setdefault(step, round(vm_hwm_mib(db_pid), 1))
-            service.hook = hook
+            service.runner.hook = hook
             start = time.perf_counter()
-            result = service.run_once(RSE)
+            result = service.runner.run_once(RSE)
             total = time.perf_counter() - start
             assert result.action == "new_generation" and result.submitted, result
             phases, last = {}, start
@@ -147,7 +218,7 @@ def one_size(lines: int, data: Path, collect_jobs: int, queries: bool, clients: 
                     bench_rest.stop(proc)
                 row["db_peak_rss_after_queries_mib"] = round(vm_hwm_mib(db_pid), 1)
             for job in ledger.jobs_in(RSE, LIVE_JOB_STATES, gen):  # nothing keeps running after the benchmark
-                service.backend.remove(job["_id"], job["batch_id"], "benchmark over")
+                service.runner.jobs.backend.remove(job["_id"], job["batch_id"], "benchmark over")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     row["load_after"] = round(os.getloadavg()[0], 2)
@@ -175,7 +246,27 @@ def summary(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def apply_summary(rows: list[dict[str, Any]]) -> str:
+    out = ["| lines | jobs | run s | run RSS MiB | run DB RSS MiB | apply s | apply RSS MiB | apply DB RSS MiB | "
+           "apply / run | plan s | record s | record / plan | record+submit / plan | load |", "|" + "---|" * 14]
+    for r in rows:
+        run, apply, m = r["run"], r["apply"], r["run"]["marks_s"]
+        out.append(f"| {r['lines']:,}{' (before)' if r['code'] != SRC else ''} | {run['jobs']:,} | {run['seconds']} | {run['peak_rss_mib']:.0f} | "
+                   f"{run['db_peak_rss_mib']:.0f} | {apply['seconds']} | {apply['peak_rss_mib']:.0f} | "
+                   f"{apply['db_peak_rss_mib']:.0f} | {r['apply_over_run']} | {round(m['planned'] - m['polled'], 2)} | "
+                   f"{round(m['recorded'] - m['planned'], 2)} | {r['record_over_plan']} | {r['record_submit_over_plan']} | "
+                   f"{r['load_before']}-{r['load_after']} |")
+    big = rows[-1]
+    out.append(f"\ntargets at {big['lines']:,} lines: apply / run {big['apply_over_run']} (<= {APPLY_TIME_RATIO}), apply "
+               f"RSS {big['apply']['peak_rss_mib']:.0f} MiB (< {APPLY_RSS_MIB:.0f}); recording / planning "
+               f"{big['record_over_plan']} (<= {RECORD_RATIO})")
+    return "\n".join(out)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
+    if argv is None and sys.argv[1:2] == ["--child"]:  # --child KIND WORK --src SRC
+        command(sys.argv[2], Path(sys.argv[3]))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1000000,10000000", help="dump lines, comma-separated")
     ap.add_argument("--queries", default="", help="sizes at which to measure the operator queries "
@@ -187,10 +278,19 @@ def main(argv: Optional[list[str]] = None) -> int:
                                                             "(720: 30 days, hourly)")
     ap.add_argument("--data", default=str(REPO / "bench" / "data"))
     ap.add_argument("--quick", action="store_true", help="sizes 100,000 and 1,000,000, 5 s per query")
+    ap.add_argument("--apply", action="store_true", help="`msunmerged run` against `msunmerged apply` instead")
+    ap.add_argument("--src", default=SRC, help="the src/python whose code runs (default: this checkout's)")
+    ap.add_argument("--before", help="with --apply: each size first with this src/python (before/after in one run)")
     args = ap.parse_args(argv)
     if args.quick:
         args.sizes, args.seconds, args.collect_jobs, args.cycles = "100000,1000000", 5.0, 10, 100
     sizes = [int(s) for s in args.sizes.split(",")]
+    if args.apply:
+        rows = [run_vs_apply(n, Path(args.data), code) for n in sizes
+                for code in ([args.before] if args.before else []) + [SRC]]
+        Path(args.data, "results-apply.json").write_text(json.dumps(rows, indent=1))
+        print(apply_summary(rows))
+        return 0
     with_queries = {int(s) for s in args.queries.split(",") if s} or {max(sizes)}
     rows = [one_size(n, Path(args.data), args.collect_jobs, n in with_queries, args.clients, args.seconds,
                      args.cycles)

@@ -40,6 +40,19 @@ def test_bench_scale_tiny(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("scale-*")), "the run's state folder is left behind"
 
 
+def test_bench_scale_apply_tiny(tmp_path: Path) -> None:
+    """`run` and `apply` of the same dump each submit every job, in their own processes, with the code asked for."""
+    src = str(BENCH.parent / "src" / "python")
+    run("bench_scale.py", "--apply", "--sizes", "10000", "--before", src, "--data", str(tmp_path))
+    rows = json.loads((tmp_path / "results-apply.json").read_text())
+    assert [r["code"] for r in rows] == [src, src]
+    for row in rows:
+        assert row["run"]["jobs"] == row["apply"]["jobs"] >= 1 and row["run"]["code"] == row["apply"]["code"] == src
+        assert row["apply"]["peak_rss_mib"] > 0 and row["apply"]["db_peak_rss_mib"] > 0
+        assert {"planned", "recorded", "counted"} <= set(row["run"]["marks_s"]) and row["record_over_plan"] > 0
+    assert not list(tmp_path.glob("apply-*")), "the run's work folder is left behind"
+
+
 def test_bench_sizing_tiny(tmp_path: Path) -> None:
     """The sample is recorded, collected and retried; sizes, write counts and query plans come out."""
     out = tmp_path / "sizing.json"

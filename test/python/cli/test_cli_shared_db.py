@@ -115,7 +115,7 @@ def test_cli_next_to_serve_uses_its_database(site: tuple[FakeCMSWeb, dict[str, s
         assert http_status(status_url) == 200  # the service still reaches its ledger
     finally:
         stop(serve)
-    assert serve.returncode == 0, (tmp_path / "serve.log").read_text()[-2000:]
+    assert serve.returncode == EXIT_INTERRUPTED, (tmp_path / "serve.log").read_text()[-2000:]
     assert servers_on(state) == [] and recorded_server(state) is None  # its last user stopped it
 
 

@@ -91,29 +91,34 @@ def make_hook():
 
 
 def serve(config_path: str) -> int:
-    """`msunmerged serve` as the CLI runs it (build_service + cli.serve.serve), with the test hook installed."""
-    from MSUnmerged.cli.serve import serve as cli_serve
+    """`msunmerged serve` as the CLI runs it (wiring.build_service + wiring.serve, SIGTERM as Ctrl-C), with the test
+    hook installed."""
+    from MSUnmerged.cli import EXIT_INTERRUPTED, terminate_as_interrupt
+    from MSUnmerged.wiring import serve as wired_serve
 
     config = load_config(config_path)
-    with build_service(config) as svc:
-        svc.hook = make_hook()
-        (Path(os.environ.get("E2E_MARKS", ".")) / "serving").touch()
-        cli_serve(config, svc)
+    try:
+        with terminate_as_interrupt(), build_service(config) as svc:
+            svc.runner.hook = make_hook()
+            (Path(os.environ.get("E2E_MARKS", ".")) / "serving").touch()
+            wired_serve(config, svc)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
     return 0
 
 
 def once(config_path: str, rse: str, max_runs: int = 60) -> int:
     config = load_config(config_path)
     with build_service(config) as svc:
-        svc.hook = make_hook()
+        svc.runner.hook = make_hook()
         for _ in range(max_runs):
-            result = svc.run_once(rse)
+            result = svc.runner.run_once(rse)
             print(json.dumps(result.to_dict()), flush=True)
             if result.action in ("finish", "skip") or result.state in SETTLED:
                 if result.action != "poll":
                     break
             time.sleep(1.5)
-        svc.leases.stop_heartbeat()
+        svc.runner.leases.stop_heartbeat()
     return 0
 
 

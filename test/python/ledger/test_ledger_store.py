@@ -11,6 +11,7 @@ from MSUnmerged import planner
 from MSUnmerged.config import Config
 from MSUnmerged.embedded_mongo import EmbeddedMongo
 from MSUnmerged.ledger import Ledger, LedgerError, job_id, with_retry
+from MSUnmerged.lfn import PrefixSet
 
 pytestmark = pytest.mark.integration
 RSE = "T2_FR_Ledger"
@@ -207,3 +208,23 @@ def test_directory_outcomes_keep_the_highest_rank_and_are_pruned_with_their_gene
     newer = make_plan(tmp_path)  # the next dump: the old generation's directory records go with it
     ledger.record_plan(tmp_path / "plan", newer, GEN + 100)
     assert mongo_db.dirs.count_documents({}) == 0
+
+
+def test_drop_protected_drops_what_the_list_covers_or_holds_below_and_nothing_else(tmp_path: Path,
+                                                                                   mongo_db: Database) -> None:
+    """A base naming a whole directory, one file, and a path below a file's own: exactly the files the list
+    holds below are dropped, in whatever bucket they are; the other directories' files stay planned."""
+    ledger = Ledger(mongo_db)
+    ledger.record_plan(tmp_path / "plan", make_plan(tmp_path), GEN)
+    era = "/store/unmerged/Era"
+    bases = [f"{era}/P1/RAW/Proc-v1/000/001", f"{era}/P0/RAW/Proc-v1/000/002/f6.root",
+             f"{era}/P2/RAW/Proc-v1/000/003/f11.root/inside"]
+    protection = PrefixSet(bases)
+    held = {d["lfn"] for d in ledger.file_records() if protection.holds_below(d["lfn"].encode())}
+    assert len(held) == 75 + 1 + 1
+    assert ledger.drop_protected(RSE, GEN, protection) == len(held)
+    dropped = ledger.file_records(state="skipped_protected")
+    assert {d["lfn"] for d in dropped} == held and {d["error_class"] for d in dropped} == {"protected_since_planning"}
+    assert len(ledger.file_records(state="planned")) == 900 - len(held)
+    assert ledger.drop_protected(RSE, GEN, protection) == 0
+    assert ledger.rse(RSE)["generations"][0]["dropped_protected"] == len(held)

@@ -25,13 +25,15 @@ from test_rest_api import get, operator_headers, post
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[3]
-# What `msunmerged serve` runs, with OfflineSources instead of the live services.
+# What `msunmerged serve` runs, with OfflineSources instead of the live services (SIGTERM as Ctrl-C, as the CLI).
 SERVE = """
 import sys
-from MSUnmerged.cli.serve import serve_private
+from MSUnmerged.cli import terminate_as_interrupt
 from MSUnmerged.config import load_config
 from MSUnmerged.sources.offline import OfflineSources
-serve_private(load_config(sys.argv[1]), OfflineSources(sys.argv[2]), int(sys.argv[3]))
+from MSUnmerged.wiring import serve_private
+with terminate_as_interrupt():
+    serve_private(load_config(sys.argv[1]), OfflineSources(sys.argv[2]), int(sys.argv[3]))
 """
 # WMCore's client as its services call ms-unmerged (argv: base URL, RSE); prints what it got as JSON.
 # The status report has an "error" member (UNMERGED_REPORT), which makeHttpRequest takes for a failure:
@@ -122,6 +124,17 @@ def test_loop_runs(served: Served) -> None:
         time.sleep(0.5)
     _, body, _ = get(served, "data/status")
     assert body["result"][0]["cycles"] and body["result"][0]["triggers"]["enabled"] is True
+
+
+def test_status_names_the_instance_its_cycles_ran_as(served: Served) -> None:
+    """No service.instance in the configuration: thread_id is the name the loop runs as (host-PID), not empty."""
+    deadline = time.monotonic() + 60
+    while not served.db.cycles.find_one({}) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    ran_as = served.db.cycles.find_one({})["instance"]
+    _, body, _ = get(served, "data/status")
+    (status,) = body["result"]
+    assert ran_as and status["thread_id"] == status["instance"] == ran_as
 
 
 def test_metrics_port_serves_metrics_only(served: Served) -> None:

@@ -15,12 +15,12 @@ from pymongo import MongoClient
 
 from MSUnmerged.config import Config, SiteConfig
 from MSUnmerged.ledger import Ledger
-from MSUnmerged.service import RunResult, Service
+from MSUnmerged.service import Runner, RunResult, Service
 from MSUnmerged.sources.offline import OfflineSources
 from service_kit import LoggedLocalBackend
 
 
-class LoggingService(Service):
+class LoggingRunner(Runner):
     """Appends one line per RSE actually worked on (not skipped for a lease) to a shared log."""
 
     def __init__(self, *args: object, worklog: Path, **kwargs: object) -> None:
@@ -48,8 +48,9 @@ def main(url: str, db: str, sources: str, batch: str, state: str, instance: str,
     config.jobs.sites = {rse: SiteConfig(**s) for rse, s in json.loads(Path(sites).read_text()).items()}
     ledger = Ledger(MongoClient(url)[db])
     ledger.ensure_indexes()
-    svc = LoggingService(config, ledger, OfflineSources(sources), LoggedLocalBackend(config, Path(batch)),
-                         instance=instance, worklog=Path(worklog))
+    backend = LoggedLocalBackend(config, Path(batch))
+    svc = Service(config, ledger, OfflineSources(sources), backend, instance=instance)
+    svc.runner = LoggingRunner(config, ledger, OfflineSources(sources), backend, instance=instance, worklog=Path(worklog))
     results = svc.cycle(slot=int(slot))
     svc.stop()
     print(json.dumps({rse: r.to_dict() for rse, r in results.items()}))

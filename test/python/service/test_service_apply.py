@@ -50,7 +50,7 @@ def test_apply_drops_newly_protected_and_submits_the_rest(tmp_path: Path, mongo_
     ledger.ensure_indexes()
     backend = LoggedLocalBackend(config, tmp_path / "batch")
     svc = Service(config, ledger, rse_list(tmp_path / "src", [RSE]), backend=backend, instance="cli")
-    result = svc.apply_plan(tmp_path / "plan", protected + [newly])
+    result = svc.runner.apply_plan(tmp_path / "plan", protected + [newly])
     svc.stop()
     assert result.dropped_protected == 50 and result.submitted == plan.jobs
     submitted = [lfn for d in (tmp_path / "batch").iterdir() if d.is_dir()
@@ -75,7 +75,7 @@ def test_apply_refuses_an_empty_protected_list(tmp_path: Path, mongo_db: Databas
                  require_scan=False)
     backend = LoggedLocalBackend(config, tmp_path / "b")
     svc = Service(config, Ledger(mongo_db), rse_list(tmp_path / "src", [RSE]), backend=backend)
-    result = svc.apply_plan(tmp_path / "plan", [])
+    result = svc.runner.apply_plan(tmp_path / "plan", [])
     svc.stop()
     assert (result.state, result.reason) == ("guarded", "protected_list_empty")
     assert backend.submissions() == [] and not Ledger(mongo_db).file_records()
@@ -96,7 +96,7 @@ def test_apply_carries_the_scan_start_to_the_workers(tmp_path: Path, mongo_db: D
     (tmp_path / "src" / "stats.json").write_text(json.dumps({RSE: stats}))  # the scan apply reads again
     backend = LoggedLocalBackend(config, tmp_path / "b")
     svc = Service(config, Ledger(mongo_db), rse_list(tmp_path / "src", [RSE]), backend=backend)
-    result = svc.apply_plan(tmp_path / "plan", protected)
+    result = svc.runner.apply_plan(tmp_path / "plan", protected)
     svc.stop()
     assert result.submitted == plan.jobs > 0
     steps = [json.loads((d / "manifest.json").read_text())["task"]["steps"][0]

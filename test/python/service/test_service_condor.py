@@ -44,7 +44,7 @@ def die(step, rse):
     if step == "submitted":
         os.kill(os.getpid(), signal.SIGKILL)
 svc = make_service(args["tmp"], MongoClient(args["url"])[args["db"]], args["src"], args["tokens"], hook=die)
-svc.run_once(args["rse"])
+svc.runner.run_once(args["rse"])
 """
 
 
@@ -84,7 +84,7 @@ def site(condor_pool: CondorPool, tmp_path: Path) -> Path:
 
 def run_to_end(svc: Service) -> None:
     for _ in range(6):
-        result = svc.run_once(RSE, wait_s=240)
+        result = svc.runner.run_once(RSE, wait_s=240)
         assert result.action != "failed", result
         if result.action == "finish":
             return
@@ -159,7 +159,7 @@ def test_refused_token_is_recorded_and_nothing_submitted(condor_pool: CondorPool
     empty = tmp_path / "no-tokens"
     empty.mkdir(mode=0o700)
     svc = make_service(str(tmp_path), mongo_db, str(site), str(empty))
-    result = svc.run_once(RSE)
+    result = svc.runner.run_once(RSE)
     svc.stop()
     assert (result.action, result.reason) == ("failed", "backend_auth_refused"), result
     assert exit_code(result) == EXIT_AUTH  # `msunmerged apply`/`clean`: renew the token, not "internal error"

@@ -46,7 +46,7 @@ def service(tmp: Path, db: Database, src: Path, hook: Any = None, submit_batch: 
 
 def run_to_end(svc: Service) -> None:
     for _ in range(5):
-        if svc.run_once(RSE, wait_s=20).action == "finish":
+        if svc.runner.run_once(RSE, wait_s=20).action == "finish":
             return
     raise AssertionError("run_once never finished the RSE")
 
@@ -77,8 +77,8 @@ def baseline(sources: Path, tmp_path_factory: pytest.TempPathFactory, mongo_clie
     tmp = tmp_path_factory.mktemp("baseline")
     svc = service(tmp, db, sources)
     run_to_end(svc)
-    svc.leases.stop_heartbeat()
-    snap = snapshot(db, svc.backend.submissions())
+    svc.runner.leases.stop_heartbeat()
+    snap = snapshot(db, svc.runner.jobs.backend.submissions())
     snap["left"] = files_left(tmp / "storage" / RSE)
     mongo_client.drop_database(db.name)
     return snap
@@ -98,11 +98,11 @@ def crash_then_restart(step: str, occurrence: int, submit_batch: int, sources: P
     crashing = service(tmp, db, sources, crash_once, submit_batch)
     with pytest.raises(Crash):
         run_to_end(crashing)
-    crashing.leases.stop_heartbeat()
+    crashing.runner.leases.stop_heartbeat()
     restarted = service(tmp, db, sources, submit_batch=submit_batch)  # same instance name: takes its own lease back
     run_to_end(restarted)
-    restarted.leases.stop_heartbeat()
-    submissions = restarted.backend.submissions()
+    restarted.runner.leases.stop_heartbeat()
+    submissions = restarted.runner.jobs.backend.submissions()
     snap = snapshot(db, submissions)
     assert len(submissions) == len(set(submissions)), "a job was submitted twice"
     for key in ("submissions", "files", "jobs", "state", "generation", "counters", "generations"):

@@ -44,7 +44,7 @@ def test_a_directory_emptied_after_an_earlier_cycle_is_removed_by_a_later_one(tm
     src = write_sources(tmp_path / "src", [RSE], files=200, end_time=time.time() - 3600)
     svc = make_service(tmp_path, mongo_db, src, python=failing_python(tmp_path))
     svc.config.jobs.retries = 0
-    first = svc.run_once(RSE, wait_s=60)
+    first = svc.runner.run_once(RSE, wait_s=60)
     assert first.action == "new_generation" and first.submitted > 0
     gen1 = first.generation
     lost = {d["dir"] for d in mongo_db.dirs.find({"rse": RSE, "gen": gen1})}
@@ -58,8 +58,8 @@ def test_a_directory_emptied_after_an_earlier_cycle_is_removed_by_a_later_one(tm
     emptied = sorted(d for d in lost if "/Primary5/" in d)
     assert emptied and all((storage / d.lstrip("/")).is_dir() for d in emptied)
     new_dump(src, [x for x in lines if x not in gone])
-    svc.backend.python = sys.executable  # jobs run again
-    second = svc.run_once(RSE, wait_s=60)
+    svc.runner.jobs.backend.python = sys.executable  # jobs run again
+    second = svc.runner.run_once(RSE, wait_s=60)
     assert second.action == "new_generation" and second.generation > gen1
     # The emptied directories were retried by a directory job of the new generation and are gone.
     assert not any((storage / d.lstrip("/")).exists() for d in emptied)
@@ -78,7 +78,7 @@ def test_a_pending_directory_that_became_protected_is_forgotten(tmp_path: Path, 
     src = write_sources(tmp_path / "src", [RSE], files=100, end_time=time.time() - 3600)
     svc = make_service(tmp_path, mongo_db, src, python=failing_python(tmp_path))
     svc.config.jobs.retries = 0
-    first = svc.run_once(RSE, wait_s=60)
+    first = svc.runner.run_once(RSE, wait_s=60)
     lost = sorted({d["dir"] for d in mongo_db.dirs.find({"rse": RSE, "gen": first.generation})})
     target = next(d for d in lost if d.count("/") >= 7)
     storage = tmp_path / "storage" / RSE
@@ -87,7 +87,7 @@ def test_a_pending_directory_that_became_protected_is_forgotten(tmp_path: Path, 
             path.unlink()
     prot = json.loads((src / "protected.json").read_text())
     (src / "protected.json").write_text(json.dumps({"result": prot["result"] + [target]}))
-    second = svc.run_once(RSE, wait_s=60)  # the same dump: done with errors, then the directories are retried
+    second = svc.runner.run_once(RSE, wait_s=60)  # the same dump: done with errors, then the directories are retried
     assert (second.action, second.state) == ("finish", "done_with_errors")
     assert (storage / target.lstrip("/")).is_dir()  # never tried: it is protected now
     retried = {d for j in mongo_db.jobs.find({"retry_dirs": {"$exists": True}}) for d in j["retry_dirs"]}
@@ -105,7 +105,7 @@ def test_sweep_removes_old_empty_directories_and_counts_them(tmp_path: Path, mon
     old = [storage / f"{dataset}/999/empty".lstrip("/"), storage / f"{dataset}/999".lstrip("/")]
     old[0].mkdir(parents=True)  # empty directories no dump lists, older than the scan (it starts now)
     rescan(src, RSE)
-    result = svc.run_once(RSE, wait_s=60)
+    result = svc.runner.run_once(RSE, wait_s=60)
     assert result.action == "new_generation" and not any(p.exists() for p in old)
     recorded = {d["dir"]: d["state"] for d in mongo_db.dirs.find({"rse": RSE})}
     assert recorded[f"{dataset}/999/empty"] == recorded[f"{dataset}/999"] == "removed"

@@ -87,7 +87,7 @@ def test_two_instances_one_killed_mid_cycle(tmp_path: Path, mongo_url: str, mong
     config.service.dry_run = False
     check = Service(config, Ledger(db), OfflineSources(tmp_path / "src"), backend, instance="check")
     for rse in RSES:
-        result = check.run_once(rse, wait_s=120)
+        result = check.runner.run_once(rse, wait_s=120)
         assert (result.action, result.state, result.submitted) == ("finish", "clean", 0), result
     check.stop()
     assert {d["state"] for d in db.jobs.find()} == {"finished"}

@@ -44,7 +44,7 @@ def test_results_are_recorded_as_rses_finish_and_logged(tmp_path: Path, mongo_db
                     return
                 time.sleep(0.1)
 
-    svc.hook = hold_the_slow_one
+    svc.runner.hook = hold_the_slow_one
     caplog.set_level(logging.INFO, logger="MSUnmerged")
     try:
         results = svc.cycle([SLOW, FAST], slot=1)
@@ -99,5 +99,5 @@ def test_the_service_builds_its_notifier_from_the_url(tmp_path: Path, mongo_db: 
     assert make_service(tmp_path, mongo_db, src).notifier is None
     svc = make_service(tmp_path, mongo_db, src, interval_s=600)
     svc.config.alerts.alertmanager_url = "http://127.0.0.1:9/api/v2/alerts"
-    rebuilt = Service(svc.config, svc.ledger, svc.sources, svc.backend)
+    rebuilt = Service(svc.config, svc.ledger, svc.sources, svc.runner.jobs.backend)
     assert rebuilt.notifier is not None and rebuilt.notifier.manager.expire_s == 3 * 600

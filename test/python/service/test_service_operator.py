@@ -26,11 +26,11 @@ def test_dry_run_is_dry_run_done_then_real_mode_deletes_the_same_generation(tmp_
                                                                            mongo_db: Database) -> None:
     src = write_sources(tmp_path / "src", [RSE], files=600)
     svc = make_service(tmp_path, mongo_db, src, dry_run=True)
-    local = svc.backend
-    svc.backend = RoutingBackend(svc.config, lambda rse: rse, factory=lambda kind, site: local)
+    local = svc.runner.jobs.backend
+    svc.runner.jobs.backend = RoutingBackend(svc.config, lambda rse: rse, factory=lambda kind, site: local)
     before = files_left(tmp_path / "storage" / RSE)
 
-    first = svc.run_once(RSE, wait_s=60)
+    first = svc.runner.run_once(RSE, wait_s=60)
     doc = svc.ledger.rse(RSE)
     c = doc["counters"]
     # Every job was collected within --wait: the RSE is settled, not `running`, and says it was a dry run.
@@ -43,11 +43,11 @@ def test_dry_run_is_dry_run_done_then_real_mode_deletes_the_same_generation(tmp_
     assert {j["exit_code"] for j in jobs} == {0} and {j["worker_exit_code"] for j in jobs} == {0}
     generation = doc["generation"]
 
-    again = svc.run_once(RSE)  # still dry run: nothing to do
+    again = svc.runner.run_once(RSE)  # still dry run: nothing to do
     assert (again.action, again.state) == ("finish", "dry_run_done")
 
     svc.config.service.dry_run = False
-    real = svc.run_once(RSE, wait_s=60)
+    real = svc.runner.run_once(RSE, wait_s=60)
     doc = svc.ledger.rse(RSE)
     assert (real.action, real.generation, real.submitted > 0) == ("resume", generation, True)
     assert (doc["state"], doc["generation"], len(doc["generations"])) == ("clean", generation, 1)
@@ -63,8 +63,8 @@ def test_dry_run_is_dry_run_done_then_real_mode_deletes_the_same_generation(tmp_
 def test_preflight_refusal_refreshes_the_counters(tmp_path: Path, mongo_db: Database) -> None:
     src = write_sources(tmp_path / "src", [RSE], files=200)
     svc = make_service(tmp_path, mongo_db, src)
-    svc.backend = LocalBackend(svc.config, tmp_path / "batch", python="/nonexistent/python3")
-    result = svc.run_once(RSE)
+    svc.runner.jobs.backend = LocalBackend(svc.config, tmp_path / "batch", python="/nonexistent/python3")
+    result = svc.runner.run_once(RSE)
     doc = svc.ledger.rse(RSE)
     assert (result.reason, result.source, doc["state"]) == ("backend_unreachable", "backend", "failed")
     assert doc["counters"]["to_delete"] > 0 and doc["counters"]["pending"] == doc["counters"]["to_delete"]
@@ -127,7 +127,7 @@ def test_serve_records_a_cycle_that_broke_on_a_bug(tmp_path: Path, mongo_db: Dat
     def broken() -> list[str]:
         raise RuntimeError("a bug in listing the RSEs")
 
-    svc.my_rses = broken  # type: ignore[method-assign]
+    svc.runner.my_rses = broken  # type: ignore[method-assign]
     loop = threading.Thread(target=svc.serve)
     loop.start()
     try:

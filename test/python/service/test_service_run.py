@@ -48,7 +48,7 @@ def make_service(tmp_path: Path, db: Database, srcdir: Path, python: Optional[st
 def test_run_once_plans_submits_collects_and_ends_clean(tmp_path: Path, mongo_db: Database) -> None:
     src = write_sources(tmp_path / "src", [RSE], files=1200)
     svc = make_service(tmp_path, mongo_db, src)
-    first = svc.run_once(RSE, wait_s=30)
+    first = svc.runner.run_once(RSE, wait_s=30)
     assert first.action == "new_generation" and first.submitted > 0
     doc = svc.ledger.rse(RSE)
     c = doc["counters"]
@@ -58,15 +58,15 @@ def test_run_once_plans_submits_collects_and_ends_clean(tmp_path: Path, mongo_db
     assert doc["protected_count"] > 0
     # Every planned file has exactly one record, in exactly one job.
     assert len(Ledger(mongo_db).file_records(RSE)) == c["to_delete"]
-    assert sorted(svc.backend.submissions()) == sorted(j["_id"] for j in mongo_db.jobs.find())
+    assert sorted(svc.runner.jobs.backend.submissions()) == sorted(j["_id"] for j in mongo_db.jobs.find())
     # The files are really gone from the site, and only those.
     deleted = {d["lfn"] for d in Ledger(mongo_db).file_records(state="deleted")}
     all_files = set((src / "dumps" / f"{RSE}.txt").read_text().split())
     assert files_left(tmp_path / "storage" / RSE) == all_files - deleted
-    second = svc.run_once(RSE)
+    second = svc.runner.run_once(RSE)
     assert (second.action, second.state) == ("finish", "clean")
     assert svc.ledger.rse(RSE)["state"] == "clean"
-    assert len(svc.backend.submissions()) == first.submitted  # nothing submitted again
+    assert len(svc.runner.jobs.backend.submissions()) == first.submitted  # nothing submitted again
 
 
 @pytest.mark.parametrize("scan,reason", [
@@ -84,11 +84,11 @@ def test_skip_reasons_are_recorded(tmp_path: Path, mongo_db: Database, scan: dic
         stats[RSE] = scan
     (src / "stats.json").write_text(json.dumps(stats))
     svc = make_service(tmp_path, mongo_db, src)
-    result = svc.run_once(RSE)
+    result = svc.runner.run_once(RSE)
     assert (result.action, result.reason) == ("skip", reason)
     doc = svc.ledger.rse(RSE)
     assert doc["state"] == "skipped" and doc["reason"] == reason and doc["events"][-1]["reason"] == reason
-    assert svc.backend.submissions() == []
+    assert svc.runner.jobs.backend.submissions() == []
 
 
 @pytest.mark.parametrize("protected", [[], None])
@@ -99,11 +99,11 @@ def test_missing_or_empty_protected_list_submits_nothing(tmp_path: Path, mongo_d
     else:
         (src / "protected.json").write_text(json.dumps({"result": protected}))
     svc = make_service(tmp_path, mongo_db, src)
-    result = svc.run_once(RSE)
+    result = svc.runner.run_once(RSE)
     assert result.state in ("guarded", "failed")
     assert result.reason in ("protected_list_empty", "wmstats_http_status")
     assert svc.ledger.rse(RSE)["reason"] == result.reason
-    assert svc.backend.submissions() == [] and not Ledger(mongo_db).file_records()
+    assert svc.runner.jobs.backend.submissions() == [] and not Ledger(mongo_db).file_records()
 
 
 def test_failures_are_retried_then_reported_not_clean(mongo_db: Database) -> None:
@@ -123,9 +123,9 @@ def test_failures_are_retried_then_reported_not_clean(mongo_db: Database) -> Non
         os.chown(storage / f"{head}/locked".lstrip("/"), 0, 0)
         rescan(src, RSE)  # a chown changes the files' ctime: the scan must start after it
         svc.config.jobs.retries = 1
-        assert svc.run_once(RSE, wait_s=30).action == "new_generation"
-        assert svc.run_once(RSE, wait_s=30).action == "resume"  # one retry round for the failed file
-        last = svc.run_once(RSE)
+        assert svc.runner.run_once(RSE, wait_s=30).action == "new_generation"
+        assert svc.runner.run_once(RSE, wait_s=30).action == "resume"  # one retry round for the failed file
+        last = svc.runner.run_once(RSE)
         assert (last.action, last.state, last.reason) == ("finish", "done_with_errors", "files_failed")
         c = svc.ledger.rse(RSE)["counters"]
         assert c["failed"] == 1 and c["failed_by_class"] == {"permission_denied": 1} and c["missing"] == 1
@@ -145,7 +145,7 @@ def test_new_dump_starts_new_generation_and_old_ones_are_pruned(tmp_path: Path, 
         stats = json.loads((src / "stats.json").read_text())
         stats[RSE]["start_time"] = stats[RSE]["end_time"] = time.time()  # a new scan, after the site's files
         (src / "stats.json").write_text(json.dumps(stats))
-        result = svc.run_once(RSE, wait_s=30)
+        result = svc.runner.run_once(RSE, wait_s=30)
         assert result.action == "new_generation"
         gens.append(result.generation)
     doc = svc.ledger.rse(RSE)
@@ -162,8 +162,8 @@ def test_revalidation_removes_queued_jobs_with_newly_protected_files(tmp_path: P
     slow.chmod(0o755)
     svc = make_service(tmp_path, mongo_db, src, python=str(slow))
     svc.config.jobs.local_parallel = 1
-    svc.backend.parallel = 1
-    first = svc.run_once(RSE)
+    svc.runner.jobs.backend.parallel = 1
+    first = svc.runner.run_once(RSE)
     assert first.submitted >= 3
     jobs = sorted(j["_id"] for j in mongo_db.jobs.find())
     running, queued = jobs[0], jobs[1]
@@ -172,12 +172,12 @@ def test_revalidation_removes_queued_jobs_with_newly_protected_files(tmp_path: P
     newly = [lfn[:lfn.rfind("/")] for lfn in newly]  # their directories become protected
     prot = json.loads((src / "protected.json").read_text())
     (src / "protected.json").write_text(json.dumps({"result": prot["result"] + newly}))
-    second = svc.run_once(RSE)
+    second = svc.runner.run_once(RSE)
     assert second.action == "poll" and second.removed_jobs == 1 and second.dropped_protected > 0
     assert mongo_db.jobs.find_one({"_id": queued})["state"] == "removed"
     assert mongo_db.jobs.find_one({"_id": running})["state"] in ("running", "queued")  # started: left alone
     for _ in range(6):
-        if svc.run_once(RSE, wait_s=60).action == "finish":
+        if svc.runner.run_once(RSE, wait_s=60).action == "finish":
             break
     assert svc.ledger.rse(RSE)["state"] == "clean"
     kept = {d["lfn"] for d in Ledger(mongo_db).file_records(job=queued, state="skipped_protected")}
@@ -200,8 +200,8 @@ def test_preflight_refusal_is_recorded_and_other_rses_go_on(tmp_path: Path, mong
     make_site(tmp_path, src, broken, svc.config)
     make_site(tmp_path, src, fine, svc.config)
     backends = {broken: LocalBackend(svc.config, tmp_path / "batch", python="/nonexistent/python3"),
-                fine: svc.backend}
-    svc.backend = RoutingBackend(svc.config, lambda rse: rse, factory=lambda kind, site: backends[site])
+                fine: svc.runner.jobs.backend}
+    svc.runner.jobs.backend = RoutingBackend(svc.config, lambda rse: rse, factory=lambda kind, site: backends[site])
     results = svc.cycle([broken, fine], slot=1)
     assert (results[broken].action, results[broken].reason) == ("failed", "backend_unreachable")
     doc = svc.ledger.rse(broken)
@@ -224,15 +224,15 @@ def test_job_counts_on_the_rse_document_follow_every_way_a_run_ends(tmp_path: Pa
             counts[doc["state"]] = counts.get(doc["state"], 0) + 1
         return counts
 
-    first = svc.run_once(RSE)
+    first = svc.runner.run_once(RSE)
     assert first.submitted >= 3
     assert svc.ledger.rse(RSE)["counters"]["jobs_by_state"] == actual()
     ids = {j["_id"]: j["batch_id"] for j in mongo_db.jobs.find({"rse": RSE})}
-    wait_for(svc.backend, ids, timeout=120)  # finished in the batch system, not yet collected
+    wait_for(svc.runner.jobs.backend, ids, timeout=120)  # finished in the batch system, not yet collected
     stats = json.loads((src / "stats.json").read_text())
     stats.pop(RSE)  # the next run collects, then skips: scan_missing
     (src / "stats.json").write_text(json.dumps(stats))
-    second = svc.run_once(RSE)
+    second = svc.runner.run_once(RSE)
     assert (second.action, second.reason, second.collected) == ("skip", "scan_missing", first.submitted)
     counts = svc.ledger.rse(RSE)["counters"]["jobs_by_state"]
     assert counts == actual() and sum(counts.values()) == first.submitted
@@ -257,12 +257,12 @@ def test_a_scan_without_a_usable_start_deletes_nothing(tmp_path: Path, mongo_db:
     before = files_left(storage)
     rewritten = sorted(before)[-1]
     (storage / rewritten.lstrip("/")).write_bytes(b"rewritten after the scan")
-    result = svc.run_once(RSE, wait_s=10)
+    result = svc.runner.run_once(RSE, wait_s=10)
     reason = "scan_start_missing" if start in ("absent", None) else "scan_start_invalid"
     assert (result.action, result.reason) == ("skip", reason), result
     doc = svc.ledger.rse(RSE)
     assert (doc["state"], doc["reason"]) == ("skipped", reason) and doc["events"][-1]["reason"] == reason
-    assert svc.backend.submissions() == [] and files_left(storage) == before
+    assert svc.runner.jobs.backend.submissions() == [] and files_left(storage) == before
 
 
 def test_a_dry_run_that_finds_every_file_gone_is_not_clean(tmp_path: Path, mongo_db: Database) -> None:
@@ -270,10 +270,10 @@ def test_a_dry_run_that_finds_every_file_gone_is_not_clean(tmp_path: Path, mongo
     src = write_sources(tmp_path / "src", [RSE], files=100)
     svc = make_service(tmp_path, mongo_db, src, dry_run=True)
     shutil.rmtree(tmp_path / "storage" / RSE / "store")
-    first = svc.run_once(RSE, wait_s=30)
+    first = svc.runner.run_once(RSE, wait_s=30)
     assert first.submitted > 0 and first.collected == first.submitted
     c = svc.ledger.rse(RSE)["counters"]
     assert c["missing"] == c["to_delete"] > 0 and c["would_delete"] == 0
-    last = svc.run_once(RSE)
+    last = svc.runner.run_once(RSE)
     assert (last.action, last.state, last.reason) == ("finish", "dry_run_done", "dry_run")
     assert svc.ledger.rse(RSE)["state"] == "dry_run_done"

@@ -46,7 +46,7 @@ def test_unknown_schedd_is_unreachable_on_the_preflight_path(condor_pool: Condor
 
     svc = make_service(str(tmp_path), mongo_db, str(site), tokens, configure=gone)
     for _ in range(3):
-        result = svc.run_once(RSE)
+        result = svc.runner.run_once(RSE)
         assert (result.action, result.reason, result.source) == ("failed", "backend_unreachable", "backend"), result
         assert "stopped-schedd@nowhere" in result.detail and result.submitted == 0
     svc.stop()
@@ -70,13 +70,13 @@ def test_jobs_removed_before_they_ran_are_not_a_try(condor_pool: CondorPool, sit
         config.condor.requirements = "False"  # no slot matches: the jobs stay idle
 
     svc = make_service(str(tmp_path), mongo_db, str(site), tokens, configure=idle)
-    submitted = svc.run_once(RSE).submitted
+    submitted = svc.runner.run_once(RSE).submitted
     assert submitted > 0
     for n in range(1, 4):
         ids = queued(condor_pool, mongo_db)
         assert len(ids) == submitted
         condor_pool.run("condor_rm", "-constraint", f'stringListMember(MSUnmergedJobId, "{",".join(ids)}")')
-        result = svc.run_once(RSE)
+        result = svc.runner.run_once(RSE)
         assert result.action != "failed", result
         assert result.submitted == submitted  # planned again and sent again, in the same run
         jobs = list(mongo_db.jobs.find({"rse": RSE}))
@@ -111,7 +111,7 @@ def test_expired_storage_token_submits_nothing_until_renewed(condor_pool: Condor
     tokens = str(condor_pool.token_dir("submitter"))
     svc = make_service(str(tmp_path), mongo_db, str(site), tokens, configure=with_token)
     for _ in range(3):
-        result = svc.run_once(RSE)
+        result = svc.runner.run_once(RSE)
         assert (result.action, result.reason) == ("failed", "backend_credential_expired"), result
         assert "2001-09-09" in result.detail and EXPIRED not in result.detail and result.submitted == 0
         assert exit_code(result) == EXIT_AUTH  # `msunmerged apply`/`clean`: renew the credential
@@ -119,7 +119,7 @@ def test_expired_storage_token_submits_nothing_until_renewed(condor_pool: Condor
     assert tries(mongo_db) == {("planned", 1)}
     generation = mongo_db.rses.find_one({"_id": RSE})["generation"]
     token.write_text(RENEWED)
-    result = svc.run_once(RSE, wait_s=240)
+    result = svc.runner.run_once(RSE, wait_s=240)
     assert result.action == "resume" and result.submitted > 0, result  # the same dump, no new plan
     run_to_end(svc)
     svc.stop()
@@ -143,15 +143,15 @@ def test_submitted_counts_the_jobs_a_reconciliation_sends(condor_pool: CondorPoo
             raise RuntimeError("killed after recording intent")
 
     svc = make_service(str(tmp_path), mongo_db, str(site), tokens, configure=idle, hook=crash)
-    assert svc.run_once(RSE).reason == "internal_error"
+    assert svc.runner.run_once(RSE).reason == "internal_error"
     svc.stop()
     pending = mongo_db.jobs.count_documents({"rse": RSE, "state": "submitting"})
     assert pending == 3 and queued(condor_pool, mongo_db) == []
     svc = make_service(str(tmp_path), mongo_db, str(site), tokens, configure=idle)
-    result = svc.run_once(RSE)
+    result = svc.runner.run_once(RSE)
     assert result.submitted == pending == len(queued(condor_pool, mongo_db)), result
-    later = svc.run_once(RSE)  # the live jobs are polled; the planned ones wait for them
+    later = svc.runner.run_once(RSE)  # the live jobs are polled; the planned ones wait for them
     assert later.submitted == 0 and later.reason == "jobs_running"
     svc.stop()
     live: dict[str, Any] = {j["_id"]: j["batch_id"] for j in mongo_db.jobs.find({"rse": RSE, "batch_id": {"$exists": 1}})}
-    assert sorted(svc.backend.remove_pending(live, "test cleanup")) == sorted(live)  # nothing of it stays queued
+    assert sorted(svc.runner.jobs.backend.remove_pending(live, "test cleanup")) == sorted(live)  # nothing of it stays queued

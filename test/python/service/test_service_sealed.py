@@ -68,7 +68,7 @@ class Site:
         return out
 
     def apply(self, plan_dir: Path, protected: Optional[list[str]] = None) -> RunResult:
-        return self.svc.apply_plan(plan_dir, protected or self.protected)
+        return self.svc.runner.apply_plan(plan_dir, protected or self.protected)
 
     def settle(self) -> None:
         """Wait until every submitted job has ended."""
@@ -213,7 +213,7 @@ def test_an_applied_plan_applied_again_changes_nothing(tmp_path: Path, mongo_db:
     plan_dir = site.plan("plan")
     assert site.apply(plan_dir).submitted > 0
     site.settle()
-    site.svc.run_once(RSE)  # collects: the RSE is clean
+    site.svc.runner.run_once(RSE)  # collects: the RSE is clean
     before = (site.ledger.rse(RSE), Ledger(mongo_db).file_records(), list(mongo_db.jobs.find()))
     assert before[0]["state"] == "clean"
     again = site.apply(plan_dir)
@@ -288,10 +288,10 @@ def test_a_plan_file_changed_after_the_check_is_refused_where_it_is_read(tmp_pat
     assert not Ledger(mongo_db).file_records()
     first_job(plan_dir).write_bytes(original)
     assert site.apply(plan_dir).submitted > 0
-    assert site.svc.jobs.removable(RSE, plan.dump_version)  # as sealed
+    assert site.svc.runner.jobs.removable(RSE, plan.dump_version)  # as sealed
     append(plan_dir / "dirs.txt", PROTECTED_FILE.rsplit("/", 1)[0].encode() + b"\n")
     with pytest.raises(guards.GuardTripped, match="changed since its plan was recorded"):
-        site.svc.jobs.removable(RSE, plan.dump_version)
+        site.svc.runner.jobs.removable(RSE, plan.dump_version)
     site.settle()
 
 
@@ -382,7 +382,7 @@ def test_a_resealed_plan_with_another_scan_is_refused(tmp_path: Path, mongo_db: 
         edit_summary(plan_dir, dump_version=plan.dump_version + 30 * 86400)
         reseal(plan_dir, generation=plan.dump_version + 30 * 86400)
     site.nothing_happened(site.apply(plan_dir), guards.PLAN_NOT_FROM_CURRENT_SCAN)
-    cycle = site.svc.run_once(RSE, wait_s=60)
+    cycle = site.svc.runner.run_once(RSE, wait_s=60)
     assert (cycle.action, cycle.generation, cycle.collected) == ("new_generation", plan.dump_version, cycle.submitted)
     assert changed in files_left(site.storage)  # changed after the scan started: refused at the site
     record = [r for r in Ledger(mongo_db).file_records() if r["lfn"] == changed]

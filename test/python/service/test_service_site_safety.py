@@ -70,7 +70,7 @@ def local_service(tmp: Path, db: Database, sources: OfflineSources, siteconf: Pa
 def run_to_end(svc: Service, rses: dict[str, str], wait_s: float = 60) -> None:
     for rse in rses:
         for _ in range(4):
-            result = svc.run_once(rse, wait_s=wait_s)
+            result = svc.runner.run_once(rse, wait_s=wait_s)
             assert result.action != "failed", result
             if result.action == "finish":
                 break
@@ -190,7 +190,7 @@ def test_rucio_mapping_must_agree_with_the_site(rucio_server: RucioServer, tmp_p
     before = snapshot(root)
     svc = local_service(tmp_path, mongo_db, RucioOffline(src, rucio), siteconf, world)
     run_to_end(svc, {agree: LINKS, disagree: LINKS})
-    failed = svc.run_once(unknown)
+    failed = svc.runner.run_once(unknown)
     svc.stop()
     after = snapshot(root)
 
@@ -203,9 +203,9 @@ def test_rucio_mapping_must_agree_with_the_site(rucio_server: RucioServer, tmp_p
     for rse in (agree, disagree):  # every job carried Rucio's PFN and the scan's start
         scan = json.loads((src / "stats.json").read_text())[rse]
         jobs = [j["_id"] for j in mongo_db.jobs.find({"rse": rse})]
-        assert jobs and set(jobs) <= set(svc.backend.manifests)
+        assert jobs and set(jobs) <= set(svc.runner.jobs.backend.manifests)
         for job in jobs:
-            step = svc.backend.manifests[job]["task"]["steps"][0]
+            step = svc.runner.jobs.backend.manifests[job]["task"]["steps"][0]
             assert (step["unmerged_pfn"], step["mapping_check"]) == (rucio.unmerged_pfn(rse), "rucio")
             assert step["scan_started"] == pytest.approx(scan["start_time"])
 

@@ -34,7 +34,7 @@ def test_a_backlog_larger_than_the_guard_drains_over_several_cycles(tmp_path: Pa
     all_files = set((src / "dumps" / f"{RSE}.txt").read_text().split())
     shares, results = [], []
     for _ in range(8):
-        result = svc.run_once(RSE, wait_s=60)
+        result = svc.runner.run_once(RSE, wait_s=60)
         results.append(result)
         if result.action == "finish":
             break
@@ -63,15 +63,15 @@ def test_no_more_than_max_in_flight_jobs_at_once(tmp_path: Path, mongo_db: Datab
     svc = make_service(tmp_path, mongo_db, src)
     svc.config.planner.files_per_job = 100
     svc.config.jobs.local_parallel = 4
-    svc.backend.parallel = 4
+    svc.runner.jobs.backend.parallel = 4
     svc.config.jobs.sites.setdefault(RSE, SiteConfig()).max_in_flight = 2
-    first = svc.run_once(RSE, wait_s=120)
+    first = svc.runner.run_once(RSE, wait_s=120)
     assert first.action == "new_generation" and first.submitted >= 9  # topped up while waiting
     jobs = list(mongo_db.jobs.find({"rse": RSE}))
     assert {j["state"] for j in jobs} == {"finished"} and len(jobs) == first.submitted
     # A job is in flight from its intent until it is collected.
     assert most_at_once([(j["intent_at"], j["finished_at"]) for j in jobs]) <= 2
-    assert svc.run_once(RSE).state == "clean"
+    assert svc.runner.run_once(RSE).state == "clean"
 
 
 def test_between_cycles_the_drainer_collects_and_tops_up(tmp_path: Path, mongo_db: Database) -> None:
@@ -82,14 +82,14 @@ def test_between_cycles_the_drainer_collects_and_tops_up(tmp_path: Path, mongo_d
     svc = make_service(tmp_path, mongo_db, src)
     svc.config.planner.files_per_job = 200
     svc.config.jobs.sites.setdefault(RSE, SiteConfig()).max_in_flight = 2
-    first = svc.run_once(RSE)
+    first = svc.runner.run_once(RSE)
     planned = mongo_db.jobs.count_documents({"rse": RSE})
     assert first.submitted == 2 and planned >= 5
-    drainer = Drainer(svc.config, svc.ledger, svc.sources, svc.backend, "test-1", lambda: [RSE])
+    drainer = Drainer(svc.config, svc.ledger, svc.sources, svc.runner.jobs.backend, "test-1", lambda: [RSE])
     try:
-        assert svc.leases.acquire(RSE)  # a cycle works on the RSE: left alone
+        assert svc.runner.leases.acquire(RSE)  # a cycle works on the RSE: left alone
         assert drainer.once() == {}
-        svc.leases.release(RSE)
+        svc.runner.leases.release(RSE)
         prot = json.loads((src / "protected.json").read_text())
         (src / "protected.json").write_text(json.dumps({"result": []}))  # WMStats restarting: not to be trusted
         deadline = time.monotonic() + 60
@@ -108,7 +108,7 @@ def test_between_cycles_the_drainer_collects_and_tops_up(tmp_path: Path, mongo_d
         drainer.stop()
     jobs = list(mongo_db.jobs.find({"rse": RSE}))
     assert most_at_once([(j["intent_at"], j["finished_at"]) for j in jobs]) <= 2
-    assert svc.run_once(RSE).state == "clean"
+    assert svc.runner.run_once(RSE).state == "clean"
 
 
 def test_a_per_site_exclusion_is_honoured(tmp_path: Path, mongo_db: Database) -> None:
@@ -119,12 +119,12 @@ def test_a_per_site_exclusion_is_honoured(tmp_path: Path, mongo_db: Database) ->
     lines = (src / "dumps" / f"{RSE}.txt").read_text().split()
     wmagent_logs = lines[3].rsplit("/", 3)[0]  # one dataset directory, e.g. where a site keeps job logs
     svc.config.jobs.sites.setdefault(RSE, SiteConfig()).exclude = [wmagent_logs]
-    result = svc.run_once(RSE)
+    result = svc.runner.run_once(RSE)
     assert result.action == "new_generation"
     manifests = list((tmp_path / "batch").rglob("manifest.json"))  # before collection removes the job folders
     assert manifests and all(wmagent_logs in json.loads(m.read_text())["task"]["steps"][0]["exclude"]
                              for m in manifests)
-    assert svc.run_once(RSE, wait_s=60).action in ("poll", "finish")
+    assert svc.runner.run_once(RSE, wait_s=60).action in ("poll", "finish")
     under = [x for x in lines if x.startswith(wmagent_logs + "/")]
     storage = tmp_path / "storage" / RSE
     assert under and all((storage / x.lstrip("/")).exists() for x in under)
@@ -145,14 +145,14 @@ def test_after_a_dry_run_the_real_deletions_stay_throttled(tmp_path: Path, mongo
     svc.config.planner.max_files_per_cycle = 300
     svc.config.planner.files_per_job = 100
     for _ in range(8):
-        if svc.run_once(RSE, wait_s=60).state == "dry_run_done":
+        if svc.runner.run_once(RSE, wait_s=60).state == "dry_run_done":
             break
     to_delete = svc.ledger.rse(RSE)["counters"]["would_delete"]
     assert to_delete > 300 and not Ledger(mongo_db).file_records(state="deleted")
     svc.config.service.dry_run = False
     rounds = []
     for _ in range(10):
-        result = svc.run_once(RSE, wait_s=60)
+        result = svc.runner.run_once(RSE, wait_s=60)
         if result.action == "finish":
             break
         assert result.action == "resume" and result.state != "guarded"

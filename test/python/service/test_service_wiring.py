@@ -34,8 +34,8 @@ def test_build_service_routes_two_rses_to_two_sites(tmp_path: Path, mongo_url: s
         config.jobs.sites[rse].site = rse.split("_Disk")[0]
     try:
         with build_service(config, sources=OfflineSources(src)) as svc:
-            results = {rse: svc.run_once(rse, wait_s=60) for rse in RSES}
-            routed = dict(svc.backend._backends)  # type: ignore[attr-defined]
+            results = {rse: svc.runner.run_once(rse, wait_s=60) for rse in RSES}
+            routed = dict(svc.runner.jobs.backend._backends)  # type: ignore[attr-defined]
             db = svc.ledger.db
             for rse in RSES:
                 assert results[rse].action == "new_generation" and results[rse].submitted > 0, results[rse]
@@ -67,10 +67,10 @@ def test_site_from_the_rse_attribute_where_configured(tmp_path: Path, mongo_url:
     storage = make_site(tmp_path, src, rse, config)  # its site-local-config.xml names T2_ZZ_Moved
     try:
         with build_service(config, sources=OfflineSources(src)) as svc:
-            result = svc.run_once(rse, wait_s=60)
+            result = svc.runner.run_once(rse, wait_s=60)
             assert result.action == "new_generation" and result.submitted > 0, result
             assert {j["site"] for j in svc.ledger.db.jobs.find({"rse": rse})} == {"T2_ZZ_Moved"}
-            assert list(svc.backend._backends) == [("local", "T2_ZZ_Moved")]  # type: ignore[attr-defined]
+            assert list(svc.runner.jobs.backend._backends) == [("local", "T2_ZZ_Moved")]  # type: ignore[attr-defined]
             deleted = {d["lfn"] for d in svc.ledger.file_records(rse, state=FileState.DELETED)}
             assert deleted and files_left(storage) == set((src / "dumps" / f"{rse}.txt").read_text().split()) - deleted
     finally:

@@ -45,25 +45,25 @@ def test_killed_worker_partial_report_then_replanned(tmp_path: Path, mongo_db: D
     def kill_right_after_submit(step: str, rse: str) -> None:
         if step == "submitted" and not killed_after:
             (only,) = list(mongo_db.jobs.find({"rse": RSE}))
-            killed_after.append(kill_when_reporting(svc.backend.job_dir(only["_id"])))
+            killed_after.append(kill_when_reporting(svc.runner.jobs.backend.job_dir(only["_id"])))
 
-    svc.hook = kill_right_after_submit
-    first = svc.run_once(RSE)
+    svc.runner.hook = kill_right_after_submit
+    first = svc.runner.run_once(RSE)
     assert first.submitted == 1
     (job,) = list(mongo_db.jobs.find({"rse": RSE}))
     (reported,) = killed_after
-    lines = [json.loads(x) for x in (svc.backend.job_dir(job["_id"]) / REPORT_NAME).read_text().splitlines()]
+    lines = [json.loads(x) for x in (svc.runner.jobs.backend.job_dir(job["_id"]) / REPORT_NAME).read_text().splitlines()]
     assert not any("summary" in x for x in lines), "the worker finished before it was killed: nothing tested"
     to_delete = job["files"]
     assert 0 < reported < to_delete
 
     # The next run collects the partial report, marks the rest unknown and submits them in a new round.
-    second = svc.run_once(RSE, wait_s=120)
+    second = svc.runner.run_once(RSE, wait_s=120)
     assert second.action == "resume" and second.submitted == 1
     assert second.collected == 2  # the killed job, then (waited for) the job of the new round
     killed = mongo_db.jobs.find_one({"_id": job["_id"]})
     assert killed["state"] in ("finished", "failed") and "cut off" in killed.get("reason", "")
-    third = svc.run_once(RSE)
+    third = svc.runner.run_once(RSE)
     assert (third.action, third.state) == ("finish", "clean")
 
     # Every file has one record and an outcome; only the killed job's unreported last batch can be
@@ -76,5 +76,5 @@ def test_killed_worker_partial_report_then_replanned(tmp_path: Path, mongo_db: D
     # The storage holds exactly what the plan kept.
     assert files_left(storage) == before - {f["lfn"] for f in files}
     # Two jobs (the killed one, the re-planned rest), each submitted once.
-    assert sorted(svc.backend.submissions()) == sorted(j["_id"] for j in mongo_db.jobs.find({"rse": RSE}))
-    assert len(svc.backend.submissions()) == 2
+    assert sorted(svc.runner.jobs.backend.submissions()) == sorted(j["_id"] for j in mongo_db.jobs.find({"rse": RSE}))
+    assert len(svc.runner.jobs.backend.submissions()) == 2

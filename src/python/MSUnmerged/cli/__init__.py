@@ -152,7 +152,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
 @contextlib.contextmanager
 def terminate_as_interrupt() -> Iterator[None]:
     """SIGTERM ends the command like Ctrl-C, so its clean-up runs (the embedded database is released, or
-    stopped by its last user). `serve` puts CherryPy's own handler in place meanwhile."""
+    stopped by its last user); `serve` too, its REST API and loop stopped first."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -12,7 +12,7 @@ from MSUnmerged.cli import EXIT_BAD_INPUT, EXIT_GUARD, EXIT_OK, BadInput, failed
 from MSUnmerged.cli.plan import load_json, protected_list
 from MSUnmerged.config import Config
 from MSUnmerged.guards import UNKNOWN_RSE
-from MSUnmerged.service import RunAction, RunResult, Service, UnknownRSE
+from MSUnmerged.service import RunAction, RunResult, Runner, UnknownRSE
 from MSUnmerged.statemachine import RSEState
 from MSUnmerged.wiring import build_service
 
@@ -33,11 +33,11 @@ def exit_code(result: RunResult) -> int:
     return failed_code(result.reason) if result.action == RunAction.FAILED else EXIT_OK
 
 
-def require_rse(service: Service, rse: str) -> None:
-    """Service.require_rse for a command: an unknown RSE is BadInput (one line, exit 3); a SourceError (the
+def require_rse(runner: Runner, rse: str) -> None:
+    """Runner.require_rse for a command: an unknown RSE is BadInput (one line, exit 3); a SourceError (the
     RSE list unavailable) goes up as it is (exit 5)."""
     try:
-        service.require_rse(rse)
+        runner.require_rse(rse)
     except UnknownRSE as exc:
         raise BadInput(str(exc)) from None
 
@@ -59,6 +59,6 @@ def run(args: argparse.Namespace, config: Config) -> int:
     with build_service(config) as service:
         rse = seal.claimed_rse(plan_dir)
         if rse is not None:  # else apply_plan refuses the directory
-            require_rse(service, rse)
-        result = service.apply_plan(plan_dir, protected)
+            require_rse(service.runner, rse)
+        result = service.runner.apply_plan(plan_dir, protected)
     return report(result, "apply")

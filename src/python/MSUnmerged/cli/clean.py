@@ -35,10 +35,10 @@ def confirmed(rse: str, stdin: Optional[TextIO] = None) -> bool:
 
 def apply(service: Service, rse: str) -> int:
     """run_once for the RSE, with one progress line per step on stderr."""
-    service.hook = lambda step, name: print(f"{name}: {step}", file=sys.stderr, flush=True)
+    service.runner.hook = lambda step, name: print(f"{name}: {step}", file=sys.stderr, flush=True)
     print(f"{rse}: working (ConMon and WMStats are read again; the state machine decides) ...",
           file=sys.stderr, flush=True)
-    result = service.run_once(rse)
+    result = service.runner.run_once(rse)
     table([(k, v if v not in (None, "") else "-") for k, v in result.to_dict().items()], ("", "value"), sys.stdout)
     if result.action == RunAction.FAILED:
         return failed_code(result.reason)
@@ -50,13 +50,13 @@ def run(args: argparse.Namespace, config: Config) -> int:
     with build_service(config) as service:
         try:
             # The current streams, not the ones bound at import (tests capture them).
-            plan = service.preview(args.rse, Progress(f"planning {args.rse}", out=sys.stderr))
+            plan = service.runner.preview(args.rse, Progress(f"planning {args.rse}", out=sys.stderr))
         except UnknownRSE as exc:
             raise BadInput(str(exc)) from None  # as cli.apply.require_rse
         except SourceError as exc:
             print(f"msunmerged clean: cannot plan {args.rse}: {exc}", file=sys.stderr)
             return source_code(exc)
-        print_summary(plan, str(service.preview_dir(args.rse)))
+        print_summary(plan, str(service.runner.preview_dir(args.rse)))
         if plan.guard:
             print(f"msunmerged clean: guard {plan.guard}: {plan.guard_detail}; nothing will be deleted",
                   file=sys.stderr)

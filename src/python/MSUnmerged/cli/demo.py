@@ -91,8 +91,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
     print("starting the embedded database and working the RSE (plan, ledger, cleanup jobs, collection) ...",
           flush=True)
     with build_service(cfg, sources=OfflineSources(sources)) as service:
-        result = service.run_once(DEMO_RSE, wait_s=args.wait)
-        final = service.run_once(DEMO_RSE)  # jobs collected: the state machine closes the RSE
+        result = service.runner.run_once(DEMO_RSE, wait_s=args.wait)
+        final = service.runner.run_once(DEMO_RSE)  # jobs collected: the state machine closes the RSE
         counters = service.ledger.refresh_counters(DEMO_RSE)
         examples = service.ledger.query_files(DEMO_RSE, limit=5)["items"]
         service.stop()

@@ -21,6 +21,6 @@ def run(args: argparse.Namespace, config: Config) -> int:
     if args.wait < 0:
         raise BadInput("--wait must be zero or more seconds")
     with build_service(config) as service:
-        require_rse(service, args.rse)
-        result = service.run_once(args.rse, wait_s=args.wait)
+        require_rse(service.runner, args.rse)
+        result = service.runner.run_once(args.rse, wait_s=args.wait)
     return report(result, "run")

@@ -154,11 +154,15 @@ class Recording(Entries):
     def drop_protected(self, rse: str, generation: float, protection: Protection, job: Optional[str] = None) -> int:
         """Files not yet deleted (of one job, if given) that the current protected list covers, or that lie above
         a protected base (a line naming a directory), become skipped_protected."""
+        def held(path: str) -> bool:
+            return protection.holds_below(path.encode("utf-8", "surrogateescape"))
+
         flt: dict[str, Any] = {"rse": rse, "gen": generation, "state": {"$in": list(NOT_DELETED)}}
         if job is not None:
             flt["job"] = job
-        ids = [d["_id"] for d in with_retry(lambda: list(self.files.find(flt, {"lfn": 1})), "scan protection")
-               if protection.holds_below(d["lfn"].encode("utf-8", "surrogateescape"))]
+        # Streamed (a whole generation's rows or buckets are never held): only what is dropped is kept.
+        ids = with_retry(lambda: [d["_id"] for d in self.files.find(flt, {"lfn": 1}) if held(d["lfn"])],
+                         "scan protection")
         dropped = {"state": FileState.SKIPPED_PROTECTED, "error_class": PROTECTED_SINCE_PLANNING}
         for start in range(0, len(ids), BATCH):
             chunk = ids[start:start + BATCH]
@@ -170,10 +174,16 @@ class Recording(Entries):
         if job is not None:
             bflt["job"] = job
         codes = bk.CODES[FileState.PLANNED] + bk.CODES[FileState.WOULD_DELETE]
-        covered = [e for e in self._live_entries(bflt, codes)
-                   if protection.holds_below(f"{e[0]['dir']}/{e[2]}".encode("utf-8", "surrogateescape"))]
-        self._move_to_rows([(e, dropped) for e in covered], {"state": {"$in": list(NOT_DELETED)}})
-        n = len(ids) + len(covered)
+        # A base at or below <dir>/<name> is at or below <dir> (PrefixSet): only the buckets of directories
+        # that hold a base below them can have entries to drop, and only those are read whole.
+        near = with_retry(lambda: [b["_id"] for b in self.buckets.find(bflt, {"dir": 1}) if held(b["dir"])],
+                          "scan protection")
+        n = len(ids)
+        for start in range(0, len(near), BUCKET_BATCH):
+            covered = [e for e in self._live_entries({**bflt, "_id": {"$in": near[start:start + BUCKET_BATCH]}}, codes)
+                       if held(f"{e[0]['dir']}/{e[2]}")]
+            self._move_to_rows([(e, dropped) for e in covered], {"state": {"$in": list(NOT_DELETED)}})
+            n += len(covered)
         if n:
             with_retry(lambda: self.rses.update_one({"_id": rse, "generations.gen": generation},
                                                     {"$inc": {"generations.$.dropped_protected": n}}),

@@ -163,6 +163,7 @@ def start(config: Config, view: LedgerView, triggers: Optional[TriggerQueue] = N
 
 
 def stop() -> None:
+    cherrypy.engine.stop()  # first: exit() during a start that Ctrl-C/SIGTERM cut short ends the process (exit 70)
     cherrypy.engine.exit()
     while _SERVERS:
         _SERVERS.pop().unsubscribe()
@@ -170,8 +171,7 @@ def stop() -> None:
         del cherrypy.tree.apps[path]
 
 
-def block() -> Any:
-    """Serve until SIGTERM/SIGINT (the CLI's `serve`)."""
-    if hasattr(cherrypy.engine, "signal_handler"):
-        cherrypy.engine.signal_handler.subscribe()
-    cherrypy.engine.block()
+def block() -> None:
+    """Serve until the engine exits. Ctrl-C, or SIGTERM that the CLI makes one, raises KeyboardInterrupt here for
+    the caller to clean up and end as interrupted (CherryPy's own block and signal handlers end as a success)."""
+    cherrypy.engine.wait(cherrypy.engine.states.EXITING, interval=0.5, channel="main")

@@ -14,7 +14,8 @@ from MSUnmerged.redact import redact
 
 log = logging.getLogger("MSUnmerged.rest.triggers")
 
-# run(rse, mode) does one RSE now; mode "plan" records a plan only, "apply" also submits jobs.
+# run(rse, mode) does one RSE now (wiring.TriggerWorker): mode "plan" previews a fresh plan of it, planner only and
+# nothing recorded; "apply" works it as run_once does (records a new plan, submits jobs).
 RunFn = Callable[[str, str], Any]
 # check(rse) raises TriggerRefused when the RSE may not be triggered at all (e.g. not this instance's).
 CheckFn = Callable[[str], None]

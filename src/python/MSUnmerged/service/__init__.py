@@ -1,5 +1,6 @@
-"""The polling service (docs/ledger.md): loop.py runs cycles, run.py works one RSE (run_once, apply_plan,
-preview), jobkeeper.py owns its cleanup jobs, rses.py this instance's RSE list, result.py what a run reports."""
+"""The polling service (docs/ledger.md): loop.py's Service runs cycles with its Runner, run.py's Runner works one
+RSE in its step order (run_once, apply_plan, preview), jobkeeper.py's JobKeeper owns its cleanup jobs in the batch
+system, rses.py this instance's RSE list, result.py what a run reports."""
 from MSUnmerged.service.jobkeeper import REVALIDATED, JobKeeper
 from MSUnmerged.service.loop import Service
 from MSUnmerged.service.result import STEPS, Failure, Hook, RunAction, RunResult, failure_of

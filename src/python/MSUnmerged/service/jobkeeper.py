@@ -1,6 +1,6 @@
 """An RSE's cleanup jobs: submit (intent first), reconcile after a crash, poll and collect, revalidate.
 
-Jobs are submitted in batches (`jobs.submit_batch`); for each, intent is recorded before the submission
+Jobs are submitted in batches (`jobs.submit_batch`, the first at most FIRST_BATCH); for each, intent is recorded before the submission
 and the submission marked after it, so a crash in between leaves at most one batch `submitting`, repaired
 by `reconcile` on the next run (later batches stay planned for the next submission); every other step is
 idempotent against the ledger too.
@@ -32,6 +32,17 @@ from MSUnmerged.worker.paths import depth
 log = logging.getLogger(__name__)
 
 REVALIDATED = "removed_before_start"  # error class of the files of a job removed by revalidation
+# A submission's first batch holds at most this many jobs: an RSE's first jobs go out after building these few
+# (their files read back from the ledger, their manifests written), not a whole `jobs.submit_batch`.
+FIRST_BATCH = 50
+
+
+def batch_bounds(n: int, size: int) -> Iterator[tuple[int, int]]:
+    """[start, end) of each batch of `n` jobs: the first at most FIRST_BATCH long, the others `size`."""
+    start, end = 0, min(size, FIRST_BATCH)
+    while start < n:
+        yield start, min(end, n)
+        start, end = end, end + size
 
 
 class JobKeeper:
@@ -67,7 +78,7 @@ class JobKeeper:
 
     def submit_planned(self, rse: str, generation: float, protected: Sequence[str]) -> int:
         """Submit the generation's planned jobs of the released slices (ledger/slices.py), as many as the RSE's
-        `max_in_flight` leaves room for, `jobs.submit_batch` at a time: for each batch intent first, then submit,
+        `max_in_flight` leaves room for, in batches (batch_bounds): for each batch intent first, then submit,
         then mark (see `reconcile`). Returns how many were submitted."""
         return self._submit_batches(rse, self.ready(rse, generation), protected, intent=True)
 
@@ -132,7 +143,7 @@ class JobKeeper:
 
     def _batches(self, rse: str, docs: Sequence[dict[str, Any]],
                  protected: Sequence[str]) -> Iterator[list[CleanupJob]]:
-        """The jobs of these job documents with the files they still hold planned, `jobs.submit_batch` at a time,
+        """The jobs of these job documents with the files they still hold planned, a batch at a time (batch_bounds),
         each batch built when asked for; a job with no file left is closed. The protected list, removable
         directories and site checks are prepared once for all batches."""
         gens = {doc["gen"] for doc in docs}
@@ -140,10 +151,9 @@ class JobKeeper:
         checks = {gen: self._checks(rse, gen) for gen in gens}
         bases = protected_bases(protected)
         site = ""  # asked once, for the first job that has files (it may ask Rucio)
-        size = self.config.jobs.submit_batch
-        for start in range(0, len(docs), size):
+        for start, end in batch_bounds(len(docs), self.config.jobs.submit_batch):
             jobs = []
-            for doc in docs[start:start + size]:
+            for doc in docs[start:end]:
                 lfns = self.ledger.job_lfns(doc["_id"])
                 retry = doc.get("retry_dirs") or []  # a directory job (ledger/pending_dirs.py) holds no file
                 if not lfns and not retry:

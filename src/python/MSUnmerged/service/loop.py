@@ -22,12 +22,16 @@ from MSUnmerged.sources.errors import SourceError
 log = logging.getLogger(__name__)
 
 
-class Service(Runner):
-    """One instance: run_once/apply_plan (Runner) for every RSE of its partition, cycle after cycle."""
+class Service:
+    """One instance: its Runner works every RSE of its partition, cycle after cycle."""
 
     def __init__(self, config: Config, ledger: Ledger, sources: Sources, backend: BatchBackend,
                  instance: Optional[str] = None, hook: Optional[Hook] = None) -> None:
-        super().__init__(config, ledger, sources, backend, instance, hook)
+        self.config = config
+        self.ledger = ledger
+        self.sources = sources
+        self.runner = Runner(config, ledger, sources, backend, instance, hook)
+        self.instance = self.runner.instance
         self._pool: Optional[ThreadPoolExecutor] = None
         self._in_flight: dict[str, Future[RunResult]] = {}
         self._stop = threading.Event()
@@ -46,7 +50,7 @@ class Service(Runner):
         interval = self.config.service.interval_s
         slot = int(time.time() // interval) if slot is None else slot
         try:
-            names = list(rses) if rses is not None else self.my_rses()
+            names = list(rses) if rses is not None else self.runner.my_rses()
         except SourceError as exc:  # e.g. Rucio down: no RSE to work on, but the cycle and its failure are recorded
             self._record_failed_cycle(slot, failure_of(exc))
             raise
@@ -57,7 +61,7 @@ class Service(Runner):
         started = time.monotonic()
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.config.service.parallel_rses, thread_name_prefix="rse")
-        self.leases.start_heartbeat()
+        self.runner.leases.start_heartbeat()
         end = started + interval
         pause = min(5.0, self.config.service.lease_ttl_s / 4)
         results: dict[str, RunResult] = {}
@@ -70,7 +74,7 @@ class Service(Runner):
             for rse in sorted(pending - busy):
                 if retry_at.get(rse, 0.0) > now or (rse in self._in_flight and not self._in_flight[rse].done()):
                     continue  # another instance has it, or it is still working from an earlier cycle
-                fut = self._in_flight[rse] = self._pool.submit(self.run_once, rse, slot)
+                fut = self._in_flight[rse] = self._pool.submit(self.runner.run_once, rse, slot)
                 running[fut] = rse
             if not running:
                 self._stop.wait(max(0.0, min(pause, end - time.monotonic())))
@@ -102,7 +106,7 @@ class Service(Runner):
     def serve(self) -> None:
         """Run cycles every service.interval_s until stop(); jobs are collected and topped up in between."""
         interval = self.config.service.interval_s
-        self._drainer = Drainer(self.config, self.ledger, self.sources, self.backend, self.instance,
+        self._drainer = Drainer(self.config, self.ledger, self.sources, self.runner.jobs.backend, self.instance,
                                 lambda: self.last_rses)
         self._drainer.start()
         while not self._stop.is_set():
@@ -125,7 +129,7 @@ class Service(Runner):
         self._stop.set()
         if self._drainer is not None:
             self._drainer.stop()
-        self.leases.stop_heartbeat()
+        self.runner.leases.stop_heartbeat()
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None

@@ -1,8 +1,13 @@
 """One RSE start to end: `run_once(rse)` under its lease, `apply_plan(dir)` for a sealed plan, `preview(rse)`.
 
-run_once: lease -> reconcile jobs left in `submitting` -> poll and collect live jobs -> revalidate queued
-jobs against the fresh protected list -> ConMon stats -> state machine -> (new dump) protected list + dump
--> plan -> record -> jobs -> preflight -> intent -> submit.
+The Runner owns the step order; its JobKeeper (jobkeeper.py) owns the batch system. run_once: refuse an RSE
+not this instance's -> lease -> reconcile jobs left in `submitting` -> poll and collect live jobs -> revalidate
+queued jobs against the fresh protected list (jobs still live: the RSE stays running, nothing more) -> ConMon
+stats -> state machine (skip; finish, then directory jobs for the directories still to remove) -> protected list
+checked against the baseline -> a new dump: plan (or reuse the sealed plan a crash left) -> record; else drop
+newly protected files and start a new round -> directory jobs -> release this cycle's slice -> submit, a batch at
+a time (credential and backend preflight before the first; per batch intent -> submit -> mark) -> RSE state ->
+(with wait_s) poll and top up -> counters.
 Every step is idempotent against the ledger, so a crash anywhere is repaired by running it again.
 """
 from __future__ import annotations
@@ -42,7 +47,7 @@ def default_instance() -> str:
 
 
 class Runner:
-    """Works one RSE at a time for one instance: its ledger, leases, sources and batch backend."""
+    """Works one RSE at a time for one instance: its ledger, leases and sources; `jobs` its batch system."""
 
     def __init__(self, config: Config, ledger: Ledger, sources: Sources, backend: BatchBackend,
                  instance: Optional[str] = None, hook: Optional[Hook] = None) -> None:
@@ -52,23 +57,8 @@ class Runner:
         self.instance = instance or config.service.instance or default_instance()
         self.leases = Leases(ledger.db, self.instance, config.service.lease_ttl_s)
         self.rses = InstanceRSEs(config, sources)
-        self.jobs = JobKeeper(config, ledger, sources, self.leases, backend, hook or (lambda step, rse: None))
-
-    @property
-    def backend(self) -> BatchBackend:
-        return self.jobs.backend
-
-    @backend.setter
-    def backend(self, backend: BatchBackend) -> None:
-        self.jobs.backend = backend
-
-    @property
-    def hook(self) -> Hook:
-        return self.jobs.hook
-
-    @hook.setter
-    def hook(self, hook: Hook) -> None:
-        self.jobs.hook = hook
+        self.hook: Hook = hook or (lambda step, rse: None)  # told each step of a run (STEPS), the batch's too
+        self.jobs = JobKeeper(config, ledger, sources, self.leases, backend, lambda step, rse: self.hook(step, rse))
 
     def my_rses(self) -> list[str]:
         """This instance's RSEs the loop works (InstanceRSEs.read)."""
