@@ -31,14 +31,18 @@ def redact(text: str) -> str:
     return _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
 
 
+# Values with nothing to redact: passed over without a call (an RSE's counters are mostly numbers).
+_LEAVES = frozenset({int, float, bool, type(None)})
+
+
 def redact_all(value: Any) -> Any:
     """`redact` applied to every string in a JSON-like value (dicts, lists), keys left as they are."""
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, dict):
-        return {k: redact_all(v) for k, v in value.items()}
+        return {k: v if type(v) in _LEAVES else redact_all(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [redact_all(v) for v in value]
+        return [v if type(v) in _LEAVES else redact_all(v) for v in value]
     return value
 
 

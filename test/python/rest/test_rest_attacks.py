@@ -217,7 +217,7 @@ def test_refused_triggers_do_not_use_up_their_request_id(attacked: Any) -> None:
     assert trigger(app, headers, request_id=rid)[0] == 202  # the second and last trigger of the minute
     late = uuid.uuid4().hex
     assert trigger(app, headers, request_id=late)[0] == 429
-    app.root.data.limiter._events.clear()  # the minute has passed
+    app.root.data.gate.limiter._events.clear()  # the minute has passed
     status, body = trigger(app, headers, request_id=late)
     assert status == 202, body
 

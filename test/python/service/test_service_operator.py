@@ -13,7 +13,7 @@ from pymongo.database import Database
 from MSUnmerged.jobs.local import LocalBackend
 from MSUnmerged.jobs.router import RoutingBackend
 from MSUnmerged.ledger import Ledger, history
-from MSUnmerged.rest.page import progress
+from MSUnmerged.present import progress
 from MSUnmerged.ledger.view import MongoLedgerView
 from MSUnmerged.sources.errors import SourceError
 from service_kit import files_left, make_site, write_sources

@@ -12,8 +12,7 @@ from rich import box, progress as rp
 from rich.console import Console
 from rich.table import Table
 
-from MSUnmerged.rest.charts import size
-from MSUnmerged.rest.page import when
+from MSUnmerged.present import size, when
 
 
 def console(out: TextIO) -> Console:

@@ -8,9 +8,9 @@ from typing import Any
 from MSUnmerged.cli import EXIT_OK
 from MSUnmerged.cli.demo import default_work, look_command
 from MSUnmerged.cli.ledgercli import known_rse, ledger_view, print_json
-from MSUnmerged.cli.output import moment, size, table
+from MSUnmerged.cli.output import moment, table
 from MSUnmerged.config import Config
-from MSUnmerged.rest.page import cycle_share, progress
+from MSUnmerged.present import cycle_share, progress, size
 
 
 def register(p: argparse.ArgumentParser) -> None:

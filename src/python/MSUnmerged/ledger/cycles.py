@@ -54,14 +54,14 @@ class Cycles(LedgerBase):
     def _cycles_meta(self) -> dict[str, Any]:
         return with_retry(lambda: self.meta.find_one({"_id": CYCLES_META}), "cycles meta") or {}
 
-    def last_good_cycle(self) -> dict[str, Any]:
+    def last_good_cycle(self, fields: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
         """The most recent cycle that finished with no failure ({} when none); once pruned, what `meta` kept of
-        it (_id, started, finished)."""
+        it (_id, started, finished). `fields`: a projection (the fields a caller reads)."""
         good = self._cycles_meta().get("last_good")
         if good:
-            return with_retry(lambda: self.cycles.find_one({"_id": good["_id"]}), "last good cycle") or good
+            return with_retry(lambda: self.cycles.find_one({"_id": good["_id"]}, fields), "last good cycle") or good
         # A ledger from before the meta document: sorted on the server.
-        docs = with_retry(lambda: list(self.cycles.find({"ok": True}).sort("started", DESCENDING).limit(1)),
+        docs = with_retry(lambda: list(self.cycles.find({"ok": True}, fields).sort("started", DESCENDING).limit(1)),
                           "last good cycle")
         return docs[0] if docs else {}
 
@@ -75,14 +75,14 @@ class Cycles(LedgerBase):
             first = docs[0].get("started") if docs else None
         return first
 
-    def query_cycles(self, limit: int = 20) -> list[dict[str, Any]]:
-        """The latest `limit` cycles, newest first."""
+    def query_cycles(self, limit: int = 20, fields: Optional[Mapping[str, Any]] = None) -> list[dict[str, Any]]:
+        """The latest `limit` cycles, newest first; `fields`: a projection (the fields a caller reads)."""
         recent = self._cycles_meta().get("recent")
         if recent and limit <= len(recent):
             # A few more than asked: instances starting together may have pushed out of order.
             ids = recent[-(limit + 5):]
-            docs = with_retry(lambda: list(self.cycles.find({"_id": {"$in": ids}})), "recent cycles")
+            docs = with_retry(lambda: list(self.cycles.find({"_id": {"$in": ids}}, fields)), "recent cycles")
             if len(docs) >= limit:
                 return sorted(docs, key=lambda d: d["started"], reverse=True)[:limit]
         # Fewer recorded (pruned, or a ledger from before the meta document): sorted on the server.
-        return with_retry(lambda: list(self.cycles.find().sort("started", DESCENDING).limit(limit)), "cycles")
+        return with_retry(lambda: list(self.cycles.find({}, fields).sort("started", DESCENDING).limit(limit)), "cycles")

@@ -35,7 +35,7 @@ import uuid
 
 from pymongo import ASCENDING, DESCENDING, ReturnDocument
 
-from MSUnmerged.ledger import ages, pending_dirs
+from MSUnmerged.ledger import ages, history, pending_dirs
 from MSUnmerged.ledger.counters import Counters
 from MSUnmerged.ledger.cycles import Cycles
 from MSUnmerged.ledger.outcomes import Outcomes
@@ -86,5 +86,7 @@ class Ledger(Recording, Rounds, Outcomes, Counters, Cycles, Reads):
             self.cycles.create_index([("started", DESCENDING)])
             self.db[ages.COLLECTION].create_index([("rse", ASCENDING)])
             self.db[pending_dirs.COLLECTION].create_index([("rse", ASCENDING), ("tries", ASCENDING)])
+            # The cycle days for the failure counter (each scrape) and one RSE's days, without the others' jobs.
+            self.db[history.COLLECTION].create_index([("rse", ASCENDING), ("day", ASCENDING)])
             bucket_indexes()
         with_retry(make, "create indexes")

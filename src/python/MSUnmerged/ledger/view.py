@@ -18,6 +18,8 @@ FILE_STATES = (*(s.value for s in FileState), SUBMITTED)
 DIR_STATES = tuple(s.value for s in DirState)
 JOB_STATES = tuple(s.value for s in JobState)
 PAGE = 10_000  # records per ledger query when streaming
+# A cycle without the bulk of its document (each RSE's result, the RSEs it worked): what `brief` reads.
+CYCLE_BRIEF = {"results": 0, "rses": 0}
 
 
 class LedgerView(Protocol):
@@ -47,16 +49,17 @@ class LedgerView(Protocol):
     def jobs(self, rse: Optional[str], state: Optional[str], limit: int) -> list[dict[str, Any]]:
         """`jobs` records (`id` for their _id), most recent first."""
 
-    def cycles(self, limit: int) -> list[dict[str, Any]]:
-        """`cycles` records (`id` for their _id) plus `duration_s`, most recent first."""
+    def cycles(self, limit: int, brief: bool = False) -> list[dict[str, Any]]:
+        """`cycles` records (`id` for their _id) plus `duration_s`, most recent first; brief: without `results`
+        and `rses`."""
 
     def plan_preview(self, rse: str, limit: int) -> dict[str, Any]:
         """The recorded plan of the current generation: counts and the first files still to delete by directory."""
 
-    def health(self, stale_after_s: float) -> dict[str, Any]:
-        """How the polling goes: `last_cycle` (its `failures`, `ok`, `dry_run`), `last_good_cycle_at` (None:
-        never), `last_good_age_s` (since the last good cycle; before any, since the first cycle started; None
-        before any cycle), `never_good`, `sources` ({source: 1 up / 0 failed in the last finished cycle}),
+    def health(self, stale_after_s: float, brief: bool = False) -> dict[str, Any]:
+        """How the polling goes: `last_cycle` (its `failures`, `ok`, `dry_run`; brief: without `results` and
+        `rses`), `last_good_cycle_at` (None: never), `last_good_age_s` (since the last good cycle; before any,
+        since the first cycle started; None before any cycle), `never_good`, `sources` ({source: 1 up / 0 failed in the last finished cycle}),
         `alert` (a sentence when no cycle succeeded for `stale_after_s`, counted from the first cycle on a new
         ledger, else "")."""
 
@@ -184,9 +187,9 @@ class MongoLedgerView:
         docs = self.ledger.query_jobs(rse, state, limit=limit, newest_first=True)["items"]
         return [redact_all(_clean({"id": d.pop("_id"), **d})) for d in docs]  # batch reasons may quote URLs
 
-    def cycles(self, limit: int) -> list[dict[str, Any]]:
+    def cycles(self, limit: int, brief: bool = False) -> list[dict[str, Any]]:
         out = []
-        for d in self.ledger.query_cycles(limit):
+        for d in self.ledger.query_cycles(limit, CYCLE_BRIEF if brief else None):
             d = redact_all(_clean({"id": d.pop("_id"), **d}))  # failure details may quote a URL with its credential
             start, end = d.get("started"), d.get("finished")
             d["duration_s"] = round(end - start, 3) if isinstance(start, (int, float)) and \
@@ -194,10 +197,9 @@ class MongoLedgerView:
             out.append(d)
         return out
 
-    def health(self, stale_after_s: float) -> dict[str, Any]:
-        last_good = self.ledger.last_good_cycle()
-        good = redact_all(_clean({"id": last_good.pop("_id"), **last_good})) if last_good else {}
-        return health_of(self.cycles(5), good, self.ledger.first_cycle_started(), stale_after_s, time.time())
+    def health(self, stale_after_s: float, brief: bool = False) -> dict[str, Any]:
+        good = self.ledger.last_good_cycle({"finished": 1})  # all health_of reads of it
+        return health_of(self.cycles(5, brief), good, self.ledger.first_cycle_started(), stale_after_s, time.time())
 
     def history(self, rse: Optional[str], days: int) -> list[dict[str, Any]]:
         return history.rse_days(self.db, rse, days)

@@ -1,13 +1,9 @@
 """JSON API under <base>/data/: answers in the WMCore envelope {"result": [...]}."""
 from __future__ import annotations
 
-import datetime
 import functools
-import importlib.metadata
 import json
 import logging
-import re
-import threading
 import time
 from typing import Any, Callable, Iterator, Optional
 
@@ -19,57 +15,22 @@ from MSUnmerged import sites
 from MSUnmerged.config import Config
 from MSUnmerged.dbwatch import DatabaseWatch
 from MSUnmerged.ledger.retry import LedgerError, deadline
-from MSUnmerged.ledger.states import EXPECTED_DIR_REASONS, SUBMITTED, DirState, FileState, dir_failed
+from MSUnmerged.ledger.states import SUBMITTED
 from MSUnmerged.ledger.view import DIR_STATES, FILE_STATES, JOB_STATES, LedgerView
-from MSUnmerged.rest.auth import AuthError, Audit, KeyFile, RateLimiter, User, claimed, has_role, user_from_headers
+from MSUnmerged.rest import wmcore
+from MSUnmerged.rest.auth import AuthError, KeyFile, TriggerGate, User, user_from_headers
+from MSUnmerged.rest.cache import TtlCache
+from MSUnmerged.rest.params import CURSOR_RE, ERROR_CLASS_RE, JOB_RE, MAX_PAGE, RSE_RE, BadParam, boolean, integer, \
+    many, no_more, one
 from MSUnmerged.rest.server import RAW_HEADERS  # cheroot folds '_' into '-' in names: the raw ones are there
 from MSUnmerged.rest.triggers import REPLAYED, TriggerQueue, TriggerRefused
-from MSUnmerged.statemachine import RSEState
 
 log = logging.getLogger("MSUnmerged.rest")
 
-# Patterns must match the whole value (`one` uses fullmatch: "$" would let a trailing newline through).
-RSE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}")
-ERROR_CLASS_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
-JOB_RE = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
-REQUEST_ID_RE = re.compile(r"[A-Za-z0-9_.:\-]{8,128}")
-# A page's cursor: a record's _id, "<rse>|<generation>|<path>" (worker.ids.file_id), as `next` gave it.
-CURSOR_RE = re.compile(RSE_RE.pattern + r"\|[0-9]+\.[0-9]{3}\|/[^\n]{0,4096}")
-ALL_DOCS = "all_docs"  # data/info?rse=ALL_DOCS, compared in lower case as WMCore does
-MAX_PAGE = 10_000
 STARTED = time.time()
-VERSION = importlib.metadata.version("msunmerged")
 # Any of these from the ledger, within rest.db_timeout_s: 503 on every endpoint.
 DB_ERRORS = (PyMongoError, LedgerError)
 DB_DOWN = "ledger database unavailable"
-
-# WMCore MSUnmerged counter -> the ledger counter with the same meaning and type.
-WMCORE_COUNTERS = {
-    "totalNumFiles": "files_total",
-    "totalNumDirs": "dirs_removable",  # WMCore: its directories at the depth it deletes; here the plan's
-    "dirsToDelete": "dirs_removable",
-    "filesToDelete": "to_delete",
-    "filesDeletedSuccess": "deleted",
-    "filesDeletedFail": "failed",
-    "dirsDeletedSuccess": "dirs_removed",
-    "dirsDeletedFail": "dirs_failed",
-    "gfalErrors": "failed_by_message",  # {the storage's message: count}; ours by class beside (failed_by_class)
-}
-WMCORE_DICTS = ("gfalErrors",)
-WMCORE_DIR_LISTS = ("toDelete", "protected", "deletedSuccess", "deletedFail")  # the others are numbers: 0, never null, when the ledger has none yet
-# Parameters WMCore's Data API passes on and its MSUnmerged never reads: ignored on status and info (a client's
-# `_` cache-buster, `rse_type` on info, ...), as WMCore does; our own calls still refuse unknown ones but `_`.
-CACHE_BUSTER = "_"
-# data/status?rse_type=<t>: WMCore's partitions (MSManager.status): an RSE's type from its name (sites.rse_type).
-WMCORE_TIME = "%a, %d %b %Y %H:%M:%S UTC"  # WMCore's start_time/end_time (MSManager.updateTimeUTC)
-
-
-class BadParam(Exception):
-    """A request parameter is missing or invalid: answered with 400 naming the parameter."""
-
-    def __init__(self, name: str, message: str) -> None:
-        super().__init__(f"parameter '{name}': {message}")
-        self.name = name
 
 
 def envelope(result: list[Any], **extra: Any) -> bytes:
@@ -112,57 +73,6 @@ def json_call(method: str = "GET") -> Callable[[Callable[..., Any]], Callable[..
     return wrap
 
 
-def one(params: dict[str, Any], name: str, default: Optional[str] = None, required: bool = False,
-        pattern: Optional[re.Pattern[str]] = None, choices: Optional[tuple[str, ...]] = None) -> Optional[str]:
-    """One string parameter, validated; BadParam names it when it is wrong."""
-    value = params.pop(name, None)
-    if isinstance(value, list):
-        raise BadParam(name, "given more than once")
-    if value is None or value == "":
-        if required:
-            raise BadParam(name, "required")
-        return default
-    if not isinstance(value, str):
-        raise BadParam(name, "must be a string")
-    if choices is not None and value not in choices:
-        raise BadParam(name, f"must be one of {', '.join(choices)}")
-    if pattern is not None and not pattern.fullmatch(value):
-        raise BadParam(name, f"invalid value {value[:80]!r}")
-    return value
-
-
-def many(params: dict[str, Any], name: str, pattern: re.Pattern[str]) -> list[str]:
-    """A parameter that may be given several times (rse=A&rse=B), each value validated."""
-    raw = params.pop(name, None)
-    values = raw if isinstance(raw, list) else [] if raw in (None, "") else [raw]
-    for value in values:
-        one({name: value}, name, required=True, pattern=pattern)
-    return values
-
-
-def integer(params: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
-    raw = one(params, name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadParam(name, f"expected an integer, got {raw[:40]!r}") from None
-    if not low <= value <= high:
-        raise BadParam(name, f"must be between {low} and {high}")
-    return value
-
-
-def boolean(params: dict[str, Any], name: str, default: bool) -> bool:
-    """true/false in any case (WMCore's strToBool: True, TRUE, false, ...) or 1/0."""
-    raw = one(params, name)
-    if raw is None:
-        return default
-    if raw.lower() not in ("true", "false", "1", "0"):
-        raise BadParam(name, f"expected true or false, got {raw[:20]!r}")
-    return raw.lower() in ("true", "1")
-
-
 def read_body(limit: int) -> bytes:
     """The request body, at most `limit` bytes, whatever its framing (Content-Length or chunked): 413 when
     larger, 400 when its chunked framing is broken, 408 when it does not arrive within the deadline."""
@@ -181,140 +91,6 @@ def read_body(limit: int) -> bytes:
     if len(data) > limit:
         raise AuthError(f"the body is larger than {limit} bytes", 413)
     return data
-
-
-def json_object(body: bytes) -> dict[str, str]:
-    """A JSON object of strings (an empty body: {}); BadParam otherwise."""
-    try:
-        data = json.loads(body or b"{}")
-    except ValueError:  # also bytes that are not UTF-8
-        raise BadParam("body", "not valid JSON") from None
-    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
-        raise BadParam("body", "expected a JSON object of strings")
-    return data
-
-
-def wmcore_boolean(params: dict[str, Any], name: str, default: bool) -> bool:
-    """A WMCore call's flag as WMCore's Data.get reads `detail`: true (any case, or 1) is true, any other value
-    false (never a 400: a caller of WMCore's API gets WMCore's answer); absent: the default."""
-    raw = params.pop(name, None)
-    if raw is None or raw == "":
-        return default
-    return isinstance(raw, str) and raw.lower() in ("true", "1")
-
-
-def no_more(params: dict[str, Any]) -> None:
-    """Unknown parameters are refused rather than silently ignored (but a `_` cache-buster)."""
-    params.pop(CACHE_BUSTER, None)
-    if params:
-        raise BadParam(sorted(params)[0], "unknown parameter")
-
-
-class TtlCache:
-    """Short-lived cache of rendered answers; one thread refreshes a key while others wait for it."""
-
-    def __init__(self, ttl_s: float) -> None:
-        self.ttl_s = ttl_s
-        self._data: dict[Any, tuple[float, bytes]] = {}
-        self._locks: dict[Any, threading.Lock] = {}
-        self._guard = threading.Lock()
-
-    def get(self, key: Any, build: Callable[[], bytes]) -> bytes:
-        if self.ttl_s <= 0:
-            return build()
-        hit = self._data.get(key)
-        if hit and hit[0] > time.monotonic():
-            return hit[1]
-        with self._guard:
-            lock = self._locks.setdefault(key, threading.Lock())
-        with lock:
-            hit = self._data.get(key)
-            if hit and hit[0] > time.monotonic():
-                return hit[1]
-            body = build()
-            self._data[key] = (time.monotonic() + self.ttl_s, body)
-            return body
-
-    def clear(self) -> None:
-        self._data.clear()
-
-
-def iso(ts: Any) -> str:
-    """Epoch seconds as WMCore answers them: naive UTC ISO-8601 (missing: the epoch, as WMCore's 0.0)."""
-    ts = ts if isinstance(ts, (int, float)) and not isinstance(ts, bool) else 0.0
-    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).replace(tzinfo=None).isoformat()
-
-
-def wmcore_info(rse: dict[str, Any]) -> dict[str, Any]:
-    """One RSE as WMCore's MSUnmerged document (MSUnmergedRSE), with the ledger's own fields beside."""
-    plan = rse.get("plan") or {}
-    ours = {"files_total": plan.get("files_total"), **(rse.get("counters") or {})}
-    ours["failed_by_message"] = {e["message"]: e["n"] for e in ours.get("failed_by_message") or []}
-    counters: dict[str, Any] = {name: ours.get(key) or ({} if name in WMCORE_DICTS else 0)
-                                for name, key in WMCORE_COUNTERS.items()}
-    counters.update((k, v) for k, v in ours.items() if k not in WMCORE_COUNTERS.values())
-    gen = rse.get("generation")
-    return {
-        "name": rse["name"],
-        "isClean": rse.get("state") == RSEState.CLEAN,
-        "pfnPrefix": None,  # no central PFN: each job maps LFNs with its site's storage.json
-        "rucioConMonStatus": "done" if gen is not None else None,  # a generation is a finished scan
-        "timestamps": {
-            "rseConsStatTime": iso(gen),  # the ConMon scan end_time of the generation worked on
-            "prevStartTime": iso(None),
-            "startTime": iso(plan.get("planned")),
-            "prevEndTime": iso(None),
-            "endTime": iso(rse.get("updated") if rse.get("state") == RSEState.CLEAN else None),
-            "planTime": iso(plan.get("planned")),
-            "updateTime": iso(rse.get("updated")),
-            "countTime": iso(rse.get("counted_at")),
-        },
-        "counters": counters,
-        "state": rse.get("state"),
-        "reason": rse.get("reason"),
-        "detail": rse.get("detail"),
-        "generation": gen,
-    }
-
-
-def wmcore_time(ts: Any) -> Optional[str]:
-    """Epoch seconds as WMCore's status report writes them; None stays None (no cycle yet)."""
-    if not isinstance(ts, (int, float)) or isinstance(ts, bool):
-        return None
-    return time.strftime(WMCORE_TIME, time.gmtime(ts))
-
-
-def cycle_error(cycle: dict[str, Any], alert: str) -> str:
-    """The status report's `error`: empty when the last cycle had no failure, else what failed (and the
-    failing-cycles alert when it is raised), as one line."""
-    failures = cycle.get("failures") or []
-    if not failures:
-        return ""
-    shown = "; ".join(f"{f.get('source')}/{f.get('reason')}" + (f" ({f.get('rse')})" if f.get("rse") else "")
-                      + (f": {str(f.get('detail'))[:200]}" if f.get("detail") else "") for f in failures[:5])
-    more = f"; and {len(failures) - 5} more" if len(failures) > 5 else ""
-    return (f"{alert}. " if alert else "") + f"last cycle: {len(failures)} failures: {shown}{more}"
-
-
-def wmcore_report(rses: list[dict[str, Any]], cycle: Optional[dict[str, Any]], instance: str,
-                  alert: str = "") -> dict[str, Any]:
-    """WMCore's UNMERGED_REPORT (DataStructs/DefaultStructs) from the ledger and the last polling cycle."""
-    cycle = cycle or {}
-    return {
-        "wmcore_version": VERSION,
-        "microservice_version": VERSION,
-        "microservice": "MSUnmerged",
-        "status": "OK",
-        "thread_id": instance,
-        "start_time": wmcore_time(cycle.get("started")),
-        "end_time": wmcore_time(cycle.get("finished")),
-        "execution_time": cycle.get("duration_s"),
-        "error": cycle_error(cycle, alert),
-        "total_num_rses": len(rses),
-        "total_num_files": sum((r.get("plan") or {}).get("files_total") or 0 for r in rses),
-        "num_rses_cleaned": sum(r.get("state") == RSEState.CLEAN for r in rses),
-        "num_files_deleted": sum((r.get("counters") or {}).get("deleted") or 0 for r in rses),
-    }
 
 
 def request_headers() -> dict[str, bytes]:
@@ -338,8 +114,7 @@ class DataApi:
         self.watch = watch  # serve's: liveness fails once the database is silent for rest.db_dead_s
         self.cache = TtlCache(config.rest.cache_ttl_s)
         self.keyfile = KeyFile(config.rest.hmac_key_file)
-        self.limiter = RateLimiter(config.rest.trigger_rate_per_min)
-        self.audit = Audit(config.rest.audit_log)
+        self.gate = TriggerGate(config.rest, self.keyfile)
 
     # -- health and status -------------------------------------------------------------------
 
@@ -358,7 +133,7 @@ class DataApi:
     @json_call()
     def status(self, **params: Any) -> bytes:
         """WMCore's status report (detail, rse_type as WMCore takes them); with detail, ours beside it."""
-        detail = wmcore_boolean(params, "detail", True)
+        detail = wmcore.flag(params, "detail", True)
         raw_type = params.pop("rse_type", None)
         rse_type = raw_type if isinstance(raw_type, str) and raw_type else None
         cycles = integer(params, "cycles", 5, 0, 100)  # ours: a wrong value is still a 400
@@ -373,7 +148,7 @@ class DataApi:
         recent = self.view.cycles(max(n_cycles, 1))
         last = next((c for c in recent if c.get("finished") is not None), None)
         health = self.view.health(self.config.service.stale_after_s)
-        report = wmcore_report(rses, last, self.config.service.instance, health["alert"])
+        report = wmcore.report(rses, last, self.config.service.instance, health["alert"])
         if rse_type is not None:
             report["rse_type"] = rse_type
         if not detail:
@@ -401,45 +176,9 @@ class DataApi:
         rses = many(params, "rse", RSE_RE)
         if not rses:
             raise BadParam("rse", "required")
-        detail = wmcore_boolean(params, "detail", False)
+        detail = wmcore.flag(params, "detail", False)
         # Anything else is ignored (rse_type, `_`, ...), as WMCore does.
-        query = f"rse={rses[0] if len(rses) == 1 else rses}&detail={detail}"
-        return self.cache.get(("info", tuple(rses), detail), lambda: envelope([{
-            "wmcore_version": VERSION, "microservice_version": VERSION, "microservice": "MSUnmerged",
-            "query": query, "rseData": self._info(rses, detail)}]))
-
-    def _info(self, names: list[str], detail: bool) -> list[dict[str, Any]]:
-        if any(n.lower() == ALL_DOCS for n in names):
-            found = self.view.rses()
-        else:
-            found = [r for r in map(self.view.rse, names) if r]
-        docs = [wmcore_info(r) for r in found]
-        if detail:
-            for doc in docs:
-                doc["dirs"] = self._wmcore_dirs(doc["name"])
-                doc["jobs"] = self.view.jobs(doc["name"], None, 20)
-                doc["files"] = {"deletedFail": list(self.view.files(doc["name"], FileState.FAILED, None, None, None,
-                                                                    None, 100))}
-        return docs
-
-    def _wmcore_dirs(self, rse: str) -> dict[str, Any]:
-        """WMCore's `dirs` of an RSE (lists of directories, each at most MAX_PAGE long) from the plan and the
-        jobs' directory outcomes: toDelete (holding files still to delete), protected (kept by a protected or
-        kept path), deletedSuccess (removed), deletedFail (not removed for an error), allUnmerged (all these)."""
-        preview = self.view.plan_preview(rse, MAX_PAGE)
-        out: dict[str, Any] = {"allUnmerged": [], "toDelete": [d["dir"] for d in preview["directories"]],
-                               "protected": [], "deletedSuccess": [], "deletedFail": []}
-        for record in self.view.dirs(rse, None, None, None, None, None, MAX_PAGE):
-            state, reason = record.get("state"), record.get("error_class") or ""
-            if state == DirState.REMOVED:
-                out["deletedSuccess"].append(record["dir"])
-            elif state == DirState.REFUSED and reason in EXPECTED_DIR_REASONS:
-                out["protected"].append(record["dir"])
-            elif dir_failed(str(state), reason):
-                out["deletedFail"].append(record["dir"])
-        out["allUnmerged"] = sorted({d for key in WMCORE_DIR_LISTS for d in out[key]})[:MAX_PAGE]
-        out["toDeleteComplete"] = preview["shown"] >= preview["files_to_delete"]
-        return out
+        return self.cache.get(("info", tuple(rses), detail), lambda: envelope([wmcore.info(self.view, rses, detail)]))
 
     # -- per-file, jobs, cycles, plan --------------------------------------------------------
 
@@ -531,80 +270,29 @@ class DataApi:
 
     @json_call("POST")
     def trigger(self, **params: Any) -> bytes:
-        """Start one RSE now (mode plan or apply): a JSON body with rse, mode and a fresh request_id.
-        Operators only, `apply` only for rest.operator_logins; same-origin; each request_id once;
-        rate-limited; audited. Everything the headers decide is decided before the body is read."""
-        headers = request_headers()
-        what: dict[str, Any] = {"remote": cherrypy.request.remote.ip, **claimed(headers)}
-
-        def refuse(reason: str, error: Exception, outcome: str = "denied") -> Exception:
-            self.audit.write(action="trigger", outcome=outcome, reason=reason, **what)
-            return error
-
-        # Before the body is read only the query string says what is asked: audited as claimed, like the identity.
-        what.update({k: v[:200] for k, v in params.items()
-                     if k in ("rse", "mode", "request_id") and isinstance(v, str)})
-        origin = headers.get("origin", b"").decode("latin-1")
-        if origin and origin not in self.config.rest.allowed_origins:
-            raise refuse(f"foreign origin {origin[:100]}",
-                         AuthError(f"requests from origin {origin[:100]!r} are refused"))
-        if cherrypy.request.headers.get("Content-Type", "").split(";")[0].strip().lower() != "application/json":
-            raise refuse("not a JSON body", AuthError("the body must be a JSON object (Content-Type: "
-                                                      "application/json)", 415))
-        try:
-            user = user_from_headers(headers, self.keyfile)
-        except AuthError as exc:
-            raise refuse(str(exc), exc) from None
-        what.update(login=user.login, dn=user.dn)
-        rest = self.config.rest
-        if not has_role(user, rest.operator_roles):
-            raise refuse("no operator role",
-                         AuthError("an operator role is required: " + ", ".join(rest.operator_roles)))
-        if rest.operator_logins and user.login not in rest.operator_logins:
-            raise refuse("login not in rest.operator_logins",
-                         AuthError("this login may not trigger (rest.operator_logins)"))
-        try:
-            params = self._merge_body(params, rest.max_body_bytes)
-            rse = one(params, "rse", required=True, pattern=RSE_RE)
-            mode = one(params, "mode", "plan", choices=("plan", "apply"))
-            request_id = one(params, "request_id", required=True, pattern=REQUEST_ID_RE)
-            no_more(params)
-        except (BadParam, AuthError) as exc:
-            raise refuse(str(exc), exc, "refused") from None
-        what.update(rse=rse, mode=mode, request_id=request_id)
-        if mode == "apply" and not rest.operator_logins:
-            raise refuse("apply closed: rest.operator_logins empty", AuthError(
-                "apply triggers are refused until rest.operator_logins names the logins that may apply"))
+        """Start one RSE now (mode plan or apply): a JSON body with rse, mode and a fresh request_id, admitted by
+        the trigger's gate (rest/auth.py); each request_id once (the queue); audited."""
+        request = cherrypy.request
+        ask = self.gate.admit(request_headers(), request.headers.get("Content-Type", ""), request.remote.ip, params,
+                              read_body)
         if self.queue is None:
             return _error(503, "this instance runs no service loop: triggers are disabled")
-        allowed, wait = self.limiter.allow(user.login or user.dn)
-        if not allowed:
-            self.audit.write(action="trigger", outcome="rate_limited", **what)
+        wait = self.gate.rate_limited(ask)
+        if wait is not None:
             cherrypy.response.headers["Retry-After"] = str(int(wait) + 1)
-            return _error(429, f"rate limit of {rest.trigger_rate_per_min} triggers per minute "
+            return _error(429, f"rate limit of {self.config.rest.trigger_rate_per_min} triggers per minute "
                                f"reached; retry in {wait:.0f} s")
         try:
-            record = self.queue.submit(rse, mode, user.login or user.dn, request_id)
+            record = self.queue.submit(ask.rse, ask.mode, ask.who, ask.request_id)
         except TriggerRefused as refused:
-            self.audit.write(action="trigger", outcome="denied" if refused.reason == REPLAYED else "refused",
-                             reason=refused.reason, **what)
+            self.gate.record(ask, "denied" if refused.reason == REPLAYED else "refused", reason=refused.reason)
             return _error(refused.status, str(refused))
         except DB_ERRORS:  # the request_id cannot be claimed: nothing is queued (503 from json_call)
-            self.audit.write(action="trigger", outcome="refused", reason=DB_DOWN, **what)
+            self.gate.record(ask, "refused", reason=DB_DOWN)
             raise
-        self.audit.write(action="trigger", outcome="accepted", id=record["id"], **what)
+        self.gate.record(ask, "accepted", id=record["id"])
         cherrypy.response.status = 202
         return envelope([record])
-
-    @staticmethod
-    def _merge_body(params: dict[str, Any], limit: int) -> dict[str, Any]:
-        """Query parameters plus the JSON object body (at most `limit` bytes, within the request deadline);
-        a name given in both with different values is refused, never silently overridden."""
-        data = json_object(read_body(limit))
-        for name, value in data.items():
-            if name in params and params[name] != value:
-                raise BadParam(name, "given in the query and the body with different values")
-        return {**params, **data}
 
     def _caller(self) -> Optional[User]:
         """The verified caller, or None (anonymous, or headers that do not verify)."""

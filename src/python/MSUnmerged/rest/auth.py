@@ -1,4 +1,5 @@
-"""CMSWEB front-end authentication: HMAC over the cms-authn-*/cms-authz-* headers, roles, rate limit, audit.
+"""Who may do what: CMSWEB front-end authentication (HMAC over the cms-authn-*/cms-authz-* headers), roles,
+rate limit, audit, and the trigger's gate that puts them together.
 
 The front end (dmwm/cmsauth `GetHmac`) authenticates the user and passes the result in request headers,
 signed with `cms-authn-hmac`: the hex HMAC-SHA1, keyed with the raw bytes of a file shared by front end
@@ -23,7 +24,10 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
+
+from MSUnmerged.config import RestConfig
+from MSUnmerged.rest.params import REQUEST_ID_RE, RSE_RE, BadParam, json_object, no_more, one
 
 log = logging.getLogger("MSUnmerged.rest.auth")
 audit_log = logging.getLogger("MSUnmerged.audit")
@@ -36,6 +40,8 @@ AUTHENTICATED = "ok"  # compared case-insensitively: `ok` from the Go front end,
 # HMAC pads a short key with zeros, so a key file of NULs signs like the empty key anyone can use.
 MIN_KEY_BYTES = 16
 _NOT_KEY_MATERIAL = b" \t\n\r\x0b\x0c\x00"
+TRIGGER_MODES = ("plan", "apply")
+ASKED = ("rse", "mode", "request_id")  # what a trigger asks, audited as claimed until the request is parsed
 
 
 class AuthError(Exception):
@@ -228,3 +234,96 @@ class Audit:
                 with os.fdopen(fd, "a", encoding="utf-8") as fh:
                     os.fchmod(fd, 0o600)  # also an audit log created before with a wider mode
                     fh.write(line + "\n")
+
+
+@dataclass
+class TriggerAsk:
+    """An admitted trigger: who asks to start which RSE in which mode, and what its audit lines say."""
+
+    user: User
+    rse: str
+    mode: str
+    request_id: str
+    audited: dict[str, Any]
+
+    @property
+    def who(self) -> str:
+        return self.user.login or self.user.dn
+
+
+class TriggerGate:
+    """Who may start an RSE now, decided in this order: the same origin, a JSON body, headers that verify, an
+    operator role, rest.operator_logins, a valid request (rse, mode, a request_id), `apply` only once
+    rest.operator_logins names who may; then a rate limit per user. Everything the headers decide is decided
+    before the body is read; every refusal and every outcome is audited."""
+
+    def __init__(self, rest: RestConfig, keyfile: KeyFile) -> None:
+        self.rest = rest
+        self.keyfile = keyfile
+        self.limiter = RateLimiter(rest.trigger_rate_per_min)
+        self.audit = Audit(rest.audit_log)
+
+    def admit(self, headers: Mapping[str, bytes], content_type: str, remote: str, params: dict[str, Any],
+              read_body: Callable[[int], bytes]) -> TriggerAsk:
+        """The request admitted, or AuthError / BadParam (audited). `headers`: lower-case names, raw values;
+        `read_body(limit)` is called only once the headers passed."""
+        what: dict[str, Any] = {"remote": remote, **claimed(headers)}
+
+        def refuse(reason: str, error: Exception, outcome: str = "denied") -> Exception:
+            self.audit.write(action="trigger", outcome=outcome, reason=reason, **what)
+            return error
+
+        # Before the body is read only the query string says what is asked: audited as claimed, like the identity.
+        what.update({k: v[:200] for k, v in params.items() if k in ASKED and isinstance(v, str)})
+        origin = headers.get("origin", b"").decode("latin-1")
+        if origin and origin not in self.rest.allowed_origins:
+            raise refuse(f"foreign origin {origin[:100]}",
+                         AuthError(f"requests from origin {origin[:100]!r} are refused"))
+        if content_type.split(";")[0].strip().lower() != "application/json":
+            raise refuse("not a JSON body", AuthError("the body must be a JSON object (Content-Type: "
+                                                      "application/json)", 415))
+        try:
+            user = user_from_headers(headers, self.keyfile)
+        except AuthError as exc:
+            raise refuse(str(exc), exc) from None
+        what.update(login=user.login, dn=user.dn)
+        if not has_role(user, self.rest.operator_roles):
+            raise refuse("no operator role",
+                         AuthError("an operator role is required: " + ", ".join(self.rest.operator_roles)))
+        if self.rest.operator_logins and user.login not in self.rest.operator_logins:
+            raise refuse("login not in rest.operator_logins",
+                         AuthError("this login may not trigger (rest.operator_logins)"))
+        try:
+            params = merge_body(params, json_object(read_body(self.rest.max_body_bytes)))
+            rse = one(params, "rse", required=True, pattern=RSE_RE)
+            mode = one(params, "mode", "plan", choices=TRIGGER_MODES)
+            request_id = one(params, "request_id", required=True, pattern=REQUEST_ID_RE)
+            no_more(params)
+        except (BadParam, AuthError) as exc:
+            raise refuse(str(exc), exc, "refused") from None
+        what.update(rse=rse, mode=mode, request_id=request_id)
+        if mode == "apply" and not self.rest.operator_logins:
+            raise refuse("apply closed: rest.operator_logins empty", AuthError(
+                "apply triggers are refused until rest.operator_logins names the logins that may apply"))
+        return TriggerAsk(user, rse, mode, request_id, what)
+
+    def rate_limited(self, ask: TriggerAsk) -> Optional[float]:
+        """None while the user may trigger; else the seconds to wait (audited as rate_limited)."""
+        allowed, wait = self.limiter.allow(ask.who)
+        if allowed:
+            return None
+        self.record(ask, "rate_limited")
+        return wait
+
+    def record(self, ask: TriggerAsk, outcome: str, **more: Any) -> None:
+        """One audit line of what became of an admitted trigger."""
+        self.audit.write(action="trigger", outcome=outcome, **more, **ask.audited)
+
+
+def merge_body(params: dict[str, Any], body: dict[str, str]) -> dict[str, Any]:
+    """Query parameters plus the body's; a name given in both with different values is refused, never
+    silently overridden."""
+    for name, value in body.items():
+        if name in params and params[name] != value:
+            raise BadParam(name, "given in the query and the body with different values")
+    return {**params, **body}

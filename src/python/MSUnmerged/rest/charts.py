@@ -6,6 +6,8 @@ import html
 import time
 from typing import Any, Mapping, Optional, Sequence
 
+from MSUnmerged.present import size
+
 WIDTH, HEIGHT, PAD = 640, 170, 36
 # Series colours, one place: files by state and the daily bars share them.
 COLOURS = {"deleted": "#3a7", "missing": "#9c9", "would_delete": "#89b", "failed": "#c33", "unknown": "#e93",
@@ -16,15 +18,6 @@ DAILY_SERIES = ("deleted", "would_delete", "failed")
 
 def esc(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
-
-
-def size(n: float) -> str:
-    """Bytes in decimal units, as the page and the command line show them."""
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1000
-    return ""  # pragma: no cover
 
 
 def _svg(kind: str, label: str, height: int, inner: str) -> str:

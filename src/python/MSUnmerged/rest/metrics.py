@@ -6,16 +6,16 @@ import time
 from typing import Any, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import generate_latest
-from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.registry import Collector
 
 from MSUnmerged.alerts.rules import evaluate
 from MSUnmerged.config import Config
 from MSUnmerged.ledger.view import LedgerView
 from MSUnmerged.rest.api import STARTED
+from MSUnmerged.rest.exposition import Families, text
 from MSUnmerged.statemachine import RSEState
 
-# generate_latest writes the text format 0.0.4.
+# exposition.text writes the text format 0.0.4.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LEDGER_UP = ("msunmerged_ledger_up", "1 when the ledger database answered this scrape.")
 DRY_RUN = ("msunmerged_dry_run", "1 when the service runs in dry run (jobs delete nothing).")
@@ -78,7 +78,7 @@ class LedgerCollector(Collector):
             for job_state, n in sorted((c.get("jobs_by_state") or {}).items()):  # counted per RSE (issue 29)
                 jobs.add_metric([name, str(job_state)], _value(n))
         yield from (deleted, to_delete, would, failed, freed, state, updated, progressed, jobs)
-        health = self.view.health(self.config.service.stale_after_s)
+        health = self.view.health(self.config.service.stale_after_s, brief=True)  # no cycle's per-RSE results
         yield from self._cycles(health)
         yield self._alerts(health, rses)
         yield _gauge(DRY_RUN, float(self.config.service.dry_run))
@@ -123,26 +123,12 @@ class LedgerCollector(Collector):
         return family
 
 
-class _Only(Collector):
-    def __init__(self, *families: Metric) -> None:
-        self.families = families
-
-    def collect(self) -> Iterator[Metric]:
-        yield from self.families
-
-
-def _text(*collectors: Collector) -> str:
-    registry = CollectorRegistry(auto_describe=False)
-    for collector in collectors:
-        registry.register(collector)
-    return generate_latest(registry).decode()
-
-
 def render(view: LedgerView, config: Config, *extra: Collector) -> str:
     """All metric families in one text answer (with those of `extra`, e.g. serve's database watch)."""
-    return _text(LedgerCollector(view, config), *extra)
+    return text(family for collector in (LedgerCollector(view, config), *extra) for family in collector.collect())
 
 
 def render_down(dry_run: bool, *extra: Collector) -> str:
     """What a scrape gets while the database is unreachable: the up gauge at 0, the dry-run flag, `extra`."""
-    return _text(_Only(_gauge(LEDGER_UP, 0.0), _gauge(DRY_RUN, float(dry_run))), *extra)
+    return text(family for collector in (Families(_gauge(LEDGER_UP, 0.0), _gauge(DRY_RUN, float(dry_run))), *extra)
+                for family in collector.collect())

@@ -16,6 +16,7 @@ from MSUnmerged.config import Config
 from MSUnmerged.ledger.history import totals_by_day as history_totals
 from MSUnmerged.ledger.states import FileState
 from MSUnmerged.ledger.view import LedgerView
+from MSUnmerged.present import cycle_share, progress, size, when
 from MSUnmerged.rest import charts
 from MSUnmerged.sources.errors import KINDS as SOURCE_KINDS
 
@@ -87,7 +88,6 @@ def reason_link(reason: Any, ctx: Context) -> str:
     return f'<a class="reason" href="{esc(ctx.operations_url)}#{url_arg(anchor)}">{esc(reason)}</a>'
 
 
-
 def esc(value: Any) -> str:
     """Any value as HTML text (quotes too, so it is safe in attributes)."""
     return html.escape("" if value is None else str(value), quote=True)
@@ -97,35 +97,8 @@ def url_arg(value: Any) -> str:
     return esc(urllib.parse.quote(str(value), safe=""))
 
 
-def when(ts: Any) -> str:
-    if not isinstance(ts, (int, float)) or isinstance(ts, bool):
-        return "never"
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
-
-
 def number(n: Any) -> str:
     return f"{n:,}" if isinstance(n, int) and not isinstance(n, bool) else esc(n if n is not None else 0)
-
-
-def progress(counters: dict[str, Any]) -> tuple[float, str]:
-    """Fraction of the planned files with a final outcome: neither pending nor left by a dry run."""
-    planned = counters.get("to_delete") or 0
-    if not isinstance(planned, int) or planned <= 0:
-        return 0.0, "-"
-    left = (counters.get("pending") or 0) + (counters.get("would_delete") or 0)
-    frac = min(1.0, max(0.0, 1.0 - left / planned))
-    label = f"{frac:.0%}"
-    if counters.get("would_delete"):
-        label += f" (dry run: {counters['would_delete']:,} would be deleted)"
-    return frac, label
-
-
-def cycle_share(counters: dict[str, Any]) -> str:
-    """A throttled RSE's share of its plan this cycle: "N of M this cycle (slice k of S)"; "" when not throttled."""
-    if not counters.get("slices"):
-        return ""
-    return (f"{counters.get('cycle_files', 0):,} of {counters.get('to_delete', 0):,} this cycle "
-            f"(slice {counters.get('slice', 0)} of {counters['slices']})")
 
 
 def top_errors(counters: dict[str, Any], n: int = 3) -> str:
@@ -256,7 +229,7 @@ def totals_section(rses: list[dict[str, Any]]) -> str:
     cells = [("RSEs", number(len(rses))), ("failing", number(sum(map(failing, rses)))),
              ("files to delete", number(sums["to_delete"])), ("deleted", number(sums["deleted"])),
              ("would delete (dry run)", number(sums["would_delete"])), ("pending", number(sums["pending"])),
-             ("failed", number(sums["failed"])), ("freed", esc(charts.size(freed)) if freed else "-")]
+             ("failed", number(sums["failed"])), ("freed", esc(size(freed)) if freed else "-")]
     states = ", ".join(f"{esc(k)}: {v:,}" for k, v in sorted(by_state.items())) or "none"
     return ('<div class="totals" id="totals">' + "".join(f"<div><b>{v}</b>{esc(k)}</div>" for k, v in cells)
             + f'</div><p class="muted">By state: {states}.</p>')
@@ -348,7 +321,7 @@ def rse_page(view: LedgerView, ctx: Context, name: str) -> Optional[str]:
              ("detail", esc(r.get("detail")) or "-"), ("progress", bar(c))]
     if cycle_share(c):
         facts.append(("throttle", esc(cycle_share(c))))
-    facts += [(esc(k), f"{number(v)} ({esc(charts.size(v))})" if k == "bytes_freed" and v else number(v))
+    facts += [(esc(k), f"{number(v)} ({esc(size(v))})" if k == "bytes_freed" and v else number(v))
               for k, v in sorted(c.items()) if not isinstance(v, (dict, list))]
     facts.append(("errors by class", top_errors(c, 20)))
     jobs = view.jobs(name, None, 50)

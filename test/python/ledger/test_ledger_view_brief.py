@@ -1,0 +1,55 @@
+"""LedgerView.health(brief=True), what each /metrics scrape reads, on a real SecantusDB: the same answer as the
+full one but for the last cycle's per-RSE `results` and `rses`, also on a ledger from before the `meta` document."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from pymongo.database import Database
+
+from MSUnmerged.ledger import Ledger
+from MSUnmerged.ledger.cycles import CYCLES_META
+from MSUnmerged.ledger.view import CYCLE_BRIEF, MongoLedgerView
+
+pytestmark = pytest.mark.integration
+RSES = [f"T2_XX_{i:03d}" for i in range(30)]
+
+
+def cycles(ledger: Ledger, bad: set[int]) -> None:
+    for i in range(8):
+        cid = ledger.start_cycle(f"inst-{i % 2}", i, RSES)
+        for rse in RSES:
+            ledger.record_cycle_result(cid, rse, {"outcome": "submitted", "jobs": i, "detail": "x" * 50})
+        failures = [{"source": "rucio", "reason": "rucio_unavailable", "detail": "d", "rse": ""}] if i in bad else []
+        ledger.end_cycle(cid, failures)
+    ledger.start_cycle("inst-0", 9, RSES)  # one still running: the newest finished one is the last cycle
+
+
+def same_but_bulk(full: dict, brief: dict) -> None:
+    last = full["last_cycle"]
+    assert last["results"] and last["rses"] == RSES  # there was a bulk to leave out
+    assert brief["last_cycle"] == {k: v for k, v in last.items() if k not in CYCLE_BRIEF}
+    assert {k: v for k, v in brief.items() if k not in ("last_cycle", "last_good_age_s")} == \
+        {k: v for k, v in full.items() if k not in ("last_cycle", "last_good_age_s")}
+    assert abs(brief["last_good_age_s"] - full["last_good_age_s"]) < 60
+
+
+@pytest.mark.parametrize("bad", [set(), {6, 7}, set(range(8))])
+def test_brief_health_is_the_full_one_without_the_bulk(mongo_db: Database, bad: set[int]) -> None:
+    ledger = Ledger(mongo_db)
+    ledger.ensure_indexes()
+    cycles(ledger, bad)
+    view = MongoLedgerView(mongo_db)
+    full, brief = view.health(3600.0), view.health(3600.0, brief=True)
+    same_but_bulk(full, brief)
+    assert brief["never_good"] == (bad == set(range(8)))
+    assert brief["sources"]["rucio"] == (0 if 7 in bad else 1)
+
+
+def test_brief_health_on_a_ledger_from_before_meta(mongo_db: Database) -> None:
+    ledger = Ledger(mongo_db)
+    cycles(ledger, {7})
+    mongo_db.meta.delete_one({"_id": CYCLES_META})
+    view = MongoLedgerView(mongo_db)
+    same_but_bulk(view.health(3600.0), view.health(3600.0, brief=True))
+    assert view.health(3600.0, brief=True)["last_good_cycle_at"] <= time.time()

@@ -1,0 +1,108 @@
+"""The trigger's gate (rest/auth.TriggerGate) on its own: its order, the body read only once the headers
+passed, and every refusal audited with what was asked."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from MSUnmerged.config import RestConfig
+from MSUnmerged.rest.auth import AuthError, KeyFile, TriggerGate, sign
+from MSUnmerged.rest.params import BadParam
+
+KEY = b"0123456789abcdef0123456789abcdef"
+JSON = "application/json"
+OPERATOR = {"cms-auth-status": "ok", "cms-authn-login": "alice", "cms-authn-dn": "/CN=alice",
+            "cms-authz-operator": "group:dmwm"}
+
+
+def signed(headers: dict[str, str]) -> dict[str, bytes]:
+    raw = {k: v.encode() for k, v in headers.items()}
+    raw["cms-authn-hmac"] = sign(headers, KEY).encode()
+    return raw
+
+
+class Body:
+    """A request body that records whether the gate read it."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data, self.read = json.dumps(data).encode(), False
+
+    def __call__(self, limit: int) -> bytes:
+        self.read = True
+        return self.data[:limit]
+
+
+@pytest.fixture()
+def gate(tmp_path: Path) -> TriggerGate:
+    (tmp_path / "key").write_bytes(KEY)
+    rest = RestConfig(hmac_key_file=str(tmp_path / "key"), audit_log=str(tmp_path / "audit.log"),
+                      operator_logins=["alice"], allowed_origins=["https://cmsweb.cern.ch"], trigger_rate_per_min=2)
+    return TriggerGate(rest, KeyFile(rest.hmac_key_file))
+
+
+def audit(gate: TriggerGate) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in Path(gate.rest.audit_log).read_text().splitlines()]
+
+
+def test_admits_an_operator_and_audits_the_outcome(gate: TriggerGate) -> None:
+    body = Body({"rse": "T2_CH_CERN", "mode": "apply", "request_id": "req-00000001"})
+    ask = gate.admit(signed(OPERATOR), JSON, "10.0.0.1", {}, body)
+    assert (ask.rse, ask.mode, ask.request_id, ask.who) == ("T2_CH_CERN", "apply", "req-00000001", "alice")
+    gate.record(ask, "accepted", id="t-1")
+    [line] = audit(gate)
+    assert line["outcome"] == "accepted" and line["id"] == "t-1" and line["login"] == "alice"
+    assert line["remote"] == "10.0.0.1" and line["rse"] == "T2_CH_CERN" and line["mode"] == "apply"
+
+
+@pytest.mark.parametrize("headers, content_type, status, reason", [
+    ({**OPERATOR, "cms-authz-operator": "group:other"}, JSON, 403, "no operator role"),
+    ({**OPERATOR, "cms-authn-login": "mallory"}, JSON, 403, "login not in rest.operator_logins"),
+    (OPERATOR, "text/plain", 415, "not a JSON body"),
+])
+def test_headers_refuse_before_the_body_is_read(gate: TriggerGate, headers: dict[str, str], content_type: str,
+                                                status: int, reason: str) -> None:
+    body = Body({"rse": "T2_CH_CERN", "request_id": "req-00000001"})
+    with pytest.raises(AuthError) as refused:
+        gate.admit(signed(headers), content_type, "10.0.0.1", {"rse": "T2_CH_CERN"}, body)
+    assert refused.value.status == status and not body.read
+    [line] = audit(gate)
+    assert line["outcome"] == "denied" and line["reason"] == reason and line["rse"] == "T2_CH_CERN"
+
+
+def test_foreign_origin_and_a_changed_header_are_refused_unread(gate: TriggerGate) -> None:
+    body = Body({})
+    with pytest.raises(AuthError):
+        gate.admit({**signed(OPERATOR), "origin": b"https://evil.example"}, JSON, "10.0.0.1", {}, body)
+    tampered = {**signed(OPERATOR), "cms-authn-login": b"bob"}
+    with pytest.raises(AuthError, match="signature mismatch"):
+        gate.admit(tampered, JSON, "10.0.0.1", {}, body)
+    assert not body.read and [line["outcome"] for line in audit(gate)] == ["denied", "denied"]
+
+
+def test_bad_request_is_refused_and_audited(gate: TriggerGate) -> None:
+    with pytest.raises(BadParam, match="given in the query and the body"):
+        gate.admit(signed(OPERATOR), JSON, "10.0.0.1", {"rse": "T2_A"},
+                   Body({"rse": "T2_B", "request_id": "req-00000001"}))
+    with pytest.raises(BadParam, match="request_id"):
+        gate.admit(signed(OPERATOR), JSON, "10.0.0.1", {}, Body({"rse": "T2_B"}))
+    assert [(line["outcome"], line.get("rse")) for line in audit(gate)] == [("refused", "T2_A"), ("refused", None)]
+
+
+def test_apply_closed_without_operator_logins(gate: TriggerGate) -> None:
+    gate.rest.operator_logins = []
+    plan = gate.admit(signed(OPERATOR), JSON, "10.0.0.1", {}, Body({"rse": "T2_A", "request_id": "req-00000001"}))
+    assert plan.mode == "plan"
+    with pytest.raises(AuthError, match="operator_logins"):
+        gate.admit(signed(OPERATOR), JSON, "10.0.0.1", {}, Body({"rse": "T2_A", "mode": "apply",
+                                                                   "request_id": "req-00000002"}))
+
+
+def test_rate_limit_per_user_is_audited(gate: TriggerGate) -> None:
+    ask = gate.admit(signed(OPERATOR), JSON, "10.0.0.1", {}, Body({"rse": "T2_A", "request_id": "req-00000001"}))
+    assert gate.rate_limited(ask) is None and gate.rate_limited(ask) is None
+    wait = gate.rate_limited(ask)
+    assert wait is not None and 0 < wait <= 60
+    assert audit(gate)[-1]["outcome"] == "rate_limited"
