@@ -36,6 +36,7 @@ from MSUnmerged.samplesite import fill_storage, rescan, write_site  # noqa: E402
 from MSUnmerged.service.drain import Drainer  # noqa: E402
 from MSUnmerged.sources.offline import OfflineSources  # noqa: E402
 from MSUnmerged.wiring import build_service  # noqa: E402
+from seam import backend_of, runner_of  # noqa: E402
 
 RSE = "T2_XX_Backlog"
 FILES_PER_DIR, DIRS_PER_DATASET, PROTECTED_DATASETS = 100, 10, 5  # at most 5 of them, and 1 in 20 of all
@@ -102,13 +103,13 @@ def drain(src: Path, work: Path, cap: int, per_cycle: int, top_up: float) -> dic
     config.jobs.sites[RSE] = SiteConfig(siteconfig=str(siteconf))
     row: dict[str, Any] = {"cap": cap, "per_cycle": per_cycle, "load_before": round(os.getloadavg()[0], 2)}
     with build_service(config, sources=OfflineSources(src)) as service:
-        drainer = Drainer(config, service.ledger, service.sources, service.runner.jobs.backend, service.instance,
+        drainer = Drainer(config, service.ledger, service.sources, backend_of(service), service.instance,
                           lambda: [RSE])
         start = time.perf_counter()
         cycles, guarded = 0, 0
         while True:
             t = time.perf_counter()
-            result = service.runner.run_once(RSE)
+            result = runner_of(service).run_once(RSE)
             cycles += 1
             if cycles == 1:
                 row["first_cycle_s"] = round(time.perf_counter() - t, 1)  # planning, recording, first jobs

@@ -40,6 +40,7 @@ from MSUnmerged.sources.offline import OfflineSources  # noqa: E402
 from MSUnmerged.wiring import build_service  # noqa: E402
 
 import bench_scale  # noqa: E402  (after MSUnmerged: the code of --src is the one imported)
+from seam import backend_of, runner_of  # noqa: E402
 
 PROTECTED_BASES_OF = 30_000_000  # a sample of this many files has ~4,500 protected bases, issue 29's list
 
@@ -120,7 +121,7 @@ def one_cycle(data: Path, spread: list[tuple[int, int]]) -> dict[str, Any]:
     try:
         with build_service(config, sources=OfflineSources(src)) as service:
             db_pid = json.loads((state / "db.json").read_text())["pid"]
-            service.runner.hook = hook
+            runner_of(service).hook = hook
             t = time.perf_counter()
             results = service.cycle(names)
             row["cycle_s"] = round(time.perf_counter() - t, 1)
@@ -151,7 +152,7 @@ def one_cycle(data: Path, spread: list[tuple[int, int]]) -> dict[str, Any]:
             for rse in names:  # nothing keeps running after the benchmark
                 for job in service.ledger.jobs_in(rse, LIVE_JOB_STATES):
                     if job.get("batch_id"):
-                        service.runner.jobs.backend.remove(job["_id"], job["batch_id"], "benchmark over")
+                        backend_of(service).remove(job["_id"], job["batch_id"], "benchmark over")
         row["db_mib"] = du_mib(state / "db") if (state / "db").exists() else du_mib(state)
     finally:
         shutil.rmtree(work, ignore_errors=True)

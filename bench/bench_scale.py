@@ -50,6 +50,7 @@ from MSUnmerged.ledger.view import MongoLedgerView  # noqa: E402
 from MSUnmerged.service import STEPS  # noqa: E402
 from MSUnmerged.sources.offline import OfflineSources  # noqa: E402
 from MSUnmerged.wiring import build_service  # noqa: E402
+from seam import backend_of, runner_of  # noqa: E402
 
 RSE = bench_plan.RSE
 MIB = 1024 * 1024
@@ -106,17 +107,17 @@ def command(kind: str, work: Path) -> None:
     marks: dict[str, float] = {}
     with build_service(bench_config(state), sources=sources) as service:
         db_pid = json.loads((state / "db.json").read_text())["pid"]
-        service.hook = lambda step, rse: marks.setdefault(step, time.perf_counter())
+        runner_of(service).hook = lambda step, rse: marks.setdefault(step, time.perf_counter())
         start = time.perf_counter()
         if kind == "run":
-            result = service.run_once(RSE)
+            result = runner_of(service).run_once(RSE)
         else:
-            result = service.apply_plan(work / "plan", sources.protected())
+            result = runner_of(service).apply_plan(work / "plan", sources.protected())
         took = time.perf_counter() - start
         assert result.submitted, result
         gen = service.ledger.rse(RSE)["generation"]
         for job in service.ledger.jobs_in(RSE, LIVE_JOB_STATES, gen):  # nothing keeps running after it
-            service.backend.remove(job["_id"], job["batch_id"], "benchmark over")
+            backend_of(service).remove(job["_id"], job["batch_id"], "benchmark over")
         db_rss = vm_hwm_mib(db_pid)
     print(json.dumps({"code": str(Path(MSUnmerged.__file__).parents[1]), "seconds": round(took, 2), "jobs": result.submitted, "peak_rss_mib": vm_hwm_mib(os.getpid()),
                       "db_peak_rss_mib": db_rss, "marks_s": {step: round(t - start, 2) for step, t in marks.items()}}))
@@ -177,9 +178,9 @@ def one_size(lines: int, data: Path, collect_jobs: int, queries: bool, clients: 
             def hook(step: str, rse: str) -> None:
                 marks.setdefault(step, time.perf_counter())
                 rss.setdefault(step, round(vm_hwm_mib(db_pid), 1))
-            service.runner.hook = hook
+            runner_of(service).hook = hook
             start = time.perf_counter()
-            result = service.runner.run_once(RSE)
+            result = runner_of(service).run_once(RSE)
             total = time.perf_counter() - start
             assert result.action == "new_generation" and result.submitted, result
             phases, last = {}, start
@@ -218,7 +219,7 @@ def one_size(lines: int, data: Path, collect_jobs: int, queries: bool, clients: 
                     bench_rest.stop(proc)
                 row["db_peak_rss_after_queries_mib"] = round(vm_hwm_mib(db_pid), 1)
             for job in ledger.jobs_in(RSE, LIVE_JOB_STATES, gen):  # nothing keeps running after the benchmark
-                service.runner.jobs.backend.remove(job["_id"], job["batch_id"], "benchmark over")
+                backend_of(service).remove(job["_id"], job["batch_id"], "benchmark over")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     row["load_after"] = round(os.getloadavg()[0], 2)
