@@ -12,16 +12,14 @@ the service finds it no longer removable (protected, excluded) before building a
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from pymongo import DeleteOne, UpdateOne
 
+from MSUnmerged.ledger.base import LedgerBase
 from MSUnmerged.ledger.retry import with_retry
 from MSUnmerged.ledger.states import LIVE_JOB_STATES, DirState, JobState
 from MSUnmerged.worker.ids import gen_key, job_id
-
-if TYPE_CHECKING:
-    from MSUnmerged.ledger.store import Ledger
 
 COLLECTION = "pending_dirs"
 # Directory outcomes that leave a removable directory in place: worth another try later.
@@ -32,7 +30,7 @@ SETTLED = (DirState.REMOVED, DirState.MISSING, DirState.REFUSED)
 REMEMBERED = "dirs_remembered"  # on the generation entry, once its directories were remembered
 
 
-def remember(ledger: "Ledger", rse: str, generation: float) -> int:
+def remember(ledger: LedgerBase, rse: str, generation: float) -> int:
     """Remember the generation's directories its jobs did not remove (once per generation); returns how many."""
     if ledger.generation_entry(rse, generation).get(REMEMBERED):
         return 0
@@ -50,13 +48,13 @@ def remember(ledger: "Ledger", rse: str, generation: float) -> int:
     return len(ops)
 
 
-def due(ledger: "Ledger", rse: str, max_tries: int) -> list[dict[str, Any]]:
+def due(ledger: LedgerBase, rse: str, max_tries: int) -> list[dict[str, Any]]:
     """The RSE's entries with tries left, by directory."""
     return with_retry(lambda: list(ledger.db[COLLECTION].find({"rse": rse, "tries": {"$lt": max_tries}})
                                    .sort("_id", 1)), f"pending directories of {rse}")
 
 
-def plan_jobs(ledger: "Ledger", rse: str, generation: float, max_tries: int, per_job: int,
+def plan_jobs(ledger: LedgerBase, rse: str, generation: float, max_tries: int, per_job: int,
               removable: Callable[[str], bool]) -> list[str]:
     """Directory jobs (planned, in the current generation) for the RSE's entries with tries left, unless one is
     in flight already; entries `removable` says are no longer removable are forgotten. Returns the jobs made."""
@@ -81,7 +79,7 @@ def plan_jobs(ledger: "Ledger", rse: str, generation: float, max_tries: int, per
     return [d["_id"] for d in docs]
 
 
-def settle(ledger: "Ledger", job: Mapping[str, Any]) -> None:
+def settle(ledger: LedgerBase, job: Mapping[str, Any]) -> None:
     """After a directory job was collected: entries it removed, found gone or was refused leave; the others
     count one more try."""
     dirs: Iterable[str] = job.get("retry_dirs") or []

@@ -3,14 +3,12 @@ has been submitted (throttle.py cuts them; `record_plan` keeps each job's `slice
 `slice_sizes`; `released` on the generation entry counts the slices released so far)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from MSUnmerged.guards import PLAN_MODIFIED, GuardTripped
-from MSUnmerged.ledger.states import JobState
+from MSUnmerged.ledger.base import LedgerBase
 from MSUnmerged.ledger.retry import with_retry
-
-if TYPE_CHECKING:  # the store reads the counters from here
-    from MSUnmerged.ledger.store import Ledger
+from MSUnmerged.ledger.states import JobState
 
 
 def check(job_sizes: Sequence[int], job_slices: Sequence[int], slice_sizes: Sequence[int]) -> None:
@@ -40,7 +38,7 @@ def is_released(job: Mapping[str, Any], entry: Mapping[str, Any]) -> bool:
     return int(job.get("slice") or 0) <= released(entry)
 
 
-def release_next(ledger: "Ledger", rse: str, generation: float) -> int:
+def release_next(ledger: LedgerBase, rse: str, generation: float) -> int:
     """Release the generation's next slice when every job of the slices released so far has been submitted;
     returns the slices released now. Repeating it before those jobs are submitted changes nothing."""
     entry = ledger.generation_entry(rse, generation)
