@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
 from typing import Any, Optional
 
 import cherrypy
@@ -107,8 +109,32 @@ class MetricsRoot:
         self.metrics = root.metrics
 
 
+HALT_S = 10.0  # bounds waiting for a server's thread to end at stop
+
+
+class _Adapter(ServerAdapter):
+    """CherryPy's server adapter that can also halt a server whose start was cut short."""
+
+    thread: Optional[threading.Thread] = None
+    halting = False
+
+    def _start_http_thread(self) -> None:
+        self.thread = threading.current_thread()
+        if not self.halting:
+            super()._start_http_thread()
+
+    def halt(self) -> None:
+        """Stop serving, also when a Ctrl-C/SIGTERM during the engine's start left the server unmarked as
+        running: CherryPy's stop then skips it, and its thread (not a daemon) would keep the process alive."""
+        self.halting = True
+        end = time.monotonic() + HALT_S
+        while self.thread is not None and self.thread.is_alive() and time.monotonic() < end:
+            self.httpserver.stop()  # nothing while it is not serving yet: tried again until its thread ends
+            self.thread.join(0.1)
+
+
 # The servers this module started (the API's, the metrics port's), subscribed to CherryPy's engine.
-_SERVERS: list[ServerAdapter] = []
+_SERVERS: list[_Adapter] = []
 # Every request, on both ports: no traceback shown, no header logged but the unsigned ones, and CherryPy never
 # reads a body itself (a form post's included): the trigger authenticates from the headers first.
 APP_CONFIG = {
@@ -123,7 +149,7 @@ APP_CONFIG = {
 def _serve(config: Config, app: Any, port: int) -> None:
     """A GuardedServer for `app` on rest.host:port, started and stopped with CherryPy's engine."""
     bind = (config.rest.host, port)
-    adapter = ServerAdapter(cherrypy.engine, GuardedServer(bind, app, config.rest), bind)
+    adapter = _Adapter(cherrypy.engine, GuardedServer(bind, app, config.rest), bind)
     adapter.subscribe()
     _SERVERS.append(adapter)
 
@@ -166,7 +192,9 @@ def stop() -> None:
     cherrypy.engine.stop()  # first: exit() during a start that Ctrl-C/SIGTERM cut short ends the process (exit 70)
     cherrypy.engine.exit()
     while _SERVERS:
-        _SERVERS.pop().unsubscribe()
+        adapter = _SERVERS.pop()
+        adapter.halt()
+        adapter.unsubscribe()
     for path in list(cherrypy.tree.apps):
         del cherrypy.tree.apps[path]
 
