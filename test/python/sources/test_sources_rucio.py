@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +132,32 @@ def test_generated_rucio_cfg_holds_no_secret(rucio: RucioServer, tmp_path: Path)
     cfg = (tmp_path / "state" / "rucio" / "rucio.cfg").read_text()
     assert rucio.url in cfg and ROOT_PASS not in cfg
     assert (tmp_path / "state" / "rucio" / "auth_token").stat().st_mode & 0o077 == 0
+
+
+def test_clients_sharing_a_state_folder_write_its_config_at_once(tmp_path: Path) -> None:
+    """Services sharing a state folder (one process per RSE, the trigger worker) each write rucio.cfg on their
+    first call: none may fail because another's write took its temporary file (a real e2e failure)."""
+    sources = [RucioSource(RucioConfig(host="http://127.0.0.1:9", auth_host="http://127.0.0.1:9"), AuthConfig(),
+                           tmp_path / "state") for _ in range(8)]
+    start = threading.Barrier(len(sources))
+    failures: list[BaseException] = []
+
+    def write(src: RucioSource) -> None:
+        start.wait()
+        for _ in range(200):
+            try:
+                src._write_config("userpass")
+            except OSError as err:
+                failures.append(err)
+                return
+    threads = [threading.Thread(target=write, args=(src,)) for src in sources]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)  # bounds a hang
+    assert failures == []
+    assert "auth_type = userpass" in (tmp_path / "state" / "rucio" / "rucio.cfg").read_text()
+    assert sorted(p.name for p in (tmp_path / "state" / "rucio").iterdir()) == ["rucio.cfg"]  # no temporary left
 
 
 def test_unreachable(tmp_path: Path) -> None:

@@ -154,7 +154,8 @@ class RucioSource:
 
     def _write_private(self, path: Path, text: str) -> None:
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = path.with_suffix(".tmp")
+        # A temporary name of its own: services sharing a state folder (one per RSE, a trigger) write at once.
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
