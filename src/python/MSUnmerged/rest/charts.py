@@ -17,6 +17,7 @@ DAILY_SERIES = ("deleted", "would_delete", "failed")
 
 
 def esc(value: Any) -> str:
+    """Any value as HTML text (quotes too, so it is safe in attributes); the page's too."""
     return html.escape("" if value is None else str(value), quote=True)
 
 

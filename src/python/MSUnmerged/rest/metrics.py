@@ -123,12 +123,15 @@ class LedgerCollector(Collector):
         return family
 
 
+def _text(*collectors: Collector) -> str:
+    return text(family for collector in collectors for family in collector.collect())
+
+
 def render(view: LedgerView, config: Config, *extra: Collector) -> str:
     """All metric families in one text answer (with those of `extra`, e.g. serve's database watch)."""
-    return text(family for collector in (LedgerCollector(view, config), *extra) for family in collector.collect())
+    return _text(LedgerCollector(view, config), *extra)
 
 
 def render_down(dry_run: bool, *extra: Collector) -> str:
     """What a scrape gets while the database is unreachable: the up gauge at 0, the dry-run flag, `extra`."""
-    return text(family for collector in (Families(_gauge(LEDGER_UP, 0.0), _gauge(DRY_RUN, float(dry_run))), *extra)
-                for family in collector.collect())
+    return _text(Families(_gauge(LEDGER_UP, 0.0), _gauge(DRY_RUN, float(dry_run))), *extra)

@@ -5,7 +5,6 @@ set by the app forbids scripts, so even a missed escape could not run code.
 """
 from __future__ import annotations
 
-import html
 import time
 import urllib.parse
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from MSUnmerged.ledger.states import FileState
 from MSUnmerged.ledger.view import LedgerView
 from MSUnmerged.present import cycle_share, progress, size, when
 from MSUnmerged.rest import charts
+from MSUnmerged.rest.charts import esc
 from MSUnmerged.sources.errors import KINDS as SOURCE_KINDS
 
 REFRESH_S = 60
@@ -86,11 +86,6 @@ def reason_link(reason: Any, ctx: Context) -> str:
     if not ctx.operations_url:
         return f'<span class="reason" title="docs/operations.md#{esc(anchor)}">{esc(reason)}</span>'
     return f'<a class="reason" href="{esc(ctx.operations_url)}#{url_arg(anchor)}">{esc(reason)}</a>'
-
-
-def esc(value: Any) -> str:
-    """Any value as HTML text (quotes too, so it is safe in attributes)."""
-    return html.escape("" if value is None else str(value), quote=True)
 
 
 def url_arg(value: Any) -> str:
