@@ -178,8 +178,9 @@ class JobsConfig:
     max_runtime_s: int = job_defaults.RUNTIME_S
     local_parallel: int = 2
     # Jobs built, recorded as intent, submitted and marked together: the first go out after one batch is
-    # built, and only one batch of file lists is in memory (or left `submitting` by a crash) at a time.
-    submit_batch: int = 500
+    # built, and only one batch of file lists is in memory (or left `submitting` by a crash) at a time: at
+    # 2,000 files a job, 100 jobs hold ~40 MiB of LFNs (500 held ~200 MiB, 300-400 MiB of `serve` per RSE).
+    submit_batch: int = 100
     # The storage credential every job carries (docs/jobs.md): token (recommended: a WLCG token scoped
     # storage.modify:/store/unmerged), proxy (an X.509 proxy) or none; jobs.sites.<RSE>.credential overrides it.
     credential: str = "none"

@@ -2,15 +2,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pymongo import MongoClient
+from pymongo.collection import Collection
 from pymongo.database import Database
 
 from MSUnmerged import planner
 from MSUnmerged.config import Config
 from MSUnmerged.embedded_mongo import EmbeddedMongo
-from MSUnmerged.ledger import Ledger, LedgerError, job_id, with_retry
+from MSUnmerged.ledger import Ledger, LedgerError, job_id, recording, with_retry
 from MSUnmerged.lfn import PrefixSet
 
 pytestmark = pytest.mark.integration
@@ -228,3 +230,55 @@ def test_drop_protected_drops_what_the_list_covers_or_holds_below_and_nothing_el
     assert len(ledger.file_records(state="planned")) == 900 - len(held)
     assert ledger.drop_protected(RSE, GEN, protection) == 0
     assert ledger.rse(RSE)["generations"][0]["dropped_protected"] == len(held)
+
+
+class _Finds:
+    """A collection whose `find` filters are kept (the ledger's reads of it), all else passed through."""
+
+    def __init__(self, coll: Collection, seen: list[dict[str, Any]]) -> None:
+        self._coll, self._seen = coll, seen
+
+    def find(self, flt: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        self._seen.append(flt)
+        return self._coll.find(flt, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._coll, name)
+
+
+@pytest.mark.parametrize("fences", ["complete", "missing", "short"])
+def test_drop_protected_reads_a_generation_by_windows_and_misses_nothing_whatever_its_fences(
+        tmp_path: Path, mongo_db: Database, monkeypatch: pytest.MonkeyPatch, fences: str) -> None:
+    """SecantusDB holds every document a query matches: drop_protected reads a generation's rows and buckets by
+    `_id` windows cut at its fences, and the covered buckets by `_id`. The windows tile the generation whatever
+    its fence list says: with the list gone, or a complete-looking one short of buckets, every file the list
+    holds below is still dropped, rows (failed files) and bucket entries alike."""
+    monkeypatch.setattr(recording, "BUCKET_BATCH", 2)
+    monkeypatch.setattr(recording, "ROW_WINDOW", 3)
+    ledger = Ledger(mongo_db)
+    ledger.record_plan(tmp_path / "plan", make_plan(tmp_path), GEN)
+    ledger.record_outcomes(FIRST, [{"lfn": x, "state": "failed", "error_class": "permission_denied", "error": "EACCES"}
+                                   for x in ledger.job_lfns(FIRST)])
+    assert mongo_db.files.count_documents({"state": "failed"}) > 0
+    if fences == "missing":
+        mongo_db.fences.delete_many({})
+    elif fences == "short":  # every other bucket id left out of a list that still looks complete
+        for doc in mongo_db.fences.find():
+            mongo_db.fences.update_one({"_id": doc["_id"]}, {"$set": {"ids": doc["ids"][::2]}})
+    era = "/store/unmerged/Era"
+    protection = PrefixSet([f"{era}/P1/RAW/Proc-v1/000/001", f"{era}/P0/RAW/Proc-v1/000/002/f6.root",
+                            f"{era}/P2/RAW/Proc-v1/000/003/f11.root/inside", f"{era}/P2/RAW/Proc-v1/000/000"])
+    records = ledger.file_records()
+    held = {d["lfn"] for d in records if protection.holds_below(d["lfn"].encode())}
+    assert {d["state"] for d in records if d["lfn"] in held} == {"planned", "failed"}
+    seen: list[dict[str, Any]] = []
+    ledger = Ledger(mongo_db)  # a process that never read the fences
+    ledger.buckets, ledger.files = _Finds(ledger.buckets, seen), _Finds(ledger.files, seen)  # type: ignore[assignment]
+    assert ledger.drop_protected(RSE, GEN, protection) == len(held)
+    # Each read: a window, buckets or rows by _id, or one job's rows (whose ids stand for its bucket entries).
+    windows = [f for f in seen if set(f) == {"rse", "gen", "_id"} and set(f["_id"]) == {"$gte", "$lt"}]
+    assert all(f in windows or set(f) == {"_id"} and set(f["_id"]) == {"$in"} or set(f) == {"job"} for f in seen)
+    assert len(windows) >= {"complete": 10, "short": 5, "missing": 2}[fences]  # without fences: one per collection
+    dropped = ledger.file_records(state="skipped_protected")
+    assert {d["lfn"] for d in dropped} == held
+    assert len(ledger.file_records(state="planned")) + len(ledger.file_records(state="failed")) == 900 - len(held)

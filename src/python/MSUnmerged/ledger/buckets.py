@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
 from MSUnmerged.ledger.states import FileState
+from MSUnmerged.worker.ids import gen_key
 
 # Sorts below every character of a plan line (printable ASCII without space, or UTF-8), so a bucket's _id
 # sorts before every file and subdirectory of its directory.
@@ -15,9 +16,20 @@ STATE_OF = {code: state for state, code in CODES.items()}
 NO_SIZE = -1
 
 
+def gen_prefix(rse: str, generation: float) -> str:
+    """"<rse>|<gen>|": what every record id of the generation starts with."""
+    return f"{rse}|{gen_key(generation)}|"
+
+
 def bucket_id(prefix: str, directory: str, n: int) -> str:
-    """`prefix` is "<rse>|<gen>|"; n the round-1 job's number."""
+    """`prefix` is gen_prefix(rse, generation); n the round-1 job's number."""
     return f"{prefix}{directory}/{SEP}{n:06d}"
+
+
+def dir_of(bid: str, prefix: str) -> Optional[str]:
+    """The directory of the bucket whose id is `bid`, or None when `bid` is not a bucket id under `prefix`."""
+    cut = bid.rfind("/" + SEP)
+    return bid[len(prefix):cut] if bid.startswith(prefix) and cut > len(prefix) else None
 
 
 def split(lfn: str) -> tuple[str, str]:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any, Optional, Protocol, Sequence
+from typing import Any, Iterator, Mapping, Optional, Protocol, Sequence
 
 from pymongo import ReplaceOne
+from pymongo.collection import Collection
 
 from MSUnmerged.config import PlannerConfig
 from MSUnmerged.guards import check_plan_lines, split_lines
@@ -20,9 +21,11 @@ from MSUnmerged.ledger.states import LIVE_JOB_STATES, NOT_DELETED, FileState, Jo
 from MSUnmerged.seal import DIRS_NAME, JOBS_DIR, Seal
 from MSUnmerged.statemachine import RSEState
 from MSUnmerged.throttle import dataset_of
-from MSUnmerged.worker.ids import gen_key, job_id
+from MSUnmerged.worker.ids import job_id
 
 PROTECTED_SINCE_PLANNING = "protected_since_planning"
+# Buckets per window of drop_protected's scan of a generation's rows (rows are sparse: a few percent of the files).
+ROW_WINDOW = 100
 
 
 class PlanSummary(Protocol):
@@ -121,7 +124,7 @@ class Recording(Entries):
         generation's fences. A file that differs from its seal, or holds a line that is not exactly a canonical
         LFN below /store/unmerged, is refused (GuardTripped) before any of it is recorded. Returns the files
         recorded, each job's span and the directories holding them."""
-        prefix = f"{rse}|{gen_key(generation)}|"
+        prefix = bk.gen_prefix(rse, generation)
         now = time.time()
         batch: list[dict[str, Any]] = []
         ids: list[str] = []
@@ -157,38 +160,59 @@ class Recording(Entries):
         def held(path: str) -> bool:
             return protection.holds_below(path.encode("utf-8", "surrogateescape"))
 
-        flt: dict[str, Any] = {"rse": rse, "gen": generation, "state": {"$in": list(NOT_DELETED)}}
-        if job is not None:
-            flt["job"] = job
-        # Streamed (a whole generation's rows or buckets are never held): only what is dropped is kept.
-        ids = with_retry(lambda: [d["_id"] for d in self.files.find(flt, {"lfn": 1}) if held(d["lfn"])],
-                         "scan protection")
+        def live(doc: Mapping[str, Any]) -> bool:
+            return doc.get("rse") == rse and doc.get("gen") == generation
+
+        not_deleted = [s.value for s in NOT_DELETED]
+        # Only what is dropped is kept. SecantusDB holds every document a query matches, whole (even for a
+        # projection): a whole generation's rows or buckets are read one window of fences at a time (a job's from
+        # its own index range), each query by an index's leading fields and a range on its last.
+        shape = {"lfn": 1, "state": 1, "rse": 1, "gen": 1}
+        rows = (self._read({"job": job}, self.files, shape) if job is not None
+                else self._windows(rse, generation, self.files, ROW_WINDOW, shape))
+        ids = [d["_id"] for d in rows if live(d) and d["state"] in not_deleted and held(d["lfn"])]
         dropped = {"state": FileState.SKIPPED_PROTECTED, "error_class": PROTECTED_SINCE_PLANNING}
         for start in range(0, len(ids), BATCH):
             chunk = ids[start:start + BATCH]
             with_retry(lambda: self.files.update_many(
-                {"_id": {"$in": chunk}, "state": {"$in": list(NOT_DELETED)}},
+                {"_id": {"$in": chunk}, "state": {"$in": not_deleted}},
                 {"$set": {**dropped, "t": time.time()}}), "drop protected")
-        bflt = {"rse": rse, "gen": generation,
-                "states": {"$in": [FileState.PLANNED.value, FileState.WOULD_DELETE.value]}}
-        if job is not None:
-            bflt["job"] = job
-        codes = bk.CODES[FileState.PLANNED] + bk.CODES[FileState.WOULD_DELETE]
+        states = {FileState.PLANNED.value, FileState.WOULD_DELETE.value}
+        shape = {"dir": 1, "states": 1, "rse": 1, "gen": 1}
+        buckets = (self._read({"job": job}, self.buckets, shape) if job is not None
+                   else self._windows(rse, generation, self.buckets, BUCKET_BATCH, shape))
         # A base at or below <dir>/<name> is at or below <dir> (PrefixSet): only the buckets of directories
-        # that hold a base below them can have entries to drop, and only those are read whole.
-        near = with_retry(lambda: [b["_id"] for b in self.buckets.find(bflt, {"dir": 1}) if held(b["dir"])],
-                          "scan protection")
+        # that hold a base below them can have entries to drop, and only those are read whole, by _id alone.
+        near = [b["_id"] for b in buckets if live(b) and states.intersection(b["states"]) and held(b["dir"])]
+        codes = bk.CODES[FileState.PLANNED] + bk.CODES[FileState.WOULD_DELETE]
         n = len(ids)
         for start in range(0, len(near), BUCKET_BATCH):
-            covered = [e for e in self._live_entries({**bflt, "_id": {"$in": near[start:start + BUCKET_BATCH]}}, codes)
+            covered = [e for e in self._live_entries({"_id": {"$in": near[start:start + BUCKET_BATCH]}}, codes)
                        if held(f"{e[0]['dir']}/{e[2]}")]
-            self._move_to_rows([(e, dropped) for e in covered], {"state": {"$in": list(NOT_DELETED)}})
+            self._move_to_rows([(e, dropped) for e in covered], {"state": {"$in": not_deleted}})
             n += len(covered)
         if n:
             with_retry(lambda: self.rses.update_one({"_id": rse, "generations.gen": generation},
                                                     {"$inc": {"generations.$.dropped_protected": n}}),
                        "count dropped")
         return n
+
+    @staticmethod
+    def _read(flt: Mapping[str, Any], coll: Collection, projection: Mapping[str, Any]) -> list[dict[str, Any]]:
+        return with_retry(lambda: list(coll.find(flt, projection)), f"scan protection in {coll.name}")
+
+    def _windows(self, rse: str, generation: float, coll: Collection, step: int,
+                 projection: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+        """Every record of the generation in `coll`, read by _id windows that tile its whole _id range: their ends
+        are every `step`-th fence (fences.Windows), so a missing or partial fence list only makes fewer, larger
+        windows, never a record left out."""
+        lo = bk.gen_prefix(rse, generation)
+        windows = fences.Windows(self.fences.get(rse, generation), lo, lo + "\U0010ffff", step)
+        start, end = lo, ""
+        while end != windows.hi:
+            end = windows.end()
+            yield from self._read({"rse": rse, "gen": generation, "_id": {"$gte": start, "$lt": end}}, coll, projection)
+            start = end
 
     def prune_generations(self, rse: str) -> list[float]:
         """Delete file and job records of generations older than the last `generations_kept`."""
