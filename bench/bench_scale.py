@@ -105,9 +105,16 @@ def command(kind: str, work: Path) -> None:
     sources = OfflineSources(work / "sources")
     state = work / f"state-{kind}"
     marks: dict[str, float] = {}
+    rss: dict[str, float] = {}  # this process's peak RSS when each step is first reached
+    db_rss_by_step: dict[str, float] = {}  # its database's
     with build_service(bench_config(state), sources=sources) as service:
         db_pid = json.loads((state / "db.json").read_text())["pid"]
-        runner_of(service).hook = lambda step, rse: marks.setdefault(step, time.perf_counter())
+
+        def hook(step: str, rse: str) -> None:
+            marks.setdefault(step, time.perf_counter())
+            rss.setdefault(step, round(vm_hwm_mib(os.getpid()), 1))
+            db_rss_by_step.setdefault(step, round(vm_hwm_mib(db_pid), 1))
+        runner_of(service).hook = hook
         start = time.perf_counter()
         if kind == "run":
             result = runner_of(service).run_once(RSE)
@@ -120,7 +127,8 @@ def command(kind: str, work: Path) -> None:
             backend_of(service).remove(job["_id"], job["batch_id"], "benchmark over")
         db_rss = vm_hwm_mib(db_pid)
     print(json.dumps({"code": str(Path(MSUnmerged.__file__).parents[1]), "seconds": round(took, 2), "jobs": result.submitted, "peak_rss_mib": vm_hwm_mib(os.getpid()),
-                      "db_peak_rss_mib": db_rss, "marks_s": {step: round(t - start, 2) for step, t in marks.items()}}))
+                      "db_peak_rss_mib": db_rss, "marks_s": {step: round(t - start, 2) for step, t in marks.items()},
+                      "peak_rss_by_step_mib": rss, "db_peak_rss_by_step_mib": db_rss_by_step}))
 
 
 def in_child(kind: str, work: Path, src: str) -> dict[str, Any]:
@@ -174,10 +182,12 @@ def one_size(lines: int, data: Path, collect_jobs: int, queries: bool, clients: 
         with build_service(config, sources=OfflineSources(sources_dir(inputs, work))) as service:
             db_pid = json.loads((state / "db.json").read_text())["pid"]
             rss: dict[str, float] = {}
+            serve_rss: dict[str, float] = {}  # this process's peak RSS when each step is first reached
 
             def hook(step: str, rse: str) -> None:
                 marks.setdefault(step, time.perf_counter())
                 rss.setdefault(step, round(vm_hwm_mib(db_pid), 1))
+                serve_rss.setdefault(step, round(vm_hwm_mib(os.getpid()), 1))
             runner_of(service).hook = hook
             start = time.perf_counter()
             result = runner_of(service).run_once(RSE)
@@ -192,7 +202,8 @@ def one_size(lines: int, data: Path, collect_jobs: int, queries: bool, clients: 
             gen = ledger.rse(RSE)["generation"]
             row.update(files_to_delete=ledger.generation_entry(RSE, gen)["to_delete"], jobs=result.submitted,
                        run_once_s=round(total, 1), phases_s=phases, plan_share=round(phases["planned"] / total, 3),
-                       db_peak_rss_mib=round(vm_hwm_mib(db_pid), 1), db_peak_rss_by_step_mib=rss)
+                       db_peak_rss_mib=round(vm_hwm_mib(db_pid), 1), db_peak_rss_by_step_mib=rss,
+                       peak_rss_by_step_mib=serve_rss)
             print(json.dumps(row), flush=True)
 
             jobs = [j["_id"] for j in ledger.jobs_in(RSE, [JobState.QUEUED], gen)][:collect_jobs]
