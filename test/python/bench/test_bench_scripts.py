@@ -29,6 +29,8 @@ def test_bench_scale_tiny(tmp_path: Path) -> None:
         assert row["files_to_delete"] > 0 and row["jobs"] >= 1
         assert {"planned", "recorded", "intent", "submitted", "counted"} <= set(row["phases_s"])
         assert row["db_peak_rss_mib"] > 0 and row["collect"]["files"] > 0
+        by_step = row["peak_rss_by_step_mib"]  # a peak so far: it never falls from one step to the next
+        assert 0 < by_step["planned"] <= by_step["recorded"] <= by_step["counted"]
     assert big["files_to_delete"] > small["files_to_delete"] and "queries" not in small
     queries = big["queries"]
     assert {(q["query"], q["via"]) for q in queries if q["via"] != "database"} == {(name, via) for name in (
@@ -50,6 +52,9 @@ def test_bench_scale_apply_tiny(tmp_path: Path) -> None:
         assert row["run"]["jobs"] == row["apply"]["jobs"] >= 1 and row["run"]["code"] == row["apply"]["code"] == src
         assert row["apply"]["peak_rss_mib"] > 0 and row["apply"]["db_peak_rss_mib"] > 0
         assert {"planned", "recorded", "counted"} <= set(row["run"]["marks_s"]) and row["record_over_plan"] > 0
+        for kind in ("run", "apply"):  # which step reached each peak: at every step both processes' peaks so far
+            assert set(row[kind]["peak_rss_by_step_mib"]) == set(row[kind]["db_peak_rss_by_step_mib"]) \
+                == set(row[kind]["marks_s"]) and row[kind]["peak_rss_by_step_mib"]["marked"] > 0
     assert not list(tmp_path.glob("apply-*")), "the run's work folder is left behind"
 
 
