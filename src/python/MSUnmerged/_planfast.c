@@ -77,6 +77,22 @@ static Py_ssize_t scan_runs(const unsigned char *buf, Py_ssize_t n, Py_ssize_t m
         /* the chunk ends with '\n' (checked by the caller): every line has one */
         Py_ssize_t i = (const unsigned char *)memchr(buf + pos, '\n', n - pos) - buf;
         Py_ssize_t len = i - pos;
+        Run *last = count ? &runs[count - 1] : NULL;
+        /* The common case: the line is the current run's directory (checked with the run's first line) and a
+         * name; only the name is left to check. */
+        if (last != NULL && len > last->dir_len && len <= max_length &&
+            memcmp(buf + last->start, buf + pos, last->dir_len) == 0 &&
+            memchr(buf + pos + last->dir_len, '/', len - last->dir_len) == NULL) {
+            const unsigned char *name_at = buf + pos + last->dir_len;
+            Py_ssize_t name = len - last->dir_len;
+            if (name > MAX_NAME || !printable(name_at, name) ||
+                (name_at[0] == '.' && (name == 1 || (name == 2 && name_at[1] == '.'))))
+                goto refused;
+            last->end = i + 1;
+            last->lines++;
+            pos = i + 1;
+            continue;
+        }
         const unsigned char *slash_at = last_slash(buf + pos, len);
         if (slash_at == NULL || len > max_length || buf[pos] != '/' || !printable(buf + pos, len))
             goto refused;
@@ -87,7 +103,6 @@ static Py_ssize_t scan_runs(const unsigned char *buf, Py_ssize_t n, Py_ssize_t m
         if (buf[slash + 1] == '.' && (name == 1 || (name == 2 && buf[slash + 2] == '.')))
             goto refused;
         Py_ssize_t dir_len = slash + 1 - pos;
-        Run *last = count ? &runs[count - 1] : NULL;
         if (last != NULL && last->dir_len == dir_len && memcmp(buf + last->start, buf + pos, dir_len) == 0) {
             last->end = i + 1;
             last->lines++;
@@ -162,16 +177,20 @@ static PyObject *planfast_runs(PyObject *self, PyObject *args)
     return result;
 }
 
-/* FNV-1a over a line's last 64 bytes at most: the lines of one block mostly share their directory. */
+/* A hash of a line's last 64 bytes at most (the lines of one block mostly share their directory), eight bytes
+ * at a time; equal lines are found by comparing them, so any spread serves. */
 static uint64_t line_hash(const unsigned char *s, Py_ssize_t len)
 {
-    uint64_t h = 14695981039346656037ULL;
-    Py_ssize_t from = len > 64 ? len - 64 : 0;
-    for (Py_ssize_t i = from; i < len; i++) {
-        h ^= s[i];
-        h *= 1099511628211ULL;
+    uint64_t h = 0x9e3779b97f4a7c15ULL ^ (uint64_t)len, word;
+    Py_ssize_t i = len > 64 ? len - 64 : 0;
+    for (; i + 8 <= len; i += 8) {
+        memcpy(&word, s + i, 8);
+        h = (h ^ word) * 0xff51afd7ed558ccdULL;
+        h ^= h >> 32;
     }
-    return h ^ (uint64_t)len;
+    for (; i < len; i++)
+        h = (h ^ s[i]) * 0x100000001b3ULL;
+    return h ^ (h >> 29);
 }
 
 typedef struct {
