@@ -206,6 +206,25 @@ def hammer(make_call: Callable[[], Callable[[], bool]], clients: int, seconds: f
             "max_ms": round(latencies[-1] * 1000, 1)}
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process used so far; this process: os.times."""
+    if pid == os.getpid():
+        t = os.times()
+        return t.user + t.system
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def costed(pids: Mapping[str, int], run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """`run`'s row plus the CPU milliseconds per request each process in `pids` spent meanwhile (`cpu_ms`):
+    unlike latencies, these hardly change with what else runs on the machine."""
+    before = {name: cpu_s(pid) for name, pid in pids.items()}
+    row = run()
+    n = max(1, row["requests"])
+    row["cpu_ms"] = {name: round((cpu_s(pid) - before[name]) * 1000 / n, 2) for name, pid in pids.items()}
+    return row
+
+
 def http_get(port: int, path: str) -> Callable[[], Callable[[], bool]]:
     """A client factory for `hammer`: each client keeps one keep-alive connection (reopened after an error)."""
     def make() -> Callable[[], bool]:
@@ -226,10 +245,16 @@ def http_get(port: int, path: str) -> Callable[[], Callable[[], bool]]:
 
 
 def measure(view: MongoLedgerView, port: Optional[int], target: Target, clients: int, seconds: float,
-            max_requests: int = 50_000, pages_only: bool = False, before_port: Optional[int] = None) -> list[dict[str, Any]]:
+            max_requests: int = 50_000, pages_only: bool = False, before_port: Optional[int] = None,
+            pids: Optional[Mapping[str, int]] = None) -> list[dict[str, Any]]:
     """Every operator query (pages_only: the per-file pages) through REST (when `port`; also through a server
     running older code when `before_port`) and the CLI path, then the engine floor of each page (engine_floor),
-    one JSON-ready row each."""
+    one JSON-ready row each. `pids` ("db", "rest", "rest (before)"): each row also gives the CPU per request of
+    the database, of the server it went through and of this process (the generator, and the CLI path's code)."""
+    pids = pids or {}
+
+    def procs(via: str) -> dict[str, int]:
+        return {"generator": os.getpid(), **{k: v for k, v in pids.items() if k in ("db", via)}}
     rows = []
     for p in (port, before_port):
         if p:
@@ -242,12 +267,13 @@ def measure(view: MongoLedgerView, port: Optional[int], target: Target, clients:
                 [("cli path", name, lambda cli=cli: lambda: cli(view) is not None)]
         for via, what, make in paths:
             row = {"query": name, "via": via, "request": what.replace(BASE + "/", ""), "clients": clients,
-                   **hammer(make, clients, seconds, max_requests)}
+                   **costed(procs(via), lambda make=make: hammer(make, clients, seconds, max_requests))}
             print(json.dumps(row), flush=True)
             rows.append(row)
     for name, read in engine_floor(view, target):
         row = {"query": name, "via": "database", "request": name, "clients": clients,
-               **hammer(lambda read=read: lambda: read() is not None, clients, seconds, max_requests)}
+               **costed(procs("database"), lambda read=read: hammer(lambda: lambda: read() is not None, clients,
+                                                                    seconds, max_requests))}
         print(json.dumps(row), flush=True)
         rows.append(row)
     return rows
@@ -257,13 +283,15 @@ def table(rows: list[dict[str, Any]]) -> str:
     """One line per row; a page's line also gives its p99 over its engine floor's p99 at the same clients."""
     floors = {(r["query"].split(": ", 1)[1].split(" (")[0], r["clients"]): r["p99_ms"] for r in rows
               if r["via"] == "database"}
-    out = ["| query | via | clients | requests | errors | req/s | p50 ms | p99 ms | max ms | p99 / floor p99 |",
-           "|" + "---|" * 10]
+    out = ["| query | via | clients | requests | errors | req/s | p50 ms | p99 ms | max ms | p99 / floor p99 | "
+           "CPU ms per request: database / server / generator |", "|" + "---|" * 11]
     for r in rows:
         floor = floors.get((r["query"], r["clients"]))
         ratio = f"{r['p99_ms'] / floor:.2f}" if floor else "-"
+        cpu = r.get("cpu_ms") or {}
+        cost = " / ".join(str(cpu[k]) if k in cpu else "-" for k in ("db", r["via"], "generator"))
         out.append(f"| {r['query']} | {r['via']} | {r['clients']} | {r['requests']:,} | {r['errors']} | {r['rps']:.0f} | "
-                   f"{r['p50_ms']} | {r['p99_ms']} | {r['max_ms']} | {ratio} |")
+                   f"{r['p50_ms']} | {r['p99_ms']} | {r['max_ms']} | {ratio} | {cost} |")
     return "\n".join(out)
 
 

@@ -239,9 +239,12 @@ def measure_queries(db: Any, state: Path, work: Path, target: Any, clients: list
     env = {"MSUNMERGED_SERVICE__STATE_DIR": str(state), "MSUNMERGED_MONGO__URL": ""}
     proc, port = bench_rest.start_serve(env, work / "serve.log")
     old = bench_rest.start_serve(env, work / "serve-before.log", src=before) if before else None
+    pids = {"db": json.loads((state / "db.json").read_text())["pid"], "rest": proc.pid,
+            **({"rest (before)": old[0].pid} if old else {})}
     try:
         return [row for n in clients for row in bench_rest.measure(
-            MongoLedgerView(db), port, target, n, seconds, pages_only=pages_only, before_port=old and old[1])]
+            MongoLedgerView(db), port, target, n, seconds, pages_only=pages_only, before_port=old and old[1],
+            pids=pids)]
     finally:
         bench_rest.stop(proc)
         if old:
