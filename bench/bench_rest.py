@@ -142,6 +142,8 @@ def engine_floor(view: MongoLedgerView, t: Target) -> list[tuple[str, Callable[[
         if name not in PAGES:
             continue
         records = cli(view)
+        if not records:  # nothing to read: no floor
+            continue
         gen = records[0]["gen"]
         row_ids = [d["_id"] for d in db.files.find({"_id": {"$in": [r["cursor"] for r in records]}}, {"_id": 1})]
         entries = {(r["dir"], r["job"]) for r in records if r["cursor"] not in set(row_ids)}
