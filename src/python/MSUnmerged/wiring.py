@@ -100,7 +100,7 @@ def serve(config: Config, service: Service, port: Optional[int] = None) -> None:
     loop = threading.Thread(target=service.serve, name="msunmerged-loop", daemon=True)
     loop.start()
     try:
-        app.start(config, MongoLedgerView(service.ledger.db), queue, port=port, watch=watch)
+        app.start(config, MongoLedgerView(service.ledger.db, config.rest.cache_ttl_s), queue, port=port, watch=watch)
         app.block()
     finally:
         app.stop()
