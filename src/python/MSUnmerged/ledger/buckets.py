@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
 from MSUnmerged.ledger.states import FileState
-from MSUnmerged.worker.ids import gen_key
 
 # Sorts below every character of a plan line (printable ASCII without space, or UTF-8), so a bucket's _id
 # sorts before every file and subdirectory of its directory.
@@ -14,11 +13,6 @@ ROW = "r"  # the file has a row in `files`: the row is its record
 CODES = {FileState.PLANNED: "p", FileState.DELETED: "d", FileState.WOULD_DELETE: "w", FileState.MISSING: "m"}
 STATE_OF = {code: state for state, code in CODES.items()}
 NO_SIZE = -1
-
-
-def gen_prefix(rse: str, generation: float) -> str:
-    """"<rse>|<gen>|": what every record id of the generation starts with."""
-    return f"{rse}|{gen_key(generation)}|"
 
 
 def bucket_id(prefix: str, directory: str, n: int) -> str:

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 from pymongo.collection import Collection
 
 from MSUnmerged.ledger.retry import with_retry
-from MSUnmerged.worker.ids import gen_key
+from MSUnmerged.worker.ids import gen_prefix
 
 CHUNK = 4096  # ids per document: ~0.4 MB
 CACHED = 32  # generations whose fences a process keeps
@@ -29,7 +29,7 @@ def documents(rse: str, generation: float, ids: Sequence[str]) -> list[dict[str,
     """The fence documents of a generation whose buckets have these ids (any order)."""
     ordered = sorted(ids)
     chunks = [ordered[i:i + CHUNK] for i in range(0, len(ordered), CHUNK)]
-    return [{"_id": f"{rse}|{gen_key(generation)}|{k:05d}", "rse": rse, "gen": generation, "k": k,
+    return [{"_id": f"{gen_prefix(rse, generation)}{k:05d}", "rse": rse, "gen": generation, "k": k,
              "of": len(chunks), "ids": chunk} for k, chunk in enumerate(chunks)]
 
 

@@ -11,7 +11,7 @@ from MSUnmerged.ledger import records
 from MSUnmerged.ledger.base import LedgerBase
 from MSUnmerged.ledger.retry import with_retry
 from MSUnmerged.ledger.states import LIVE_JOB_STATES, SUBMITTED, FileState
-from MSUnmerged.worker.ids import file_id, gen_key
+from MSUnmerged.worker.ids import file_id, gen_prefix
 
 
 class Reads(LedgerBase):
@@ -49,8 +49,8 @@ class Reads(LedgerBase):
         flt: dict[str, Any]
         bucket_flt: dict[str, Any]
         stored = None if state == SUBMITTED else state
-        gen_prefix = f"{rse}|{gen_key(generation)}|"
-        lo = gen_prefix + (dir_prefix or "")
+        prefix = gen_prefix(rse, generation)
+        lo = prefix + (dir_prefix or "")
         hi, inclusive = lo + records.TOP, True
         bucket_floor = ""
         pick: Optional[dict[str, Any]] = None

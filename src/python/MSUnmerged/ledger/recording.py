@@ -21,7 +21,7 @@ from MSUnmerged.ledger.states import LIVE_JOB_STATES, NOT_DELETED, FileState, Jo
 from MSUnmerged.seal import DIRS_NAME, JOBS_DIR, Seal
 from MSUnmerged.statemachine import RSEState
 from MSUnmerged.throttle import dataset_of
-from MSUnmerged.worker.ids import job_id
+from MSUnmerged.worker.ids import gen_prefix, job_id
 
 PROTECTED_SINCE_PLANNING = "protected_since_planning"
 # Buckets per window of drop_protected's scan of a generation's rows (rows are sparse: a few percent of the files).
@@ -124,7 +124,7 @@ class Recording(Entries):
         generation's fences. A file that differs from its seal, or holds a line that is not exactly a canonical
         LFN below /store/unmerged, is refused (GuardTripped) before any of it is recorded. Returns the files
         recorded, each job's span and the directories holding them."""
-        prefix = bk.gen_prefix(rse, generation)
+        prefix = gen_prefix(rse, generation)
         now = time.time()
         batch: list[dict[str, Any]] = []
         ids: list[str] = []
@@ -206,7 +206,7 @@ class Recording(Entries):
         """Every record of the generation in `coll`, read by _id windows that tile its whole _id range: their ends
         are every `step`-th fence (fences.Windows), so a missing or partial fence list only makes fewer, larger
         windows, never a record left out."""
-        lo = bk.gen_prefix(rse, generation)
+        lo = gen_prefix(rse, generation)
         windows = fences.Windows(self.fences.get(rse, generation), lo, lo + "\U0010ffff", step)
         start, end = lo, ""
         while end != windows.hi:

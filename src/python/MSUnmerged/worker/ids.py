@@ -44,9 +44,14 @@ def gen_key(generation: float) -> str:
     return f"{float(generation):.3f}"
 
 
+def gen_prefix(rse: str, generation: float) -> str:
+    """"<rse>|<generation>|": what every record id of the generation starts with."""
+    return f"{rse}|{gen_key(generation)}|"
+
+
 def file_id(rse: str, generation: float, lfn: str) -> str:
     """A file record's id: "<rse>|<generation>|<lfn>"."""
-    return f"{rse}|{gen_key(generation)}|{lfn}"
+    return gen_prefix(rse, generation) + lfn
 
 
 def job_id(rse: str, generation: float, round_: int, n: int) -> str:
