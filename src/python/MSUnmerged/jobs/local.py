@@ -44,9 +44,10 @@ CLAIM_GRACE_S = 60.0  # a claim with no pid file after this: its starter died be
 FileKey = tuple[str, int, int, int]
 _built: dict[Path, FileKey] = {}
 _started_ok: set[tuple[str, FileKey]] = set()
-# Workers started per work folder by any of the process's backends (job folder name -> process): each backend
-# counts the others' too, and the workers of a backend nobody polls any more still free their slot when they end.
-_running: dict[Path, dict[str, subprocess.Popen]] = {}
+# Workers started per work folder by any of the process's backends (job folder name -> process; None: its slot
+# taken, the process being started): each backend counts the others' too, and the workers of a backend nobody
+# polls any more still free their slot when they end.
+_running: dict[Path, dict[str, Optional[subprocess.Popen]]] = {}
 _lock = threading.Lock()
 
 
@@ -163,7 +164,7 @@ class LocalBackend:
         for name, proc in list(self._procs.items()):
             if proc.poll() is not None:
                 self._forget(name)
-        while self._queue and self._slot_free():
+        while self._queue and self._take_slot(self._queue[0]):
             self._start(self._queue.pop(0))
         if self._queue and (self._supervisor is None or not self._supervisor.is_alive()):
             self._supervisor = threading.Thread(target=self._supervise, name="local-jobs", daemon=True)
@@ -179,13 +180,17 @@ class LocalBackend:
                     self._supervisor = None
                     return
 
-    def _slot_free(self) -> bool:
-        """Fewer than `parallel` workers run from this work folder, whichever site's backend started them."""
+    def _take_slot(self, name: str) -> bool:
+        """Take a slot for the job when fewer than `parallel` workers run from this work folder, whichever site's
+        backend started them (checked and taken at once: backends of other sites start theirs meanwhile)."""
         with _lock:
             procs = _running.setdefault(self.work_dir, {})
-            for name in [name for name, proc in procs.items() if proc.poll() is not None]:
-                del procs[name]
-            return len(procs) < self.parallel
+            for ended in [n for n, proc in procs.items() if proc is not None and proc.poll() is not None]:
+                del procs[ended]
+            if len(procs) >= self.parallel:
+                return False
+            procs[name] = None
+            return True
 
     def _forget(self, name: str) -> Optional[subprocess.Popen]:
         """The job's worker is no longer this backend's to count (it ended, or is being stopped)."""
@@ -194,18 +199,25 @@ class LocalBackend:
         return self._procs.pop(name, None)
 
     def _start(self, name: str) -> None:
+        """Start the job's worker in the slot taken for it (_take_slot); the slot is given back if it is not started."""
         jdir = self.work_dir / name
         try:
             os.close(os.open(jdir / CLAIM_NAME, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
         except FileExistsError:
+            self._forget(name)
             return  # another backend on this work folder started it
-        extra = json.loads((jdir / ENV_NAME).read_text())
-        env = {**self.env, **extra}
-        with open(jdir / LOG_NAME, "ab") as log:
-            proc = subprocess.Popen([self.python, extra["MSUNMERGED_WORKER"], MANIFEST_NAME, "--report", REPORT_NAME],
-                                    cwd=jdir, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            extra = json.loads((jdir / ENV_NAME).read_text())
+            env = {**self.env, **extra}
+            with open(jdir / LOG_NAME, "ab") as log:
+                proc = subprocess.Popen([self.python, extra["MSUNMERGED_WORKER"], MANIFEST_NAME, "--report",
+                                         REPORT_NAME], cwd=jdir, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+        except BaseException:
+            self._forget(name)
+            raise
         with _lock:
-            _running.setdefault(self.work_dir, {})[name] = proc
+            _running[self.work_dir][name] = proc
         self._procs[name] = proc
         (jdir / PID_NAME).write_text(str(proc.pid))
 
