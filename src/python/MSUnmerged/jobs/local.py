@@ -8,8 +8,9 @@ goes to worker.log, its pid to worker.pid (file names: worker/ids.py).
 At most `jobs.local_parallel` run at once from one work folder in the process, whatever their site (the
 router makes one backend per site, and a partition of many sites must not start that many per site on one
 host); the rest wait in submission order and each backend's supervisor thread starts them as slots free up,
-between the service's cycles too (it ends when nothing waits; a submit starts it again). Everything needed to answer `poll` and `find` after a restart is on disk: the pid file of a
-running worker and the report's final summary line, which holds the worker's exit code.
+between the service's cycles too (it ends when nothing waits; a submit starts it again). Everything needed to
+answer `poll` and `find` after a restart is on disk: the pid file of a running worker and the report's final
+summary line, which holds the worker's exit code.
 """
 from __future__ import annotations
 
