@@ -34,7 +34,8 @@ from MSUnmerged.config import Config, SiteConfig  # noqa: E402
 from MSUnmerged.ledger import LIVE_JOB_STATES  # noqa: E402
 from MSUnmerged.samplesite import fill_storage, rescan, write_site  # noqa: E402
 from MSUnmerged.service.drain import Drainer  # noqa: E402
-from MSUnmerged.sources.offline import OfflineSources  # noqa: E402
+from MSUnmerged.sources.offline import (DUMPS_DIR, PROTECTED_FILE, RSES_FILE, STATS_FILE,  # noqa: E402
+                                        OfflineSources, dump_file)
 from MSUnmerged.wiring import build_service  # noqa: E402
 from seam import backend_of, runner_of  # noqa: E402
 
@@ -46,20 +47,20 @@ def make_inputs(data: Path, files: int) -> Path:
     """OfflineSources' layout: a dump of `files` LFNs in 100-file run directories, 10 per dataset directory,
     the first datasets protected; the scan just finished."""
     src = data / f"drain-{files}" / "sources"
-    if (src / "stats.json").exists():
+    if (src / STATS_FILE).exists():
         return src
-    (src / "dumps").mkdir(parents=True, exist_ok=True)
+    (src / DUMPS_DIR).mkdir(parents=True, exist_ok=True)
     per_dataset = FILES_PER_DIR * DIRS_PER_DATASET
-    with open(src / "dumps" / f"{RSE}.txt", "w") as out:
+    with open(dump_file(src, RSE), "w") as out:
         for i in range(files):
             d, r = divmod(i // FILES_PER_DIR, DIRS_PER_DATASET)
             out.write(f"/store/unmerged/Run2024{'ABCDEFG'[d % 7]}/Prim{d:05d}/AODSIM/Proc{d:05d}-v1/"
                       f"{r:05d}/f{i:07d}.root\n")
     protected = [f"/store/unmerged/Run2024{'ABCDEFG'[d % 7]}/Prim{d:05d}/AODSIM/Proc{d:05d}-v1"
                  for d in range(max(1, min(PROTECTED_DATASETS, files // per_dataset // 20)))]
-    (src / "protected.json").write_text(json.dumps({"result": protected}))
-    (src / "rses.json").write_text(json.dumps([RSE]))
-    (src / "stats.json").write_text(json.dumps(sample.stats_for(RSE, files, time.time() - 60)))
+    (src / PROTECTED_FILE).write_text(json.dumps({"result": protected}))
+    (src / RSES_FILE).write_text(json.dumps([RSE]))
+    (src / STATS_FILE).write_text(json.dumps(sample.stats_for(RSE, files, time.time() - 60)))
     return src
 
 
@@ -96,7 +97,7 @@ def drain(src: Path, work: Path, cap: int, per_cycle: int, top_up: float) -> dic
     """One full drain at `cap`; the storage folder is filled first (not timed)."""
     shutil.rmtree(work, ignore_errors=True)
     storage = work / "storage"
-    fill_storage(storage, src / "dumps" / f"{RSE}.txt")
+    fill_storage(storage, dump_file(src, RSE))
     rescan(src, RSE)  # the scan starts after its files were made (the workers refuse files changed since)
     config = bench_config(work, cap, per_cycle, top_up)
     siteconf = write_site(work / "siteconf", storage, site=RSE, rse=RSE, volume=f"{RSE}_posix")
@@ -142,8 +143,8 @@ def raw_unlink(src: Path, work: Path) -> dict[str, Any]:
     """The baseline: the same files unlinked by one os.unlink loop over their paths."""
     shutil.rmtree(work, ignore_errors=True)
     storage = work / "storage"
-    fill_storage(storage, src / "dumps" / f"{RSE}.txt")
-    paths = [str(storage) + line for line in (src / "dumps" / f"{RSE}.txt").read_text().split()]
+    fill_storage(storage, dump_file(src, RSE))
+    paths = [str(storage) + line for line in dump_file(src, RSE).read_text().split()]
     load = round(os.getloadavg()[0], 2)
     start = time.perf_counter()
     for path in paths:

@@ -76,12 +76,15 @@ def stop(proc: subprocess.Popen) -> None:
             proc.wait(5)
 
 
-def start_serve(env: Mapping[str, str], log: Path, cache_ttl: float = 2.0) -> tuple[subprocess.Popen, int]:
-    """`msunmerged serve` on a free loopback port with the given environment (which names its database);
-    its polling loop's live sources are unreachable here, so it idles."""
+def start_serve(env: Mapping[str, str], log: Path, cache_ttl: float = 2.0,
+                src: Optional[str] = None) -> tuple[subprocess.Popen, int]:
+    """`msunmerged serve` on a free loopback port with the given environment (which names its database) and the
+    code of `src` (default: this checkout's src/python); its polling loop's live sources are unreachable here, so
+    it idles."""
     port = free_port()
     env = {**os.environ, **env, "MSUNMERGED_REST__CACHE_TTL_S": str(cache_ttl),
-           "MSUNMERGED_SERVICE__LOG_LEVEL": "WARNING", "PYTHONPATH": str(REPO / "src" / "python")}
+           "MSUNMERGED_REST__MAX_CONNECTIONS_PER_CLIENT": "48",  # every client of the generator is on 127.0.0.1
+           "MSUNMERGED_SERVICE__LOG_LEVEL": "WARNING", "PYTHONPATH": src or str(REPO / "src" / "python")}
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "MSUnmerged.cli", "serve", "--port", str(port)], env=env,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -106,6 +109,9 @@ def find_target(ledger: Ledger, rse: str, job: str) -> Target:
     return Target(rse, job, lfn.rsplit("/", 2)[0] + "/", lfn)
 
 
+PAGES = ("failed by class", "files of a job", "files under a directory")  # the per-file pages (issue 29)
+
+
 def operator_queries(t: Target) -> list[tuple[str, str, Callable[[MongoLedgerView], Any]]]:
     """(name, REST path, the CLI's call on the ledger view) per operator question. REST has no per-LFN history
     endpoint: the LFN's record in the current generation is asked as a `dir` prefix equal to the LFN."""
@@ -125,15 +131,37 @@ def operator_queries(t: Target) -> list[tuple[str, str, Callable[[MongoLedgerVie
 
 
 def engine_floor(view: MongoLedgerView, t: Target) -> list[tuple[str, Callable[[], Any]]]:
-    """The database alone, no MSUnmerged code: what a page's documents cost read in one query each, the same
-    run's baseline for the per-file pages. 100 rows: a page of failed files; one bucket: a directory's files."""
-    db = view.db
-    flt = {"rse": t.rse, "gen": view.ledger.rse(t.rse)["generation"], "state": "failed", "error_class": t.error_class}
-    ids = [d["_id"] for d in db.files.find(flt, {"_id": 1}).sort("_id", 1).limit(100)]
-    rows = {**flt, "_id": {"$gte": ids[0], "$lte": ids[-1]}}
-    bucket = {"_id": db.buckets.find_one({"job": t.job}, {"_id": 1})["_id"]}
-    return [(f"{len(ids)} rows, one read", lambda: list(db.files.find(rows).sort("_id", 1).limit(100))),
-            ("one bucket, one read", lambda: list(db.buckets.find(bucket)))]
+    """The database alone, no MSUnmerged code: each per-file page's own documents read straight with pymongo,
+    the same run's floor for that page. A page's records come from rows (a document each) and bucket entries
+    (a bucket holds a directory's files of one job): its floor reads exactly the rows and the buckets its first
+    page's records come from, the buckets in one `_id $in` read, the rows in one index range read when they are
+    all of one state and error class (the failed-files page: its (rse, gen, state, error_class, _id) range from
+    its first to its last row, which SecantusDB answers faster than point look-ups), else one `_id $in` read."""
+    db, out = view.db, []
+    for name, _, cli in operator_queries(t):
+        if name not in PAGES:
+            continue
+        records = cli(view)
+        if not records:  # nothing to read: no floor
+            continue
+        gen = records[0]["gen"]
+        row_ids = [d["_id"] for d in db.files.find({"_id": {"$in": [r["cursor"] for r in records]}}, {"_id": 1})]
+        entries = {(r["dir"], r["job"]) for r in records if r["cursor"] not in set(row_ids)}
+        bucket_ids = [d["_id"] for d in db.buckets.find({"rse": t.rse, "gen": gen,
+                                                         "dir": {"$in": sorted({d for d, _ in entries})}},
+                                                        {"_id": 1, "dir": 1, "job": 1}) if (d["dir"], d["job"]) in entries]
+        kinds = {(r["state"], r.get("error_class")) for r in records}
+        rows: dict[str, Any] = {"_id": {"$in": row_ids}}
+        if not entries and len(kinds) == 1:
+            (state, cls), = kinds
+            rows = {"rse": t.rse, "gen": gen, "state": state, "error_class": cls,
+                    "_id": {"$gte": min(row_ids), "$lte": max(row_ids)}}
+
+        def read(rows: dict[str, Any] = rows, row_ids: list[str] = row_ids, bucket_ids: list[str] = bucket_ids) -> list[Any]:
+            return (list(db.files.find(rows)) if row_ids else []) + \
+                (list(db.buckets.find({"_id": {"$in": bucket_ids}})) if bucket_ids else [])
+        out.append((f"floor: {name} ({len(row_ids)} rows, {len(bucket_ids)} buckets)", read))
+    return out
 
 
 def hammer(make_call: Callable[[], Callable[[], bool]], clients: int, seconds: float,
@@ -180,6 +208,25 @@ def hammer(make_call: Callable[[], Callable[[], bool]], clients: int, seconds: f
             "max_ms": round(latencies[-1] * 1000, 1)}
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process used so far; this process: os.times."""
+    if pid == os.getpid():
+        t = os.times()
+        return t.user + t.system
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def costed(pids: Mapping[str, int], run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """`run`'s row plus the CPU milliseconds per request each process in `pids` spent meanwhile (`cpu_ms`):
+    unlike latencies, these hardly change with what else runs on the machine."""
+    before = {name: cpu_s(pid) for name, pid in pids.items()}
+    row = run()
+    n = max(1, row["requests"])
+    row["cpu_ms"] = {name: round((cpu_s(pid) - before[name]) * 1000 / n, 2) for name, pid in pids.items()}
+    return row
+
+
 def http_get(port: int, path: str) -> Callable[[], Callable[[], bool]]:
     """A client factory for `hammer`: each client keeps one keep-alive connection (reopened after an error)."""
     def make() -> Callable[[], bool]:
@@ -200,32 +247,53 @@ def http_get(port: int, path: str) -> Callable[[], Callable[[], bool]]:
 
 
 def measure(view: MongoLedgerView, port: Optional[int], target: Target, clients: int, seconds: float,
-            max_requests: int = 50_000) -> list[dict[str, Any]]:
-    """Every operator query through REST (when `port`) and the CLI path, then the engine floor (engine_floor),
-    one JSON-ready row each."""
+            max_requests: int = 50_000, pages_only: bool = False, before_port: Optional[int] = None,
+            pids: Optional[Mapping[str, int]] = None) -> list[dict[str, Any]]:
+    """Every operator query (pages_only: the per-file pages) through REST (when `port`; also through a server
+    running older code when `before_port`) and the CLI path, then the engine floor of each page (engine_floor),
+    one JSON-ready row each. `pids` ("db", "rest", "rest (before)"): each row also gives the CPU per request of
+    the database, of the server it went through and of this process (the generator, and the CLI path's code)."""
+    pids = pids or {}
+
+    def procs(via: str) -> dict[str, int]:
+        return {"generator": os.getpid(), **{k: v for k, v in pids.items() if k in ("db", via)}}
     rows = []
-    if port:
-        hammer(http_get(port, f"{BASE}/status"), 5, 1.0, 200)  # warm-up
+    for p in (port, before_port):
+        if p:
+            hammer(http_get(p, f"{BASE}/status"), 5, 1.0, 200)  # warm-up
     for name, path, cli in operator_queries(target):
-        paths = ([("rest", path, http_get(port, path))] if port else []) + \
+        if pages_only and name not in PAGES:
+            continue
+        paths = ([("rest (before)", path, http_get(before_port, path))] if before_port else []) + \
+                ([("rest", path, http_get(port, path))] if port else []) + \
                 [("cli path", name, lambda cli=cli: lambda: cli(view) is not None)]
         for via, what, make in paths:
             row = {"query": name, "via": via, "request": what.replace(BASE + "/", ""), "clients": clients,
-                   **hammer(make, clients, seconds, max_requests)}
+                   **costed(procs(via), lambda make=make: hammer(make, clients, seconds, max_requests))}
             print(json.dumps(row), flush=True)
             rows.append(row)
     for name, read in engine_floor(view, target):
         row = {"query": name, "via": "database", "request": name, "clients": clients,
-               **hammer(lambda read=read: lambda: read() is not None, clients, seconds, max_requests)}
+               **costed(procs("database"), lambda read=read: hammer(lambda: lambda: read() is not None, clients,
+                                                                    seconds, max_requests))}
         print(json.dumps(row), flush=True)
         rows.append(row)
     return rows
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    out = ["| query | via | requests | errors | req/s | p50 ms | p99 ms | max ms |", "|" + "---|" * 8]
-    out += [f"| {r['query']} | {r['via']} | {r['requests']:,} | {r['errors']} | {r['rps']:.0f} | {r['p50_ms']} | "
-            f"{r['p99_ms']} | {r['max_ms']} |" for r in rows]
+    """One line per row; a page's line also gives its p99 over its engine floor's p99 at the same clients."""
+    floors = {(r["query"].split(": ", 1)[1].split(" (")[0], r["clients"]): r["p99_ms"] for r in rows
+              if r["via"] == "database"}
+    out = ["| query | via | clients | requests | errors | req/s | p50 ms | p99 ms | max ms | p99 / floor p99 | "
+           "CPU ms per request: database / server / generator |", "|" + "---|" * 11]
+    for r in rows:
+        floor = floors.get((r["query"], r["clients"]))
+        ratio = f"{r['p99_ms'] / floor:.2f}" if floor else "-"
+        cpu = r.get("cpu_ms") or {}
+        cost = " / ".join(str(cpu[k]) if k in cpu else "-" for k in ("db", r["via"], "generator"))
+        out.append(f"| {r['query']} | {r['via']} | {r['clients']} | {r['requests']:,} | {r['errors']} | {r['rps']:.0f} | "
+                   f"{r['p50_ms']} | {r['p99_ms']} | {r['max_ms']} | {ratio} | {cost} |")
     return "\n".join(out)
 
 

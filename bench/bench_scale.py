@@ -24,6 +24,7 @@ Usage: python3 bench/bench_scale.py [--sizes 1000000,10000000] [--queries 100000
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -53,6 +54,7 @@ from MSUnmerged.wiring import build_service  # noqa: E402
 from seam import backend_of, runner_of  # noqa: E402
 
 RSE = bench_plan.RSE
+KEPT = "kept.json"
 MIB = 1024 * 1024
 TARGET_S, TARGET_RSS_MIB, TARGET_P99_MS = 180.0, 1024.0, 100.0
 APPLY_TIME_RATIO, APPLY_RSS_MIB, RECORD_RATIO = 1.2, 512.0, 5.0  # issue 29: apply against run; recording
@@ -161,10 +163,15 @@ def run_vs_apply(lines: int, data: Path, code: str) -> dict[str, Any]:
     return row
 
 
-def one_size(lines: int, data: Path, collect_jobs: int, queries: bool, clients: int, seconds: float,
-             cycles: int) -> dict[str, Any]:
+def one_size(lines: int, data: Path, collect_jobs: int, queries: bool, clients: list[int], seconds: float,
+             cycles: int, keep: bool = False, pages_only: bool = False, before: Optional[str] = None) -> dict[str, Any]:
+    """Run, collect and measure one size. `keep`: the ledger stays in data/scale-<lines> (with kept.json naming
+    the queries' target), and a later run with `keep` measures the queries on it without recording again."""
     inputs = bench_plan.inputs(data, lines)
     work = data / f"scale-{lines}"
+    kept = work / KEPT
+    if keep and kept.exists():
+        return queries_on_kept(work, json.loads(kept.read_text()), clients, seconds, pages_only, before)
     shutil.rmtree(work, ignore_errors=True)
     state = work / "state"
     config = bench_config(state)
@@ -205,23 +212,53 @@ def one_size(lines: int, data: Path, collect_jobs: int, queries: bool, clients: 
             row["refresh_counters_s"] = round(time.perf_counter() - t, 2)
             print(json.dumps({"lines": lines, "collect": row["collect"],
                               "refresh_counters_s": row["refresh_counters_s"]}), flush=True)
-            if queries:
-                target = bench_rest.find_target(ledger, RSE, jobs[0])
+            target = bench_rest.find_target(ledger, RSE, jobs[0])
+            if queries or keep:
                 ledgersim.cycles(ledger, cycles, [RSE])
+            if queries:
                 row["cli_process_s"] = {"status --rse": round(run_cli(state, "status", "--rse", RSE), 2),
                                         "files --error-class": round(run_cli(state, "files", "--rse", RSE,
                                                                              "--error-class", target.error_class), 2)}
-                proc, port = bench_rest.start_serve({"MSUNMERGED_SERVICE__STATE_DIR": str(state),
-                                                     "MSUNMERGED_MONGO__URL": ""}, work / "serve.log")
-                try:
-                    row["queries"] = bench_rest.measure(MongoLedgerView(ledger.db), port, target, clients, seconds)
-                finally:
-                    bench_rest.stop(proc)
+                row["queries"] = measure_queries(ledger.db, state, work, target, clients, seconds, pages_only, before)
                 row["db_peak_rss_after_queries_mib"] = round(vm_hwm_mib(db_pid), 1)
             for job in ledger.jobs_in(RSE, LIVE_JOB_STATES, gen):  # nothing keeps running after the benchmark
                 backend_of(service).remove(job["_id"], job["batch_id"], "benchmark over")
+        if keep:
+            kept.write_text(json.dumps({"row": row, "target": dataclasses.asdict(target)}))
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
+    row["load_after"] = round(os.getloadavg()[0], 2)
+    return row
+
+
+def measure_queries(db: Any, state: Path, work: Path, target: Any, clients: list[int], seconds: float,
+                    pages_only: bool, before: Optional[str]) -> list[dict[str, Any]]:
+    """bench_rest.measure at each client count against `msunmerged serve` on this ledger; with `before`, the
+    REST rows of a second server running that src/python's code, in the same minutes."""
+    env = {"MSUNMERGED_SERVICE__STATE_DIR": str(state), "MSUNMERGED_MONGO__URL": ""}
+    proc, port = bench_rest.start_serve(env, work / "serve.log")
+    old = bench_rest.start_serve(env, work / "serve-before.log", src=before) if before else None
+    pids = {"db": json.loads((state / "db.json").read_text())["pid"], "rest": proc.pid,
+            **({"rest (before)": old[0].pid} if old else {})}
+    try:
+        return [row for n in clients for row in bench_rest.measure(
+            MongoLedgerView(db), port, target, n, seconds, pages_only=pages_only, before_port=old and old[1],
+            pids=pids)]
+    finally:
+        bench_rest.stop(proc)
+        if old:
+            bench_rest.stop(old[0])
+
+
+def queries_on_kept(work: Path, kept: dict[str, Any], clients: list[int], seconds: float, pages_only: bool,
+                    before: Optional[str]) -> dict[str, Any]:
+    """The operator queries on a ledger kept by an earlier `--keep` run (its row, plus the queries)."""
+    row = {**kept["row"], "load_before": round(os.getloadavg()[0], 2), "reused": str(work)}
+    state = work / "state"
+    with build_service(bench_config(state), sources=OfflineSources(work / "sources")) as service:
+        row["queries"] = measure_queries(service.ledger.db, state, work, bench_rest.Target(**kept["target"]),
+                                         clients, seconds, pages_only, before)
     row["load_after"] = round(os.getloadavg()[0], 2)
     return row
 
@@ -241,8 +278,9 @@ def summary(rows: list[dict[str, Any]]) -> str:
                    f"DB RSS {b['db_peak_rss_mib'] / a['db_peak_rss_mib']:.1f}x")
     for r in rows:
         if "queries" in r:
-            out += [f"\nOperator queries at {r['lines']:,} lines ({r['queries'][0]['clients']} clients; DB peak RSS "
-                    f"after them {r['db_peak_rss_after_queries_mib']} MiB; one CLI process: {r['cli_process_s']}):\n",
+            where = f"on the kept ledger {r['reused']}" if "reused" in r else \
+                f"DB peak RSS after them {r['db_peak_rss_after_queries_mib']} MiB; one CLI process: {r['cli_process_s']}"
+            out += [f"\nOperator queries at {r['lines']:,} lines ({where}; load {r['load_before']}-{r['load_after']}):\n",
                     bench_rest.table(r["queries"])]
     return "\n".join(out)
 
@@ -273,7 +311,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--queries", default="", help="sizes at which to measure the operator queries "
                                                   "(default: the largest)")
     ap.add_argument("--collect-jobs", type=int, default=50, help="jobs collected (outcomes recorded) per size")
-    ap.add_argument("--clients", type=int, default=20)
+    ap.add_argument("--clients", default="20", help="concurrent clients, comma-separated: each count in turn")
+    ap.add_argument("--keep", action="store_true", help="keep each size's ledger in DATA/scale-<lines>; with one "
+                                                         "kept already, measure the queries on it (no recording)")
+    ap.add_argument("--pages", action="store_true", help="only the per-file pages and their engine floors")
     ap.add_argument("--seconds", type=float, default=10.0, help="per query and path")
     ap.add_argument("--cycles", type=int, default=720, help="polling cycles recorded before the queries "
                                                             "(720: 30 days, hourly)")
@@ -281,7 +322,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--quick", action="store_true", help="sizes 100,000 and 1,000,000, 5 s per query")
     ap.add_argument("--apply", action="store_true", help="`msunmerged run` against `msunmerged apply` instead")
     ap.add_argument("--src", default=SRC, help="the src/python whose code runs (default: this checkout's)")
-    ap.add_argument("--before", help="with --apply: each size first with this src/python (before/after in one run)")
+    ap.add_argument("--before", help="with --apply: each size first with this src/python (before/after in one run); "
+                                     "with the queries: a second REST server runs its code beside this checkout's")
     args = ap.parse_args(argv)
     if args.quick:
         args.sizes, args.seconds, args.collect_jobs, args.cycles = "100000,1000000", 5.0, 10, 100
@@ -293,8 +335,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(apply_summary(rows))
         return 0
     with_queries = {int(s) for s in args.queries.split(",") if s} or {max(sizes)}
-    rows = [one_size(n, Path(args.data), args.collect_jobs, n in with_queries, args.clients, args.seconds,
-                     args.cycles)
+    clients = [int(c) for c in args.clients.split(",")]
+    rows = [one_size(n, Path(args.data), args.collect_jobs, n in with_queries, clients, args.seconds,
+                     args.cycles, args.keep, args.pages, args.before)
             for n in sizes]
     Path(args.data, "results-scale.json").write_text(json.dumps(rows, indent=1))
     print(summary(rows))

@@ -5,7 +5,9 @@ import tomllib
 import pytest
 
 from servers import REPO
+from MSUnmerged import lfn
 from MSUnmerged.config import DEFAULT_CONFIG, Config, ConfigError, load_config
+from MSUnmerged.worker.paths import MAX_LFN, problem
 
 
 def test_defaults_and_shipped_file_agree():
@@ -29,6 +31,10 @@ def test_file_and_environment(tmp_path):
     ("[planner]\nfiles_per_job = 0\n", {}, "planner.files_per_job"),
     ("[planner]\nfiles_per_job = 'many'\n", {}, "planner.files_per_job"),
     ("[planner]\nexclude = ['relative/x']\n", {}, "planner.exclude[0]"),
+    # Above the worker's own limit (worker.paths.MAX_LFN): such lines would be planned, then refused at the site.
+    ("[planner]\nmax_lfn_length = %d\n" % (MAX_LFN + 1), {}, "planner.max_lfn_length"),
+    ("", {"MSUNMERGED_PLANNER__MAX_LFN_LENGTH": "65536"}, "planner.max_lfn_length"),
+    ("[planner]\nmax_lfn_length = 63\n", {}, "planner.max_lfn_length"),
     # Above the worker's own floor (worker.paths.MIN_DIR_DEPTH, 5): /store/unmerged/<x> would be planned removable.
     ("[planner]\ndir_floor_depth = 4\n", {}, "planner.dir_floor_depth"),
     ("[guards]\nmax_delete_fraction = 1.5\n", {}, "guards.max_delete_fraction"),
@@ -93,6 +99,19 @@ def test_good_log_levels_and_mongo_urls(tmp_path):
                 {"MSUNMERGED_MONGO__URL": "mongodb://a:b@h1:27017,h2:27017/?replicaSet=rs0"},
                 {"MSUNMERGED_MONGO__URL": "mongodb+srv://cluster0.example.cern.ch/"}):
         assert load_config(tmp_path / "none.toml", env=env)
+
+
+def test_the_longest_line_the_planner_takes_the_worker_takes(tmp_path):
+    """planner.max_lfn_length may reach the worker's MAX_LFN (bytes vs characters: never more characters)."""
+    (tmp_path / "none.toml").touch()
+    cfg = load_config(tmp_path / "none.toml", env={"MSUNMERGED_PLANNER__MAX_LFN_LENGTH": str(MAX_LFN)})
+    longest = "/store/unmerged/" + "é" * ((MAX_LFN - 16) // 2)  # two UTF-8 bytes a character
+    longest += "a" * (MAX_LFN - len(longest.encode()))
+    line, reason = lfn.classify_line(longest.encode(), cfg.planner.max_lfn_length)
+    assert reason is None and line == longest.encode() and problem(longest) is None
+    assert lfn.classify_line(longest.encode() + b"a", cfg.planner.max_lfn_length)[1] == lfn.TOO_LONG
+    ascii_over = "/store/unmerged/" + "a" * (MAX_LFN - 15)  # one past the limit: refused by both
+    assert problem(ascii_over) is not None and lfn.classify_line(ascii_over.encode(), MAX_LFN)[1] == lfn.TOO_LONG
 
 
 def test_site_specific_layout_with_its_root(tmp_path):

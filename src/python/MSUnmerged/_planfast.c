@@ -3,11 +3,12 @@
  * runs(chunk, max_length): the chunk's same-directory runs, (directory, lines, line count), when
  *     every line is a canonical LFN of printable ASCII under /store/unmerged/ (names of 1..255
  *     bytes, not '.' or '..', lines of at most max_length bytes), else None; exactly what
- *     planlines.regex_runs accepts.
+ *     planlines.regex_runs accepts. A run's lines are a memoryview of the chunk (no copy).
  * names(prefix, block): the block's lines without `prefix` (a directory and its slash), which each
  *     of them must hold, followed by a name; how the spill stores a run (fewer bytes to write).
  * unique(prefix, names, examples): prefix + each name, without repeats (first occurrences, in
  *     order), and up to `examples` of the repeats.
+ * line_end(block, n): the offset just after the block's n-th line (where a job file is cut).
  *
  * They release the GIL while they scan.
  */
@@ -76,6 +77,22 @@ static Py_ssize_t scan_runs(const unsigned char *buf, Py_ssize_t n, Py_ssize_t m
         /* the chunk ends with '\n' (checked by the caller): every line has one */
         Py_ssize_t i = (const unsigned char *)memchr(buf + pos, '\n', n - pos) - buf;
         Py_ssize_t len = i - pos;
+        Run *last = count ? &runs[count - 1] : NULL;
+        /* The common case: the line is the current run's directory (checked with the run's first line) and a
+         * name; only the name is left to check. */
+        if (last != NULL && len > last->dir_len && len <= max_length &&
+            memcmp(buf + last->start, buf + pos, last->dir_len) == 0 &&
+            memchr(buf + pos + last->dir_len, '/', len - last->dir_len) == NULL) {
+            const unsigned char *name_at = buf + pos + last->dir_len;
+            Py_ssize_t name = len - last->dir_len;
+            if (name > MAX_NAME || !printable(name_at, name) ||
+                (name_at[0] == '.' && (name == 1 || (name == 2 && name_at[1] == '.'))))
+                goto refused;
+            last->end = i + 1;
+            last->lines++;
+            pos = i + 1;
+            continue;
+        }
         const unsigned char *slash_at = last_slash(buf + pos, len);
         if (slash_at == NULL || len > max_length || buf[pos] != '/' || !printable(buf + pos, len))
             goto refused;
@@ -86,7 +103,6 @@ static Py_ssize_t scan_runs(const unsigned char *buf, Py_ssize_t n, Py_ssize_t m
         if (buf[slash + 1] == '.' && (name == 1 || (name == 2 && buf[slash + 2] == '.')))
             goto refused;
         Py_ssize_t dir_len = slash + 1 - pos;
-        Run *last = count ? &runs[count - 1] : NULL;
         if (last != NULL && last->dir_len == dir_len && memcmp(buf + last->start, buf + pos, dir_len) == 0) {
             last->end = i + 1;
             last->lines++;
@@ -131,16 +147,24 @@ static PyObject *planfast_runs(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     count = scan_runs(buf, n, max_length, &runs);
     Py_END_ALLOW_THREADS
-    PyObject *result = NULL;
+    PyObject *result = NULL, *view = NULL;
     if (count == -2) {
         PyErr_NoMemory();
     } else if (count == -1) {
         result = Py_NewRef(Py_None);
-    } else if ((result = PyList_New(count)) != NULL) {
+    } else if ((view = PyMemoryView_FromObject(chunk)) != NULL && (result = PyList_New(count)) != NULL) {
+        /* Each run's lines are a view of the chunk (which it keeps alive), not a copy made holding the GIL. */
         for (Py_ssize_t k = 0; k < count; k++) {
-            const char *start = (const char *)buf + runs[k].start;
-            PyObject *run = Py_BuildValue("(y#y#n)", start, runs[k].dir_len - 1, start, runs[k].end - runs[k].start,
-                                           runs[k].lines);
+            PyObject *lines = NULL, *run = NULL, *slice = NULL;
+            PyObject *start = PyLong_FromSsize_t(runs[k].start), *stop = PyLong_FromSsize_t(runs[k].end);
+            if (start != NULL && stop != NULL && (slice = PySlice_New(start, stop, NULL)) != NULL)
+                lines = PyObject_GetItem(view, slice);
+            Py_XDECREF(slice);
+            Py_XDECREF(start);
+            Py_XDECREF(stop);
+            if (lines != NULL)
+                run = Py_BuildValue("(y#Nn)", (const char *)buf + runs[k].start, runs[k].dir_len - 1, lines,
+                                    runs[k].lines);
             if (run == NULL) {
                 Py_CLEAR(result);
                 break;
@@ -148,20 +172,25 @@ static PyObject *planfast_runs(PyObject *self, PyObject *args)
             PyList_SET_ITEM(result, k, run);
         }
     }
+    Py_XDECREF(view);
     PyMem_RawFree(runs);
     return result;
 }
 
-/* FNV-1a over a line's last 64 bytes at most: the lines of one block mostly share their directory. */
+/* A hash of a line's last 64 bytes at most (the lines of one block mostly share their directory), eight bytes
+ * at a time; equal lines are found by comparing them, so any spread serves. */
 static uint64_t line_hash(const unsigned char *s, Py_ssize_t len)
 {
-    uint64_t h = 14695981039346656037ULL;
-    Py_ssize_t from = len > 64 ? len - 64 : 0;
-    for (Py_ssize_t i = from; i < len; i++) {
-        h ^= s[i];
-        h *= 1099511628211ULL;
+    uint64_t h = 0x9e3779b97f4a7c15ULL ^ (uint64_t)len, word;
+    Py_ssize_t i = len > 64 ? len - 64 : 0;
+    for (; i + 8 <= len; i += 8) {
+        memcpy(&word, s + i, 8);
+        h = (h ^ word) * 0xff51afd7ed558ccdULL;
+        h ^= h >> 32;
     }
-    return h ^ (uint64_t)len;
+    for (; i < len; i++)
+        h = (h ^ s[i]) * 0x100000001b3ULL;
+    return h ^ (h >> 29);
 }
 
 typedef struct {
@@ -237,29 +266,31 @@ static Py_ssize_t strip_prefix(const unsigned char *buf, Py_ssize_t n, const uns
 
 static PyObject *planfast_names(PyObject *self, PyObject *args)
 {
-    PyObject *prefix, *block;
-    if (!PyArg_ParseTuple(args, "SS:names", &prefix, &block))
+    PyObject *prefix;
+    Py_buffer block;  /* read-only views of immutable bytes (a run of a chunk): unchanged without the GIL */
+    if (!PyArg_ParseTuple(args, "Sy*:names", &prefix, &block))
         return NULL;
-    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(block);
-    Py_ssize_t n = PyBytes_GET_SIZE(block), used;
+    const unsigned char *buf = (const unsigned char *)block.buf;
+    Py_ssize_t n = block.len, used;
+    PyObject *out = NULL;
     if (n && buf[n - 1] != '\n') {
         PyErr_SetString(PyExc_ValueError, "names() takes whole lines, each ending with '\\n'");
-        return NULL;
+        goto done;
     }
-    PyObject *out = PyBytes_FromStringAndSize(NULL, n);
-    if (out == NULL)
-        return NULL;
+    if ((out = PyBytes_FromStringAndSize(NULL, n)) == NULL)
+        goto done;
     Py_BEGIN_ALLOW_THREADS
     used = strip_prefix(buf, n, (const unsigned char *)PyBytes_AS_STRING(prefix), PyBytes_GET_SIZE(prefix),
                         (unsigned char *)PyBytes_AS_STRING(out));
     Py_END_ALLOW_THREADS
     if (used < 0) {
-        Py_DECREF(out);
+        Py_CLEAR(out);
         PyErr_SetString(PyExc_ValueError, "names(): a line is not the directory's prefix followed by a name");
-        return NULL;
+    } else {
+        _PyBytes_Resize(&out, used);  /* NULL and an exception set when it fails */
     }
-    if (_PyBytes_Resize(&out, used) < 0)
-        return NULL;
+done:
+    PyBuffer_Release(&block);
     return out;
 }
 
@@ -333,6 +364,25 @@ done:
     return result;
 }
 
+static PyObject *planfast_line_end(PyObject *self, PyObject *args)
+{
+    Py_buffer block;
+    Py_ssize_t lines, pos = 0;
+    if (!PyArg_ParseTuple(args, "y*n:line_end", &block, &lines))
+        return NULL;
+    const char *buf = block.buf;
+    for (Py_ssize_t k = 0; k < lines && pos >= 0; k++) {
+        const char *eol = pos < block.len ? memchr(buf + pos, '\n', block.len - pos) : NULL;
+        pos = eol != NULL ? eol - buf + 1 : -1;
+    }
+    PyBuffer_Release(&block);
+    if (pos < 0 || lines < 0) {
+        PyErr_SetString(PyExc_ValueError, "line_end(): the block holds fewer lines than asked");
+        return NULL;
+    }
+    return PyLong_FromSsize_t(pos);
+}
+
 static PyMethodDef methods[] = {
     {"runs", planfast_runs, METH_VARARGS,
      "runs(chunk, max_length) -> [(directory, lines, count), ...] when every line is a plain canonical LFN, else None"},
@@ -340,6 +390,7 @@ static PyMethodDef methods[] = {
     {"unique", planfast_unique, METH_VARARGS,
      "unique(prefix, names, examples) -> (prefix + each name without repeats, names kept, repeats, the first "
      "`examples` repeats)"},
+    {"line_end", planfast_line_end, METH_VARARGS, "line_end(block, n) -> the offset just after the block's n-th line"},
     {NULL, NULL, 0, NULL},
 };
 

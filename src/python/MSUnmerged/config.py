@@ -13,7 +13,7 @@ from typing import Any, Mapping, Optional
 
 from MSUnmerged import planlines
 from MSUnmerged.worker import defaults as job_defaults
-from MSUnmerged.worker.paths import MIN_DIR_DEPTH
+from MSUnmerged.worker.paths import MAX_LFN, MIN_DIR_DEPTH
 from MSUnmerged.worker.pfn import LAYOUTS as PFN_LAYOUTS, form_problem as pfn_form_problem
 
 ENV_PREFIX = "MSUNMERGED_"
@@ -277,7 +277,9 @@ class RestConfig:
     # every thread (in CMSWEB the front end is the client: keep it well above its concurrency).
     max_connections_per_client: int = 16
     max_body_bytes: int = 65536  # larger request bodies are refused (413) before any authentication
-    cache_ttl_s: float = 2.0  # status/info answers are rebuilt at most this often (0: never cached)
+    # status/info answers are rebuilt, and an RSE's current generation (every per-file page starts from it) is
+    # read again, at most this often (0: never cached)
+    cache_ttl_s: float = 2.0
     db_timeout_s: float = 5.0  # a request gives up on the ledger database after this and answers 503
     # `serve`'s liveness probe (data/health?probe=live) fails once the ledger database has not answered for
     # this long (an embedded one is restarted before that); 0: liveness never depends on the database.
@@ -407,7 +409,10 @@ def _validate(cfg: Config) -> None:
     need(g.max_delete_files >= 0, "guards.max_delete_files", "must be >= 0")
     need(g.max_scan_age_h > 0, "guards.max_scan_age_h", "must be > 0")
     need(p.files_per_job >= 1, "planner.files_per_job", "must be >= 1")
-    need(64 <= p.max_lfn_length <= 65536, "planner.max_lfn_length", "must be between 64 and 65536")
+    # The worker refuses a longer path at the site (worker.paths.MAX_LFN, in characters; the planner counts
+    # UTF-8 bytes, never fewer): a line the planner let through must not be refused there.
+    need(64 <= p.max_lfn_length <= MAX_LFN, "planner.max_lfn_length",
+         f"must be between 64 and {MAX_LFN} (the worker's own limit)")
     need(p.dir_floor_depth >= MIN_DIR_DEPTH, "planner.dir_floor_depth",
          f"must be >= {MIN_DIR_DEPTH} (never remove /store/unmerged/<x>: the worker's own floor)")
     need(1 <= p.spill_partitions <= 512, "planner.spill_partitions", "must be between 1 and 512")

@@ -20,6 +20,8 @@ CHUNK_BYTES = 4 * 1024 * 1024
 GZIP_MAGIC = b"\x1f\x8b"
 GZIP_WBITS = 31  # zlib's window bits for a gzip wrapper (header and CRC/length trailer checked)
 INFLATE_INPUT_BYTES = 1024 * 1024
+JSON_SPACE = " \t\r\n"  # the whitespace JSON allows between tokens (RFC 8259)
+QUOTED_CHARS = 40  # of what follows a JSON dump's closing ']', in its error
 
 
 class DumpError(ValueError):
@@ -280,7 +282,7 @@ def _json_chunks(first: bytes, stream: BinaryIO, chunk_bytes: int) -> Iterator[b
     eof = False
     while True:
         # Skip separators; keep enough text buffered to decode the next element.
-        while pos < len(text) and text[pos] in " \t\r\n":
+        while pos < len(text) and text[pos] in JSON_SPACE:
             pos += 1
         if pos >= len(text):
             if eof:
@@ -321,11 +323,23 @@ def _json_chunks(first: bytes, stream: BinaryIO, chunk_bytes: int) -> Iterator[b
         if out_len >= chunk_bytes:
             yield _encode_lines(out)
             out, out_len = [], 0
-    tail = text[pos + 1:].strip()
-    if tail or stream.read(1).strip():
-        raise DumpError("JSON dump: data after the closing ']'")
+    _nothing_after(text[pos + 1:], stream, chunk_bytes)
     if out:
         yield _encode_lines(out)
+
+
+def _nothing_after(rest: str, stream: BinaryIO, chunk_bytes: int) -> None:
+    """Only JSON whitespace may follow the array's closing ']', to the end of the dump: DumpError quotes what does."""
+    while True:
+        extra = rest.lstrip(JSON_SPACE)
+        if extra:
+            while len(extra) < QUOTED_CHARS and (more := stream.read(QUOTED_CHARS)):  # enough to recognise it
+                extra += more.decode("utf-8", errors="surrogateescape")
+            raise DumpError(f"JSON dump: data after the closing ']': {extra[:QUOTED_CHARS]!r}")
+        block = stream.read(chunk_bytes)
+        if not block:
+            return
+        rest = block.decode("utf-8", errors="surrogateescape")
 
 
 def _encode_lines(values: list[str]) -> bytes:

@@ -102,12 +102,20 @@ class PrefixSet:
         """True when a prefix equals `path` or is a component-wise ancestor of it."""
         if self.covers_everything:
             return True
-        prefixes = self.prefixes
-        while path:
-            if path in prefixes:
+        if not self.prefixes:
+            return False
+        # From the top down: a leading part that is no prefix's ancestor has no prefix at or below it, so
+        # the walk ends where the path leaves the prefixes' tree (a few elements in, for most paths).
+        prefixes, ancestors = self.prefixes, self._ancestors
+        cut = path.find(b"/", 1)
+        while cut > 0:
+            head = path[:cut]
+            if head in prefixes:
                 return True
-            path = path[:path.rfind(b"/")]
-        return False
+            if head not in ancestors:
+                return False
+            cut = path.find(b"/", cut + 1)
+        return path in prefixes
 
     def dir_state(self, directory: bytes) -> int:
         """For the entries directly in `directory`: ALL covered, NONE covered or holding a prefix, or SOME

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 from MSUnmerged import lfn
 
@@ -31,8 +31,10 @@ MAX_NAME = 255
 _RUN = re.compile(rb"(/(?:[!-.0-~]*+/)++)(?!\.\.?\n)[!-.0-~]{1,255}+\n(?:\1(?!\.\.?\n)[!-.0-~]{1,255}+\n)*+")
 _BAD_IN_DIR = (b"//", b"/./", b"/../")
 
+# A run's lines: bytes, or a view of the chunk's bytes (the compiled engine's runs: no copy).
+Lines = Union[bytes, memoryview]
 # (directory without its slash, the run's lines, how many), in chunk order.
-Runs = list[tuple[bytes, bytes, int]]
+Runs = list[tuple[bytes, Lines, int]]
 
 
 def _dir_is_canonical(directory: bytes) -> bool:
@@ -76,7 +78,7 @@ def split_runs(lines: list[bytes]) -> Runs:
     return runs
 
 
-def as_they_are(prefix: bytes, block: bytes) -> bytes:
+def as_they_are(prefix: bytes, block: Lines) -> Lines:
     """The pure engine spills runs as they are."""
     return block
 
@@ -99,25 +101,35 @@ def python_unique(prefix: bytes, block: bytes, examples_max: int) -> tuple[bytes
     return b"\n".join(unique) + b"\n", len(unique), repeats, examples
 
 
+def python_line_end(block: bytes, lines: int) -> int:
+    """The offset just after the block's `lines`-th line."""
+    rest = block.split(b"\n", lines)
+    if lines < 0 or len(rest) <= lines:
+        raise ValueError("line_end(): the block holds fewer lines than asked")
+    return len(block) - len(rest[-1])
+
+
 @dataclass(frozen=True)
 class Engine:
     """One implementation of the planner's chunk-level work.
 
     `runs(chunk, max_length)`: see `regex_runs`. `spill(prefix, lines)`: how a run whose lines all
     start with `prefix` (its directory and slash) is stored in the spill. `unique(prefix, stored,
-    examples)`: the LFNs of runs stored so, joined, without repeats: see `python_unique`.
+    examples)`: the LFNs of runs stored so, joined, without repeats: see `python_unique`. `line_end(block,
+    n)`: see `python_line_end`.
     """
 
     name: str
     runs: Callable[[bytes, int], Optional[Runs]]
-    spill: Callable[[bytes, bytes], bytes]
+    spill: Callable[[bytes, Lines], Lines]
     unique: Callable[[bytes, bytes, int], tuple[bytes, int, int, list[bytes]]]
+    line_end: Callable[[bytes, int], int]
 
 
-PURE = Engine(PURE_NAME, regex_runs, as_they_are, python_unique)
+PURE = Engine(PURE_NAME, regex_runs, as_they_are, python_unique, python_line_end)
 # The compiled engine spills file names only (about a third of the bytes of CMS LFNs).
-COMPILED: Optional[Engine] = (Engine(COMPILED_NAME, _planfast.runs, _planfast.names, _planfast.unique)
-                              if _planfast else None)
+COMPILED: Optional[Engine] = (Engine(COMPILED_NAME, _planfast.runs, _planfast.names, _planfast.unique,
+                                     _planfast.line_end) if _planfast else None)
 
 
 def engine(name: str) -> Engine:

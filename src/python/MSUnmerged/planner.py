@@ -40,6 +40,7 @@ _MAX_PARTITIONS = 512
 _SPILL_BUFFERS_BYTES = 16 * 1024 * 1024
 _SPILL_BATCH_BYTES = 1024 * 1024
 _JOBS_IN_FLIGHT = 8
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 16  # buffers per writev
 
 
 @dataclass
@@ -121,11 +122,11 @@ class _Spill:
     """
 
     def __init__(self, directory: Path, partitions: int, floor: int,
-                 encode: Callable[[bytes, bytes], bytes] = planlines.as_they_are,
+                 encode: Callable[[bytes, planlines.Lines], planlines.Lines] = planlines.as_they_are,
                  order: Optional[AgeOrder] = None) -> None:
         self.directory = directory
         self.floor = floor
-        self.encode = encode  # how a run is stored: (its directory and slash, its lines) -> bytes
+        self.encode = encode  # how a run is stored: (its directory and slash, its lines) -> its bytes
         # Throttled: the partitions are grouped by the dataset directory's age class, oldest first, so that
         # reading them in order gives the oldest directories first.
         self.order = order
@@ -134,7 +135,7 @@ class _Spill:
         partitions = self.per_class * (order.classes if order is not None else 1)
         self.paths = [directory / f"part-{i:03d}" for i in range(partitions)]
         buffering = min(256 * 1024, max(64 * 1024, _SPILL_BUFFERS_BYTES // partitions))
-        self._batch: list[tuple[int, bytes, bytes]] = []  # (partition, directory, lines)
+        self._batch: list[tuple[int, bytes, planlines.Lines]] = []  # (partition, directory, lines)
         self._batch_bytes = 0
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="spill")
         # Creating hundreds of files takes a while (~0.25 ms each here): the writer thread does
@@ -149,7 +150,7 @@ class _Spill:
     def key(self, directory: bytes) -> bytes:
         return dataset_of(directory, self.floor)
 
-    def write(self, directory: bytes, block: bytes, salt: int = 0) -> None:
+    def write(self, directory: bytes, block: planlines.Lines, salt: int = 0) -> None:
         """Append one run as a record: b"<dir>\\0<bytes>\\n" then the run's lines, encoded."""
         key = self.key(directory)
         index = (zlib.adler32(key) if salt else zlib.crc32(key)) % self.per_class
@@ -169,7 +170,7 @@ class _Spill:
             self._in_flight = self._writer.submit(self._write_batch, self._batch)
             self._batch, self._batch_bytes = [], 0
 
-    def _write_batch(self, batch: list[tuple[int, bytes, bytes]]) -> None:
+    def _write_batch(self, batch: list[tuple[int, bytes, planlines.Lines]]) -> None:
         for index, directory, block in batch:
             stored = self.encode(directory + b"/", block)
             out = self.files[index]
@@ -182,6 +183,17 @@ class _Spill:
         self._writer.shutdown()
         for fh in self.files:
             fh.close()
+
+
+def _write_all(fd: int, parts: list[bytes]) -> None:
+    """Write `parts` in order at the file's offset: a few calls for all of them (writev), a short write finished."""
+    for first in range(0, len(parts), _IOV_MAX):
+        batch = parts[first:first + _IOV_MAX]
+        done = os.writev(fd, batch)
+        if done < sum(map(len, batch)):  # a short write (a signal): the rest, one call at a time
+            rest = memoryview(b"".join(batch))[done:]
+            while rest:
+                rest = rest[os.write(fd, rest):]
 
 
 def _records(data: bytes) -> Iterable[tuple[bytes, bytes]]:
@@ -205,9 +217,11 @@ class _JobWriter:
     the bytes written (no job file is read back). At most `_JOBS_IN_FLIGHT` jobs wait to be written.
     """
 
-    def __init__(self, directory: Path, per_job: int, most_lines: int, slicer: Optional[Slicer] = None) -> None:
+    def __init__(self, directory: Path, per_job: int, most_lines: int, slicer: Optional[Slicer] = None,
+                 line_end: Callable[[bytes, int], int] = planlines.python_line_end) -> None:
         self.directory = directory
         self.per_job = per_job
+        self.line_end = line_end  # where a block's n-th line ends (the engine's)
         self.slicer = slicer  # throttled: a job never spans two slices
         directory.mkdir(parents=True, exist_ok=True)
         self.names: list[str] = []
@@ -230,8 +244,12 @@ class _JobWriter:
     def _create(path: Path) -> None:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666))
 
+    @staticmethod
+    def _name(number: int) -> str:
+        return f"job-{number:06d}.txt"
+
     def _path(self, number: int) -> Path:
-        return self.directory / f"job-{number:06d}.txt"
+        return self.directory / self._name(number)
 
     def add(self, block: bytes, lines: int) -> None:
         """Append `block`, one directory's `lines` whole LFNs, cutting it where a job file (or a slice) is full."""
@@ -244,8 +262,8 @@ class _JobWriter:
             take = min(lines, self._room, slicer.room if slicer is not None else lines)
             head = block
             if take < lines:  # the rest after the first `take` lines goes on to the next job
-                rest = block.split(b"\n", take)[-1]
-                head, block = block[:len(block) - len(rest)], rest
+                cut = self.line_end(block, take)
+                head, block = block[:cut], block[cut:]
             self._parts.append(head)
             self._room -= take
             self.sizes[-1] += take
@@ -257,7 +275,7 @@ class _JobWriter:
         self.close()
         if len(self.names) == len(self._created):  # cannot happen: the spill holds no more files than expected
             raise RuntimeError("internal error: more planned files than spilled")
-        self.names.append(self._path(len(self.names) + 1).name)
+        self.names.append(self._name(len(self.names) + 1))
         self.sizes.append(0)
         if self.slicer is not None:
             self.slices.append(self.slicer.current)
@@ -272,14 +290,17 @@ class _JobWriter:
                 self._in_flight.popleft().result()
 
     def _write(self, number: int, parts: list[bytes], lines: int) -> None:
-        data = b"".join(parts)
-        path = self._path(number)
-        self._described[f"{seal.JOBS_DIR}/{path.name}"] = self._hasher.submit(seal.describe_written, data, lines)
+        # The parts are hashed and written as they are, in order (joining them would copy every planned byte).
+        self._described[f"{seal.JOBS_DIR}/{self._name(number)}"] = self._hasher.submit(seal.describe_written,
+                                                                                       parts, lines)
         self._created[number - 1].result()
         # Not truncated (the planner created it empty; anything else there is refused where the plan is used):
         # on ext4 a truncated file is written back as soon as it is closed.
-        with open(os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "wb") as fh:
-            fh.write(data)
+        fd = os.open(self._path(number), os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            _write_all(fd, parts)
+        finally:
+            os.close(fd)
 
     def described(self) -> dict[str, dict[str, Any]]:
         """The seal entries of the job files, from the bytes written (after `close`); files created but not
@@ -364,7 +385,7 @@ class Planner:
                 self.counts.total -= 1  # blank lines are not files
         return keep
 
-    def _run(self, directory: bytes, block: bytes, files: int) -> None:
+    def _run(self, directory: bytes, block: planlines.Lines, files: int) -> None:
         """Classify a run of `files` files that share `directory`; spill the deletable ones (counted later)."""
         # Any line may name a directory: one holding a protected base (or an excluded prefix) is never planned.
         prot = self.protection.dir_state(directory)
@@ -377,7 +398,7 @@ class Planner:
             self.counts.excluded += files
             return
         if PrefixSet.SOME in (prot, excl, incl):
-            block = self._filter_files(block, prot, excl, incl)
+            block = self._filter_files(bytes(block), prot, excl, incl)
             if not block:
                 return
             files = block.count(b"\n")
@@ -407,7 +428,8 @@ class Planner:
         started = time.time()
         self.spill.close()
         slicer = Slicer(self.per_cycle) if self.per_cycle else None
-        jobs = _JobWriter(self.out_dir / seal.JOBS_DIR, self.config.planner.files_per_job, self.spilled, slicer)
+        jobs = _JobWriter(self.out_dir / seal.JOBS_DIR, self.config.planner.files_per_job, self.spilled, slicer,
+                          self.engine.line_end)
         n_dirs = 0
         with open(self.out_dir / seal.DIRS_NAME, "wb") as dirs_out:
             # A thread reads and de-duplicates the next group (file reads and the compiled engine

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
+from MSUnmerged.sources.offline import PROTECTED_FILE, STATS_FILE
+
 ERAS = ["Run3Summer23DRPremix", "Run3Summer22EEMiniAODv4", "RunIISummer20UL18RECO", "Run2024F",
         "Run2023D", "Phase2Spring24DIGIRECOMiniAOD", "HINPbPbSpring23Reco"]
 PRIMARIES = ["TTtoLNu2Q_TuneCP5_13p6TeV_powheg-pythia8", "DYto2L-4Jets_MLL-50_TuneCP5_13p6TeV_madgraphMLM-pythia8",
@@ -108,13 +110,14 @@ def stats_for(rse: str, files: int, end_time: float | None = None, start_time: f
 
 
 def write_sample_inputs(directory: Path, rse: str, spec: SampleSpec, compress: bool = False) -> dict[str, Path]:
-    """Dump, protected list (WMStats answer) and stats files for one generated RSE."""
+    """Dump, protected list (WMStats answer) and stats files for one generated RSE (the last two named as
+    OfflineSources reads them)."""
     directory.mkdir(parents=True, exist_ok=True)
     sample = make_sample(spec)
     dump = directory / ("dump.gz" if compress else "dump.txt")
     n = write_dump(spec, sample, dump, compress)
-    protected = directory / "protected.json"
+    protected = directory / PROTECTED_FILE
     protected.write_text(json.dumps({"result": sample.protected}))
-    stats = directory / "stats.json"
+    stats = directory / STATS_FILE
     stats.write_text(json.dumps(stats_for(rse, n)))
     return {"dump": dump, "protected": protected, "stats": stats}

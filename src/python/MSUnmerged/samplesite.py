@@ -8,6 +8,8 @@ import shutil
 import time
 from pathlib import Path
 
+from MSUnmerged.sources.offline import STATS_FILE
+
 DEMO_RSE = "T2_XX_Sample"
 DEMO_SITE = "T2_XX_Sample"
 DEMO_VOLUME = "Sample_Disk"
@@ -58,10 +60,10 @@ def count_files(storage: Path) -> int:
 
 
 def rescan(sources: Path, rse: str) -> None:
-    """The RSE's finished scan in `sources`/stats.json (one that gives a start_time) starts now, after its site's
+    """The RSE's finished scan in `sources`' stats file (one that gives a start_time) starts now, after its site's
     files were made (workers refuse files changed after the scan started, by their ctime, which cannot be dated
     back like the mtime), and ends no earlier."""
-    path = sources / "stats.json"
+    path = sources / STATS_FILE
     stats = json.loads(path.read_text()) if path.exists() else {}
     scan = stats.get(rse)
     if isinstance(scan, dict) and scan.get("status") == "done" and "start_time" in scan:

@@ -71,7 +71,8 @@ class Seal:
     digest: str = ""
 
     def body(self) -> dict[str, Any]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if k != "digest"}
+        # The fields as they are (asdict would deep-copy the entry of every plan file, thousands of them).
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "digest"}
 
     def compute_digest(self) -> str:
         return sha256(json.dumps(self.body(), sort_keys=True, separators=(",", ":")).encode())
@@ -90,13 +91,16 @@ def _plan_files(plan_dir: Path) -> list[str]:
 
 
 def _describe(data: bytes) -> dict[str, Any]:
-    return describe_written(data, data.count(b"\n"))
+    return describe_written([data], data.count(b"\n"))
 
 
-def describe_written(data: bytes, lines: int) -> dict[str, Any]:
-    """A plan file's entry in the seal from the bytes written to it, which hold `lines` lines (as counted
-    while they were planned: whoever checks the file counts them on disk)."""
-    return {"sha256": sha256(data), "lines": lines}
+def describe_written(parts: Iterable[bytes], lines: int) -> dict[str, Any]:
+    """A plan file's entry in the seal from the bytes written to it (`parts`, in order), which hold `lines`
+    lines (as counted while they were planned: whoever checks the file counts them on disk)."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part)
+    return {"sha256": digest.hexdigest(), "lines": lines}
 
 
 def describe_file(path: os.PathLike | str) -> dict[str, Any]:
@@ -121,7 +125,7 @@ def write_seal(plan_dir: os.PathLike | str, rse: str, generation: Optional[float
                 guards=dataclasses.asdict(guards))
     seal.digest = seal.compute_digest()
     tmp = plan_dir / (SEAL_NAME + ".tmp")
-    tmp.write_text(json.dumps(dataclasses.asdict(seal), indent=1, sort_keys=True))
+    tmp.write_text(json.dumps({**seal.body(), "digest": seal.digest}, indent=1, sort_keys=True))
     os.replace(tmp, plan_dir / SEAL_NAME)
     return seal
 

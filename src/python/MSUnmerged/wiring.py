@@ -15,7 +15,7 @@ from MSUnmerged.jobs.router import RoutingBackend
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.ledger.connect import open_client
 from MSUnmerged.ledger.requestids import RequestIds
-from MSUnmerged.rest.triggers import TriggerQueue, TriggerRefused
+from MSUnmerged.rest.triggers import TriggerMode, TriggerQueue, TriggerRefused
 from MSUnmerged.service import Runner, Service, UnknownRSE
 from MSUnmerged.sites import RSEAttributes, resolve_site
 from MSUnmerged.sources import Sources
@@ -55,10 +55,10 @@ def build_service(config: Config, sources: Optional[Sources] = None,
 
 
 class TriggerWorker:
-    """What an operator's trigger does (rest/triggers.py queues them, one at a time): mode "plan" previews the RSE
-    (planner only, nothing recorded), mode "apply" runs run_once on it with the service's batch backend, as a lease
-    owner of its own ("<instance>-trigger"), so an RSE the loop works on answers leased_elsewhere instead of being
-    worked twice at once."""
+    """What an operator's trigger does (rest/triggers.py queues them, one at a time): TriggerMode.PLAN previews the
+    RSE (planner only, nothing recorded), TriggerMode.APPLY runs run_once on it with the service's batch backend,
+    as a lease owner of its own ("<instance>-trigger"), so an RSE the loop works on answers leased_elsewhere
+    instead of being worked twice at once."""
 
     def __init__(self, service: Service) -> None:
         self.previews = service.runner
@@ -74,8 +74,8 @@ class TriggerWorker:
         except SourceError as exc:  # the RSE list cannot be read and the RSE is not configured
             raise TriggerRefused(503, f"{exc.source}_{exc.kind}", str(exc)) from None
 
-    def run(self, rse: str, mode: str) -> Any:
-        return self.runner.run_once(rse) if mode == "apply" else self.previews.preview(rse)
+    def run(self, rse: str, mode: TriggerMode) -> Any:
+        return self.runner.run_once(rse) if mode is TriggerMode.APPLY else self.previews.preview(rse)
 
     def stop(self) -> None:
         self.runner.leases.stop_heartbeat()
@@ -100,7 +100,7 @@ def serve(config: Config, service: Service, port: Optional[int] = None) -> None:
     loop = threading.Thread(target=service.serve, name="msunmerged-loop", daemon=True)
     loop.start()
     try:
-        app.start(config, MongoLedgerView(service.ledger.db), queue, port=port, watch=watch)
+        app.start(config, MongoLedgerView(service.ledger.db, config.rest.cache_ttl_s), queue, port=port, watch=watch)
         app.block()
     finally:
         app.stop()

@@ -148,6 +148,32 @@ def test_a_new_ledger_does_not_alert_at_its_first_failure(mongo_db: Database) ->
     assert kinds(alerts) == ["rse_guarded"]
 
 
+class BriefSpy(MongoLedgerView):
+    """The real view, noting the `brief` of each health() asked of it."""
+
+    def __init__(self, db: Database) -> None:
+        super().__init__(db)
+        self.asked: list[bool] = []
+
+    def health(self, stale_after_s: float, brief: bool = False) -> dict[str, Any]:
+        self.asked.append(brief)
+        return super().health(stale_after_s, brief)
+
+
+@pytest.mark.integration
+def test_the_notifier_reads_the_brief_health_and_decides_alike(mongo_db: Database) -> None:
+    """Alerts need only what the brief health keeps (the /metrics read): the same alerts as from the full one."""
+    failing_ledger(mongo_db, started_ago=3600)
+    config = alerting_config("http://127.0.0.1:9/api/v2/alerts")
+    view = BriefSpy(mongo_db)
+    alerts = Notifier(config, view).current()
+    assert view.asked == [True]
+    full = evaluate(view.health(config.service.stale_after_s), view.rses(), config.alerts, time.time())
+    assert kinds(alerts) == kinds(full) == ["cycles_failing", "rse_guarded"]
+    (cycles,) = [a for a in alerts if a.kind == AlertKind.CYCLES_FAILING]
+    assert "rucio_http_status" in cycles.description
+
+
 @pytest.mark.integration
 def test_an_unreachable_alertmanager_is_one_log_line(mongo_db: Database, caplog: pytest.LogCaptureFixture) -> None:
     failing_ledger(mongo_db, started_ago=3600)

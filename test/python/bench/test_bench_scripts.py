@@ -34,10 +34,29 @@ def test_bench_scale_tiny(tmp_path: Path) -> None:
     assert {(q["query"], q["via"]) for q in queries if q["via"] != "database"} == {(name, via) for name in (
         "status", "info", "failed by class", "files of a job", "files under a directory", "one LFN's history")
         for via in ("rest", "cli path")}
-    assert [q["query"].split(" ", 1)[1] for q in queries if q["via"] == "database"] == [
-        "rows, one read", "bucket, one read"]
+    assert [q["query"].split(" (")[0] for q in queries if q["via"] == "database"] == [f"floor: {page}" for page in (
+        "failed by class", "files of a job", "files under a directory")]
     assert all(q["requests"] > 0 and q["errors"] == 0 for q in queries), queries
+    assert all({"db", "generator"} <= set(q["cpu_ms"]) for q in queries)
     assert not list(tmp_path.glob("scale-*")), "the run's state folder is left behind"
+
+
+def test_bench_scale_keeps_its_ledger_and_measures_the_pages_on_it(tmp_path: Path) -> None:
+    """--keep records once and leaves the ledger; the next --keep measures the pages on it, at each client count,
+    through this checkout's server and one with the code of --before, beside each page's floor."""
+    src = str(BENCH.parent / "src" / "python")
+    common = ("--sizes", "10000", "--keep", "--collect-jobs", "1", "--cycles", "5", "--data", str(tmp_path))
+    run("bench_scale.py", *common, "--queries", "1")
+    assert (tmp_path / "scale-10000" / "kept.json").exists()
+    assert "queries" not in json.loads((tmp_path / "results-scale.json").read_text())[0]
+    run("bench_scale.py", *common, "--pages", "--clients", "1,2", "--seconds", "0.3", "--before", src)
+    row, = json.loads((tmp_path / "results-scale.json").read_text())
+    assert row["reused"] == str(tmp_path / "scale-10000")
+    pages = ("failed by class", "files of a job", "files under a directory")
+    assert sorted((q["clients"], q["query"].split(" (")[0], q["via"]) for q in row["queries"]) == sorted(
+        [(n, page, via) for n in (1, 2) for page in pages for via in ("rest (before)", "rest", "cli path")]
+        + [(n, f"floor: {page}", "database") for n in (1, 2) for page in pages])
+    assert all(q["requests"] > 0 and q["errors"] == 0 for q in row["queries"]), row["queries"]
 
 
 def test_bench_scale_apply_tiny(tmp_path: Path) -> None:

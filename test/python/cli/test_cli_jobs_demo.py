@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from MSUnmerged.cli import main
-from MSUnmerged.samplesite import count_files
+from MSUnmerged.samplesite import DEMO_RSE, count_files
+from MSUnmerged.sources.offline import PROTECTED_FILE, dump_file
 
 
 def value(out: str, label: str) -> int:
@@ -16,8 +17,8 @@ def value(out: str, label: str) -> int:
 
 
 def protected_files_exist(work: Path) -> bool:
-    bases = [b.rstrip("/") for b in json.loads((work / "sources" / "protected.json").read_text())["result"]]
-    lfns = (work / "sources" / "dumps" / "T2_XX_Sample.txt").read_text().split()
+    bases = [b.rstrip("/") for b in json.loads((work / "sources" / PROTECTED_FILE).read_text())["result"]]
+    lfns = dump_file(work / "sources", DEMO_RSE).read_text().split()
     covered = [x for x in lfns if any(x == b or x.startswith(b + "/") for b in bases)]
     assert covered
     return all((work / "storage" / x.lstrip("/")).is_file() for x in covered)

@@ -21,7 +21,8 @@ import pytest
 from cli_kit import cli_env, msunmerged, recorded_server, servers_on, start
 from MSUnmerged.cli import EXIT_INTERRUPTED
 from MSUnmerged.embedded_mongo import EmbeddedMongo, EmbeddedMongoError
-from MSUnmerged.samplesite import DEMO_SITE
+from MSUnmerged.samplesite import DEMO_RSE, DEMO_SITE
+from MSUnmerged.sources.offline import PROTECTED_FILE, dump_file
 from rest.rest_kit import offline_site
 from servers import free_port
 from servers.http_fakes import FakeCMSWeb
@@ -50,8 +51,8 @@ def site(tmp_path: Path, rucio_rses: RucioServer) -> Iterator[tuple[FakeCMSWeb, 
     commands' environment."""
     sources, _, siteconf = offline_site(tmp_path)
     web = FakeCMSWeb()
-    web.protected = json.loads((sources / "protected.json").read_text())["result"]
-    lfns = (sources / "dumps" / "T2_XX_Sample.txt").read_text().split()
+    web.protected = json.loads((sources / PROTECTED_FILE).read_text())["result"]
+    lfns = dump_file(sources, DEMO_RSE).read_text().split()
     for rse in RSES:
         web.add_rse(rse, lfns)
     sites = "".join(f'[jobs.sites.{rse}]\nsite = "{DEMO_SITE}"\nsiteconfig = "{siteconf}"\n' for rse in RSES)

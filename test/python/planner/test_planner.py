@@ -270,3 +270,18 @@ def test_a_line_naming_a_directory_above_a_protected_base_is_never_planned(tmp_p
     plan = run_plan(tmp_path, lines, [f"{BASE}/000/380/123"], config=config, per_chunk=2)
     assert sorted(planned_lfns(tmp_path)) == sorted([lines[3], lines[5]])
     assert (plan.files_protected, plan.files_excluded) == (3, 1)
+
+
+def test_job_bytes_are_written_whole_after_a_short_write(tmp_path, monkeypatch):
+    """A job's parts go out in few calls (writev); a call that writes less than asked (a signal) is finished,
+    also when the parts are more than one call takes."""
+    real = planner.os.writev
+    monkeypatch.setattr(planner, "_IOV_MAX", 3)
+    monkeypatch.setattr(planner.os, "writev", lambda fd, parts: real(fd, [bytes(b"".join(parts)[:5])]))
+    parts = [b"/store/unmerged/a/%d.root\n" % i for i in range(8)]
+    fd = planner.os.open(tmp_path / "job", planner.os.O_WRONLY | planner.os.O_CREAT)
+    try:
+        planner._write_all(fd, parts)
+    finally:
+        planner.os.close(fd)
+    assert (tmp_path / "job").read_bytes() == b"".join(parts)

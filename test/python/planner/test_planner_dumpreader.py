@@ -68,6 +68,42 @@ def test_bad_json_names_the_problem(body, message):
         read_all(body)
 
 
+class Trickle:
+    """A stream that gives one byte a read, whatever is asked: every buffer boundary gets its turn."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = io.BytesIO(data)
+
+    def read(self, size: int = -1) -> bytes:
+        return self.data.read(1)
+
+
+def read_both_ways(body: bytes) -> list[bytes]:
+    """The dump read whole and a byte at a time; both must agree."""
+    whole = read_all(body)
+    assert b"".join(iter_chunks(Trickle(body), 64, read_ahead=0)).split(b"\n")[:-1] == whole
+    return whole
+
+
+@pytest.mark.parametrize("tail", [b"", b"\n", b" \t\r\n" * 3000], ids=["none", "newline", "long"])
+def test_json_with_trailing_whitespace_is_whole(tail):
+    assert read_both_ways(json.dumps(LINES[:50]).encode() + tail) == [x.encode() for x in LINES[:50]]
+
+
+@pytest.mark.parametrize("tail, quoted", [
+    (b"  \n  garbage\n", "'garbage\\n'"),  # after whitespace: one byte read after ']' saw only a space
+    (b' ["/store/unmerged/x/y"]', "'[\"/store/unmerged/x/y\"]'"),  # a second array
+    (b"\n" * 5000 + b"<html>", "'<html>'"),  # far past the array, beyond the first read
+    (b"\n\x0c", "'\\x0c'"),  # not JSON whitespace
+], ids=["garbage after whitespace", "a second array", "far past the array", "form feed"])
+def test_json_data_after_the_closing_bracket_is_named_in_one_line(tail, quoted):
+    body = json.dumps(LINES[:50]).encode() + tail
+    for stream in (io.BytesIO(body), Trickle(body)):
+        with pytest.raises(DumpError) as err:
+            list(iter_chunks(stream, 64, read_ahead=0))
+        assert str(err.value) == f"JSON dump: data after the closing ']': {quoted}" and "\n" not in str(err.value)
+
+
 @pytest.mark.parametrize("body", [b'{"result": ["/store/unmerged/a/b"]}', b'  "/store/unmerged/a"'])
 def test_json_that_is_not_an_array_is_an_error(body):
     with pytest.raises(DumpError, match="not an array"):

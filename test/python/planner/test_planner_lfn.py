@@ -1,5 +1,7 @@
 """LFN validation and component-wise prefix matching."""
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from MSUnmerged import lfn
 from MSUnmerged.lfn import PrefixSet, ProtectionListError, classify_line, normalise_base
@@ -65,6 +67,23 @@ def test_prefix_set_is_component_wise_at_any_depth():
     assert ps.covers(b"/store/unmerged/D/P/AOD/Prompt-v1/000/380/123/x.root")
     assert not ps.covers(b"/store/unmerged/D/P/AOD/Prompt-v1/000/380/124/x.root")
     assert not ps.covers(b"/store/unmerged/D/P/AOD/Prompt-v1/000/380/1234/x.root")
+
+
+_PARTS = st.sampled_from(["store", "unmerged", "a", "b", "ab", "0000", "x.root"])
+
+
+@settings(max_examples=600, deadline=None)
+@given(bases=st.lists(st.lists(_PARTS, min_size=1, max_size=5), max_size=6),
+       path=st.lists(st.sampled_from(["store", "unmerged", "a", "b", "ab", "0000", "x.root", ""]), max_size=7),
+       absolute=st.booleans())
+def test_covers_is_a_base_equal_to_a_leading_part_of_the_path(bases, path, absolute):
+    """`covers` (which walks from the top and stops where the path leaves the bases' tree) answers as the
+    definition does: some base equals the path or the path up to one of its slashes, on any path given."""
+    ps = PrefixSet(["/" + "/".join(base) for base in bases])
+    raw = ("/" if absolute else "") + "/".join(path)
+    target = raw.encode()
+    leading = {target} | {target[:i] for i in range(1, len(target)) if target[i:i + 1] == b"/"}
+    assert ps.covers(target) == bool(leading & ps.prefixes)
 
 
 def test_dir_state_and_holds_below():

@@ -129,3 +129,21 @@ def test_planning_without_the_extension_uses_the_pure_engine(tmp_path):
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.split("\n")[:2] == ["pure", "configuration key 'planner.engine': compiled, but the C "
                                          "extension MSUnmerged._planfast is not built (no compiler at install?)"]
+
+
+@needs_compiled
+@settings(max_examples=400, deadline=None)
+@given(lines=st.lists(st.sampled_from([b"", b"a", b"/store/unmerged/x/y.root", b"b" * 300]), max_size=20),
+       final_newline=st.booleans(), n=st.integers(-1, 22))
+def test_line_ends_agree(lines, final_newline, n):
+    """Where a job file is cut: just after the n-th line; a block with fewer lines is refused by both engines."""
+    block = chunk_of(lines, final_newline)
+    whole = block.count(b"\n")
+    if 0 <= n <= whole:
+        end = COMPILED.line_end(block, n)
+        assert end == planlines.PURE.line_end(block, n) == len(b"".join(line + b"\n" for line in lines[:n]))
+        assert COMPILED.line_end(memoryview(block), n) == end
+    else:
+        for engine in (COMPILED, planlines.PURE):
+            with pytest.raises(ValueError, match="fewer lines"):
+                engine.line_end(block, n)

@@ -14,6 +14,7 @@ from MSUnmerged.jobs.spec import ProtectedBases, make_job
 from MSUnmerged.jobs.backend import JobState
 from MSUnmerged.ledger import FileState, Ledger
 from MSUnmerged.samplesite import DEMO_RSE, fill_storage, rescan, write_site
+from MSUnmerged.sources.offline import DUMPS_DIR, RSES_FILE, OfflineSources, dump_file
 
 
 def seed_rse(db: Database, rse: str, work: Path, dump: list[str], protected: list[str],
@@ -76,9 +77,9 @@ def offline_site(work: Path) -> tuple[Path, Path, Path]:
     sources = work / "sources"
     inputs = sample.write_sample_inputs(sources, DEMO_RSE, sample.SampleSpec(files=600, files_per_block=10,
                                                                               blocks_per_dataset=4))
-    (sources / "dumps").mkdir()
-    dump = inputs["dump"].rename(sources / "dumps" / f"{DEMO_RSE}.txt")
-    (sources / "rses.json").write_text(json.dumps([DEMO_RSE]))
+    (sources / DUMPS_DIR).mkdir()
+    dump = inputs["dump"].rename(dump_file(sources, DEMO_RSE))
+    (sources / RSES_FILE).write_text(json.dumps([DEMO_RSE]))
     storage = work / "storage"
     fill_storage(storage, dump)
     rescan(sources, DEMO_RSE)  # the scan starts after the site's files are made, as a real one would

@@ -11,6 +11,7 @@ import pytest
 from MSUnmerged.config import RestConfig
 from MSUnmerged.rest.auth import AuthError, KeyFile, TriggerGate, sign
 from MSUnmerged.rest.params import BadParam
+from MSUnmerged.rest.triggers import TriggerMode
 
 KEY = b"0123456789abcdef0123456789abcdef"
 JSON = "application/json"
@@ -51,6 +52,7 @@ def test_admits_an_operator_and_audits_the_outcome(gate: TriggerGate) -> None:
     body = Body({"rse": "T2_CH_CERN", "mode": "apply", "request_id": "req-00000001"})
     ask = gate.admit(signed(OPERATOR), JSON, "10.0.0.1", {}, body)
     assert (ask.rse, ask.mode, ask.request_id, ask.who) == ("T2_CH_CERN", "apply", "req-00000001", "alice")
+    assert ask.mode is TriggerMode.APPLY  # the wire's string, parsed into the one enum of modes
     gate.record(ask, "accepted", id="t-1")
     [line] = audit(gate)
     assert line["outcome"] == "accepted" and line["id"] == "t-1" and line["login"] == "alice"
@@ -91,10 +93,17 @@ def test_bad_request_is_refused_and_audited(gate: TriggerGate) -> None:
     assert [(line["outcome"], line.get("rse")) for line in audit(gate)] == [("refused", "T2_A"), ("refused", None)]
 
 
+def test_an_unknown_mode_is_refused_naming_the_wire_values(gate: TriggerGate) -> None:
+    with pytest.raises(BadParam, match="'mode': must be one of plan, apply"):
+        gate.admit(signed(OPERATOR), JSON, "10.0.0.1", {}, Body({"rse": "T2_A", "mode": "APPLY",
+                                                                   "request_id": "req-00000001"}))
+    assert [line["outcome"] for line in audit(gate)] == ["refused"]
+
+
 def test_apply_closed_without_operator_logins(gate: TriggerGate) -> None:
     gate.rest.operator_logins = []
     plan = gate.admit(signed(OPERATOR), JSON, "10.0.0.1", {}, Body({"rse": "T2_A", "request_id": "req-00000001"}))
-    assert plan.mode == "plan"
+    assert plan.mode is TriggerMode.PLAN  # the default when no mode is sent
     with pytest.raises(AuthError, match="operator_logins"):
         gate.admit(signed(OPERATOR), JSON, "10.0.0.1", {}, Body({"rse": "T2_A", "mode": "apply",
                                                                    "request_id": "req-00000002"}))

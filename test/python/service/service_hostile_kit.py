@@ -25,6 +25,7 @@ from typing import Any, Optional
 
 from MSUnmerged import sample
 from MSUnmerged.samplesite import AGE_S
+from MSUnmerged.sources.offline import DUMPS_DIR, PROTECTED_FILE, STATS_FILE, OfflineSources, dump_file
 
 ERA = "/store/unmerged/Era"
 PLAIN = [f"{ERA}/Plain/AODSIM/Proc-v1/000/001/f{i}.root" for i in range(5)]
@@ -122,15 +123,15 @@ def build_site(root: Path, site: str, rses: dict[str, str], root_site: Optional[
 def write_sources(directory: Path, rses: dict[str, str]) -> Path:
     """OfflineSources files: a finished scan per RSE (started after the files were written), its dump and
     the shared protected list."""
-    (directory / "dumps").mkdir(parents=True, exist_ok=True)
+    (directory / DUMPS_DIR).mkdir(parents=True, exist_ok=True)
     stats: dict[str, Any] = {}
     now = time.time()  # after the files were made: their ctime is not before the scan started
     for rse, kind in rses.items():
         dump = dump_of(kind)
-        (directory / "dumps" / f"{rse}.txt").write_text("\n".join(dump) + "\n")
+        dump_file(directory, rse).write_text("\n".join(dump) + "\n")
         stats.update(sample.stats_for(rse, len(dump), now, now))
-    (directory / "stats.json").write_text(json.dumps(stats))
-    (directory / "protected.json").write_text(json.dumps({"result": PROTECTED}))
+    (directory / STATS_FILE).write_text(json.dumps(stats))
+    (directory / PROTECTED_FILE).write_text(json.dumps({"result": PROTECTED}))
     return directory
 
 

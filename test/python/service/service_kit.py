@@ -18,7 +18,7 @@ from MSUnmerged.config import Config, SiteConfig
 from MSUnmerged.jobs.local import LocalBackend
 from MSUnmerged.jobs.spec import CleanupJob
 from MSUnmerged.samplesite import fill_storage, rescan, write_site
-from MSUnmerged.sources.offline import OfflineSources
+from MSUnmerged.sources.offline import DUMPS_DIR, PROTECTED_FILE, RSES_FILE, STATS_FILE, OfflineSources, dump_file
 from MSUnmerged.sites import resolve_site
 from MSUnmerged.worker.ids import MANIFEST_NAME
 
@@ -50,7 +50,7 @@ def make_site(base: Path, sources: Path, rse: str, config: Config) -> Path:
     in config.jobs.sites; returns the storage folder. The RSE's scan in the sources, when there, is then
     `rescan`ned: it lists files that exist when it starts."""
     storage = base / "storage" / rse
-    fill_storage(storage, sources / "dumps" / f"{rse}.txt")
+    fill_storage(storage, dump_file(sources, rse))
     siteconf = write_site(base / "siteconf", storage, site=resolve_site(config.jobs, rse, OfflineSources(sources)), rse=rse,
                           volume=f"{rse}_posix")
     config.jobs.sites.setdefault(rse, SiteConfig()).siteconfig = str(siteconf)
@@ -100,22 +100,22 @@ def dump_lines(rse: str, files: int) -> tuple[list[str], list[str]]:
 def rse_list(directory: Path, rses: Sequence[str]) -> OfflineSources:
     """Offline sources whose rses() (this instance's RSEs) are `rses`: for apply, which reads no dump."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "rses.json").write_text(json.dumps(list(rses)))
+    (directory / RSES_FILE).write_text(json.dumps(list(rses)))
     return OfflineSources(directory)
 
 
 def write_sources(directory: Path, rses: Sequence[str], files: int = 1500, end_time: Optional[float] = None) -> Path:
     """An offline sources directory with a dump per RSE and one shared protected list."""
-    (directory / "dumps").mkdir(parents=True, exist_ok=True)
+    (directory / DUMPS_DIR).mkdir(parents=True, exist_ok=True)
     stats: dict = {}
     protected: list[str] = []
     end = time.time() - 60 if end_time is None else end_time
     for rse in rses:
         lines, prot = dump_lines(rse, files)
-        (directory / "dumps" / f"{rse}.txt").write_text("\n".join(lines) + "\n")
+        dump_file(directory, rse).write_text("\n".join(lines) + "\n")
         protected += prot
         stats.update(sample.stats_for(rse, files, end))
-    (directory / "stats.json").write_text(json.dumps(stats))
-    (directory / "protected.json").write_text(json.dumps({"result": protected}))
-    (directory / "rses.json").write_text(json.dumps(list(rses)))  # the instance's RSEs, scanned or not
+    (directory / STATS_FILE).write_text(json.dumps(stats))
+    (directory / PROTECTED_FILE).write_text(json.dumps({"result": protected}))
+    (directory / RSES_FILE).write_text(json.dumps(list(rses)))  # the instance's RSEs, scanned or not
     return directory

@@ -14,6 +14,7 @@ from MSUnmerged.dumpreader import iter_chunks
 from MSUnmerged.jobs.backend import wait_for
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.service import Service
+from MSUnmerged.sources.offline import STATS_FILE, dump_file
 from service_kit import LoggedLocalBackend, dump_lines, files_left, make_site, rse_list
 
 pytestmark = pytest.mark.integration
@@ -22,7 +23,7 @@ RSE = "T2_IT_Apply"
 
 def write_dump(tmp_path: Path, lines: list[str]) -> tuple[Path, Config]:
     """The RSE's dump where make_site looks for it, and a configuration with its own state folder."""
-    dump = tmp_path / "src" / "dumps" / f"{RSE}.txt"
+    dump = dump_file(tmp_path / "src", RSE)
     dump.parent.mkdir(parents=True)
     dump.write_text("\n".join(lines) + "\n")
     config = Config()
@@ -34,7 +35,7 @@ def scan_of(src: Path, files: int) -> dict:
     """A finished scan of the RSE, started now (after its site's files were made), as src/stats.json."""
     now = time.time()
     stats = sample.stats_for(RSE, files, now, now)
-    (src / "stats.json").write_text(json.dumps(stats))
+    (src / STATS_FILE).write_text(json.dumps(stats))
     return stats[RSE]
 
 
@@ -93,7 +94,7 @@ def test_apply_carries_the_scan_start_to_the_workers(tmp_path: Path, mongo_db: D
                         stats=stats)
     assert plan.guard is None and plan.scan_started == end - 1800
     make_site(tmp_path, tmp_path / "src", RSE, config)
-    (tmp_path / "src" / "stats.json").write_text(json.dumps({RSE: stats}))  # the scan apply reads again
+    (tmp_path / "src" / STATS_FILE).write_text(json.dumps({RSE: stats}))  # the scan apply reads again
     backend = LoggedLocalBackend(config, tmp_path / "b")
     svc = Service(config, Ledger(mongo_db), rse_list(tmp_path / "src", [RSE]), backend=backend)
     result = svc.runner.apply_plan(tmp_path / "plan", protected)

@@ -20,7 +20,7 @@ from MSUnmerged.cli.apply import exit_code
 from MSUnmerged.config import Config
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.service import Hook, Service
-from MSUnmerged.sources.offline import OfflineSources
+from MSUnmerged.sources.offline import OfflineSources, dump_file
 from MSUnmerged.wiring import make_router
 from servers.condor import JOB_UID, SITE, CondorPool
 from MSUnmerged.samplesite import fill_storage, rescan, write_siteconf
@@ -76,7 +76,7 @@ def site(condor_pool: CondorPool, tmp_path: Path) -> Path:
     src = write_sources(tmp_path / "src", [RSE], files=60)
     write_siteconf(condor_pool.inside(SITECONF), SITE, RSE, f"{SITE}_posix", STORAGE)
     storage = condor_pool.inside(STORAGE)
-    fill_storage(storage, src / "dumps" / f"{RSE}.txt")
+    fill_storage(storage, dump_file(src, RSE))
     chown_tree(storage, JOB_UID)  # jobs run as the pool's submitter account
     rescan(src, RSE)  # the scan starts after the files exist and are chowned (workers check their ctime)
     return src
@@ -98,7 +98,7 @@ def check_outcomes(pool: CondorPool, src: Path, db: Database) -> None:
     assert len({f["lfn"] for f in files}) == len(files)
     for f in files:
         assert not pool.inside(STORAGE + f["lfn"]).exists()
-    kept = set((src / "dumps" / f"{RSE}.txt").read_text().split()) - {f["lfn"] for f in files}
+    kept = set(dump_file(src, RSE).read_text().split()) - {f["lfn"] for f in files}
     assert kept and all(pool.inside(STORAGE + lfn).exists() for lfn in kept)  # protected ones stay
     jobs = list(db.jobs.find({"rse": RSE}))
     assert {j["state"] for j in jobs} == {"finished"} and sum(j["files"] for j in jobs) == len(files)

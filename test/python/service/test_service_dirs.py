@@ -15,6 +15,7 @@ from pymongo.database import Database
 from MSUnmerged.config import SiteConfig
 from MSUnmerged.ledger import pending_dirs
 from MSUnmerged.samplesite import rescan
+from MSUnmerged.sources.offline import PROTECTED_FILE, STATS_FILE, dump_file
 from service_kit import dump_lines, write_sources
 from test_service_run import RSE, make_service
 
@@ -32,10 +33,10 @@ def failing_python(base: Path) -> str:
 
 def new_dump(src: Path, keep: list[str]) -> None:
     """The next ConMon scan, starting now: only `keep` listed (the rest was deleted by someone else meanwhile)."""
-    (src / "dumps" / f"{RSE}.txt").write_text("\n".join(keep) + "\n")
-    stats = json.loads((src / "stats.json").read_text())
+    dump_file(src, RSE).write_text("\n".join(keep) + "\n")
+    stats = json.loads((src / STATS_FILE).read_text())
     stats[RSE].update(files=len(keep))
-    (src / "stats.json").write_text(json.dumps(stats))
+    (src / STATS_FILE).write_text(json.dumps(stats))
     rescan(src, RSE)
 
 
@@ -85,8 +86,8 @@ def test_a_pending_directory_that_became_protected_is_forgotten(tmp_path: Path, 
     for path in (storage / target.lstrip("/")).rglob("*"):
         if path.is_file():
             path.unlink()
-    prot = json.loads((src / "protected.json").read_text())
-    (src / "protected.json").write_text(json.dumps({"result": prot["result"] + [target]}))
+    prot = json.loads((src / PROTECTED_FILE).read_text())
+    (src / PROTECTED_FILE).write_text(json.dumps({"result": prot["result"] + [target]}))
     second = svc.runner.run_once(RSE, wait_s=60)  # the same dump: done with errors, then the directories are retried
     assert (second.action, second.state) == ("finish", "done_with_errors")
     assert (storage / target.lstrip("/")).is_dir()  # never tried: it is protected now

@@ -20,7 +20,7 @@ from pymongo import MongoClient
 from MSUnmerged.config import Config
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.service import Service
-from MSUnmerged.sources.offline import OfflineSources
+from MSUnmerged.sources.offline import OfflineSources, dump_file
 from service_kit import LoggedLocalBackend, files_left, make_site, write_sources
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -99,7 +99,7 @@ def test_two_instances_one_killed_mid_cycle(tmp_path: Path, mongo_url: str, mong
     assert {d["state"] for d in Ledger(db).file_records()} == {"deleted"}, "a file deleted twice is reported missing"
     for rse in RSES:
         deleted = {d["lfn"] for d in Ledger(db).file_records(rse)}
-        everything = set((tmp_path / "src" / "dumps" / f"{rse}.txt").read_text().split())
+        everything = set(dump_file(tmp_path / "src", rse).read_text().split())
         assert files_left(storages[rse]) == everything - deleted
     for rse in RSES:
         doc = db.rses.find_one({"_id": rse})

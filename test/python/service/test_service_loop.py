@@ -14,6 +14,7 @@ from pymongo.database import Database
 from MSUnmerged.alerts import Notifier
 from MSUnmerged.ledger.view import MongoLedgerView
 from MSUnmerged.service import Service
+from MSUnmerged.sources.offline import RSES_FILE
 from servers.alertmanager import AlertManagerServer
 from service_kit import make_site, write_sources
 from test_service_run import RSE, make_service
@@ -78,7 +79,7 @@ def test_the_service_loop_pushes_after_its_cycles(tmp_path: Path, mongo_db: Data
     svc = make_service(tmp_path, mongo_db, src, interval_s=1, alert_after_cycles=1, instance="ms-unmer-loop")
     svc.config.alerts.alertmanager_url = alertmanager.push_url
     svc.notifier = Notifier(svc.config, MongoLedgerView(mongo_db))  # as the constructor builds it from the URL
-    (src / "rses.json").write_text("<html>Rucio is down</html>")
+    (src / RSES_FILE).write_text("<html>Rucio is down</html>")
     loop = threading.Thread(target=svc.serve)
     loop.start()
     try:

@@ -16,6 +16,7 @@ from MSUnmerged.ledger import Ledger, history
 from MSUnmerged.present import progress
 from MSUnmerged.ledger.view import MongoLedgerView
 from MSUnmerged.sources.errors import SourceError
+from MSUnmerged.sources.offline import RSES_FILE, STATS_FILE
 from service_kit import files_left, make_site, write_sources
 from test_service_run import RSE, make_service
 
@@ -74,7 +75,7 @@ def test_a_cycle_failing_before_any_rse_is_recorded_with_its_source(tmp_path: Pa
     src = write_sources(tmp_path / "src", [RSE], files=100)
     svc = make_service(tmp_path, mongo_db, src, interval_s=60, alert_after_cycles=2)
     make_site(tmp_path, src, RSE, svc.config)
-    (src / "rses.json").write_text("<html>Rucio is down</html>")  # what a broken front end answers
+    (src / RSES_FILE).write_text("<html>Rucio is down</html>")  # what a broken front end answers
     with pytest.raises(SourceError):
         svc.cycle(slot=1)
     view = MongoLedgerView(mongo_db)
@@ -92,13 +93,13 @@ def test_a_cycle_failing_before_any_rse_is_recorded_with_its_source(tmp_path: Pa
     assert "rucio_bad_content" in health["alert"] and 200 <= health["last_good_age_s"] < 260
     assert view.failure_totals() == {("rucio", "rucio_bad_content"): 1}
 
-    (src / "rses.json").write_text(f'["{RSE}"]')
-    (src / "stats.json").unlink()  # now ConMon fails: every RSE fails with its reason, the cycle says so
+    (src / RSES_FILE).write_text(f'["{RSE}"]')
+    (src / STATS_FILE).unlink()  # now ConMon fails: every RSE fails with its reason, the cycle says so
     svc.cycle(slot=2)
     last = view.health(svc.config.service.stale_after_s)["last_cycle"]
     assert [(f["source"], f["reason"], f["rse"]) for f in last["failures"]] == [("conmon", "conmon_http_status", RSE)]
 
-    (src / "rses.json").write_text("[]")  # a cycle with nothing to do and nothing failing is a good one
+    (src / RSES_FILE).write_text("[]")  # a cycle with nothing to do and nothing failing is a good one
     svc.cycle(slot=3)
     health = view.health(svc.config.service.stale_after_s)
     assert health["last_cycle"]["ok"] is True and health["alert"] == ""

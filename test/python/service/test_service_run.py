@@ -17,7 +17,7 @@ from MSUnmerged.config import Config
 from MSUnmerged.jobs.backend import wait_for
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.service import Service
-from MSUnmerged.sources.offline import OfflineSources
+from MSUnmerged.sources.offline import PROTECTED_FILE, STATS_FILE, OfflineSources, dump_file
 from MSUnmerged.jobs.local import LocalBackend
 from MSUnmerged.jobs.router import RoutingBackend
 from MSUnmerged.samplesite import rescan
@@ -61,7 +61,7 @@ def test_run_once_plans_submits_collects_and_ends_clean(tmp_path: Path, mongo_db
     assert sorted(svc.runner.jobs.backend.submissions()) == sorted(j["_id"] for j in mongo_db.jobs.find())
     # The files are really gone from the site, and only those.
     deleted = {d["lfn"] for d in Ledger(mongo_db).file_records(state="deleted")}
-    all_files = set((src / "dumps" / f"{RSE}.txt").read_text().split())
+    all_files = set(dump_file(src, RSE).read_text().split())
     assert files_left(tmp_path / "storage" / RSE) == all_files - deleted
     second = svc.runner.run_once(RSE)
     assert (second.action, second.state) == ("finish", "clean")
@@ -77,12 +77,12 @@ def test_run_once_plans_submits_collects_and_ends_clean(tmp_path: Path, mongo_db
 ])
 def test_skip_reasons_are_recorded(tmp_path: Path, mongo_db: Database, scan: dict, reason: str) -> None:
     src = write_sources(tmp_path / "src", [RSE], files=100)
-    stats = json.loads((src / "stats.json").read_text())
+    stats = json.loads((src / STATS_FILE).read_text())
     if scan is None:
         stats.pop(RSE)
     else:
         stats[RSE] = scan
-    (src / "stats.json").write_text(json.dumps(stats))
+    (src / STATS_FILE).write_text(json.dumps(stats))
     svc = make_service(tmp_path, mongo_db, src)
     result = svc.runner.run_once(RSE)
     assert (result.action, result.reason) == ("skip", reason)
@@ -95,9 +95,9 @@ def test_skip_reasons_are_recorded(tmp_path: Path, mongo_db: Database, scan: dic
 def test_missing_or_empty_protected_list_submits_nothing(tmp_path: Path, mongo_db: Database, protected) -> None:
     src = write_sources(tmp_path / "src", [RSE], files=200)
     if protected is None:
-        (src / "protected.json").unlink()
+        (src / PROTECTED_FILE).unlink()
     else:
-        (src / "protected.json").write_text(json.dumps({"result": protected}))
+        (src / PROTECTED_FILE).write_text(json.dumps({"result": protected}))
     svc = make_service(tmp_path, mongo_db, src)
     result = svc.runner.run_once(RSE)
     assert result.state in ("guarded", "failed")
@@ -110,7 +110,7 @@ def test_failures_are_retried_then_reported_not_clean(mongo_db: Database) -> Non
     base = world_readable_dir("msu-svc-fail-")  # the worker runs as nobody: no private tmp_path
     try:
         src = write_sources(base / "src", [RSE], files=300)
-        dump = src / "dumps" / f"{RSE}.txt"
+        dump = dump_file(src, RSE)
         lines = dump.read_text().splitlines()
         head, name = lines[-1].rsplit("/", 1)
         lines[-1] = f"{head}/locked/{name}"  # in a directory nobody may not write: permission denied
@@ -142,9 +142,9 @@ def test_new_dump_starts_new_generation_and_old_ones_are_pruned(tmp_path: Path, 
     svc.ledger.generations_kept = 2
     gens = []
     for k in range(3):
-        stats = json.loads((src / "stats.json").read_text())
+        stats = json.loads((src / STATS_FILE).read_text())
         stats[RSE]["start_time"] = stats[RSE]["end_time"] = time.time()  # a new scan, after the site's files
-        (src / "stats.json").write_text(json.dumps(stats))
+        (src / STATS_FILE).write_text(json.dumps(stats))
         result = svc.runner.run_once(RSE, wait_s=30)
         assert result.action == "new_generation"
         gens.append(result.generation)
@@ -170,8 +170,8 @@ def test_revalidation_removes_queued_jobs_with_newly_protected_files(tmp_path: P
     queued_files = set(svc.ledger.job_lfns(queued))
     newly = [svc.ledger.job_lfns(running)[0], svc.ledger.job_lfns(queued)[0]]
     newly = [lfn[:lfn.rfind("/")] for lfn in newly]  # their directories become protected
-    prot = json.loads((src / "protected.json").read_text())
-    (src / "protected.json").write_text(json.dumps({"result": prot["result"] + newly}))
+    prot = json.loads((src / PROTECTED_FILE).read_text())
+    (src / PROTECTED_FILE).write_text(json.dumps({"result": prot["result"] + newly}))
     second = svc.runner.run_once(RSE)
     assert second.action == "poll" and second.removed_jobs == 1 and second.dropped_protected > 0
     assert mongo_db.jobs.find_one({"_id": queued})["state"] == "removed"
@@ -229,9 +229,9 @@ def test_job_counts_on_the_rse_document_follow_every_way_a_run_ends(tmp_path: Pa
     assert svc.ledger.rse(RSE)["counters"]["jobs_by_state"] == actual()
     ids = {j["_id"]: j["batch_id"] for j in mongo_db.jobs.find({"rse": RSE})}
     wait_for(svc.runner.jobs.backend, ids, timeout=120)  # finished in the batch system, not yet collected
-    stats = json.loads((src / "stats.json").read_text())
+    stats = json.loads((src / STATS_FILE).read_text())
     stats.pop(RSE)  # the next run collects, then skips: scan_missing
-    (src / "stats.json").write_text(json.dumps(stats))
+    (src / STATS_FILE).write_text(json.dumps(stats))
     second = svc.runner.run_once(RSE)
     assert (second.action, second.reason, second.collected) == ("skip", "scan_missing", first.submitted)
     counts = svc.ledger.rse(RSE)["counters"]["jobs_by_state"]
@@ -245,14 +245,14 @@ def test_a_scan_without_a_usable_start_deletes_nothing(tmp_path: Path, mongo_db:
     check off (a file rewritten after the scan was deleted, the RSE clean). Now a named guard: nothing planned."""
     src = write_sources(tmp_path / "src", [RSE], files=100)
     svc = make_service(tmp_path, mongo_db, src)
-    stats = json.loads((src / "stats.json").read_text())
+    stats = json.loads((src / STATS_FILE).read_text())
     end = stats[RSE]["end_time"]
     if start == "absent":
         del stats[RSE]["start_time"]
     else:
         stats[RSE]["start_time"] = {"after_end": end + 1, "in_the_future": time.time() + 3600}.get(start, start)
     stats[RSE]["end_time"] = max(end, time.time() + 7200) if start == "in_the_future" else end
-    (src / "stats.json").write_text(json.dumps(stats))
+    (src / STATS_FILE).write_text(json.dumps(stats))
     storage = tmp_path / "storage" / RSE
     before = files_left(storage)
     rewritten = sorted(before)[-1]

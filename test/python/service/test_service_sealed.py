@@ -20,6 +20,8 @@ from MSUnmerged.ledger import Ledger
 from MSUnmerged.lfn import PrefixSet
 from MSUnmerged.service import RunResult, Service
 from MSUnmerged.samplesite import AGE_S
+from MSUnmerged.sources import offline
+from MSUnmerged.sources.offline import STATS_FILE, dump_file
 from service_kit import LoggedLocalBackend, dump_lines, files_left, make_site, rse_list
 
 pytestmark = pytest.mark.integration
@@ -37,7 +39,7 @@ class Site:
         self.lines, prot = dump_lines(RSE, files)
         self.protected = prot + UNRELATED
         self.src = src = tmp_path / "src"
-        self.dump = src / "dumps" / f"{RSE}.txt"
+        self.dump = dump_file(src, RSE)
         self.dump.parent.mkdir(parents=True)
         self.dump.write_text("\n".join(self.lines) + "\n")
         self.config = Config()
@@ -60,8 +62,8 @@ class Site:
         out = self.tmp / name
         end = time.time() if end_time is None else end_time
         stats = sample.stats_for(RSE, len(self.lines), end, min(self.filled, end))
-        (self.src / "stats.json").write_text(json.dumps(stats))
-        (self.src / "protected.json").write_text(json.dumps(self.protected))
+        (self.src / STATS_FILE).write_text(json.dumps(stats))
+        (self.src / offline.PROTECTED_FILE).write_text(json.dumps(self.protected))
         made = planner.plan(RSE, iter_chunks(str(self.dump)), protected or self.protected, self.config, out,
                             stats=stats[RSE])
         assert made.guard is None and made.files_to_delete > 0
@@ -310,14 +312,14 @@ def add_other(site: Site) -> Path:
     """OTHER (this instance's too) with its own dump and a finished scan of it; its storage also holds every file
     of RSE's dump, which OTHER's dump never lists. Returns OTHER's storage."""
     lines, _ = dump_lines(OTHER, 120)
-    (site.src / "dumps" / f"{OTHER}.txt").write_text("\n".join(lines) + "\n")
-    stats = json.loads((site.src / "stats.json").read_text())
-    (site.src / "stats.json").write_text(json.dumps({**stats, **sample.stats_for(OTHER, len(lines))}))
+    dump_file(site.src, OTHER).write_text("\n".join(lines) + "\n")
+    stats = json.loads((site.src / STATS_FILE).read_text())
+    (site.src / STATS_FILE).write_text(json.dumps({**stats, **sample.stats_for(OTHER, len(lines))}))
     storage = make_site(site.tmp, site.src, OTHER, site.config)  # rescans OTHER after its files are made
     put_old(storage, set(site.lines))
-    stats = json.loads((site.src / "stats.json").read_text())
+    stats = json.loads((site.src / STATS_FILE).read_text())
     stats[OTHER]["start_time"] = stats[OTHER]["end_time"] = time.time()  # the scan started after every file
-    (site.src / "stats.json").write_text(json.dumps(stats))
+    (site.src / STATS_FILE).write_text(json.dumps(stats))
     return storage
 
 
@@ -335,9 +337,9 @@ def test_a_plan_relabelled_for_another_rse_and_resealed_is_refused(tmp_path: Pat
     assert site.ledger.rse(OTHER)["reason"] == guards.PLAN_NOT_FROM_CURRENT_SCAN
     # The same, with OTHER's scan at exactly the plan's times: its dump does not hold RSE's files.
     sealed = seal.read_seal(plan_dir)
-    stats = json.loads((site.src / "stats.json").read_text())
+    stats = json.loads((site.src / STATS_FILE).read_text())
     stats[OTHER].update(start_time=planner.read_summary(plan_dir).scan_started, end_time=sealed.generation)
-    (site.src / "stats.json").write_text(json.dumps(stats))
+    (site.src / STATS_FILE).write_text(json.dumps(stats))
     result = site.apply(plan_dir)
     assert (result.state, result.reason) == ("guarded", guards.PLAN_NOT_IN_CURRENT_DUMP), result
     assert "/store/unmerged/Run3Era/" in result.detail and OTHER in result.detail

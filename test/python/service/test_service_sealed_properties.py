@@ -21,6 +21,7 @@ from MSUnmerged.config import Config
 from MSUnmerged.dumpreader import iter_chunks
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.service import Service
+from MSUnmerged.sources.offline import STATS_FILE, dump_file
 from service_kit import LoggedLocalBackend, dump_lines, make_site, rse_list
 
 pytestmark = pytest.mark.integration
@@ -45,7 +46,7 @@ class Pristine:
         self.lines = [x.encode() for x in lines]
         self.protected = protected
         src = base / "src"
-        dump = src / "dumps" / f"{RSE}.txt"
+        dump = dump_file(src, RSE)
         dump.parent.mkdir(parents=True)
         dump.write_bytes(b"\n".join(self.lines) + b"\n")
         self.config = Config()
@@ -57,7 +58,7 @@ class Pristine:
         self.plan_dir = base / "plan"
         now = time.time()  # the scan apply reads again: it starts after the site's files were made
         all_stats = sample.stats_for(RSE, len(lines), now, now)
-        (src / "stats.json").write_text(json.dumps(all_stats))
+        (src / STATS_FILE).write_text(json.dumps(all_stats))
         stats = all_stats[RSE]
         planner.plan(RSE, iter_chunks(str(dump)), protected, self.config, self.plan_dir, stats=stats)
         self.planned = {x for p in (self.plan_dir / "jobs").iterdir() for x in p.read_bytes().split(b"\n") if x}

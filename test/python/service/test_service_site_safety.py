@@ -19,7 +19,7 @@ from MSUnmerged.jobs.local import LocalBackend
 from MSUnmerged.jobs.spec import CleanupJob
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.service import Service
-from MSUnmerged.sources.offline import OfflineSources
+from MSUnmerged.sources.offline import STATS_FILE, OfflineSources
 from MSUnmerged.sources.rucio import RucioSource
 from servers.condor import JOB_UID, SITE as POOL_SITE, CondorPool
 from servers.rucio import RucioServer, add_cms_rse
@@ -201,7 +201,7 @@ def test_rucio_mapping_must_agree_with_the_site(rucio_server: RucioServer, tmp_p
     assert {(d["state"], d["error_class"]) for d in mongo_db.dirs.find({"rse": disagree})} == \
         {("refused", "mapping_disagrees")}
     for rse in (agree, disagree):  # every job carried Rucio's PFN and the scan's start
-        scan = json.loads((src / "stats.json").read_text())[rse]
+        scan = json.loads((src / STATS_FILE).read_text())[rse]
         jobs = [j["_id"] for j in mongo_db.jobs.find({"rse": rse})]
         assert jobs and set(jobs) <= set(svc.runner.jobs.backend.manifests)
         for job in jobs:

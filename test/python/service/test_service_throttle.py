@@ -14,6 +14,7 @@ from pymongo.database import Database
 from MSUnmerged.config import SiteConfig
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.service.drain import Drainer
+from MSUnmerged.sources.offline import PROTECTED_FILE, dump_file
 from service_kit import files_left, write_sources
 from test_service_run import RSE, make_service
 
@@ -31,7 +32,7 @@ def test_a_backlog_larger_than_the_guard_drains_over_several_cycles(tmp_path: Pa
     svc.config.guards.max_delete_files = 300  # the dump holds ~1,000 deletable files: too many for one plan
     svc.config.planner.max_files_per_cycle = 300
     svc.config.planner.files_per_job = 100
-    all_files = set((src / "dumps" / f"{RSE}.txt").read_text().split())
+    all_files = set(dump_file(src, RSE).read_text().split())
     shares, results = [], []
     for _ in range(8):
         result = svc.runner.run_once(RSE, wait_s=60)
@@ -90,8 +91,8 @@ def test_between_cycles_the_drainer_collects_and_tops_up(tmp_path: Path, mongo_d
         assert svc.runner.leases.acquire(RSE)  # a cycle works on the RSE: left alone
         assert drainer.once() == {}
         svc.runner.leases.release(RSE)
-        prot = json.loads((src / "protected.json").read_text())
-        (src / "protected.json").write_text(json.dumps({"result": []}))  # WMStats restarting: not to be trusted
+        prot = json.loads((src / PROTECTED_FILE).read_text())
+        (src / PROTECTED_FILE).write_text(json.dumps({"result": []}))  # WMStats restarting: not to be trusted
         deadline = time.monotonic() + 60
         while mongo_db.jobs.count_documents({"rse": RSE, "state": "queued"}) + \
                 mongo_db.jobs.count_documents({"rse": RSE, "state": "running"}):
@@ -99,7 +100,7 @@ def test_between_cycles_the_drainer_collects_and_tops_up(tmp_path: Path, mongo_d
             drainer.once()
             time.sleep(0.2)
         assert mongo_db.jobs.count_documents({"rse": RSE, "state": "planned"}) == planned - 2  # guard: none more
-        (src / "protected.json").write_text(json.dumps(prot))
+        (src / PROTECTED_FILE).write_text(json.dumps(prot))
         while mongo_db.jobs.count_documents({"rse": RSE, "state": {"$ne": "finished"}}):
             assert time.monotonic() < deadline + 120
             drainer.once()
@@ -116,7 +117,7 @@ def test_a_per_site_exclusion_is_honoured(tmp_path: Path, mongo_db: Database) ->
     own check, the plan summary shows it, and the files stay at the site."""
     src = write_sources(tmp_path / "src", [RSE], files=300)
     svc = make_service(tmp_path, mongo_db, src)
-    lines = (src / "dumps" / f"{RSE}.txt").read_text().split()
+    lines = dump_file(src, RSE).read_text().split()
     wmagent_logs = lines[3].rsplit("/", 3)[0]  # one dataset directory, e.g. where a site keeps job logs
     svc.config.jobs.sites.setdefault(RSE, SiteConfig()).exclude = [wmagent_logs]
     result = svc.runner.run_once(RSE)

@@ -15,7 +15,7 @@ from MSUnmerged.cli import EXIT_BAD_INPUT, EXIT_GUARD, EXIT_OK, EXIT_UNAVAILABLE
 from MSUnmerged.cli import demo  # noqa: F401  # imported before `cli` patches build_service, which it binds at import
 from MSUnmerged.config import Config
 from MSUnmerged.dumpreader import iter_chunks
-from MSUnmerged.sources.offline import OfflineSources
+from MSUnmerged.sources.offline import PROTECTED_FILE, RSES_FILE, STATS_FILE, OfflineSources, dump_file
 from MSUnmerged.ledger import Ledger
 from service_kit import make_site, write_sources
 
@@ -57,7 +57,7 @@ def nothing_recorded(db: Database) -> None:
 
 def plan_for(rse: str, src: Path, out: Path) -> Path:
     sources = OfflineSources(src)
-    made = planner.plan(rse, iter_chunks(str(src / "dumps" / f"{RSE}.txt")), sources.protected(), Config(), out,
+    made = planner.plan(rse, iter_chunks(str(dump_file(src, RSE))), sources.protected(), Config(), out,
                         stats=sources.stats()[RSE])
     assert made.guard is None and made.jobs > 0
     return out
@@ -68,7 +68,7 @@ def test_a_typo_rse_is_refused_by_every_command_and_leaves_nothing(cli: Path, mo
                                                                    capsys: pytest.CaptureFixture[str],
                                                                    command: str) -> None:
     if command == "apply":
-        argv = ["apply", str(plan_for(TYPO, cli, tmp_path / "plan")), "--protected", str(cli / "protected.json")]
+        argv = ["apply", str(plan_for(TYPO, cli, tmp_path / "plan")), "--protected", str(cli / PROTECTED_FILE)]
     else:
         argv = [command, "--rse", TYPO]
     assert main(argv) == EXIT_BAD_INPUT
@@ -83,7 +83,7 @@ def test_apply_refusals_exit_with_the_guard_code_and_show_in_status(cli: Path, m
     plan_dir = plan_for(RSE, cli, tmp_path / "plan")
     with open(sorted((plan_dir / "jobs").iterdir())[0], "ab") as fh:
         fh.write(b"/store/unmerged/Run3Era/Primary0/x.root\n")
-    assert main(["apply", str(plan_dir), "--protected", str(cli / "protected.json")]) == EXIT_GUARD
+    assert main(["apply", str(plan_dir), "--protected", str(cli / PROTECTED_FILE)]) == EXIT_GUARD
     assert "plan_modified" in capsys.readouterr().err
     assert not Ledger(mongo_db).file_records()
     assert main(["status", "--json"]) == EXIT_OK
@@ -93,7 +93,7 @@ def test_apply_refusals_exit_with_the_guard_code_and_show_in_status(cli: Path, m
 def test_the_cycle_and_run_once_accept_the_instances_rses(cli: Path, mongo_db: Database) -> None:
     """The instance's own RSE is worked on as before (the RSE list is read once per TTL, not per call)."""
     stats = sample.stats_for(RSE, 200, time.time() - 60)
-    (cli / "stats.json").write_text(json.dumps(stats))
+    (cli / STATS_FILE).write_text(json.dumps(stats))
     assert main(["run", "--rse", RSE]) == EXIT_OK
     assert mongo_db.rses.find_one({"_id": RSE})["state"] in ("planned", "running")
 
@@ -102,9 +102,9 @@ def test_without_the_rse_list_only_configured_rses_are_accepted(cli: Path, mongo
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     """Rucio (here: the offline list) unreadable: an RSE configured under jobs.sites is accepted, any other
     is refused with the source's error (exit 5), never assumed to be this instance's."""
-    (cli / "rses.json").write_text("{}")  # not a list: the list is unavailable
+    (cli / RSES_FILE).write_text("{}")  # not a list: the list is unavailable
     assert main(["run", "--rse", TYPO]) == EXIT_UNAVAILABLE
-    assert "rses.json" in capsys.readouterr().err
+    assert RSES_FILE in capsys.readouterr().err
     nothing_recorded(mongo_db)
     assert main(["run", "--rse", RSE]) == EXIT_OK  # configured: worked on
     assert mongo_db.rses.find_one({"_id": RSE})["state"] in ("planned", "running")

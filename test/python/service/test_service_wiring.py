@@ -11,7 +11,7 @@ from pymongo import MongoClient
 
 from MSUnmerged.config import Config
 from MSUnmerged.jobs.local import LocalBackend
-from MSUnmerged.sources.offline import OfflineSources
+from MSUnmerged.sources.offline import RSE_ATTRIBUTES_FILE, OfflineSources, dump_file
 from MSUnmerged.wiring import build_service
 from MSUnmerged.ledger import FileState, Ledger
 from service_kit import files_left, make_site, write_sources
@@ -41,7 +41,7 @@ def test_build_service_routes_two_rses_to_two_sites(tmp_path: Path, mongo_url: s
                 assert results[rse].action == "new_generation" and results[rse].submitted > 0, results[rse]
                 deleted = {d["lfn"] for d in Ledger(db).file_records(rse, state="deleted")}
                 assert deleted and deleted == {d["lfn"] for d in Ledger(db).file_records(rse)}
-                everything = set((src / "dumps" / f"{rse}.txt").read_text().split())
+                everything = set(dump_file(src, rse).read_text().split())
                 assert files_left(storages[rse]) == everything - deleted
                 assert {j["site"] for j in db.jobs.find({"rse": rse})} == {config.jobs.sites[rse].site}
         assert sorted(routed) == sorted(("local", config.jobs.sites[rse].site) for rse in RSES)
@@ -57,7 +57,7 @@ def test_site_from_the_rse_attribute_where_configured(tmp_path: Path, mongo_url:
     its jobs carry and the backend they are routed to; the worker there accepts them as its site's."""
     rse = "T2_XX_Gamma_Disk"
     src = write_sources(tmp_path / "src", [rse], files=120)
-    (src / "rse_attributes.json").write_text(json.dumps({rse: {"site": "T2_ZZ_Moved", "tier": "2"}}))
+    (src / RSE_ATTRIBUTES_FILE).write_text(json.dumps({rse: {"site": "T2_ZZ_Moved", "tier": "2"}}))
     config = Config()
     config.service.state_dir = str(tmp_path / "state")
     config.service.dry_run = False
@@ -72,6 +72,6 @@ def test_site_from_the_rse_attribute_where_configured(tmp_path: Path, mongo_url:
             assert {j["site"] for j in svc.ledger.db.jobs.find({"rse": rse})} == {"T2_ZZ_Moved"}
             assert list(svc.runner.jobs.backend._backends) == [("local", "T2_ZZ_Moved")]  # type: ignore[attr-defined]
             deleted = {d["lfn"] for d in svc.ledger.file_records(rse, state=FileState.DELETED)}
-            assert deleted and files_left(storage) == set((src / "dumps" / f"{rse}.txt").read_text().split()) - deleted
+            assert deleted and files_left(storage) == set(dump_file(src, rse).read_text().split()) - deleted
     finally:
         mongo_client.drop_database(config.mongo.database)

@@ -4,28 +4,23 @@ earlier plans retried, and the opt-in sweep of old empty directories below the d
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 from MSUnmerged.worker.pace import Pacer
 from test_worker_xrootd import xrootd_site
-from worker_kit import dirs, files, manifest, posix_site, put, run_worker, summary, world_dir
+from worker_kit import dirs, files, manifest, posix_world, put, run_worker, summary, world_dir
 
 BASE = "/store/unmerged/Run2024F/Muon0/AOD/PromptReco-v1"  # a dataset directory: 7 path elements
 
 
 @pytest.fixture()
-def site() -> tuple[Path, Path]:
+def site() -> Iterator[tuple[Path, Path]]:
     """(storage root, SITECONFIG_PATH) of a POSIX test site."""
-    root = world_dir("msunmerged-dirs-")
-    storage = root / "storage"
-    storage.mkdir()
-    storage.chmod(0o755)
-    yield storage, posix_site(root, storage)
-    shutil.rmtree(root, ignore_errors=True)
+    yield from posix_world("msunmerged-dirs-")
 
 
 def make_dir(storage: Path, lfn: str) -> Path:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -17,21 +18,16 @@ from MSUnmerged.worker import deleters
 from MSUnmerged.worker.cleanup import Cleanup, Job
 from MSUnmerged.worker.deleters import Result, Seen
 from MSUnmerged.worker.report import ReportWriter
-from worker_kit import (AS_NOBODY, put, SYSTEM_PYTHON, dirs, files, make_site, manifest, posix_site, run_worker,
+from worker_kit import (AS_NOBODY, put, SYSTEM_PYTHON, dirs, files, make_site, manifest, posix_world, run_worker,
                         summary, world_dir, worker_pyz)
 
 BASE = "/store/unmerged/Run2024F/Muon0/AOD/PromptReco-v1"
 
 
 @pytest.fixture()
-def site(tmp_path: Path) -> tuple[Path, Path]:
+def site() -> Iterator[tuple[Path, Path]]:
     """(storage root, SITECONFIG_PATH) of a POSIX test site, usable by the user nobody."""
-    root = world_dir("msunmerged-posix-")
-    storage = root / "storage"
-    storage.mkdir()
-    storage.chmod(0o755)
-    yield storage, posix_site(root, storage)
-    shutil.rmtree(root, ignore_errors=True)
+    yield from posix_world("msunmerged-posix-")
 
 
 def test_deletes_files_and_removes_emptied_dirs_leaf_first(site: tuple[Path, Path], tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 from MSUnmerged.jobs.workerpkg import build_worker
 from MSUnmerged.worker.cleanup import MANIFEST_VERSION
@@ -64,6 +64,17 @@ def make_site(root: Path, protocols: list[dict[str, Any]], methods: Sequence[dic
 def posix_site(root: Path, storage: Path) -> Path:
     return make_site(root, [{"protocol": "posix", "access": "global-rw", "prefix": str(storage)}],
                      [{"volume": VOLUME, "protocol": "posix", "command": "cp"}])
+
+
+def posix_world(prefix: str) -> Iterator[tuple[Path, Path]]:
+    """A fixture's body: (storage root, SITECONFIG_PATH) of a POSIX test site the user nobody can use, removed
+    after."""
+    root = world_dir(prefix)
+    storage = root / "storage"
+    storage.mkdir()
+    storage.chmod(0o755)
+    yield storage, posix_site(root, storage)
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def scan_start() -> float:

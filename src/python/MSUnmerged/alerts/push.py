@@ -78,8 +78,10 @@ class Notifier:
 
     def current(self, now: Optional[float] = None) -> list[Alert]:
         """The alerts firing now."""
-        return evaluate(self.view.health(self.config.service.stale_after_s), self.view.rses(), self.config.alerts,
-                        time.time() if now is None else now)
+        # The rules read the health's `alert` only (from the last cycles' failures): brief leaves out the cycles'
+        # per-RSE results, which grow with the partition.
+        health = self.view.health(self.config.service.stale_after_s, brief=True)
+        return evaluate(health, self.view.rses(), self.config.alerts, time.time() if now is None else now)
 
     def after_cycle(self) -> int:
         """Push the firing alerts and resolve the cleared ones; returns how many were sent (0 on failure:

@@ -24,7 +24,7 @@ from MSUnmerged.config import Config, SiteConfig
 from MSUnmerged.embedded_mongo import in_use
 from MSUnmerged.samplesite import DEMO_RSE, DEMO_SITE, count_files, fill_storage, rescan, write_site
 from MSUnmerged.service import RunAction
-from MSUnmerged.sources.offline import OfflineSources
+from MSUnmerged.sources.offline import OfflineSources, dump_file
 from MSUnmerged.statemachine import RSEState
 from MSUnmerged.wiring import build_service
 
@@ -43,14 +43,13 @@ def demo_spec(files: int) -> sample.SampleSpec:
 
 
 def write_sources(directory: Path, files: int) -> Path:
-    """The sample RSE as OfflineSources reads it: stats.json, protected.json, dumps/<RSE>.txt."""
+    """The sample RSE as OfflineSources reads it: stats, protected list and dump."""
     if directory.exists():
         shutil.rmtree(directory)
-    inputs = sample.write_sample_inputs(directory / "generated", DEMO_RSE, demo_spec(files))
-    (directory / "dumps").mkdir()
-    inputs["dump"].rename(directory / "dumps" / f"{DEMO_RSE}.txt")
-    inputs["stats"].rename(directory / "stats.json")
-    inputs["protected"].rename(directory / "protected.json")
+    inputs = sample.write_sample_inputs(directory, DEMO_RSE, demo_spec(files))  # stats and protected in place
+    dump = dump_file(directory, DEMO_RSE)
+    dump.parent.mkdir()
+    inputs["dump"].rename(dump)
     return directory
 
 
@@ -80,7 +79,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
         raise BadInput(f"the demo's database in {work / 'state'} is in use by another process; stop it first")
     sources = write_sources(work / "sources", args.files)
     storage = work / "storage"
-    fill_storage(storage, sources / "dumps" / f"{DEMO_RSE}.txt")
+    fill_storage(storage, dump_file(sources, DEMO_RSE))
     rescan(sources, DEMO_RSE)  # the scan lists the files made: it starts after them
     siteconf = write_site(work, storage)
     shutil.rmtree(work / "state", ignore_errors=True)  # each demo starts from an empty ledger

@@ -21,6 +21,11 @@ class Reads(LedgerBase):
         flt = {"_id": rse} if rse else {}
         return with_retry(lambda: list(self.rses.find(flt).sort("_id", ASCENDING)), "rse docs")
 
+    def current_generation(self, rse: str) -> Optional[float]:
+        """The RSE's current generation (None: none recorded, or no such RSE)."""
+        doc = with_retry(lambda: self.rses.find_one({"_id": rse}, {"generation": 1}), f"generation of {rse}") or {}
+        return doc.get("generation")
+
     def query_files(self, rse: str, state: Optional[str] = None, job: Optional[str] = None,
                     dir_prefix: Optional[str] = None, generation: Optional[float] = None,
                     after: Optional[str] = None, limit: int = 100,
@@ -33,7 +38,7 @@ class Reads(LedgerBase):
         """
         limit = max(1, min(limit, 10_000))
         if generation is None:
-            generation = self.rse(rse).get("generation")
+            generation = self.current_generation(rse)
             if generation is None:
                 return {"items": [], "next": None, "generation": None}
         if error_class is not None and state is None and not dirs:
@@ -46,8 +51,9 @@ class Reads(LedgerBase):
         stored = None if state == SUBMITTED else state
         gen_prefix = f"{rse}|{gen_key(generation)}|"
         lo = gen_prefix + (dir_prefix or "")
-        hi, inclusive = lo + "\U0010ffff", True
+        hi, inclusive = lo + records.TOP, True
         bucket_floor = ""
+        pick: Optional[dict[str, Any]] = None
         if state == SUBMITTED:
             live = [j["_id"] for j in self.jobs_in(rse, LIVE_JOB_STATES, generation) if not job or j["_id"] == job]
             flt = {"job": {"$in": live}, "rse": rse, "gen": generation, "state": FileState.PLANNED}
@@ -57,14 +63,17 @@ class Reads(LedgerBase):
             job_span = (self.job(job).get("span") or []) if not dirs else []
             if job_span:
                 lo, hi, bucket_floor = max(lo, job_span[0]), min(hi, job_span[1] + "\0"), job_span[0]
+                # A span holds few records: each window's rows are read whole, and say which entries have a row.
+                flt, pick = {"rse": rse, "gen": generation}, flt
         else:
             flt, bucket_flt = {"rse": rse, "gen": generation}, {"rse": rse, "gen": generation}
+        row_flt = flt if pick is None else pick
         if stored and state != SUBMITTED:
-            flt["state"] = stored
+            row_flt["state"] = stored
             if "job" not in bucket_flt and not dirs:
                 bucket_flt["states"] = str(stored)
         if error_class is not None:
-            flt["error_class"] = error_class
+            row_flt["error_class"] = error_class
         if after and after >= lo:
             lo, inclusive = after, False
         # Bucket entries are planned, or have an outcome without error class (error_class "").
@@ -72,7 +81,7 @@ class Reads(LedgerBase):
             error_class is None or error_class == "" and s != FileState.PLANNED))
         docs = records.page(self.dirs if dirs else self.files, flt, self.buckets, bucket_flt, codes, lo, inclusive, hi,
                             limit, self.fences.get(rse, generation), all_rows=flt.keys() == {"rse", "gen"},
-                            bucket_floor=bucket_floor)
+                            bucket_floor=bucket_floor, pick=pick)
         return {"items": docs, "next": docs[-1]["_id"] if len(docs) == limit else None, "generation": generation}
 
     def file_history(self, rse: str, lfn: str) -> list[dict[str, Any]]:

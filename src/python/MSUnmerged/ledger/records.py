@@ -19,6 +19,7 @@ MIN_CHECK = 50  # bucket entries checked for rows per query, at least
 # Buckets in a page's first window (fences.Windows): ~250 files each, so one window fills most pages; a page of
 # rows alone (failed files by class) starts wider, rows being a few percent of the files.
 FIRST_BUCKETS, FIRST_ROW_BUCKETS = 2, 16
+TOP = "\U0010ffff"  # sorts after every character: a prefix range is [prefix, prefix + TOP)
 
 
 def with_rows(rows: Collection, ids: Iterable[str]) -> set[str]:
@@ -32,10 +33,16 @@ def with_rows(rows: Collection, ids: Iterable[str]) -> set[str]:
     return found
 
 
-def _ancestors(lo: str) -> list[str]:
-    """The directories the path of `lo` ("<rse>|<gen>|<path>") lies in."""
+def _ancestors(lo: str, hi: str) -> list[str]:
+    """The directories the path of `lo` ("<rse>|<gen>|<path>") lies in whose bucket may hold a file of [lo, hi).
+    When hi is lo's own prefix range (a directory page's first page), only the directory of lo's last path
+    component can: a file of D is D/<name without '/'>, which starts with lo only if the rest of lo after
+    D/ has no '/' (and is not empty: then D's bucket, D/ + SEP..., sorts after lo)."""
     path = lo.split("|", 2)[2]
-    return [path[:i] for i, c in enumerate(path) if c == "/" and i > 0]
+    dirs = [path[:i] for i, c in enumerate(path) if c == "/" and i > 0]
+    if hi == lo + TOP:
+        dirs = [d for d in dirs if path[len(d) + 1:] and "/" not in path[len(d) + 1:]]
+    return dirs
 
 
 class _Pending:
@@ -85,14 +92,21 @@ def _unshadowed(rows: Collection, entries: Iterator[tuple[str, Mapping[str, Any]
         yield from (bk.record(doc, i, name) for fid, doc, i, name in part if fid not in shadowed)
 
 
+def _picked(doc: Mapping[str, Any], pick: Mapping[str, Any]) -> bool:
+    """The row has every field of `pick` (equalities only) with that value."""
+    return all(doc.get(k) == v for k, v in pick.items())
+
+
 def page(rows: Collection, row_flt: Optional[Mapping[str, Any]], buckets: Collection,
          bucket_flt: Optional[Mapping[str, Any]], codes: str, lo: str, lo_inclusive: bool, hi: str,
          limit: int, fence_ids: Sequence[str] = (), all_rows: bool = False,
-         bucket_floor: str = "") -> list[dict[str, Any]]:
+         bucket_floor: str = "", pick: Optional[Mapping[str, Any]] = None) -> list[dict[str, Any]]:
     """The first `limit` records in _id order in the range: rows matching row_flt merged with bucket entries
     (buckets matching bucket_flt, codes in `codes`); a None filter leaves that side out. `all_rows`: row_flt
     selects every row of the range, so the rows read are all those that can stand for a bucket entry;
-    `bucket_floor`: no bucket matching bucket_flt sorts below it.
+    `bucket_floor`: no bucket matching bucket_flt sorts below it. `pick` (with all_rows, for a range that holds
+    few records, such as a job's span): each window's rows are read whole, the page's rows are those with
+    `pick`'s field values, and all of them stand for entries (no look-up by id).
 
     Read in windows over [lo, hi) whose ends are fences (fences.Windows), until the page is full: each query
     then matches one window, not the rest of the range."""
@@ -100,7 +114,7 @@ def page(rows: Collection, row_flt: Optional[Mapping[str, Any]], buckets: Collec
     pending = _Pending(codes, lo, lo_inclusive, hi)
     if with_buckets and lo > bucket_floor:
         # The buckets of lo's own ancestor directories sort before lo but may hold later files.
-        dirs = _ancestors(lo)
+        dirs = _ancestors(lo, hi)
         if dirs:
             for doc in with_retry(lambda: list(buckets.find({**bucket_flt, "dir": {"$in": dirs}})),
                                   "ancestor buckets"):
@@ -114,15 +128,23 @@ def page(rows: Collection, row_flt: Optional[Mapping[str, Any]], buckets: Collec
         rng = {"$gte" if inclusive else "$gt": start, "$lt": end}
         need = limit - len(out)
         window_rows: list[dict[str, Any]] = []
+        have: set[str] = set()
         if row_flt is not None:
             q = {**row_flt, "_id": rng}
-            window_rows = with_retry(lambda: list(rows.find(q).sort("_id", ASCENDING).limit(need)), "query records")
+            if pick is not None:
+                every = with_retry(lambda: list(rows.find(q).sort("_id", ASCENDING)), "query records")
+                have = {r["_id"] for r in every}
+                window_rows = [r for r in every if _picked(r, pick)][:need]
+            else:
+                window_rows = with_retry(lambda: list(rows.find(q).sort("_id", ASCENDING).limit(need)),
+                                         "query records")
+                have = {r["_id"] for r in window_rows}
         found: Iterator[dict[str, Any]] = iter(window_rows)
         if with_buckets:
             listed = _window_entries(buckets, bucket_flt, rng, pending)
             if all_rows:
-                # Complete up to the last row read, and only entries up to it can make the page then.
-                have = {r["_id"] for r in window_rows}
+                # Complete up to the last row read (every row of the window with `pick`), and only entries up to
+                # it can make the page then.
                 entries = (bk.record(doc, i, name) for fid, doc, i, name in listed if fid not in have)
             else:
                 entries = _unshadowed(rows, listed, max(need, MIN_CHECK))

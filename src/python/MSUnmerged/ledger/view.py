@@ -121,9 +121,13 @@ def _scalar(v: Any) -> Any:
 class MongoLedgerView:
     """LedgerView over the ledger's collections, through `Ledger`'s queries where it has them."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, generation_ttl_s: float = 0.0) -> None:
+        """generation_ttl_s: an RSE's current generation, which every per-file page starts from, is read at most
+        this often (0: on every page); a page then follows a newly recorded generation within that time."""
         self.db = db
         self.ledger = Ledger(db)
+        self.generation_ttl_s = generation_ttl_s
+        self._generations: dict[str, tuple[float, Optional[float]]] = {}
 
     def ping(self) -> None:
         self.db.client.admin.command("ping")
@@ -147,6 +151,17 @@ class MongoLedgerView:
 
     # -- files -------------------------------------------------------------------------------
 
+    def _generation(self, rse: str) -> Optional[float]:
+        """The RSE's current generation, read again once generation_ttl_s passed."""
+        now = time.monotonic()
+        hit = self._generations.get(rse)
+        if hit is None or hit[0] <= now:
+            hit = (now + self.generation_ttl_s, self.ledger.current_generation(rse))
+            if len(self._generations) > 10_000:  # RSE names come from requests: keep the dict bounded
+                self._generations.clear()
+            self._generations[rse] = hit
+        return hit[1]
+
     def files(self, rse: Optional[str], state: Optional[str], error_class: Optional[str],
               dir_prefix: Optional[str], job: Optional[str], after: Optional[str],
               limit: int, dirs: bool = False) -> Iterator[dict[str, Any]]:
@@ -159,6 +174,10 @@ class MongoLedgerView:
             rse, generation = doc["rse"], doc["gen"]
         if not rse:
             return
+        if generation is None and self.generation_ttl_s > 0:
+            generation = self._generation(rse)
+            if generation is None:
+                return
         left = limit or None
         while True:
             page = self.ledger.query_files(rse, state=state, job=job, dir_prefix=dir_prefix, generation=generation,

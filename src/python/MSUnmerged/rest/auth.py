@@ -28,6 +28,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from MSUnmerged.config import RestConfig
 from MSUnmerged.rest.params import REQUEST_ID_RE, RSE_RE, BadParam, json_object, no_more, one
+from MSUnmerged.rest.triggers import TriggerMode
 
 log = logging.getLogger("MSUnmerged.rest.auth")
 audit_log = logging.getLogger("MSUnmerged.audit")
@@ -40,7 +41,6 @@ AUTHENTICATED = "ok"  # compared case-insensitively: `ok` from the Go front end,
 # HMAC pads a short key with zeros, so a key file of NULs signs like the empty key anyone can use.
 MIN_KEY_BYTES = 16
 _NOT_KEY_MATERIAL = b" \t\n\r\x0b\x0c\x00"
-TRIGGER_MODES = ("plan", "apply")
 ASKED = ("rse", "mode", "request_id")  # what a trigger asks, audited as claimed until the request is parsed
 
 
@@ -242,7 +242,7 @@ class TriggerAsk:
 
     user: User
     rse: str
-    mode: str
+    mode: TriggerMode
     request_id: str
     audited: dict[str, Any]
 
@@ -296,13 +296,13 @@ class TriggerGate:
         try:
             params = merge_body(params, json_object(read_body(self.rest.max_body_bytes)))
             rse = one(params, "rse", required=True, pattern=RSE_RE)
-            mode = one(params, "mode", "plan", choices=TRIGGER_MODES)
+            mode = TriggerMode(one(params, "mode", TriggerMode.PLAN, choices=tuple(TriggerMode)))
             request_id = one(params, "request_id", required=True, pattern=REQUEST_ID_RE)
             no_more(params)
         except (BadParam, AuthError) as exc:
             raise refuse(str(exc), exc, "refused") from None
         what.update(rse=rse, mode=mode, request_id=request_id)
-        if mode == "apply" and not self.rest.operator_logins:
+        if mode is TriggerMode.APPLY and not self.rest.operator_logins:
             raise refuse("apply closed: rest.operator_logins empty", AuthError(
                 "apply triggers are refused until rest.operator_logins names the logins that may apply"))
         return TriggerAsk(user, rse, mode, request_id, what)

@@ -14,9 +14,16 @@ from MSUnmerged.redact import redact
 
 log = logging.getLogger("MSUnmerged.rest.triggers")
 
-# run(rse, mode) does one RSE now (wiring.TriggerWorker): mode "plan" previews a fresh plan of it, planner only and
-# nothing recorded; "apply" works it as run_once does (records a new plan, submits jobs).
-RunFn = Callable[[str, str], Any]
+
+class TriggerMode(enum.StrEnum):
+    """What a trigger does to its RSE; the value is the REST `mode` callers send."""
+
+    PLAN = "plan"  # previews a fresh plan of it: planner only, nothing recorded
+    APPLY = "apply"  # works it as run_once does: records a new plan, submits jobs
+
+
+# run(rse, mode) does one RSE now (wiring.TriggerWorker).
+RunFn = Callable[[str, TriggerMode], Any]
 # check(rse) raises TriggerRefused when the RSE may not be triggered at all (e.g. not this instance's).
 CheckFn = Callable[[str], None]
 # claim(request_id) records the id as used; False when it was used already (ledger.requestids.RequestIds).
@@ -59,10 +66,12 @@ class TriggerQueue:
         self._thread = threading.Thread(target=self._work, name="msunmerged-triggers", daemon=True)
         self._thread.start()
 
-    def submit(self, rse: str, mode: str, user: str, request_id: str) -> dict[str, Any]:
+    def submit(self, rse: str, mode: TriggerMode, user: str, request_id: str) -> dict[str, Any]:
         """Queue a trigger; returns its record (an existing one when the same RSE/mode is pending).
         TriggerRefused, with nothing queued, when `check` refuses the RSE or the request_id was used; the
-        id is claimed only once the RSE is admitted, so a refused trigger may be sent again as it was."""
+        id is claimed only once the RSE is admitted, so a refused trigger may be sent again as it was.
+        ValueError, before anything, for a mode that is not a TriggerMode."""
+        mode = TriggerMode(mode)
         self.check(rse)
         if not self.claim(request_id):
             raise TriggerRefused(409, REPLAYED, f"request_id {request_id!r} was already used: send a fresh one")

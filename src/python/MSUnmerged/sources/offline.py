@@ -1,6 +1,6 @@
 """File-based Sources for the CLI, tests and offline runs: the same answers the real services give.
 
-Layout of the directory:
+Layout of the directory (the names are written here only: writers use the constants and dump_file):
   stats.json        the ConMon `stats` answer ({RSE: {...}})
   protected.json    the WMStats `protectedlfns` answer ({"result": [...]}) or a JSON list
   dumps/<RSE>       the RSE's dump (text, gzip or JSON array; any extension: .txt, .gz, .json)
@@ -14,6 +14,17 @@ from pathlib import Path
 from typing import Any, BinaryIO, Optional
 
 from MSUnmerged.sources.errors import BAD_CONTENT, HTTP_STATUS, NO_MATCH, SourceError
+
+STATS_FILE = "stats.json"
+PROTECTED_FILE = "protected.json"
+RSES_FILE = "rses.json"
+RSE_ATTRIBUTES_FILE = "rse_attributes.json"
+DUMPS_DIR = "dumps"
+
+
+def dump_file(directory: Path | str, rse: str, suffix: str = ".txt") -> Path:
+    """Where the dump of `rse` is written in an offline sources directory."""
+    return Path(directory) / DUMPS_DIR / f"{rse}{suffix}"
 
 
 class OfflineSources:
@@ -34,34 +45,34 @@ class OfflineSources:
             raise SourceError(BAD_CONTENT, f"{path}: {exc}", source) from None
 
     def stats(self) -> dict[str, Any]:
-        data = self._json("stats.json", "conmon")
+        data = self._json(STATS_FILE, "conmon")
         if not isinstance(data, dict):
-            raise SourceError(BAD_CONTENT, "stats.json is not an object keyed by RSE", "conmon")
+            raise SourceError(BAD_CONTENT, f"{STATS_FILE} is not an object keyed by RSE", "conmon")
         return data
 
     def protected(self) -> list[str]:
-        data = self._json("protected.json", "wmstats")
+        data = self._json(PROTECTED_FILE, "wmstats")
         if isinstance(data, dict):
             data = data.get("result")
         if not isinstance(data, list) or not all(isinstance(x, str) for x in data):
-            raise SourceError(BAD_CONTENT, "protected.json is not a list of LFN strings", "wmstats")
+            raise SourceError(BAD_CONTENT, f"{PROTECTED_FILE} is not a list of LFN strings", "wmstats")
         return data
 
     def rses(self) -> list[str]:
-        if (self.directory / "rses.json").exists():
-            names = self._json("rses.json", "rucio")
+        if (self.directory / RSES_FILE).exists():
+            names = self._json(RSES_FILE, "rucio")
             if not isinstance(names, list) or not all(isinstance(x, str) for x in names):
-                raise SourceError(BAD_CONTENT, "rses.json is not a list of RSE names", "rucio")
+                raise SourceError(BAD_CONTENT, f"{RSES_FILE} is not a list of RSE names", "rucio")
             return sorted(names)
         return sorted(self.stats())
 
     def rse_attributes(self, rse: str) -> dict[str, Any]:
-        if not (self.directory / "rse_attributes.json").exists():
+        if not (self.directory / RSE_ATTRIBUTES_FILE).exists():
             return {}
-        data = self._json("rse_attributes.json", "rucio")
+        data = self._json(RSE_ATTRIBUTES_FILE, "rucio")
         attributes = data.get(rse, {}) if isinstance(data, dict) else None
         if not isinstance(attributes, dict):
-            raise SourceError(BAD_CONTENT, "rse_attributes.json is not an object of RSE objects", "rucio")
+            raise SourceError(BAD_CONTENT, f"{RSE_ATTRIBUTES_FILE} is not an object of RSE objects", "rucio")
         return attributes
 
     def unmerged_pfn(self, rse: str) -> Optional[str]:
@@ -69,8 +80,9 @@ class OfflineSources:
         return None
 
     def open_dump(self, rse: str) -> BinaryIO:
-        matches = sorted((self.directory / "dumps").glob(f"{rse}*"))
+        dumps = self.directory / DUMPS_DIR
+        matches = sorted(dumps.glob(f"{rse}*"))
         exact = [p for p in matches if p.name == rse or p.name.split(".")[0] == rse]
         if not exact:
-            raise SourceError(NO_MATCH, f"no dump for {rse} in {self.directory / 'dumps'}", "conmon")
+            raise SourceError(NO_MATCH, f"no dump for {rse} in {dumps}", "conmon")
         return open(exact[0], "rb")

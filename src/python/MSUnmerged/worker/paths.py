@@ -5,6 +5,7 @@ import re
 from typing import Iterable, Optional
 
 UNMERGED = "/store/unmerged/"
+# The one limit on a path's length: the service's planner.max_lfn_length is validated against it.
 MAX_LFN = 4096
 # A directory is never removed above this depth floor: /store/unmerged/<x> has depth 4.
 MIN_DIR_DEPTH = 5

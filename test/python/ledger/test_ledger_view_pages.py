@@ -1,0 +1,111 @@
+"""The per-file pages' reads on a real SecantusDB: a job's page tells the entries that have a row from the rows of
+its span (no look-up by id), a directory's first page reads no ancestor buckets, and serve's view keeps an RSE's
+current generation for its time to live."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pymongo import MongoClient, monitoring
+from pymongo.database import Database
+
+from MSUnmerged.ledger import Ledger, job_id
+from MSUnmerged.ledger import buckets as bk
+from MSUnmerged.ledger.view import MongoLedgerView
+from test_ledger_store import GEN, RSE, make_plan
+
+pytestmark = pytest.mark.integration
+
+
+class Finds(monitoring.CommandListener):
+    """The (collection, filter) of every `find`."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, dict[str, Any]]] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if event.command_name == "find":
+            self.seen.append((event.command["find"], dict(event.command.get("filter") or {})))
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+def paged(ledger: Ledger, limit: int, **query: Any) -> list[dict[str, Any]]:
+    out, after = [], None
+    while True:
+        page = ledger.query_files(RSE, after=after, limit=limit, **query)
+        out += page["items"]
+        if not (after := page["next"]):
+            return out
+
+
+def a_row_beside_its_entry(db: Database, job: str, code: str, other_job: str) -> str:
+    """A crash's leftover: a row (of another job) written for one of `job`'s entries with `code`, whose code
+    was not set to ROW yet. Returns the file's _id."""
+    doc = next(d for d in db.buckets.find({"job": job}) if code in d["codes"])
+    i = doc["codes"].index(code)
+    row = {**bk.record(doc, i, bk.names(doc)[i]), "job": other_job, "state": "planned", "attempts": 2}
+    db.files.insert_one(row)
+    return row["_id"]
+
+
+def test_a_job_page_reads_its_span_rows_and_looks_no_entry_up(tmp_path: Path, mongo_url: str,
+                                                              mongo_db: Database) -> None:
+    ledger = Ledger(mongo_db)
+    ledger.ensure_indexes()
+    ledger.record_plan(tmp_path / "plan", make_plan(tmp_path), GEN)
+    job = job_id(RSE, GEN, 1, 2)
+    lfns = ledger.job_lfns(job)
+    ledger.record_outcomes(job, [{"lfn": x, "state": ("failed", "deleted", "would_delete", "missing")[i % 4],
+                                  **({"error_class": "e", "error": "x"} if i % 4 == 0 else {})}
+                                 for i, x in enumerate(lfns)])
+    retry = job_id(RSE, GEN, 2, 1)
+    shadowed = {a_row_beside_its_entry(mongo_db, job, code, retry) for code in ("d", "w")}
+    want = [d for d in ledger.file_records() if d["job"] == job]
+    assert len(want) == len(lfns) - len(shadowed) and not shadowed & {d["_id"] for d in want}
+    finds = Finds()
+    with MongoClient(mongo_url, event_listeners=[finds]) as client:
+        reader = Ledger(client[mongo_db.name])
+        for limit in (1, 7, 1000):
+            assert paged(reader, limit, job=job) == want
+        for state in ("failed", "deleted", "would_delete", "missing"):
+            assert paged(reader, 9, job=job, state=state) == [d for d in want if d["state"] == state]
+        assert paged(reader, 9, job=job, error_class="e") == [d for d in want if d.get("error_class") == "e"]
+    assert not [f for c, f in finds.seen if c == "files" and isinstance(f.get("_id"), dict) and "$in" in f["_id"]]
+
+
+def test_a_directory_first_page_reads_no_ancestor_bucket(tmp_path: Path, mongo_url: str, mongo_db: Database) -> None:
+    ledger = Ledger(mongo_db)
+    ledger.ensure_indexes()
+    ledger.record_plan(tmp_path / "plan", make_plan(tmp_path), GEN)
+    everything = ledger.file_records()
+    finds = Finds()
+    with MongoClient(mongo_url, event_listeners=[finds]) as client:
+        reader = Ledger(client[mongo_db.name])
+        prefix = "/store/unmerged/Era/P1/RAW/Proc-v1/000/"
+        first = reader.query_files(RSE, dir_prefix=prefix, limit=5)["items"]
+        assert not [f for c, f in finds.seen if c == "buckets" and "dir" in f]
+        # Later pages, and a prefix that ends inside a name, still need them (the property test checks the answers).
+        assert paged(reader, 5, dir_prefix=prefix) == [d for d in everything if d["lfn"].startswith(prefix)]
+        assert first == [d for d in everything if d["lfn"].startswith(prefix)][:5]
+        assert paged(reader, 5, dir_prefix=prefix + "001/f1") == [
+            d for d in everything if d["lfn"].startswith(prefix + "001/f1")]
+    assert [f for c, f in finds.seen if c == "buckets" and "dir" in f]
+
+
+def test_serve_view_keeps_the_current_generation_for_its_ttl(tmp_path: Path, mongo_db: Database) -> None:
+    ledger = Ledger(mongo_db, generations_kept=2)
+    ledger.ensure_indexes()
+    ledger.record_plan(tmp_path / "1" / "plan", make_plan(tmp_path / "1"), GEN)
+    kept, fresh = MongoLedgerView(mongo_db, generation_ttl_s=3600.0), MongoLedgerView(mongo_db)
+    for view in (kept, fresh):
+        assert {r["gen"] for r in view.files(RSE, None, None, None, None, None, 10)} == {GEN}
+    ledger.record_plan(tmp_path / "2" / "plan", make_plan(tmp_path / "2"), GEN + 1)
+    assert {r["gen"] for r in fresh.files(RSE, None, None, None, None, None, 10)} == {GEN + 1}
+    assert {r["gen"] for r in kept.files(RSE, None, None, None, None, None, 10)} == {GEN}  # within its ttl
+    assert list(kept.files("T2_XX_None", None, None, None, None, None, 10)) == []
