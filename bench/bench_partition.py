@@ -6,7 +6,8 @@ embedded default database, dry run, local backend, with a protected list of ~4,5
 
 Measured: the cycle's wall time; each RSE's run and its time to first submitted job (from the start of its run);
 peak RSS of this process (`serve`'s part) and of SecantusDB (not of the workers, short dry-run processes); the
-database folder's size; `/metrics` render time after the cycle. With `--before SRC` the same cycle first runs
+database folder's size; `/metrics` render time after the cycle; CPU seconds in the cycle of this process, of its
+workers (children reaped) and of SecantusDB; how many child processes ran at once (sampled every 0.2 s). With `--before SRC` the same cycle first runs
 with another checkout's code (e.g. /work/main/src/python) in a child process: before/after in one command.
 
     python3 bench/bench_partition.py [--spread 1000000x1,100000x5,10000x30,1000x114] [--before SRC]
@@ -50,6 +51,46 @@ def vm_hwm_mib(pid: int | str) -> float:
         if line.startswith("VmHWM:"):
             return round(int(line.split()[1]) / 1024, 1)
     raise RuntimeError(f"no VmHWM for {pid}")
+
+
+def cpu_s(pid: int | str) -> float:
+    """User + system CPU seconds of a process so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _running(pid: str) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:  # ended meanwhile
+        return False
+
+
+class Children:
+    """Samples how many child processes this process has running (the local backend's workers and the database;
+    not the zombies of workers that ended and were not reaped yet), every 0.2 s."""
+
+    def __init__(self) -> None:
+        self.counts: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        tasks = Path(f"/proc/{os.getpid()}/task")
+        while not self._stop.wait(0.2):
+            try:
+                pids = [pid for t in tasks.iterdir() for pid in (t / "children").read_text().split()]
+            except OSError:  # a thread ended while read
+                continue
+            self.counts.append(sum(1 for pid in pids if _running(pid)))
+
+    def __enter__(self) -> "Children":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def spread_of(text: str) -> list[tuple[int, int]]:
@@ -122,9 +163,19 @@ def one_cycle(data: Path, spread: list[tuple[int, int]]) -> dict[str, Any]:
         with build_service(config, sources=OfflineSources(src)) as service:
             db_pid = json.loads((state / "db.json").read_text())["pid"]
             runner_of(service).hook = hook
-            t = time.perf_counter()
-            results = service.cycle(names)
+            t, cpu0, db0 = time.perf_counter(), os.times(), cpu_s(db_pid)
+            with Children() as children:
+                results = service.cycle(names)
             row["cycle_s"] = round(time.perf_counter() - t, 1)
+            cpu1 = os.times()
+            # CPU in the cycle: this process (serve's part), its reaped children (the workers that ended; the
+            # database is a child that has not ended, so it is not among them) and SecantusDB.
+            row["cpu_s"] = {"serve": round(cpu1.user + cpu1.system - cpu0.user - cpu0.system, 1),
+                            "workers": round(cpu1.children_user + cpu1.children_system
+                                             - cpu0.children_user - cpu0.children_system, 1),
+                            "secantusdb": round(cpu_s(db_pid) - db0, 1)}
+            row["children"] = {"max": max(children.counts, default=0),
+                               "mean": round(statistics.fmean(children.counts), 1) if children.counts else 0}
             bad = {r: (res.action, res.reason) for r, res in results.items() if not res.submitted}
             if bad or len(results) != len(names):
                 raise SystemExit(f"bench_partition: RSEs without jobs or unfinished: {bad or len(results)}")

@@ -148,6 +148,28 @@ def test_queued_jobs_start_as_slots_free_up_without_being_polled(tmp_path: Path)
 
 
 
+def test_backends_of_several_sites_share_the_host_limit(tmp_path: Path) -> None:
+    """The router makes one backend per site: `local_parallel` bounds the workers of all of them together (on one
+    work folder in one process), not each site's; every job still runs, each backend's supervisor starting its own."""
+    storage, sc = make_site(tmp_path)
+    cfg = Config()
+    cfg.jobs.local_parallel = 1
+    jobs = jobs_with_files(storage, 6, 30)
+    sites = [LocalBackend(cfg, tmp_path / "work", siteconfig=str(sc)) for _ in range(2)]
+    ids = {**sites[0].submit(jobs[:3]), **sites[1].submit(jobs[3:])}
+    reports = [sites[0].job_dir(j.job_id) / "report.jsonl" for j in jobs]
+    deadline = time.monotonic() + 120
+    while not all(r.exists() and parse_report(r).complete for r in reports):
+        assert time.monotonic() < deadline, "queued jobs were never started"
+        time.sleep(0.05)
+    spans = [(rep.start["time"], rep.start["time"] + rep.summary["seconds"]) for rep in map(parse_report, reports)]
+    assert max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans) == 1
+    for backend, mine in ((sites[0], jobs[:3]), (sites[1], jobs[3:])):
+        states = wait_for(backend, {j.job_id: ids[j.job_id] for j in mine}, timeout=60)
+        assert {s.state for s in states.values()} == {JobState.FINISHED}
+    assert not any((storage / "store").rglob("*.root"))
+
+
 def test_two_backends_on_one_work_folder_start_a_job_once(tmp_path: Path) -> None:
     """A job queued by one backend (a crashed service's, still in memory) and found queued on disk by another
     (its restart) runs once: whoever starts it first claims it; the other leaves it alone."""

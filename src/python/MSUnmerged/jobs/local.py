@@ -5,10 +5,12 @@ SITECONFIG_PATH, the credential's file) and, when the RSE's jobs carry one, a co
 (0600). The worker zipapp, built once into <work_dir>, runs there as
 `python3 <work_dir>/msunmerged-worker.pyz manifest.json --report report.jsonl` with that environment; its output
 goes to worker.log, its pid to worker.pid (file names: worker/ids.py).
-At most `jobs.local_parallel` run at once; the rest wait in submission order and a supervisor thread starts
-them as slots free up, between the service's cycles too (it ends when nothing waits; a submit starts it
-again). Everything needed to answer `poll` and `find` after a restart is on disk: the pid file of a
-running worker and the report's final summary line, which holds the worker's exit code.
+At most `jobs.local_parallel` run at once from one work folder in the process, whatever their site (the
+router makes one backend per site, and a partition of many sites must not start that many per site on one
+host); the rest wait in submission order and each backend's supervisor thread starts them as slots free up,
+between the service's cycles too (it ends when nothing waits; a submit starts it again). Everything needed to
+answer `poll` and `find` after a restart is on disk: the pid file of a running worker and the report's final
+summary line, which holds the worker's exit code.
 """
 from __future__ import annotations
 
@@ -43,6 +45,10 @@ CLAIM_GRACE_S = 60.0  # a claim with no pid file after this: its starter died be
 FileKey = tuple[str, int, int, int]
 _built: dict[Path, FileKey] = {}
 _started_ok: set[tuple[str, FileKey]] = set()
+# Workers started per work folder by any of the process's backends (job folder name -> process; None: its slot
+# taken, the process being started): each backend counts the others' too, and the workers of a backend nobody
+# polls any more still free their slot when they end.
+_running: dict[Path, dict[str, Optional[subprocess.Popen]]] = {}
 _lock = threading.Lock()
 
 
@@ -158,8 +164,8 @@ class LocalBackend:
         """Reap finished workers and start queued ones while there is room; the supervisor starts the rest."""
         for name, proc in list(self._procs.items()):
             if proc.poll() is not None:
-                del self._procs[name]
-        while self._queue and len(self._procs) < self.parallel:
+                self._forget(name)
+        while self._queue and self._take_slot(self._queue[0]):
             self._start(self._queue.pop(0))
         if self._queue and (self._supervisor is None or not self._supervisor.is_alive()):
             self._supervisor = threading.Thread(target=self._supervise, name="local-jobs", daemon=True)
@@ -175,19 +181,46 @@ class LocalBackend:
                     self._supervisor = None
                     return
 
+    def _take_slot(self, name: str) -> bool:
+        """Take a slot for the job when fewer than `parallel` workers run from this work folder, whichever site's
+        backend started them (checked and taken at once: backends of other sites start theirs meanwhile)."""
+        with _lock:
+            procs = _running.setdefault(self.work_dir, {})
+            for ended in [n for n, proc in procs.items() if proc is not None and proc.poll() is not None]:
+                del procs[ended]
+            if len(procs) >= self.parallel:
+                return False
+            procs[name] = None
+            return True
+
+    def _forget(self, name: str) -> Optional[subprocess.Popen]:
+        """The job's worker is no longer this backend's to count (it ended, or is being stopped)."""
+        with _lock:
+            _running.get(self.work_dir, {}).pop(name, None)
+        return self._procs.pop(name, None)
+
     def _start(self, name: str) -> None:
+        """Start the job's worker in the slot taken for it (_take_slot); the slot is given back if it is not started."""
         jdir = self.work_dir / name
         try:
             os.close(os.open(jdir / CLAIM_NAME, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
         except FileExistsError:
+            self._forget(name)
             return  # another backend on this work folder started it
-        extra = json.loads((jdir / ENV_NAME).read_text())
-        env = {**self.env, **extra}
-        with open(jdir / LOG_NAME, "ab") as log:
-            proc = subprocess.Popen([self.python, extra["MSUNMERGED_WORKER"], MANIFEST_NAME, "--report", REPORT_NAME],
-                                    cwd=jdir, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        (jdir / PID_NAME).write_text(str(proc.pid))
+        try:
+            extra = json.loads((jdir / ENV_NAME).read_text())
+            env = {**self.env, **extra}
+            with open(jdir / LOG_NAME, "ab") as log:
+                proc = subprocess.Popen([self.python, extra["MSUNMERGED_WORKER"], MANIFEST_NAME, "--report",
+                                         REPORT_NAME], cwd=jdir, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+        except BaseException:
+            self._forget(name)
+            raise
+        with _lock:
+            _running[self.work_dir][name] = proc
         self._procs[name] = proc
+        (jdir / PID_NAME).write_text(str(proc.pid))
 
     def poll(self, batch_ids: Mapping[str, str]) -> dict[str, JobStatus]:
         with self._lock:
@@ -251,7 +284,7 @@ class LocalBackend:
             self._queue.remove(name)
             self._removed.add(name)
             return
-        proc = self._procs.pop(name, None)
+        proc = self._forget(name)
         pid = proc.pid if proc is not None else _read_pid(jdir / PID_NAME)
         if pid is not None and (proc is not None and proc.poll() is None or proc is None and _is_our_worker(pid, jdir)):
             _stop_group(pid, proc)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
@@ -76,7 +76,9 @@ class CleanupJob:
             "generation": self.generation,
             "deadline": self.deadline,
             "resources": {key: getattr(self, name) for key, name in RESOURCES.items()},
-            "task": {"name": self.task_name, "type": self.task_type, "steps": [asdict(self.step)]},
+            # The step's fields as they are (str, numbers, lists of str): asdict would deep-copy every LFN.
+            "task": {"name": self.task_name, "type": self.task_type,
+                     "steps": [{f.name: getattr(self.step, f.name) for f in fields(self.step)}]},
         }
 
     def manifest_bytes(self) -> bytes:

@@ -41,17 +41,18 @@ class Counters(LedgerBase):
         counts = self._bucket_counts(rse, generation, [FileState(s) for s in states if s in bk.CODES])
         return rows + sum(counts.get(FileState(s).value, 0) for s in states)
 
-    def _bucket_counts(self, rse: str, generation: float,
-                       states: Optional[Sequence[FileState]] = None) -> dict[str, int]:
+    def _bucket_counts(self, rse: str, generation: float, states: Optional[Sequence[FileState]] = None,
+                       entry: Optional[dict[str, Any]] = None) -> dict[str, int]:
         """Bucket entries (not rows) per state, summed from the `counts` of the buckets holding these states
-        (default: all)."""
+        (default: all); `entry`: the generation's entry when the caller has it."""
+        entry = self.generation_entry(rse, generation) if entry is None else entry
         match: dict[str, Any] = {}
         if states is not None:
             match["states"] = {"$in": [s.value for s in states]}
         # Read by round-1 job, a chunk of jobs at a time: the embedded server fetches every bucket a query
         # matches, whole, before projecting or grouping; over a whole generation that was its peak memory.
         jobs = [job_id(rse, generation, 1, n)
-                for n in range(1, self.generation_entry(rse, generation).get("jobs", 0) + 1)]
+                for n in range(1, entry.get("jobs", 0) + 1)]
         totals = {s.value: 0 for s in bk.CODES}
         for start in range(0, len(jobs), COUNT_JOBS):
             flt = {**match, "job": {"$in": jobs[start:start + COUNT_JOBS]}}
@@ -60,14 +61,14 @@ class Counters(LedgerBase):
                     totals[state] += int(n)
         return totals
 
-    def _state_counts(self, rse: str, generation: float) -> dict[str, int]:
-        """Files per state (rows and bucket entries)."""
+    def _state_counts(self, rse: str, generation: float, entry: dict[str, Any]) -> dict[str, int]:
+        """Files per state (rows and bucket entries) of the generation whose entry this is."""
         by_state = {s.value: 0 for s in FileState}
         for r in with_retry(lambda: list(self.files.aggregate([{"$match": {"rse": rse, "gen": generation}},
                                                                {"$group": {"_id": "$state", "n": {"$sum": 1}}}])),
                             "count rows"):
             by_state[r["_id"]] = by_state.get(r["_id"], 0) + r["n"]
-        for s, n in self._bucket_counts(rse, generation).items():
+        for s, n in self._bucket_counts(rse, generation, entry=entry).items():
             by_state[s] += n
         return by_state
 
@@ -90,7 +91,7 @@ class Counters(LedgerBase):
         if gen is None:
             return {}
         entry = next((g for g in doc.get("generations", []) if g["gen"] == gen), {})
-        by_state = self._state_counts(rse, gen)
+        by_state = self._state_counts(rse, gen, entry)
         failed_by_class = {r["_id"] or "unclassified": r["n"] for r in with_retry(lambda: list(self.files.aggregate([
             {"$match": {"rse": rse, "gen": gen, "state": FileState.FAILED}},
             {"$group": {"_id": "$error_class", "n": {"$sum": 1}}}])), "failed by class")}

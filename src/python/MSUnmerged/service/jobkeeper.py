@@ -80,11 +80,14 @@ class JobKeeper:
         """Submit the generation's planned jobs of the released slices (ledger/slices.py), as many as the RSE's
         `max_in_flight` leaves room for, in batches (batch_bounds): for each batch intent first, then submit,
         then mark (see `reconcile`). Returns how many were submitted."""
-        return self._submit_batches(rse, self.ready(rse, generation), protected, intent=True)
-
-    def ready(self, rse: str, generation: float) -> list[dict[str, Any]]:
-        """The generation's planned jobs that may be submitted now: of released slices, within max_in_flight."""
         entry = self.ledger.generation_entry(rse, generation)
+        return self._submit_batches(rse, self.ready(rse, generation, entry), protected, intent=True,
+                                    entries={generation: entry})
+
+    def ready(self, rse: str, generation: float, entry: Optional[dict[str, Any]] = None) -> list[dict[str, Any]]:
+        """The generation's planned jobs that may be submitted now: of released slices, within max_in_flight
+        (`entry`: the generation's entry, when the caller has just read it)."""
+        entry = self.ledger.generation_entry(rse, generation) if entry is None else entry
         released = [doc for doc in self.ledger.jobs_in(rse, [JobState.PLANNED], generation)
                     if slices.is_released(doc, entry)]
         return released[:self.room(rse, len(released))]
@@ -125,12 +128,12 @@ class JobKeeper:
         self._submit_batches(rse, missing, protected, intent=False)
 
     def _submit_batches(self, rse: str, docs: Sequence[dict[str, Any]], protected: Sequence[str],
-                        intent: bool) -> int:
+                        intent: bool, entries: Optional[dict[float, dict[str, Any]]] = None) -> int:
         """Build and submit the jobs of these documents one batch at a time; `intent`: record it first (jobs
-        still planned), else they are `submitting` already. The storage credential and the backend are checked
-        before the first batch."""
+        still planned), else they are `submitting` already; `entries`: generation entries just read. The storage
+        credential and the backend are checked before the first batch."""
         n, checked = 0, False
-        for jobs in self._batches(rse, docs, protected):
+        for jobs in self._batches(rse, docs, protected, entries or {}):
             if not checked:  # missing or expiring, refused or unreachable: BackendError, nothing recorded or submitted
                 credential_for(self.config.jobs, rse).check()
                 self.backend.preflight(rse)
@@ -141,14 +144,15 @@ class JobKeeper:
             n += self._submit(rse, jobs)
         return n
 
-    def _batches(self, rse: str, docs: Sequence[dict[str, Any]],
-                 protected: Sequence[str]) -> Iterator[list[CleanupJob]]:
+    def _batches(self, rse: str, docs: Sequence[dict[str, Any]], protected: Sequence[str],
+                 entries: dict[float, dict[str, Any]]) -> Iterator[list[CleanupJob]]:
         """The jobs of these job documents with the files they still hold planned, a batch at a time (batch_bounds),
         each batch built when asked for; a job with no file left is closed. The protected list, removable
-        directories and site checks are prepared once for all batches."""
+        directories and site checks are prepared once for all batches, from each generation's entry read once."""
         gens = {doc["gen"] for doc in docs}
-        removable = {gen: self.removable(rse, gen) for gen in gens}
-        checks = {gen: self._checks(rse, gen) for gen in gens}
+        entries = {gen: entries[gen] if gen in entries else self.ledger.generation_entry(rse, gen) for gen in gens}
+        removable = {gen: self.removable(rse, gen, entries[gen]) for gen in gens}
+        checks = {gen: self._checks(rse, gen, entries[gen]) for gen in gens}
         bases = protected_bases(protected)
         site = ""  # asked once, for the first job that has files (it may ask Rucio)
         for start, end in batch_bounds(len(docs), self.config.jobs.submit_batch):
@@ -180,10 +184,11 @@ class JobKeeper:
     def _site(self, rse: str) -> str:
         return resolve_site(self.config.jobs, rse, self.sources)
 
-    def removable(self, rse: str, generation: float) -> set[str]:
+    def removable(self, rse: str, generation: float, entry: Optional[dict[str, Any]] = None) -> set[str]:
         """The plan's removable directories: dirs.txt read as bytes, split on b"\\n" only, checked against
-        the seal's digest recorded with the generation and line by line (GuardTripped otherwise)."""
-        entry = self.ledger.generation_entry(rse, generation)
+        the seal's digest recorded with the generation (`entry`, read when not given) and line by line
+        (GuardTripped otherwise)."""
+        entry = self.ledger.generation_entry(rse, generation) if entry is None else entry
         path = Path(entry.get("plan_dir", "")) / seal.DIRS_NAME
         if not entry or not path.exists():
             return set()
@@ -193,11 +198,11 @@ class JobKeeper:
         check_plan_lines(data, self.config.planner.max_lfn_length, str(path))
         return {raw.decode("utf-8", errors="surrogateescape") for raw in split_lines(data)}
 
-    def _checks(self, rse: str, generation: float) -> dict[str, Any]:
+    def _checks(self, rse: str, generation: float, entry: dict[str, Any]) -> dict[str, Any]:
         """What the jobs' workers check their site against: Rucio's PFN of /store/unmerged/ (a Rucio failure
         raises SourceError: nothing is submitted) and the start of the scan the plan comes from (a generation
         recorded without one raises GuardTripped: nothing is submitted)."""
-        started = self.ledger.generation_entry(rse, generation).get("scan_started")
+        started = entry.get("scan_started")
         if started is None:
             raise GuardTripped(GUARD_SCAN_START_MISSING, f"generation {gen_key(generation)} was recorded without "
                                                          "its scan's start_time: its files are not submitted")

@@ -131,19 +131,23 @@ class Runner:
                              source=failure.source)
 
     def _run(self, rse: str, wait_s: float) -> RunResult:
-        self.jobs.reconcile(rse)
+        live = self.jobs.live(rse)  # none (submitting or in the batch system): nothing to reconcile, poll or revalidate
+        if live:
+            self.jobs.reconcile(rse)
         self.hook("reconciled", rse)
         collected = 0
         deadline = time.monotonic() + wait_s
-        while True:
+        while live:
             collected += self.jobs.poll(rse)
             live = self.jobs.live(rse)
             if not live or time.monotonic() >= deadline:
                 break
             time.sleep(min(2.0, max(0.05, deadline - time.monotonic())))
         self.hook("polled", rse)
-        removed, dropped = self.jobs.revalidate(rse) if live else (0, 0)
-        live = self.jobs.live(rse)
+        removed, dropped = 0, 0
+        if live:
+            removed, dropped = self.jobs.revalidate(rse)
+            live = self.jobs.live(rse)
         if live:
             detail = f"{len(live)} jobs in the batch system"
             self.ledger.set_rse_state(rse, RSEState.RUNNING, detail=detail)
