@@ -1,6 +1,9 @@
 """LocalBackend: the real worker zipapp as local processes, bounded parallelism, reports, removal, restart."""
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -13,7 +16,7 @@ from MSUnmerged.jobs.backend import BackendError, JobState, wait_for
 from MSUnmerged.jobs.local import LocalBackend
 from MSUnmerged.jobs.spec import CleanupJob, DeleteFilesStep
 from MSUnmerged.samplesite import write_siteconf
-from MSUnmerged.worker.ids import LOG_NAME
+from MSUnmerged.worker.ids import LOG_NAME, PID_NAME
 
 SITE = RSE = "T2_XX_Local"
 B = "/store/unmerged/Run2024F/JetMET1/AOD/PromptReco-v3"
@@ -191,3 +194,47 @@ def test_two_backends_on_one_work_folder_start_a_job_once(tmp_path: Path) -> Non
     report = parse_report(first.job_dir(job(1, quick).job_id) / "report.jsonl")
     assert report.complete and report.counters() == {"deleted": 50}  # a second run would find them missing
     assert (first.job_dir(job(1, quick).job_id) / LOG_NAME).read_text().count("Traceback") == 0
+
+
+# In a child process: submit one job and die by SIGKILL as soon as its worker's process exists (before the
+# starter can note anything of it), like a service killed mid-submission.
+STARTER_KILLED_AFTER_FORK = """
+import os, signal, subprocess, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[3])
+from test_jobs_local_backend import jobs_with_files, make_site
+from MSUnmerged.config import Config
+from MSUnmerged.jobs.local import LocalBackend
+real = subprocess.Popen
+def popen_then_die(args, *rest, **kwargs):
+    proc = real(args, *rest, **kwargs)
+    if "--report" in args:  # the worker's start (not the preflight's --help)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return proc
+subprocess.Popen = popen_then_die
+root = Path(sys.argv[1])
+storage, sc = make_site(root)
+LocalBackend(Config(), root / "work", siteconfig=str(sc)).submit(jobs_with_files(storage, 1, int(sys.argv[2])))
+"""
+
+
+def test_a_starter_killed_right_after_the_fork_leaves_the_worker_known(tmp_path: Path) -> None:
+    """Before: the pid file was the starter's to write after the fork; killed in between, the job was a claim
+    without a pid, read after CLAIM_GRACE_S as never started (FAILED, re-planned) while its worker deleted."""
+    src = Path(__file__).resolve().parents[3] / "src" / "python"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")])}
+    child = subprocess.run([sys.executable, "-c", STARTER_KILLED_AFTER_FORK, str(tmp_path), "300",
+                            str(Path(__file__).parent)], env=env, timeout=120, capture_output=True, text=True)
+    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+    storage, sc = tmp_path / "storage", tmp_path / "SITECONF" / SITE
+    again = LocalBackend(Config(), tmp_path / "work", siteconfig=str(sc))  # the restarted service
+    job_id = job(0, []).job_id
+    ids = again.find([job_id])
+    pid_file = again.job_dir(job_id) / PID_NAME
+    deadline = time.monotonic() + 60  # bounds a hang: the worker writes it before it starts
+    while not pid_file.exists():
+        assert time.monotonic() < deadline, "the started worker left no pid file"
+        time.sleep(0.01)
+    states = wait_for(again, ids, timeout=120)
+    assert states[job_id].state == JobState.FINISHED and states[job_id].exit_code == 0, states
+    assert not any((storage / "store").rglob("*.root"))

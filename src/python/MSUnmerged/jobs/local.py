@@ -38,6 +38,10 @@ PUMP_INTERVAL_S = 0.2  # how often the supervisor looks for a free slot while jo
 # CLAIM_NAME is made exclusively by whoever starts a job's worker, before it starts: two backends on one work
 # folder (a restarted service beside its predecessor's threads, `run` beside `serve`) never both start a job.
 CLAIM_GRACE_S = 60.0  # a claim with no pid file after this: its starter died before starting the worker
+# The started process writes its own pid file, then becomes the worker (same pid): a starter killed right after
+# the fork still leaves the running worker's pid file, never a claim without one (read, after the grace, as a
+# worker never started, while it deletes).
+_PID_THEN_WORKER = f'echo $$ > {PID_NAME}.tmp && mv -f {PID_NAME}.tmp {PID_NAME} && exec "$0" "$@"'
 
 # Per process, shared by the backends of every site (they share the work folder): the worker zipapp built into
 # each folder, and the (python, worker file) pairs `preflight` saw start. A file is known by its path, inode,
@@ -211,16 +215,15 @@ class LocalBackend:
             extra = json.loads((jdir / ENV_NAME).read_text())
             env = {**self.env, **extra}
             with open(jdir / LOG_NAME, "ab") as log:
-                proc = subprocess.Popen([self.python, extra["MSUNMERGED_WORKER"], MANIFEST_NAME, "--report",
-                                         REPORT_NAME], cwd=jdir, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
+                proc = subprocess.Popen(["/bin/sh", "-c", _PID_THEN_WORKER, self.python, extra["MSUNMERGED_WORKER"],
+                                         MANIFEST_NAME, "--report", REPORT_NAME], cwd=jdir, env=env, stdout=log,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
         except BaseException:
             self._forget(name)
             raise
         with _lock:
             _running[self.work_dir][name] = proc
         self._procs[name] = proc
-        (jdir / PID_NAME).write_text(str(proc.pid))
 
     def poll(self, batch_ids: Mapping[str, str]) -> dict[str, JobStatus]:
         with self._lock:
