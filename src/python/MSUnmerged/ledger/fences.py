@@ -14,7 +14,7 @@ import bisect
 import math
 import threading
 from collections import OrderedDict
-from typing import Any, Sequence
+from typing import Any, Hashable, Optional, Sequence
 
 from pymongo.collection import Collection
 
@@ -23,6 +23,7 @@ from MSUnmerged.worker.ids import gen_prefix
 
 CHUNK = 4096  # ids per document: ~0.4 MB
 CACHED = 32  # generations whose fences a process keeps
+REACHED = 10_000  # pages whose reach a process keeps
 
 
 def documents(rse: str, generation: float, ids: Sequence[str]) -> list[dict[str, Any]]:
@@ -35,11 +36,14 @@ def documents(rse: str, generation: float, ids: Sequence[str]) -> list[dict[str,
 
 class Windows:
     """Consecutive windows over (lo, hi) whose ends are fences; the last one ends at hi. The first holds
-    `first` buckets; each next one is sized from how many records the last one gave (x4 when none)."""
+    `first` buckets, or ends at the first fence from `reach` on (where the same page filled last time: `reach`);
+    each next one is sized from how many records the last one gave (x4 when none)."""
 
-    def __init__(self, fences: Sequence[str], lo: str, hi: str, first: int) -> None:
+    def __init__(self, fences: Sequence[str], lo: str, hi: str, first: int, reach: Optional[str] = None) -> None:
         self.fences, self.hi = fences, hi
         self.i, self.step = bisect.bisect_right(fences, lo), max(1, first)
+        if reach is not None and reach > lo:
+            self.step = bisect.bisect_left(fences, reach) - self.i  # 0: the first fence above lo is at reach
 
     def end(self) -> str:
         """The end of the window after the last one (exclusive)."""
@@ -51,17 +55,37 @@ class Windows:
 
     def resize(self, found: int, wanted: int) -> None:
         """The last window gave `found` records and `wanted` more are needed: the next one should give them."""
-        self.step = self.step * 4 if found == 0 else max(1, math.ceil(self.step * wanted * 1.25 / found))
+        self.step = max(1, self.step * 4 if found == 0 else math.ceil(self.step * wanted * 1.25 / found))
+
+
+def reach(fences: Sequence[str], hi: str, last: Optional[str]) -> str:
+    """Where a page whose last record is `last` (None: it ended before it was full) filled: the first fence
+    above that record, or hi. A window from the page's start to there holds the page (a record's bucket sorts
+    before it)."""
+    if last is None:
+        return hi
+    i = bisect.bisect_right(fences, last)
+    return fences[i] if i < len(fences) and fences[i] < hi else hi
 
 
 class FenceCache:
-    """The complete fence lists of recently read generations, read once per process."""
+    """The complete fence lists of recently read generations, read once per process, and where recent pages
+    filled (`reached`): the same page asked again starts with the window that held it (one query, when the
+    records did not move). A hint only: the windows still tile the page's range."""
 
     def __init__(self, coll: Collection, size: int = CACHED) -> None:
         self.coll = coll
         self.size = size
         self._lists: OrderedDict[tuple[str, float], list[str]] = OrderedDict()
         self._lock = threading.Lock()
+        self.reached: dict[Hashable, str] = {}
+
+    def reached_at(self, page: Hashable, end: str) -> None:
+        """The page (its query, start and size) filled in a window ending at `end` (its keys come from requests:
+        the memory is dropped past REACHED pages)."""
+        if len(self.reached) >= REACHED:
+            self.reached.clear()
+        self.reached[page] = end
 
     def get(self, rse: str, generation: float) -> list[str]:
         """The generation's bucket ids in order; [] when it has no complete fence list (recorded before fences,

@@ -2,12 +2,12 @@
 a file's history, jobs. view.py shapes them for the service face."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from pymongo import ASCENDING, DESCENDING
 
 from MSUnmerged.ledger import buckets as bk
-from MSUnmerged.ledger import records
+from MSUnmerged.ledger import fences, records
 from MSUnmerged.ledger.base import LedgerBase
 from MSUnmerged.ledger.retry import with_retry
 from MSUnmerged.ledger.states import LIVE_JOB_STATES, SUBMITTED, FileState
@@ -29,9 +29,10 @@ class Reads(LedgerBase):
     def query_files(self, rse: str, state: Optional[str] = None, job: Optional[str] = None,
                     dir_prefix: Optional[str] = None, generation: Optional[float] = None,
                     after: Optional[str] = None, limit: int = 100,
-                    error_class: Optional[str] = None, dirs: bool = False) -> dict[str, Any]:
+                    error_class: Optional[str] = None, dirs: bool = False,
+                    read_job: Optional[Callable[[str], Mapping[str, Any]]] = None) -> dict[str, Any]:
         """Files (dirs=True: directory records) of one RSE generation (default: current), by state, error
-        class, job or path prefix.
+        class, job or path prefix. `read_job`: how the job's document (its span) is read (default: Ledger.job).
 
         Paginated by _id: pass the answer's `next` as `after`. State "submitted" means planned
         files whose job is live in the batch system; an error class alone means failed files.
@@ -60,7 +61,7 @@ class Reads(LedgerBase):
             bucket_flt, stored = {"job": {"$in": live}, "states": FileState.PLANNED.value}, FileState.PLANNED
         elif job:
             flt, bucket_flt = {"job": job}, {"job": job}
-            job_span = (self.job(job).get("span") or []) if not dirs else []
+            job_span = ((read_job or self.job)(job).get("span") or []) if not dirs else []
             if job_span:
                 lo, hi, bucket_floor = max(lo, job_span[0]), min(hi, job_span[1] + "\0"), job_span[0]
                 # A span holds few records: each window's rows are read whole, and say which entries have a row.
@@ -79,9 +80,13 @@ class Reads(LedgerBase):
         # Bucket entries are planned, or have an outcome without error class (error_class "").
         codes = "" if dirs else "".join(c for s, c in bk.CODES.items() if (stored is None or s == stored) and (
             error_class is None or error_class == "" and s != FileState.PLANNED))
+        fence_ids = self.fences.get(rse, generation)
+        # What the page holds is set by these (lo and hi hold the RSE, generation, directory prefix and job span).
+        key = (dirs, state, error_class, job, lo, inclusive, hi, limit)
         docs = records.page(self.dirs if dirs else self.files, flt, self.buckets, bucket_flt, codes, lo, inclusive, hi,
-                            limit, self.fences.get(rse, generation), all_rows=flt.keys() == {"rse", "gen"},
-                            bucket_floor=bucket_floor, pick=pick)
+                            limit, fence_ids, all_rows=flt.keys() == {"rse", "gen"}, bucket_floor=bucket_floor,
+                            pick=pick, reach=self.fences.reached.get(key))
+        self.fences.reached_at(key, fences.reach(fence_ids, hi, docs[-1]["_id"] if len(docs) == limit else None))
         return {"items": docs, "next": docs[-1]["_id"] if len(docs) == limit else None, "generation": generation}
 
     def file_history(self, rse: str, lfn: str) -> list[dict[str, Any]]:

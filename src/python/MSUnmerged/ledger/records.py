@@ -100,7 +100,8 @@ def _picked(doc: Mapping[str, Any], pick: Mapping[str, Any]) -> bool:
 def page(rows: Collection, row_flt: Optional[Mapping[str, Any]], buckets: Collection,
          bucket_flt: Optional[Mapping[str, Any]], codes: str, lo: str, lo_inclusive: bool, hi: str,
          limit: int, fence_ids: Sequence[str] = (), all_rows: bool = False,
-         bucket_floor: str = "", pick: Optional[Mapping[str, Any]] = None) -> list[dict[str, Any]]:
+         bucket_floor: str = "", pick: Optional[Mapping[str, Any]] = None,
+         reach: Optional[str] = None) -> list[dict[str, Any]]:
     """The first `limit` records in _id order in the range: rows matching row_flt merged with bucket entries
     (buckets matching bucket_flt, codes in `codes`); a None filter leaves that side out. `all_rows`: row_flt
     selects every row of the range, so the rows read are all those that can stand for a bucket entry;
@@ -108,8 +109,8 @@ def page(rows: Collection, row_flt: Optional[Mapping[str, Any]], buckets: Collec
     few records, such as a job's span): each window's rows are read whole, the page's rows are those with
     `pick`'s field values, and all of them stand for entries (no look-up by id).
 
-    Read in windows over [lo, hi) whose ends are fences (fences.Windows), until the page is full: each query
-    then matches one window, not the rest of the range."""
+    Read in windows over [lo, hi) whose ends are fences (fences.Windows; the first up to `reach` when given),
+    until the page is full: each query then matches one window, not the rest of the range."""
     with_buckets = bucket_flt is not None and bool(codes)
     pending = _Pending(codes, lo, lo_inclusive, hi)
     if with_buckets and lo > bucket_floor:
@@ -122,7 +123,7 @@ def page(rows: Collection, row_flt: Optional[Mapping[str, Any]], buckets: Collec
                     pending.push(doc)
     out: list[dict[str, Any]] = []
     start, inclusive = lo, lo_inclusive
-    windows = fences.Windows(fence_ids, lo, hi, FIRST_BUCKETS if with_buckets else FIRST_ROW_BUCKETS)
+    windows = fences.Windows(fence_ids, lo, hi, FIRST_BUCKETS if with_buckets else FIRST_ROW_BUCKETS, reach)
     while True:
         end = windows.end()
         rng = {"$gte" if inclusive else "$gt": start, "$lt": end}

@@ -12,6 +12,7 @@ from MSUnmerged.ledger import history
 from MSUnmerged.ledger.states import RETRIABLE, SUBMITTED, DirState, FileState, JobState
 from MSUnmerged.ledger.store import Ledger
 from MSUnmerged.redact import redact, redact_all
+from MSUnmerged.ttlcache import TtlCache
 
 # The states an operator may ask for: "submitted" = planned files whose job is live (Ledger.query_files).
 FILE_STATES = (*(s.value for s in FileState), SUBMITTED)
@@ -122,12 +123,12 @@ class MongoLedgerView:
     """LedgerView over the ledger's collections, through `Ledger`'s queries where it has them."""
 
     def __init__(self, db: Database, generation_ttl_s: float = 0.0) -> None:
-        """generation_ttl_s: an RSE's current generation, which every per-file page starts from, is read at most
-        this often (0: on every page); a page then follows a newly recorded generation within that time."""
+        """generation_ttl_s: what every per-file page starts from, an RSE's current generation and a job's document
+        (its generation and span), is read at most this often (0: on every page); a page then follows a newly
+        recorded generation within that time."""
         self.db = db
         self.ledger = Ledger(db)
-        self.generation_ttl_s = generation_ttl_s
-        self._generations: dict[str, tuple[float, Optional[float]]] = {}
+        self._read: TtlCache[Any] = TtlCache(generation_ttl_s)
 
     def ping(self) -> None:
         self.db.client.admin.command("ping")
@@ -153,36 +154,32 @@ class MongoLedgerView:
 
     def _generation(self, rse: str) -> Optional[float]:
         """The RSE's current generation, read again once generation_ttl_s passed."""
-        now = time.monotonic()
-        hit = self._generations.get(rse)
-        if hit is None or hit[0] <= now:
-            hit = (now + self.generation_ttl_s, self.ledger.current_generation(rse))
-            if len(self._generations) > 10_000:  # RSE names come from requests: keep the dict bounded
-                self._generations.clear()
-            self._generations[rse] = hit
-        return hit[1]
+        return self._read.get(("generation", rse), lambda: self.ledger.current_generation(rse))
+
+    def _job(self, job: str) -> dict[str, Any]:
+        """The job's document ({}: none), read again once generation_ttl_s passed."""
+        return self._read.get(("job", job), lambda: self.ledger.job(job))
 
     def files(self, rse: Optional[str], state: Optional[str], error_class: Optional[str],
               dir_prefix: Optional[str], job: Optional[str], after: Optional[str],
               limit: int, dirs: bool = False) -> Iterator[dict[str, Any]]:
         """Pages of Ledger.query_files (one index range each) until `limit` records or the end."""
-        generation = None
         if job and not rse:
-            doc = self.ledger.job(job)
+            doc = self._job(job)
             if not doc:
                 return
             rse, generation = doc["rse"], doc["gen"]
-        if not rse:
+        elif not rse:
             return
-        if generation is None and self.generation_ttl_s > 0:
+        else:
             generation = self._generation(rse)
-            if generation is None:
-                return
+        if generation is None:
+            return
         left = limit or None
         while True:
             page = self.ledger.query_files(rse, state=state, job=job, dir_prefix=dir_prefix, generation=generation,
                                            after=after, limit=min(left or PAGE, PAGE), error_class=error_class,
-                                           dirs=dirs)
+                                           dirs=dirs, read_job=self._job)
             for doc in page["items"]:
                 out = _clean(doc)
                 out["cursor"] = out.pop("_id")

@@ -19,11 +19,11 @@ from MSUnmerged.ledger.states import SUBMITTED
 from MSUnmerged.ledger.view import DIR_STATES, FILE_STATES, JOB_STATES, LedgerView
 from MSUnmerged.rest import wmcore
 from MSUnmerged.rest.auth import AuthError, KeyFile, TriggerGate, User, user_from_headers
-from MSUnmerged.rest.cache import TtlCache
 from MSUnmerged.rest.params import CURSOR_RE, ERROR_CLASS_RE, JOB_RE, MAX_PAGE, RSE_RE, BadParam, boolean, integer, \
     many, no_more, one
 from MSUnmerged.rest.server import RAW_HEADERS  # cheroot folds '_' into '-' in names: the raw ones are there
 from MSUnmerged.rest.triggers import REPLAYED, TriggerQueue, TriggerRefused
+from MSUnmerged.ttlcache import TtlCache
 
 log = logging.getLogger("MSUnmerged.rest")
 
@@ -112,7 +112,7 @@ class DataApi:
         self.view = view
         self.queue = triggers
         self.watch = watch  # serve's: liveness fails once the database is silent for rest.db_dead_s
-        self.cache = TtlCache(config.rest.cache_ttl_s)
+        self.cache: TtlCache[bytes] = TtlCache(config.rest.cache_ttl_s)
         self.keyfile = KeyFile(config.rest.hmac_key_file)
         self.gate = TriggerGate(config.rest, self.keyfile)
 
