@@ -12,6 +12,7 @@ SEP = " "
 ROW = "r"  # the file has a row in `files`: the row is its record
 CODES = {FileState.PLANNED: "p", FileState.DELETED: "d", FileState.WOULD_DELETE: "w", FileState.MISSING: "m"}
 STATE_OF = {code: state for state, code in CODES.items()}
+_VALUE_OF = {code: state.value for state, code in CODES.items()}  # a record's `state` (pages build thousands)
 NO_SIZE = -1
 
 
@@ -66,11 +67,11 @@ def file_prefix(doc: Mapping[str, Any]) -> str:
 
 def record(doc: Mapping[str, Any], i: int, name: str) -> dict[str, Any]:
     """Entry i's per-file record, the same dict a row holds."""
-    state = STATE_OF[doc["codes"][i]]
+    code = doc["codes"][i]
     out: dict[str, Any] = {"_id": file_prefix(doc) + name, "rse": doc["rse"], "gen": doc["gen"],
-                           "lfn": f"{doc['dir']}/{name}", "dir": doc["dir"], "state": state.value,
+                           "lfn": f"{doc['dir']}/{name}", "dir": doc["dir"], "state": _VALUE_OF[code],
                            "job": doc["job"], "attempts": 1, "t": doc["t"]}
-    if state != FileState.PLANNED:
+    if code != CODES[FileState.PLANNED]:
         out.update(error_class="", error="")
         sizes = doc.get("sizes")
         if sizes and sizes[i] != NO_SIZE:

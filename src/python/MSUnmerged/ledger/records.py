@@ -45,26 +45,44 @@ def _ancestors(lo: str, hi: str) -> list[str]:
     return dirs
 
 
+Entry = tuple[str, int, str]  # bk.entries: (file _id, index, base name)
+
+
 class _Pending:
-    """Bucket entries read but not yet given, in _id order. A bucket's _id sorts before all its files, so once
-    every bucket below a window's end is read, the entries below that end are final."""
+    """Bucket entries read but not yet given, in _id order: the buckets' entries (in order within each bucket)
+    merged as they are asked for. A bucket's _id sorts before all its files, so once every bucket below a
+    window's end is read, the entries below that end are final."""
 
     def __init__(self, codes: str, lo: str, lo_inclusive: bool, hi: str) -> None:
         self.codes, self.lo, self.lo_inclusive, self.hi = codes, lo, lo_inclusive, hi
-        self.heap: list[tuple[str, int, Mapping[str, Any], int, str]] = []
+        # Per bucket with entries left: (its next entry's _id, tie, that entry, the rest, the bucket).
+        self.heap: list[tuple[str, int, Entry, Iterator[Entry], Mapping[str, Any]]] = []
         self.tie = itertools.count()
 
-    def push(self, doc: Mapping[str, Any]) -> None:
-        for fid, i, name in bk.entries(doc, self.codes):
-            if (fid >= self.lo if self.lo_inclusive else fid > self.lo) and fid < self.hi:
-                heapq.heappush(self.heap, (fid, next(self.tie), doc, i, name))
+    def _inside(self, doc: Mapping[str, Any]) -> Iterator[Entry]:
+        for entry in bk.entries(doc, self.codes):
+            if entry[0] >= self.hi:
+                return
+            if entry[0] > self.lo or self.lo_inclusive and entry[0] == self.lo:
+                yield entry
 
-    def below(self, end: str) -> list[tuple[str, Mapping[str, Any], int, str]]:
-        out = []
-        while self.heap and self.heap[0][0] < end:
-            fid, _, doc, i, name = heapq.heappop(self.heap)
-            out.append((fid, doc, i, name))
-        return out
+    def push(self, doc: Mapping[str, Any]) -> None:
+        rest = self._inside(doc)
+        first = next(rest, None)
+        if first is not None:
+            heapq.heappush(self.heap, (first[0], next(self.tie), first, rest, doc))
+
+    def below(self, end: str) -> Iterator[tuple[str, Mapping[str, Any], int, str]]:
+        """The entries below `end`, in order, taken as asked for."""
+        heap = self.heap
+        while heap and heap[0][0] < end:
+            _, tie, (fid, i, name), rest, doc = heap[0]
+            following = next(rest, None)
+            if following is None:
+                heapq.heappop(heap)
+            else:
+                heapq.heapreplace(heap, (following[0], tie, following, rest, doc))
+            yield fid, doc, i, name
 
 
 def _window_entries(coll: Collection, flt: Mapping[str, Any], rng: Mapping[str, str],
@@ -90,6 +108,10 @@ def _unshadowed(rows: Collection, entries: Iterator[tuple[str, Mapping[str, Any]
     while part := list(itertools.islice(entries, chunk)):
         shadowed = with_rows(rows, (fid for fid, *_ in part))
         yield from (bk.record(doc, i, name) for fid, doc, i, name in part if fid not in shadowed)
+
+
+def _record_id(doc: Mapping[str, Any]) -> str:
+    return str(doc["_id"])
 
 
 def _picked(doc: Mapping[str, Any], pick: Mapping[str, Any]) -> bool:
@@ -133,7 +155,8 @@ def page(rows: Collection, row_flt: Optional[Mapping[str, Any]], buckets: Collec
         if row_flt is not None:
             q = {**row_flt, "_id": rng}
             if pick is not None:
-                every = with_retry(lambda: list(rows.find(q).sort("_id", ASCENDING)), "query records")
+                # Read whole, so sorted here: SecantusDB sorts in Python, at a cost per document above this one.
+                every = sorted(with_retry(lambda: list(rows.find(q)), "query records"), key=_record_id)
                 have = {r["_id"] for r in every}
                 window_rows = [r for r in every if _picked(r, pick)][:need]
             else:
@@ -149,7 +172,7 @@ def page(rows: Collection, row_flt: Optional[Mapping[str, Any]], buckets: Collec
                 entries = (bk.record(doc, i, name) for fid, doc, i, name in listed if fid not in have)
             else:
                 entries = _unshadowed(rows, listed, max(need, MIN_CHECK))
-            found = heapq.merge(found, entries, key=lambda d: d["_id"])
+            found = heapq.merge(found, entries, key=_record_id) if window_rows else entries
         taken = list(itertools.islice(found, need))
         out += taken
         if len(out) >= limit or end == hi:

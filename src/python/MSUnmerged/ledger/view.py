@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any, Iterator, Optional, Protocol
 
+from bson.int64 import Int64
 from pymongo.database import Database
 
 from MSUnmerged.ledger import history
@@ -92,11 +93,13 @@ def health_of(cycles: list[dict[str, Any]], last_good: dict[str, Any], first_sta
             "alert": alert}
 
 
-_PLAIN = frozenset({str, int, float, bool, type(None)})
+_PLAIN = frozenset({str, int, Int64, float, bool, type(None)})  # Int64: BSON's 64-bit int, an int
 
 
 def _clean(doc: dict[str, Any]) -> dict[str, Any]:
     """Mongo document -> JSON-ready dict (ObjectId and datetimes become strings)."""
+    if _PLAIN.issuperset(map(type, doc.values())):  # most records: a copy does
+        return dict(doc)
     out = {}
     for k, v in doc.items():
         kind = type(v)
