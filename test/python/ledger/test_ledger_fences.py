@@ -143,3 +143,65 @@ def test_directory_pages_read_in_windows_give_every_record_once(tmp_path: Path, 
         assert paged(state="not_empty") == [d["_id"] for d in everything if d["state"] == "not_empty"]
         prefix = everything[5]["dir"].rsplit("/", 1)[0] + "/"
         assert paged(dir_prefix=prefix) == [d["_id"] for d in everything if d["dir"].startswith(prefix)]
+
+
+def test_a_remembered_reach_sizes_the_first_window_only() -> None:
+    assert walk(fences.Windows(IDS, "b010", "c", 2, reach="b040"), "c") == ["b040", "c"]
+    assert walk(fences.Windows(IDS, "b010", "c", 2, reach="b011"), "c") == ["b011", "b012", "b016", "b032", "b096", "c"]
+    assert walk(fences.Windows(IDS, "b010", "b030", 2, reach="b050"), "b030") == ["b030"]
+    assert walk(fences.Windows(IDS, "b010", "c", 2, reach="b005"), "c") == walk(fences.Windows(IDS, "b010", "c", 2), "c")
+    assert walk(fences.Windows([], "a", "z", 4, reach="m"), "z") == ["z"]
+
+
+def test_reach_is_the_first_fence_above_the_last_record() -> None:
+    assert fences.reach(IDS, "c", "b0405") == "b041"
+    assert fences.reach(IDS, "c", "b041") == "b042"
+    assert fences.reach(IDS, "b030", "b0405") == "b030"
+    assert fences.reach(IDS, "c", "b0995") == "c"
+    assert fences.reach(IDS, "c", None) == "c"  # the page ended before it was full: its whole range
+
+
+class FileReads(monitoring.CommandListener):
+    """How many `find`s on the rows (`files`)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        self.n += event.command_name == "find" and event.command.get("find") == "files"
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+@pytest.mark.integration
+def test_a_page_asked_again_reads_the_window_that_held_it(tmp_path: Path, mongo_url: str, mongo_db: Database) -> None:
+    """Failed rows only late in the generation: the first read grows its windows over empty ones, the same page
+    asked again reads one; once the rows move, answers are still a reader's without that memory."""
+    ledger = Ledger(mongo_db)
+    ledger.ensure_indexes()
+    ledger.record_plan(tmp_path / "plan", make_plan(tmp_path, files=6000, dirs=40), GEN)
+    assert mongo_db.buckets.count_documents({}) > 4 * records.FIRST_ROW_BUCKETS
+    jobs = sorted(mongo_db.jobs.find(), key=lambda j: j["span"][0])
+
+    def fail(job: str, every: int) -> None:
+        ledger.record_outcomes(job, [{"lfn": x, "state": "failed", "error_class": "e", "error": "x"}
+                                     for x in ledger.job_lfns(job)[::every]])
+    fail(jobs[-1]["_id"], 3)
+    reads = FileReads()
+    with MongoClient(mongo_url, event_listeners=[reads]) as client:
+        reader = Ledger(client[mongo_db.name])
+        first = reader.query_files(RSE, error_class="e", limit=10)
+        grown, reads.n = reads.n, 0
+        assert reader.query_files(RSE, error_class="e", limit=10) == first
+        assert grown > 1 and reads.n == 1
+        fail(jobs[0]["_id"], 2)  # rows below where the page filled, and some of its own gone
+        mongo_db.files.delete_many({"_id": {"$in": [d["_id"] for d in first["items"][:4]]}})
+        for limit in (1, 10, 1000):
+            want = Ledger(mongo_db).query_files(RSE, error_class="e", limit=limit)
+            assert reader.query_files(RSE, error_class="e", limit=limit) == want
+            assert reader.query_files(RSE, error_class="e", limit=limit) == want
+        assert len(first["items"]) == 10

@@ -20,8 +20,8 @@ RSE = "T2_FR_Ledger"
 GEN = 1_700_000_000.0
 
 
-def make_plan(tmp_path: Path, files: int = 900) -> planner.Plan:
-    lines = [f"/store/unmerged/Era/P{i % 3}/RAW/Proc-v1/000/{i % 4:03d}/f{i}.root" for i in range(files)]
+def make_plan(tmp_path: Path, files: int = 900, dirs: int = 4) -> planner.Plan:
+    lines = [f"/store/unmerged/Era/P{i % 3}/RAW/Proc-v1/000/{i % dirs:03d}/f{i}.root" for i in range(files)]
     config = Config()
     config.planner.files_per_job = 200
     config.guards.max_delete_fraction = 1.0

@@ -109,3 +109,31 @@ def test_serve_view_keeps_the_current_generation_for_its_ttl(tmp_path: Path, mon
     assert {r["gen"] for r in fresh.files(RSE, None, None, None, None, None, 10)} == {GEN + 1}
     assert {r["gen"] for r in kept.files(RSE, None, None, None, None, None, 10)} == {GEN}  # within its ttl
     assert list(kept.files("T2_XX_None", None, None, None, None, None, 10)) == []
+
+
+def test_serve_view_keeps_a_job_document_for_its_ttl_and_never_past_it(tmp_path: Path, mongo_url: str,
+                                                                       mongo_db: Database) -> None:
+    ledger = Ledger(mongo_db)
+    ledger.ensure_indexes()
+    ledger.record_plan(tmp_path / "plan", make_plan(tmp_path), GEN)
+    job = job_id(RSE, GEN, 1, 2)
+    lfns = ledger.job_lfns(job)
+    ledger.record_outcomes(job, [{"lfn": x, "state": "failed", "error_class": "e", "error": "x"} for x in lfns[::5]])
+    fresh, now = MongoLedgerView(mongo_db), [0.0]
+    finds = Finds()
+    with MongoClient(mongo_url, event_listeners=[finds]) as client:
+        kept = MongoLedgerView(client[mongo_db.name], generation_ttl_s=2.0)
+        kept._read.clock = lambda: now[0]
+        for rse in (RSE, None):
+            for state, limit in ((None, 1), (None, 7), (None, 1000), ("failed", 3), ("planned", 50)):
+                want = list(fresh.files(rse, state, None, None, job, None, limit))
+                assert want and list(kept.files(rse, state, None, None, job, None, limit)) == want
+        assert [c for c, _ in finds.seen].count("jobs") == 1  # one read of the job for all those pages
+        first = list(fresh.files(None, None, None, None, job, None, 5))
+        mongo_db.jobs.delete_one({"_id": job})  # the job's document goes (its generation pruned, say)
+        now[0] = 1.999
+        assert list(kept.files(None, None, None, None, job, None, 5)) == first  # within its ttl
+        now[0] = 2.0
+        assert list(kept.files(None, None, None, None, job, None, 5)) == [] == \
+            list(fresh.files(None, None, None, None, job, None, 5))
+    assert [c for c, _ in finds.seen].count("jobs") == 2
