@@ -278,8 +278,8 @@ class RestConfig:
     # every thread (in CMSWEB the front end is the client: keep it well above its concurrency).
     max_connections_per_client: int = 16
     max_body_bytes: int = 65536  # larger request bodies are refused (413) before any authentication
-    # status/info answers are rebuilt, and an RSE's current generation (every per-file page starts from it) is
-    # read again, at most this often (0: never cached)
+    # status/info answers are rebuilt, and an RSE's current generation and a job's document (what per-file pages
+    # start from) are read again, at most this often (0: never cached)
     cache_ttl_s: float = 2.0
     db_timeout_s: float = 5.0  # a request gives up on the ledger database after this and answers 503
     # `serve`'s liveness probe (data/health?probe=live) fails once the ledger database has not answered for
