@@ -54,13 +54,18 @@ def a_row_beside_its_entry(db: Database, job: str, code: str, other_job: str) ->
     return row["_id"]
 
 
-def test_a_job_page_reads_its_span_rows_and_looks_no_entry_up(tmp_path: Path, mongo_url: str,
-                                                              mongo_db: Database) -> None:
-    ledger = Ledger(mongo_db)
+def a_recorded_job(tmp_path: Path, db: Database) -> tuple[Ledger, str, list[str]]:
+    """A ledger with a plan recorded, one of its jobs and that job's files."""
+    ledger = Ledger(db)
     ledger.ensure_indexes()
     ledger.record_plan(tmp_path / "plan", make_plan(tmp_path), GEN)
     job = job_id(RSE, GEN, 1, 2)
-    lfns = ledger.job_lfns(job)
+    return ledger, job, ledger.job_lfns(job)
+
+
+def test_a_job_page_reads_its_span_rows_and_looks_no_entry_up(tmp_path: Path, mongo_url: str,
+                                                              mongo_db: Database) -> None:
+    ledger, job, lfns = a_recorded_job(tmp_path, mongo_db)
     ledger.record_outcomes(job, [{"lfn": x, "state": ("failed", "deleted", "would_delete", "missing")[i % 4],
                                   **({"error_class": "e", "error": "x"} if i % 4 == 0 else {})}
                                  for i, x in enumerate(lfns)])
@@ -113,11 +118,7 @@ def test_serve_view_keeps_the_current_generation_for_its_ttl(tmp_path: Path, mon
 
 def test_serve_view_keeps_a_job_document_for_its_ttl_and_never_past_it(tmp_path: Path, mongo_url: str,
                                                                        mongo_db: Database) -> None:
-    ledger = Ledger(mongo_db)
-    ledger.ensure_indexes()
-    ledger.record_plan(tmp_path / "plan", make_plan(tmp_path), GEN)
-    job = job_id(RSE, GEN, 1, 2)
-    lfns = ledger.job_lfns(job)
+    ledger, job, lfns = a_recorded_job(tmp_path, mongo_db)
     ledger.record_outcomes(job, [{"lfn": x, "state": "failed", "error_class": "e", "error": "x"} for x in lfns[::5]])
     fresh, now = MongoLedgerView(mongo_db), [0.0]
     finds = Finds()
