@@ -139,8 +139,9 @@ class Recording(Entries):
             for i, name in enumerate(job_files, 1):
                 data = (plan_dir / JOBS_DIR / name).read_bytes()
                 if sealed is not None:
-                    sealed.check_file(f"{JOBS_DIR}/{name}", data)
-                check_plan_lines(data, max_lfn_length, f"{JOBS_DIR}/{name}")
+                    sealed.check_plan_file(f"{JOBS_DIR}/{name}", data, max_lfn_length)
+                else:
+                    check_plan_lines(data, max_lfn_length, f"{JOBS_DIR}/{name}")
                 lfns = [raw.decode("utf-8", errors="surrogateescape") for raw in split_lines(data)]
                 n += len(lfns)
                 built = bk.build(rse, generation, prefix, job_id(rse, generation, 1, i), i, lfns, now)
