@@ -306,6 +306,14 @@ def apply_summary(rows: list[dict[str, Any]]) -> str:
                    f"{apply['db_peak_rss_mib']:.0f} | {r['apply_over_run']} | {round(m['planned'] - m['polled'], 2)} | "
                    f"{round(m['recorded'] - m['planned'], 2)} | {r['record_over_plan']} | {r['record_submit_over_plan']} | "
                    f"{r['load_before']}-{r['load_after']} |")
+    marks = ("planned", "recorded", "intent", "counted")
+    out += ["\nSeconds from each command's start to each step (apply's `planned`: its plan checked, the dump planned "
+            "again and compared; `intent`: the first submission batch):\n",
+            "| lines | command | " + " | ".join(marks) + " |", "|" + "---|" * (2 + len(marks))]
+    for r in rows:
+        for kind in ("run", "apply"):
+            out.append(f"| {r['lines']:,}{' (before)' if r['code'] != SRC else ''} | {kind} | "
+                       + " | ".join(str(r[kind]["marks_s"].get(m, "")) for m in marks) + " |")
     big = rows[-1]
     out.append(f"\ntargets at {big['lines']:,} lines: apply / run {big['apply_over_run']} (<= {APPLY_TIME_RATIO}), apply "
                f"RSS {big['apply']['peak_rss_mib']:.0f} MiB (< {APPLY_RSS_MIB:.0f}); recording / planning "

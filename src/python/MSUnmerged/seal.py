@@ -77,10 +77,23 @@ class Seal:
     def compute_digest(self) -> str:
         return sha256(json.dumps(self.body(), sort_keys=True, separators=(",", ":")).encode())
 
+    def __post_init__(self) -> None:
+        # Not a field (not in the digest): the files whose sealed content this object has seen line-checked, and
+        # at which max_length (apply's verify, then the ledger recording the same bytes).
+        self._lines_checked: dict[str, int] = {}
+
     def check_file(self, rel: str, data: bytes) -> None:
         """Raise GuardTripped(plan_modified) unless `data` is the sealed content of `rel`."""
         if self.files.get(rel) != _describe(data):
             raise GuardTripped(PLAN_MODIFIED, f"{rel} changed since the plan was sealed")
+
+    def check_plan_file(self, rel: str, data: bytes, max_length: int) -> None:
+        """check_file, then every line a canonical LFN (check_plan_lines; GuardTripped(plan_modified) else). The
+        lines are checked once per file and limit: bytes with the sealed digest that passed are those bytes."""
+        self.check_file(rel, data)
+        if self._lines_checked.get(rel) != max_length:
+            check_plan_lines(data, max_length, rel)
+            self._lines_checked[rel] = max_length
 
 
 def _plan_files(plan_dir: Path) -> list[str]:
@@ -172,9 +185,10 @@ def verify(plan_dir: os.PathLike | str, max_length: int) -> Seal:
             data = (plan_dir / rel).read_bytes()
         except OSError as exc:
             raise GuardTripped(PLAN_MODIFIED, f"{rel} is not readable: {exc}") from None
-        seal.check_file(rel, data)
-        if rel != SUMMARY_NAME:
-            check_plan_lines(data, max_length, rel)
+        if rel == SUMMARY_NAME:
+            seal.check_file(rel, data)
+        else:
+            seal.check_plan_file(rel, data, max_length)
     _check_summary(plan_dir, seal)
     return seal
 

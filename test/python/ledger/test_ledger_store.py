@@ -9,9 +9,10 @@ from pymongo import MongoClient
 from pymongo.collection import Collection
 from pymongo.database import Database
 
-from MSUnmerged import planner
+from MSUnmerged import planner, seal
 from MSUnmerged.config import Config
 from MSUnmerged.embedded_mongo import EmbeddedMongo
+from MSUnmerged.guards import PLAN_MODIFIED, GuardTripped
 from MSUnmerged.ledger import Ledger, LedgerError, job_id, recording, with_retry
 from MSUnmerged.lfn import PrefixSet
 
@@ -282,3 +283,33 @@ def test_drop_protected_reads_a_generation_by_windows_and_misses_nothing_whateve
     dropped = ledger.file_records(state="skipped_protected")
     assert {d["lfn"] for d in dropped} == held
     assert len(ledger.file_records(state="planned")) + len(ledger.file_records(state="failed")) == 900 - len(held)
+
+
+def test_record_plan_with_bucket_batches_in_flight_records_every_file_and_stops_at_a_refused_file(
+        tmp_path: Path, mongo_db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With small batches the database writes one while the next is built: every file is recorded, as with one
+    batch; a jobs file refused (edited after the seal) raises plan_modified and none of its buckets is written."""
+    plan = make_plan(tmp_path)
+    ledger = Ledger(mongo_db)
+    ledger.ensure_indexes()
+    whole = ledger.record_plan(tmp_path / "plan", plan, GEN, sealed=seal.read_seal(tmp_path / "plan"))
+    expected = sorted(d["_id"] for d in mongo_db.buckets.find({}, {"_id": 1}))
+    mongo_db.buckets.delete_many({})
+    mongo_db.jobs.delete_many({})
+    mongo_db.rses.delete_many({})
+    monkeypatch.setattr(recording, "BUCKET_BATCH", 2)
+    assert len(expected) > 3 * 2 and whole == 900
+    assert ledger.record_plan(tmp_path / "plan", plan, GEN, sealed=seal.read_seal(tmp_path / "plan")) == 900
+    assert sorted(d["_id"] for d in mongo_db.buckets.find({}, {"_id": 1})) == expected
+    assert len(ledger.file_records()) == 900
+
+    mongo_db.buckets.delete_many({})
+    mongo_db.jobs.delete_many({})
+    mongo_db.rses.delete_many({})
+    last = tmp_path / "plan" / seal.JOBS_DIR / plan.job_files[-1]
+    last.write_bytes(last.read_bytes().replace(b"f1", b"g1", 1))
+    with pytest.raises(GuardTripped) as refused:
+        ledger.record_plan(tmp_path / "plan", plan, GEN, sealed=seal.read_seal(tmp_path / "plan"))
+    assert refused.value.reason == PLAN_MODIFIED
+    jobs = {d["job"] for d in mongo_db.buckets.find({}, {"job": 1})}
+    assert jobs == {job_id(RSE, GEN, 1, i) for i in range(1, len(plan.job_files))}  # the batches sent before it

@@ -161,3 +161,22 @@ def test_a_job_file_written_into_before_the_planner_is_refused(tmp_path: Path, m
     with pytest.raises(guards.GuardTripped, match=guards.PLAN_MODIFIED):
         seal.verify(tmp_path, 1024)
     assert seal.describe_file(first_job(tmp_path)) != sealed_files(tmp_path)["jobs/job-000001.txt"]
+
+
+def test_check_plan_file_checks_the_lines_of_sealed_bytes_once_per_limit_and_the_bytes_every_time() -> None:
+    """A line that is not a canonical LFN is refused even when its file matches the seal; once a file's sealed
+    bytes passed at a limit, the same bytes are not line-checked again at that limit (apply's verify, then the
+    ledger), but any other bytes are still refused and another limit checks the lines again."""
+    good, bad = b"/store/unmerged/E/P/a.root\n", b"/store/unmerged/E//a.root\n"
+    sealed = seal.Seal("T2_XX_Test", 1.0, {"jobs/good.txt": seal.describe_written([good], 1),
+                                           "jobs/bad.txt": seal.describe_written([bad], 1)}, None, None, 0, {})
+    for _ in range(2):
+        with pytest.raises(guards.GuardTripped) as refused:
+            sealed.check_plan_file("jobs/bad.txt", bad, 100)
+        assert refused.value.reason == guards.PLAN_MODIFIED and "not a valid LFN" in refused.value.detail
+    sealed.check_plan_file("jobs/good.txt", good, 100)
+    sealed.check_plan_file("jobs/good.txt", good, 100)
+    with pytest.raises(guards.GuardTripped, match="changed since the plan was sealed"):
+        sealed.check_plan_file("jobs/good.txt", bad, 100)
+    with pytest.raises(guards.GuardTripped, match="not a valid LFN"):
+        sealed.check_plan_file("jobs/good.txt", good, 20)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional, Protocol, Sequence
 
@@ -131,21 +132,30 @@ class Recording(Entries):
         spans: list[list[str]] = []
         dirs: set[str] = set()
         n = 0
-        for i, name in enumerate(job_files, 1):
-            data = (plan_dir / JOBS_DIR / name).read_bytes()
-            if sealed is not None:
-                sealed.check_file(f"{JOBS_DIR}/{name}", data)
-            check_plan_lines(data, max_lfn_length, f"{JOBS_DIR}/{name}")
-            lfns = [raw.decode("utf-8", errors="surrogateescape") for raw in split_lines(data)]
-            n += len(lfns)
-            built = bk.build(rse, generation, prefix, job_id(rse, generation, 1, i), i, lfns, now)
-            ids += [d["_id"] for d in built]
-            dirs.update(d["dir"] for d in built)
-            spans.append(span(min(d["_id"] for d in built), prefix + max(lfns)) if built else [])
-            batch += built
-            if len(batch) >= BUCKET_BATCH:
-                insert_ignoring_duplicates(self.buckets, batch)
-                batch = []
+        # The database works on one batch while the next is read, checked and built (the two take about as
+        # long); one batch in flight at most, in order, its failure raised before the next goes.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="record-buckets") as writer:
+            inflight: Optional[Future[None]] = None
+            for i, name in enumerate(job_files, 1):
+                data = (plan_dir / JOBS_DIR / name).read_bytes()
+                if sealed is not None:
+                    sealed.check_plan_file(f"{JOBS_DIR}/{name}", data, max_lfn_length)
+                else:
+                    check_plan_lines(data, max_lfn_length, f"{JOBS_DIR}/{name}")
+                lfns = [raw.decode("utf-8", errors="surrogateescape") for raw in split_lines(data)]
+                n += len(lfns)
+                built = bk.build(rse, generation, prefix, job_id(rse, generation, 1, i), i, lfns, now)
+                ids += [d["_id"] for d in built]
+                dirs.update(d["dir"] for d in built)
+                spans.append(span(min(d["_id"] for d in built), prefix + max(lfns)) if built else [])
+                batch += built
+                if len(batch) >= BUCKET_BATCH:
+                    if inflight is not None:
+                        inflight.result()
+                    inflight = writer.submit(insert_ignoring_duplicates, self.buckets, batch)
+                    batch = []
+            if inflight is not None:
+                inflight.result()
         insert_ignoring_duplicates(self.buckets, batch)
         # After every bucket: a complete fence list is never short of a bucket (fences.FenceCache).
         fence_docs = fences.documents(rse, generation, ids)

@@ -369,10 +369,12 @@ class Runner:
             check_counts(now.files_total, plan.files_to_delete, self.config.guards, max(plan.slice_sizes, default=None))
         except GuardTripped as guard:
             return self._guarded(rse, result, guard.reason, guard.detail)
+        self.hook("planned", rse)  # the plan checked: its seal, the dump planned again, the comparison
         # An operator's list never lowers the baseline (the plan's own count is never used).
         self.ledger.record_plan(plan_dir, plan, generation, baseline_count=max(baseline or 0, len(protection)),
                                 sealed=sealed, max_lfn_length=self.config.planner.max_lfn_length,
                                 scan_started=now.scan_started, floor_depth=self.config.planner.dir_floor_depth)
+        self.hook("recorded", rse)
         result.dropped_protected = self.ledger.drop_protected(rse, generation, protection)
         slices.release_next(self.ledger, rse, generation)
         result.submitted = self.jobs.submit_planned(rse, generation, protected)
@@ -380,6 +382,7 @@ class Runner:
         self.ledger.set_rse_state(rse, result.state, detail=f"applied {plan_dir}: {result.submitted} jobs, "
                                   f"{result.dropped_protected} files dropped as protected since planning")
         self.ledger.refresh_counters(rse)
+        self.hook("counted", rse)
         return result
 
     def _rederive(self, plan_dir: Path, plan: planner.Plan, sealed: seal.Seal, protected: list[str],
