@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -69,6 +70,32 @@ def test_preflight_starts_each_built_worker_once_and_a_replaced_one_again(tmp_pa
     fresh = LocalBackend(Config(), tmp_path / "work", python=str(python))  # a new backend rebuilds the replaced file
     fresh.preflight("T2_B")
     assert len(calls.read_text().splitlines()) == 4 and fresh.worker().read_bytes() != b"not a zipapp"
+
+
+def test_rses_preflighting_at_once_start_the_worker_once(tmp_path: Path) -> None:
+    """A cycle's first RSEs (service.parallel_rses, each its site's backend) preflight at the same moment: one
+    `--help` answers them all, not one each."""
+    calls = tmp_path / "calls"
+    python = tmp_path / "python"  # the real interpreter, counting its starts
+    python.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\nexec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    backends = [LocalBackend(Config(), tmp_path / "work", python=str(python)) for _ in range(4)]
+    backends[0].worker()  # built before: the race is on the start's check, not the build
+    together = threading.Barrier(len(backends))
+    errors: list[BaseException] = []
+
+    def preflight(backend: LocalBackend) -> None:
+        together.wait()
+        try:
+            backend.preflight()
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+    threads = [threading.Thread(target=preflight, args=(b,)) for b in backends]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)  # bounds a hang
+    assert not errors and len(calls.read_text().splitlines()) == 1
 
 
 def test_workers_start_niced_isolated_and_in_the_service_session(tmp_path: Path) -> None:

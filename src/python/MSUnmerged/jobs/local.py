@@ -53,6 +53,8 @@ WORKER_PYTHON_FLAGS = ("-I", "-S")
 FileKey = tuple[str, int, int, int]
 _built: dict[Path, FileKey] = {}
 _started_ok: set[tuple[tuple[str, ...], FileKey]] = set()
+# Held while a worker's start is checked: the RSEs of a cycle preflight at once, and one check answers them all.
+_preflight_lock = threading.Lock()
 # Workers started per work folder by any of the process's backends (job folder name -> process; None: its slot
 # taken, the process being started): each backend counts the others' too, and the workers of a backend nobody
 # polls any more still free their slot when they end.
@@ -143,10 +145,10 @@ class LocalBackend:
             worker = self.worker()
             command = self._command(worker)
             key = (tuple(command), _file_key(worker))  # once per worker file and command, not per RSE
-            if key not in _started_ok:
-                subprocess.run([*command, "--help"], env=self.env, stdin=subprocess.DEVNULL, capture_output=True,
-                               check=True, timeout=60)
-                with _lock:
+            with _preflight_lock:
+                if key not in _started_ok:
+                    subprocess.run([*command, "--help"], env=self.env, stdin=subprocess.DEVNULL, capture_output=True,
+                                   check=True, timeout=60)
                     _started_ok.add(key)
         except (OSError, subprocess.SubprocessError) as exc:
             raise BackendError("unreachable", f"local worker cannot run: {exc}") from None
