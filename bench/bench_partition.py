@@ -7,7 +7,8 @@ embedded default database, dry run, local backend, with a protected list of ~4,5
 Measured: the cycle's wall time; each RSE's run and its time to first submitted job (from the start of its run);
 peak RSS of this process (`serve`'s part) and of SecantusDB (not of the workers, short dry-run processes); the
 database folder's size; `/metrics` render time after the cycle; CPU seconds in the cycle of this process, of its
-workers (children reaped) and of SecantusDB; how many child processes ran at once (sampled every 0.2 s). With `--before SRC` the same cycle first runs
+workers (children reaped) and of SecantusDB; how many child processes ran at once (sampled every 0.2 s); how many
+workers started in the cycle (their pid files) and at which niceness (`jobs.local_nice`). With `--before SRC` the same cycle first runs
 with another checkout's code (e.g. /work/main/src/python) in a child process: before/after in one command.
 
     python3 bench/bench_partition.py [--spread 1000000x1,100000x5,10000x30,1000x114] [--before SRC]
@@ -39,6 +40,7 @@ from MSUnmerged.ledger.view import MongoLedgerView  # noqa: E402
 from MSUnmerged.rest import metrics  # noqa: E402
 from MSUnmerged.sources.offline import OfflineSources  # noqa: E402
 from MSUnmerged.wiring import build_service  # noqa: E402
+from MSUnmerged.worker.ids import PID_NAME  # noqa: E402
 
 import bench_scale  # noqa: E402  (after MSUnmerged: the code of --src is the one imported)
 from seam import backend_of, runner_of  # noqa: E402
@@ -176,6 +178,10 @@ def one_cycle(data: Path, spread: list[tuple[int, int]]) -> dict[str, Any]:
                             "secantusdb": round(cpu_s(db_pid) - db0, 1)}
             row["children"] = {"max": max(children.counts, default=0),
                                "mean": round(statistics.fmean(children.counts), 1) if children.counts else 0}
+            # Workers started in the cycle (each wrote its pid file) and how nice they ran (the code of --before may
+            # have no such setting).
+            row["workers_started"] = sum(1 for _ in (config.state_dir / "local-jobs").glob(f"*/{PID_NAME}"))
+            row["local_nice"] = getattr(config.jobs, "local_nice", None)
             bad = {r: (res.action, res.reason) for r, res in results.items() if not res.submitted}
             if bad or len(results) != len(names):
                 raise SystemExit(f"bench_partition: RSEs without jobs or unfinished: {bad or len(results)}")

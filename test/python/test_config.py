@@ -42,6 +42,8 @@ def test_file_and_environment(tmp_path):
     ("", {"MSUNMERGED_SERVICE__DRY_RUN": "perhaps"}, "service.dry_run"),
     ("", {"MSUNMERGED_JOBS__BACKEND": "pbs"}, "jobs.backend"),
     ("[jobs]\nsubmit_batch = 0\n", {}, "jobs.submit_batch"),
+    ("[jobs]\nlocal_nice = 20\n", {}, "jobs.local_nice"),
+    ("", {"MSUNMERGED_JOBS__LOCAL_NICE": "-1"}, "jobs.local_nice"),
     ("[jobs.sites.T2_XX_A]\npfn_layout = 'anything'\n", {}, "jobs.sites.T2_XX_A.pfn_layout"),
     # site_specific needs the root its workers must find, canonical and not the storage's top.
     ("[jobs.sites.T2_XX_A]\npfn_layout = 'site_specific'\n", {}, "jobs.sites.T2_XX_A.unmerged_root"),

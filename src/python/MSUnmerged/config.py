@@ -177,6 +177,8 @@ class JobsConfig:
     request_disk_mb: int = job_defaults.DISK_MB
     max_runtime_s: int = job_defaults.RUNTIME_S
     local_parallel: int = 2
+    # Niceness added to the service's for the local backend's workers (0-19): they yield the host's CPU to it.
+    local_nice: int = 10
     # Jobs built, recorded as intent, submitted and marked together: the first go out after one batch is
     # built, and only one batch of file lists is in memory (or left `submitting` by a crash) at a time: at
     # 2,000 files a job, 100 jobs hold ~40 MiB of LFNs (500 held ~200 MiB, 300-400 MiB of `serve` per RSE).
@@ -454,6 +456,7 @@ def _validate(cfg: Config) -> None:
     need(j.deadline_h > 0, "jobs.deadline_h", "must be > 0")
     need(j.retries >= 0, "jobs.retries", "must be >= 0")
     need(j.submit_batch >= 1, "jobs.submit_batch", "must be >= 1")
+    need(0 <= j.local_nice <= 19, "jobs.local_nice", "must be between 0 and 19")
     need(cfg.mongo.generations_kept >= 1, "mongo.generations_kept", "must be >= 1")
     need(cfg.mongo.cycles_kept_days > 0, "mongo.cycles_kept_days", "must be > 0")
     need(1 <= cfg.rest.port <= 65535, "rest.port", "must be a TCP port")

@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -69,6 +70,71 @@ def test_preflight_starts_each_built_worker_once_and_a_replaced_one_again(tmp_pa
     fresh = LocalBackend(Config(), tmp_path / "work", python=str(python))  # a new backend rebuilds the replaced file
     fresh.preflight("T2_B")
     assert len(calls.read_text().splitlines()) == 4 and fresh.worker().read_bytes() != b"not a zipapp"
+
+
+def test_rses_preflighting_at_once_start_the_worker_once(tmp_path: Path) -> None:
+    """A cycle's first RSEs (service.parallel_rses, each its site's backend) preflight at the same moment: one
+    `--help` answers them all, not one each."""
+    calls = tmp_path / "calls"
+    python = tmp_path / "python"  # the real interpreter, counting its starts
+    python.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\nexec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    backends = [LocalBackend(Config(), tmp_path / "work", python=str(python)) for _ in range(4)]
+    backends[0].worker()  # built before: the race is on the start's check, not the build
+    together = threading.Barrier(len(backends))
+    errors: list[BaseException] = []
+
+    def preflight(backend: LocalBackend) -> None:
+        together.wait()
+        try:
+            backend.preflight()
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+    threads = [threading.Thread(target=preflight, args=(b,)) for b in backends]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)  # bounds a hang
+    assert not errors and len(calls.read_text().splitlines()) == 1
+
+
+def test_workers_start_niced_isolated_and_in_the_service_session(tmp_path: Path) -> None:
+    """The preflight's `--help` and each job's worker start `jobs.local_nice` below the service, with `-I -S` (the
+    service's PYTHONPATH, here a poisoned `argparse`, never reaches the worker), in a process group of their own but
+    the service's session (a session of its own is an autogroup of its own: nice would not yield the CPU); `nice`
+    execs the worker, so the pid file names it; and the job deletes its files."""
+    storage, sc = make_site(tmp_path)
+    cfg = Config()
+    cfg.jobs.local_nice = 7
+    seen = tmp_path / "seen"
+    python = tmp_path / "python"  # the real interpreter, noting its own /proc stat line (pid, group, session, nice)
+    python.write_text(f'#!/bin/sh\necho "$(cat /proc/$$/stat) ARGS $*" >> {seen}\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    poison = tmp_path / "poison"
+    poison.mkdir()
+    (poison / "argparse.py").write_text("raise ImportError('the service PYTHONPATH reached the worker')\n")
+    (poison / "sitecustomize.py").write_text(f"open({str(tmp_path / 'site-ran')!r}, 'w').close()\n")
+    backend = LocalBackend(cfg, tmp_path / "work", siteconfig=str(sc), python=str(python),
+                           env={**os.environ, "PYTHONPATH": str(poison)})
+    backend.preflight()
+    jobs = jobs_with_files(storage, 1, 20)
+    ids = backend.submit(jobs)
+    states = wait_for(backend, ids, timeout=120)
+    assert states[jobs[0].job_id].state == JobState.FINISHED and states[jobs[0].job_id].exit_code == 0, states
+    assert not any((storage / "store").rglob("*.root"))
+    assert not (tmp_path / "site-ran").exists()
+    expected_nice = min(19, os.getpriority(os.PRIO_PROCESS, 0) + 7)
+    starts = [line.split(" ARGS ") for line in seen.read_text().splitlines()]
+    assert len(starts) == 2  # the preflight, then the job
+    for stat, args in starts:
+        fields = stat.rsplit(")", 1)[1].split()  # from field 3 (state) on
+        assert int(fields[16]) == expected_nice, stat  # field 19: nice
+        assert args.split()[:2] == ["-I", "-S"], args
+    stat, args = starts[1]
+    fields = stat.rsplit(")", 1)[1].split()
+    pid = int(stat.split()[0])
+    assert "--report" in args and pid == int((backend.job_dir(jobs[0].job_id) / PID_NAME).read_text())
+    assert int(fields[2]) == pid and int(fields[3]) == os.getsid(0)  # fields 5, 6: its own group, our session
 
 
 def test_runs_jobs_with_bounded_parallelism_and_collects(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ def kill_when_reporting(job_dir: Path, timeout: float = 60.0) -> int:
             lines = report.read_bytes().count(b'"lfn"')
             if lines:
                 pid = int((job_dir / PID_NAME).read_text())
-                os.killpg(pid, signal.SIGKILL)  # the worker runs in its own session
+                os.killpg(pid, signal.SIGKILL)  # the worker runs in a process group of its own
                 return lines
         time.sleep(0.002)
     raise AssertionError(f"the worker in {job_dir} never reported")
