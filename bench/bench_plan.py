@@ -6,9 +6,12 @@ The planner runs with each planlines engine side by side: "compiled" (the C exte
 and "pure" (regular expressions: planner.engine = "pure"); the first listed is the one reported
 as lines/s and peak RSS.
 
+With `--before SRC` (another tree's src/python, its C extension built in place), that tree's planner
+runs with the first engine too, in the same rounds just before this one: figures before and after in one run.
+
 Each measurement runs in its own process so that its peak RSS (VmHWM) is its own.
 Usage: python3 bench/bench_plan.py [--sizes 1000000,10000000] [--formats plain,gzip] [--rounds 1]
-                                   [--engines compiled,pure]
+                                   [--engines compiled,pure] [--before /work/main/src/python]
 """
 from __future__ import annotations
 
@@ -24,7 +27,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src" / "python"))
+SRC_ENV = "BENCH_PLAN_SRC"  # the package tree a child imports (--before's, else this one's)
+sys.path.insert(0, os.environ.get(SRC_ENV, str(REPO / "src" / "python")))
 
 from MSUnmerged import sample  # noqa: E402
 
@@ -113,17 +117,19 @@ def inputs(data: Path, size: int, compress: bool = False) -> Path:
     return folder
 
 
-def in_child(kind: str, *args: str) -> dict:
-    res = subprocess.run([sys.executable, __file__, "--child", kind, *args], capture_output=True, text=True)
+def in_child(kind: str, *args: str, src: str | None = None) -> dict:
+    env = {**os.environ, SRC_ENV: src} if src else None
+    res = subprocess.run([sys.executable, __file__, "--child", kind, *args], capture_output=True, text=True, env=env)
     if res.returncode:
         raise SystemExit(f"bench_plan: {kind} {' '.join(args)} failed: {res.stderr.strip().splitlines()[-1]}")
     return json.loads(res.stdout)
 
 
-def plan_in_child(engine: str, files: list[str]) -> dict:
-    """One planning run with `engine` ("compiled": build it with python3 setup.py build_ext --inplace)."""
+def plan_in_child(engine: str, files: list[str], src: str | None = None) -> dict:
+    """One planning run with `engine` ("compiled": build it with python3 setup.py build_ext --inplace), with the
+    package of `src` (else this tree's)."""
     shutil.rmtree(files[3], ignore_errors=True)  # the last run's plan: not this run's work
-    return in_child("planner", *files, engine)
+    return in_child("planner", *files, engine, src=src)
 
 
 def main() -> None:
@@ -136,6 +142,7 @@ def main() -> None:
     ap.add_argument("--baseline-lines", type=int, default=1_000_000, help="baseline only at sizes up to this")
     ap.add_argument("--engines", default="compiled,pure", help="planlines engines, side by side; the first is "
                     "reported as lines/s and peak RSS")
+    ap.add_argument("--before", help="another tree's src/python: its planner too, first engine, same rounds")
     ap.add_argument("--child", nargs="+")
     args = ap.parse_args()
     if args.child:
@@ -151,9 +158,12 @@ def main() -> None:
             files = [dump, str(folder / "protected.json"), str(folder / "stats.json"), str(folder / "plan")]
             runs: dict[str, list[dict]] = {engine: [] for engine in engines}
             inflate: dict[str, list[dict]] = {"gzip": [], "isal": []}
+            before: list[dict] = []
             for _ in range(args.rounds):
                 for name in inflate if compress else ():
                     inflate[name].append(in_child("decompress", dump, name))
+                if args.before:
+                    before.append(plan_in_child(engines[0], files, args.before))
                 for engine in engines:
                     runs[engine].append(plan_in_child(engine, files))
             median = {engine: {"wall_s": statistics.median(x["wall_s"] for x in r),
@@ -163,6 +173,9 @@ def main() -> None:
                       for engine, r in runs.items()}
             digests = {x["plan_sha256"] for r in runs.values() for x in r}
             assert len(digests) == 1, f"the engines' plans differ: {digests}"
+            # Before and after may order the files differently: the same counts.
+            assert all((b["lines"], b["to_delete"]) == (runs[engines[0]][0]["lines"], runs[engines[0]][0]["to_delete"])
+                       for b in before), "before and after plan different files"
             res = median[engines[0]]
             base = in_child("baseline", *files) if size <= args.baseline_lines else None
             if base:
@@ -187,6 +200,15 @@ def main() -> None:
                 for name in inflate if compress else ():
                     row[f"{engine}_ratio_vs_{name}"] = round(r["wall_s"] / row[f"decompress_{name}_s"], 2)
                     row[f"{engine}_cpu_ratio_vs_{name}"] = round(r["cpu_s"] / row[f"decompress_{name}_cpu_s"], 2)
+            if before:
+                row["before_plan_s"] = round(statistics.median(x["wall_s"] for x in before), 2)
+                row["before_plan_cpu_s"] = round(statistics.median(x["cpu_s"] for x in before), 2)
+                row["before_plan_walls_s"] = [round(x["wall_s"], 2) for x in before]
+                row["before_peak_rss_mib"] = round(max(x["peak_rss_mib"] for x in before), 1)
+                for name in inflate if compress else ():
+                    row[f"before_ratio_vs_{name}"] = round(row["before_plan_s"] / row[f"decompress_{name}_s"], 2)
+                    row[f"before_cpu_ratio_vs_{name}"] = round(row["before_plan_cpu_s"] / row[f"decompress_{name}_cpu_s"],
+                                                               2)
             row["loadavg"] = round(os.getloadavg()[0], 2)
             rows.append(row)
             print(json.dumps(row), flush=True)

@@ -81,3 +81,43 @@ def test_job_files_described_while_planning_match_the_files_on_disk(tmp_path):
     assert plan.jobs == len(jobs) > 10
     assert sealed == {rel: seal.describe_file(tmp_path / rel)
                       for rel in ["summary.json", "dirs.txt"] + [f"jobs/{n}" for n in jobs]}
+
+
+def _spills_made(monkeypatch) -> list[int]:
+    """The partition count of every spill the planner makes from now on."""
+    made: list[int] = []
+    make = planner._Spill.__init__
+
+    def record(self, directory, partitions, *args):
+        made.append(partitions)
+        make(self, directory, partitions, *args)
+
+    monkeypatch.setattr(planner._Spill, "__init__", record)
+    return made
+
+
+DATASETS = [f"/store/unmerged/E/P{p}/T/v-v1/{d:04d}" for p in range(4) for d in range(3)]
+
+
+@pytest.mark.parametrize("again_at", [22, 40, 132])  # listed again after the next directory, a few, all
+def test_a_directory_listed_again_takes_the_files_written_back_to_the_spill(tmp_path, monkeypatch, again_at):
+    from MSUnmerged import lfn, seal
+
+    cfg = permissive()
+    cfg.planner.files_per_job = 7  # directories span job files
+    grouped = [f"{d}/{i}.root".encode() for d in DATASETS for i in range(11)]
+    again = [b"/store/unmerged/E/P0/T/v-v1/0000/%d.root" % i for i in (3, 20, 21)]  # one repeat, two new files
+    lines = grouped[:again_at] + again + grouped[again_at:]
+    made = _spills_made(monkeypatch)
+    plan = run_plan(tmp_path / "again", lines, ["/store/unmerged/E/P1"], cfg, per_chunk=5)
+    assert made and not (tmp_path / "again" / ".spill").exists()
+    reference = run_plan(tmp_path / "once", sorted(set(lines), key=lines.index), ["/store/unmerged/E/P1"], cfg)
+    got = planned_lfns(tmp_path / "again")
+    assert sorted(got) == sorted(planned_lfns(tmp_path / "once")) and len(got) == len(set(got)) == 101
+    assert sorted(removable_dirs(tmp_path / "again")) == sorted(removable_dirs(tmp_path / "once"))
+    assert plan.files_invalid == {lfn.DUPLICATE: 1} and plan.files_to_delete == reference.files_to_delete
+    assert plan.files_total == len(lines) and plan.files_protected == reference.files_protected
+    directories = [x[:x.rfind(b"/")] for x in got]  # the files of one directory stay together
+    assert len(list(dict.fromkeys(directories))) == len(set(directories))
+    assert sorted(p.name for p in (tmp_path / "again" / "jobs").iterdir()) == plan.job_files
+    seal.verify(tmp_path / "again", cfg.planner.max_lfn_length)
