@@ -85,10 +85,12 @@ class Counters(LedgerBase):
                    "job counts")
 
     def refresh_counters(self, rse: str) -> dict[str, Any]:
-        """Recompute the RSE's counters for its current generation from the records (idempotent)."""
+        """Recompute the RSE's counters for its current generation from the records (idempotent); its jobs per
+        state are recounted also without a generation (a first plan's recording interrupted)."""
         doc = self.rse(rse)
         gen = doc.get("generation")
         if gen is None:
+            self.refresh_job_counts(rse)
             return {}
         entry = next((g for g in doc.get("generations", []) if g["gen"] == gen), {})
         by_state = self._state_counts(rse, gen, entry)
