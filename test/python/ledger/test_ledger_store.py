@@ -282,3 +282,14 @@ def test_drop_protected_reads_a_generation_by_windows_and_misses_nothing_whateve
     dropped = ledger.file_records(state="skipped_protected")
     assert {d["lfn"] for d in dropped} == held
     assert len(ledger.file_records(state="planned")) + len(ledger.file_records(state="failed")) == 900 - len(held)
+
+
+def test_refresh_counters_recounts_jobs_of_an_rse_without_a_generation(mongo_db: Database) -> None:
+    """A first plan whose recording was cut short leaves jobs and no generation: the run's counters (which spare
+    run_once a separate job count) still count them."""
+    ledger = Ledger(mongo_db)
+    mongo_db.rses.insert_one({"_id": RSE, "recording": GEN})
+    mongo_db.jobs.insert_many([{"_id": job_id(RSE, GEN, 1, n), "rse": RSE, "gen": GEN, "state": "planned"}
+                               for n in (1, 2)])
+    assert ledger.refresh_counters(RSE) == {}
+    assert ledger.rse(RSE)["counters"]["jobs_by_state"] == {"planned": 2}
