@@ -92,6 +92,22 @@ def test_a_row_written_before_a_crash_wins_over_its_bucket_entry(tmp_path: Path,
     assert ledger.job_lfns(SECOND, states=None) == names[1:] and ledger.job_lfns(RETRY) == [names[0]]
 
 
+def test_jobs_read_together_give_each_job_its_own_files(tmp_path: Path, mongo_db: Database) -> None:
+    """A submission reads its batch's files a few jobs at a time (jobs_lfns): each job gets what it gets read
+    alone, rows a crash left beside their bucket entries included, and no file is listed in two jobs."""
+    ledger, gone, names = crashed_rows(tmp_path, mongo_db)
+    ids = [job_id(RSE, GEN, 1, n) for n in range(1, 6)] + [RETRY]
+    together = ledger.jobs_lfns(ids)
+    assert together[FIRST] == ledger.job_lfns(FIRST) and gone not in together[FIRST] and len(together[FIRST]) == 199
+    assert together[SECOND] == [] and together[RETRY] == [names[0]]
+    assert together == {jid: ledger.job_lfns(jid) for jid in ids}
+    every = ledger.jobs_lfns(ids, states=None)
+    assert every[SECOND] == names[1:] and gone in every[FIRST]
+    assert every == {jid: ledger.job_lfns(jid, states=None) for jid in ids}
+    listed = [lfn for lfns in every.values() for lfn in lfns]
+    assert len(listed) == len(set(listed)) == 900
+
+
 def test_outcomes_follow_a_row_written_before_a_crash(tmp_path: Path, mongo_db: Database) -> None:
     """record_outcomes reads the job's rows by job: a row a crash left beside its bucket entry stays the file's
     record, updated when it is the reporting job's, left alone when a retry job's; the counts follow."""

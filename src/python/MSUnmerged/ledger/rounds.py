@@ -15,6 +15,10 @@ from MSUnmerged.ledger.states import BACKEND_JOB_STATES, RETRIABLE, FileState, J
 from MSUnmerged.worker.ids import job_id
 
 
+# Jobs whose files are read together (submission): a few queries a batch, and not a whole batch's buckets at once.
+READ_JOBS = 25
+
+
 class StepFiles(Protocol):
     lfns: Sequence[str]
     dry_run: bool
@@ -33,12 +37,26 @@ class Rounds(Entries):
 
     def job_lfns(self, job_id_: str, states: Optional[Sequence[str]] = (FileState.PLANNED,)) -> list[str]:
         """The files of a job in these states (default: still to work on; None: all), sorted."""
-        rows = with_retry(lambda: list(self.files.find({"job": job_id_}, {"lfn": 1, "state": 1})),
-                          f"files of {job_id_}")
+        return self.jobs_lfns([job_id_], states)[job_id_]
+
+    def jobs_lfns(self, job_ids: Sequence[str],
+                  states: Optional[Sequence[str]] = (FileState.PLANNED,)) -> dict[str, list[str]]:
+        """`job_lfns` of each of these jobs, their rows and buckets read READ_JOBS jobs at a time (two queries per
+        READ_JOBS jobs, not two a job). A row of any of the jobs read together stands for a bucket entry of the same
+        file (rows win, as everywhere): a file is never listed in two jobs."""
         codes = "".join(c for s, c in bk.CODES.items() if states is None or s in states)
-        entries = self._live_entries({"job": job_id_}, codes, {d["_id"] for d in rows}) if codes else []
-        return sorted([d["lfn"] for d in rows if states is None or d["state"] in states]
-                      + [f"{doc['dir']}/{name}" for doc, _, name in entries])
+        found: dict[str, list[str]] = {jid: [] for jid in job_ids}
+        for start in range(0, len(job_ids), READ_JOBS):
+            chunk = list(job_ids[start:start + READ_JOBS])
+            flt = {"job": chunk[0] if len(chunk) == 1 else {"$in": chunk}}
+            rows = with_retry(lambda: list(self.files.find(flt, {"lfn": 1, "state": 1, "job": 1})),
+                              f"files of {chunk[0]}" + (f" and {len(chunk) - 1} more jobs" if len(chunk) > 1 else ""))
+            for d in rows:
+                if states is None or d["state"] in states:
+                    found[d["job"]].append(d["lfn"])
+            for doc, _, name in self._live_entries(flt, codes, {d["_id"] for d in rows}) if codes else []:
+                found[doc["job"]].append(f"{doc['dir']}/{name}")
+        return {jid: sorted(lfns) for jid, lfns in found.items()}
 
     def record_job_intent(self, jobs: Sequence[JobIntent], backend: str = "") -> None:
         """Before submitting: the jobs go from planned to submitting (with site and backend)."""

@@ -162,8 +162,9 @@ class JobKeeper:
         site = ""  # asked once, for the first job that has files (it may ask Rucio)
         for start, end in batch_bounds(len(docs), self.config.jobs.submit_batch):
             jobs = []
+            lfns_of = self.ledger.jobs_lfns([doc["_id"] for doc in docs[start:end]])
             for doc in docs[start:end]:
-                lfns = self.ledger.job_lfns(doc["_id"])
+                lfns = lfns_of[doc["_id"]]
                 retry = doc.get("retry_dirs") or []  # a directory job (ledger/pending_dirs.py) holds no file
                 if not lfns and not retry:
                     self.ledger.close_job(doc["_id"], JobState.COLLECTED, "no files left")
