@@ -3,7 +3,7 @@ state; retry rounds."""
 from __future__ import annotations
 
 import time
-from typing import Optional, Protocol, Sequence
+from typing import Any, Optional, Protocol, Sequence
 
 from pymongo import UpdateOne
 
@@ -15,7 +15,7 @@ from MSUnmerged.ledger.states import BACKEND_JOB_STATES, RETRIABLE, FileState, J
 from MSUnmerged.worker.ids import job_id
 
 
-# Jobs whose files are read together (submission): a few queries a batch, and not a whole batch's buckets at once.
+# Jobs whose files are read together (submission): a few queries a batch, not a whole batch's buckets at once.
 READ_JOBS = 25
 
 
@@ -41,22 +41,27 @@ class Rounds(Entries):
 
     def jobs_lfns(self, job_ids: Sequence[str],
                   states: Optional[Sequence[str]] = (FileState.PLANNED,)) -> dict[str, list[str]]:
-        """`job_lfns` of each of these jobs, their rows and buckets read READ_JOBS jobs at a time (two queries per
-        READ_JOBS jobs, not two a job). A row of any of the jobs read together stands for a bucket entry of the same
-        file (rows win, as everywhere): a file is never listed in two jobs."""
+        """`job_lfns` of each of these jobs: their rows and buckets read READ_JOBS jobs at a time (two queries per
+        READ_JOBS jobs, not two a job), then each job's entries sorted out against its own rows, one job at a time."""
         codes = "".join(c for s, c in bk.CODES.items() if states is None or s in states)
-        found: dict[str, list[str]] = {jid: [] for jid in job_ids}
+        found: dict[str, list[str]] = {}
         for start in range(0, len(job_ids), READ_JOBS):
             chunk = list(job_ids[start:start + READ_JOBS])
             flt = {"job": chunk[0] if len(chunk) == 1 else {"$in": chunk}}
-            rows = with_retry(lambda: list(self.files.find(flt, {"lfn": 1, "state": 1, "job": 1})),
-                              f"files of {chunk[0]}" + (f" and {len(chunk) - 1} more jobs" if len(chunk) > 1 else ""))
-            for d in rows:
-                if states is None or d["state"] in states:
-                    found[d["job"]].append(d["lfn"])
-            for doc, _, name in self._live_entries(flt, codes, {d["_id"] for d in rows}) if codes else []:
-                found[doc["job"]].append(f"{doc['dir']}/{name}")
-        return {jid: sorted(lfns) for jid, lfns in found.items()}
+            what = f"files of {chunk[0]}" + (f" and {len(chunk) - 1} more jobs" if len(chunk) > 1 else "")
+            rows: dict[str, list[dict[str, Any]]] = {jid: [] for jid in chunk}
+            for row in with_retry(lambda: list(self.files.find(flt, {"lfn": 1, "state": 1, "job": 1})), what):
+                rows[row["job"]].append(row)
+            buckets: dict[str, list[dict[str, Any]]] = {jid: [] for jid in chunk}
+            if codes:
+                for doc in with_retry(lambda: list(self.buckets.find(flt)), f"buckets of {what}"):
+                    buckets[doc["job"]].append(doc)
+            for jid in chunk:
+                entries = self._live_entries({"job": jid}, codes, {d["_id"] for d in rows[jid]},
+                                             buckets[jid]) if codes else []
+                found[jid] = sorted([d["lfn"] for d in rows[jid] if states is None or d["state"] in states]
+                                    + [f"{doc['dir']}/{name}" for doc, _, name in entries])
+        return found
 
     def record_job_intent(self, jobs: Sequence[JobIntent], backend: str = "") -> None:
         """Before submitting: the jobs go from planned to submitting (with site and backend)."""
