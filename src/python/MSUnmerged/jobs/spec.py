@@ -122,7 +122,12 @@ def indented(value: Any, level: int = 0) -> str:
 def file_dirs(lfns: Iterable[str]) -> set[str]:
     """Every directory holding one of these files at any depth, down to /store."""
     dirs: set[str] = set()
+    last = None
     for name in lfns:
+        parent = name[:name.rfind("/")]
+        if parent == last:  # a job's files come sorted: most share the last one's directory
+            continue
+        last = parent
         for d in ancestors(name):
             if d in dirs:
                 break  # its ancestors were added with it
