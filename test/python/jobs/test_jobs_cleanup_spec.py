@@ -165,17 +165,14 @@ def test_file_dirs_are_every_ancestor_of_every_file_in_any_order(lfns: list[str]
     assert file_dirs(names) == {d for name in names for d in ancestors(name)}
 
 
-def test_a_manifest_is_json_with_one_lfn_a_line_as_before(tmp_path: Path) -> None:
-    """The manifest's bytes are json.dumps(indent=1) of it, exactly (its LFN lists come from the C encoder):
-    one LFN a line for the operators who read it at the site, and the worker reads it back whole."""
+def test_a_manifest_has_one_lfn_a_line_and_the_worker_reads_it_back(tmp_path: Path) -> None:
+    """One LFN a line (ASCII: escaped) for the operators who read a manifest at the site; the worker reads it whole."""
     config = Config()
     lfns = [f"{B}/000/{i:03d}/file-\u00e9\"{i}.root" for i in range(300)]
     job = make_job("T2_CH_Test:1700000000:1:1", "T2_CH_Test", "T2_CH_Test", lfns, {f"{B}/000/001", B},
                    ProtectedBases([f"{B}/000/002"]), config, generation=1700000000.5, unmerged_pfn="root://x//u/",
                    scan_started=1699999000.0, retry_dirs=[f"{B}/999"])
-    data = job.manifest_bytes()
-    assert data == json.dumps(job.manifest(), indent=1, allow_nan=False).encode("ascii")
-    text = data.decode("ascii")
+    text = job.manifest_bytes().decode("ascii")
     assert sum(line.strip().startswith(f'"{B}/000/') for line in text.splitlines()) >= len(lfns)
     assert json.loads(text) == job.manifest() and CleanupJob.from_manifest(json.loads(text)).lfns == lfns
     read = read_manifest(str(job.write_manifest(tmp_path / "manifest.json")))  # as the worker reads it
