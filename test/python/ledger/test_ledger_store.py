@@ -58,6 +58,9 @@ def test_outcomes_are_idempotent_and_scoped_to_their_job(tmp_path: Path, mongo_d
     assert ledger.close_job(jid, "finished") == 0
     c = ledger.refresh_counters(RSE)
     assert (c["deleted"], c["missing"], c["failed"], c["pending"]) == (len(lfns) - 2, 1, 1, 900 - len(lfns))
+    assert c["failed_by_class"] == {"permission_denied": 1}
+    mongo_db.files.update_many({"state": "failed"}, {"$unset": {"error_class": ""}})  # a row without its class
+    assert ledger.refresh_counters(RSE)["failed_by_class"] == {"unclassified": 1}
     with pytest.raises(LedgerError):
         ledger.record_outcomes(jid, [{"lfn": lfns[0], "state": "exploded"}])
 

@@ -114,7 +114,8 @@ class Recording(Entries):
         doc = with_retry(lambda: self.rses.find_one_and_update(
             {"_id": rse}, {"$set": {"generation": generation, "state": RSEState.PLANNED,
                                     "reason": "", "detail": "", "updated": time.time()},
-                           "$unset": {"recording": ""}}, return_document=ReturnDocument.AFTER), "finish recording") or {}
+                           "$unset": {"recording": ""}},
+            return_document=ReturnDocument.AFTER), "finish recording") or {}
         pruned = self.prune_generations(rse, doc)  # the document as recorded: neither reads it again
         baseline = baseline_of(g for g in doc.get("generations", []) if g["gen"] not in pruned)
         with_retry(lambda: self.rses.update_one({"_id": rse}, {"$set": {"protected_count": baseline}}), "baseline")
