@@ -9,7 +9,7 @@ from typing import Any, Iterable, Mapping, NamedTuple, Optional
 
 from MSUnmerged import lfn
 from MSUnmerged.config import GuardConfig
-from MSUnmerged.lfn import PrefixSet, PreparedByDigest
+from MSUnmerged.lfn import PrefixSet, PreparedByList
 
 # Guard reasons (values are stable: they appear in plans, the ledger and the docs).
 GUARD_PROTECTED_EMPTY = "protected_list_empty"
@@ -52,9 +52,9 @@ class GuardTripped(Exception):
         self.detail = detail
 
 
-# The index of each protected list, built once per list (its digest) for every caller and RSE; the guards below
+# The index of each protected list, built once per list (its content) for every caller and RSE; the guards below
 # still check it against each caller's baseline.
-_indexes: PreparedByDigest[PrefixSet] = PreparedByDigest(PrefixSet)
+_indexes: PreparedByList[PrefixSet] = PreparedByList(PrefixSet)
 
 
 def check_protection(protected: Iterable[str], baseline: Optional[int], max_shrink: float) -> PrefixSet:

@@ -14,7 +14,7 @@ from MSUnmerged import planner
 from MSUnmerged.config import Config, SiteConfig
 from MSUnmerged.jobs.spec import CleanupJob, ProtectedBases, file_dirs, job_dirs, make_job
 from MSUnmerged.lfn import normalise_base
-from MSUnmerged.worker.cleanup import Job
+from MSUnmerged.worker.cleanup import Job, read_manifest
 from MSUnmerged.worker.ids import MANIFEST_VERSION
 from MSUnmerged.worker.paths import MIN_DIR_DEPTH, ancestors, depth
 
@@ -154,3 +154,26 @@ def test_prepared_protection_on_the_real_samples(protected_lfns: list[str], conm
         assert got == reference_protection(lfns, protected_lfns)
         relevant += bool(got[0])
     assert relevant > 50  # the real list does meet these jobs
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_lfn, max_size=30), st.booleans())
+def test_file_dirs_are_every_ancestor_of_every_file_in_any_order(lfns: list[str], ordered: bool) -> None:
+    """file_dirs skips the files of the directory it has just seen (a job's files come sorted): the same answer,
+    sorted or not."""
+    names = sorted(lfns) if ordered else lfns
+    assert file_dirs(names) == {d for name in names for d in ancestors(name)}
+
+
+def test_a_manifest_has_one_lfn_a_line_and_the_worker_reads_it_back(tmp_path: Path) -> None:
+    """One LFN a line (ASCII: escaped) for the operators who read a manifest at the site; the worker reads it whole."""
+    config = Config()
+    lfns = [f"{B}/000/{i:03d}/file-\u00e9\"{i}.root" for i in range(300)]
+    job = make_job("T2_CH_Test:1700000000:1:1", "T2_CH_Test", "T2_CH_Test", lfns, {f"{B}/000/001", B},
+                   ProtectedBases([f"{B}/000/002"]), config, generation=1700000000.5, unmerged_pfn="root://x//u/",
+                   scan_started=1699999000.0, retry_dirs=[f"{B}/999"])
+    text = job.manifest_bytes().decode("ascii")
+    assert sum(line.strip().startswith(f'"{B}/000/') for line in text.splitlines()) >= len(lfns)
+    assert json.loads(text) == job.manifest() and CleanupJob.from_manifest(json.loads(text)).lfns == lfns
+    read = read_manifest(str(job.write_manifest(tmp_path / "manifest.json")))  # as the worker reads it
+    assert (read.job_id, read.lfns) == (job.job_id, lfns)

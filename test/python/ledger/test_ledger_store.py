@@ -59,6 +59,9 @@ def test_outcomes_are_idempotent_and_scoped_to_their_job(tmp_path: Path, mongo_d
     assert ledger.close_job(jid, "finished") == 0
     c = ledger.refresh_counters(RSE)
     assert (c["deleted"], c["missing"], c["failed"], c["pending"]) == (len(lfns) - 2, 1, 1, 900 - len(lfns))
+    assert c["failed_by_class"] == {"permission_denied": 1}
+    mongo_db.files.update_many({"state": "failed"}, {"$unset": {"error_class": ""}})  # a row without its class
+    assert ledger.refresh_counters(RSE)["failed_by_class"] == {"unclassified": 1}
     with pytest.raises(LedgerError):
         ledger.record_outcomes(jid, [{"lfn": lfns[0], "state": "exploded"}])
 
@@ -91,6 +94,22 @@ def test_a_row_written_before_a_crash_wins_over_its_bucket_entry(tmp_path: Path,
     assert gone in ledger.job_lfns(FIRST, states=None)
     assert "r" in "".join(b["codes"] for b in mongo_db.buckets.find({"job": FIRST}))
     assert ledger.job_lfns(SECOND, states=None) == names[1:] and ledger.job_lfns(RETRY) == [names[0]]
+
+
+def test_jobs_read_together_give_each_job_its_own_files(tmp_path: Path, mongo_db: Database) -> None:
+    """A submission reads its batch's files a few jobs at a time (jobs_lfns): each job gets what it gets read
+    alone, rows a crash left beside their bucket entries included, and no file is listed in two jobs."""
+    ledger, gone, names = crashed_rows(tmp_path, mongo_db)
+    ids = [job_id(RSE, GEN, 1, n) for n in range(1, 6)] + [RETRY]
+    together = ledger.jobs_lfns(ids)
+    assert together[FIRST] == ledger.job_lfns(FIRST) and gone not in together[FIRST] and len(together[FIRST]) == 199
+    assert together[SECOND] == [] and together[RETRY] == [names[0]]
+    assert together == {jid: ledger.job_lfns(jid) for jid in ids}
+    every = ledger.jobs_lfns(ids, states=None)
+    assert every[SECOND] == names[1:] and gone in every[FIRST]
+    assert every == {jid: ledger.job_lfns(jid, states=None) for jid in ids}
+    listed = [lfn for lfns in every.values() for lfn in lfns]
+    assert len(listed) == len(set(listed)) == 900
 
 
 def test_outcomes_follow_a_row_written_before_a_crash(tmp_path: Path, mongo_db: Database) -> None:
@@ -313,3 +332,14 @@ def test_record_plan_with_bucket_batches_in_flight_records_every_file_and_stops_
     assert refused.value.reason == PLAN_MODIFIED
     jobs = {d["job"] for d in mongo_db.buckets.find({}, {"job": 1})}
     assert jobs == {job_id(RSE, GEN, 1, i) for i in range(1, len(plan.job_files))}  # the batches sent before it
+
+
+def test_refresh_counters_recounts_jobs_of_an_rse_without_a_generation(mongo_db: Database) -> None:
+    """A first plan whose recording was cut short leaves jobs and no generation: the run's counters (which spare
+    run_once a separate job count) still count them."""
+    ledger = Ledger(mongo_db)
+    mongo_db.rses.insert_one({"_id": RSE, "recording": GEN})
+    mongo_db.jobs.insert_many([{"_id": job_id(RSE, GEN, 1, n), "rse": RSE, "gen": GEN, "state": "planned"}
+                               for n in (1, 2)])
+    assert ledger.refresh_counters(RSE) == {}
+    assert ledger.rse(RSE)["counters"]["jobs_by_state"] == {"planned": 2}

@@ -103,9 +103,9 @@ def test_root_base_protects_everything():
     assert ps.covers(GOOD) and ps.dir_state(b"/store/unmerged/a") == PrefixSet.ALL
 
 
-def test_prepared_by_digest_builds_each_list_once_and_a_changed_list_anew():
+def test_prepared_by_list_builds_each_list_once_and_a_changed_list_anew():
     built = []
-    prepared = lfn.PreparedByDigest(lambda items: built.append(items) or PrefixSet(items), keep=2)
+    prepared = lfn.PreparedByList(lambda items: built.append(items) or PrefixSet(items), keep=2)
     first = ["/store/unmerged/a", "/store/unmerged/b"]
     index = prepared(first)
     assert prepared(list(first)) is index  # an equal list, another object: the same index
@@ -118,9 +118,9 @@ def test_prepared_by_digest_builds_each_list_once_and_a_changed_list_anew():
     assert len(built) == 5
 
 
-def test_prepared_by_digest_keeps_no_refusal_and_only_the_last_lists():
+def test_prepared_by_list_keeps_no_refusal_and_only_the_last_lists():
     calls = []
-    prepared = lfn.PreparedByDigest(lambda items: calls.append(1) or PrefixSet(items), keep=1)
+    prepared = lfn.PreparedByList(lambda items: calls.append(1) or PrefixSet(items), keep=1)
     for _ in range(2):  # a refused list is refused every time, never remembered as anything
         with pytest.raises(ProtectionListError):
             prepared(["relative/path"])
@@ -130,7 +130,8 @@ def test_prepared_by_digest_keeps_no_refusal_and_only_the_last_lists():
     assert len(calls) == 5
 
 
-def test_list_digest_tells_apart_lists_a_separator_would_join():
-    assert lfn.list_digest(["/a\n/b"]) != lfn.list_digest(["/a", "/b"])
-    assert lfn.list_digest(["/a\x00/b"]) != lfn.list_digest(["/a", "/b"])
-    assert lfn.list_digest(["/a", "/b"]) == lfn.list_digest(("/a", "/b"))
+def test_prepared_by_list_tells_apart_lists_a_separator_would_join():
+    prepared = lfn.PreparedByList(lambda items: list(items), keep=4)
+    joined = [prepared(["/a", "/b"]), prepared(["/a\n/b"]), prepared(["/a\x00/b"]), prepared(["/a/b"])]
+    assert [len(made) for made in joined] == [2, 1, 1, 1] and len({id(made) for made in joined}) == 4
+    assert prepared(("/a", "/b")) is joined[0]  # the same content from a tuple: the same preparation

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
 from MSUnmerged.config import Config, PlannerConfig
-from MSUnmerged.lfn import PreparedByDigest, normalise_base
+from MSUnmerged.lfn import PreparedByList, normalise_base
 from MSUnmerged.sitelimits import limits_for
 from MSUnmerged.worker import defaults
 from MSUnmerged.worker.ids import MANIFEST_VERSION
@@ -107,7 +107,12 @@ class CleanupJob:
 def file_dirs(lfns: Iterable[str]) -> set[str]:
     """Every directory holding one of these files at any depth, down to /store."""
     dirs: set[str] = set()
+    last = None
     for name in lfns:
+        parent = name[:name.rfind("/")]
+        if parent == last:  # a job's files come sorted: most share the last one's directory
+            continue
+        last = parent
         for d in ancestors(name):
             if d in dirs:
                 break  # its ancestors were added with it
@@ -148,8 +153,8 @@ class ProtectedBases:
         return sorted(bases), sorted(d for d in hits if depth(d) >= MIN_DIR_DEPTH)
 
 
-# Each protected list prepared once (by its digest) for every submission of every RSE.
-protected_bases: PreparedByDigest[ProtectedBases] = PreparedByDigest(ProtectedBases)
+# Each protected list prepared once (by its content) for every submission of every RSE.
+protected_bases: PreparedByList[ProtectedBases] = PreparedByList(ProtectedBases)
 
 
 def make_job(job_id: str, rse: str, site: str, lfns: list[str], removable: set[str],

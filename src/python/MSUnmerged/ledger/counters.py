@@ -61,16 +61,23 @@ class Counters(LedgerBase):
                     totals[state] += int(n)
         return totals
 
-    def _state_counts(self, rse: str, generation: float, entry: dict[str, Any]) -> dict[str, int]:
-        """Files per state (rows and bucket entries) of the generation whose entry this is."""
+    def _state_counts(self, rse: str, generation: float,
+                      entry: dict[str, Any]) -> tuple[dict[str, int], dict[str, int]]:
+        """Files per state (rows and bucket entries) of the generation whose entry this is, and its failed files per
+        error class (rows only: a bucket entry never failed), from one aggregation of its rows."""
         by_state = {s.value: 0 for s in FileState}
-        for r in with_retry(lambda: list(self.files.aggregate([{"$match": {"rse": rse, "gen": generation}},
-                                                               {"$group": {"_id": "$state", "n": {"$sum": 1}}}])),
-                            "count rows"):
-            by_state[r["_id"]] = by_state.get(r["_id"], 0) + r["n"]
+        failed_by_class: dict[str, int] = {}
+        for r in with_retry(lambda: list(self.files.aggregate([
+                {"$match": {"rse": rse, "gen": generation}},
+                {"$group": {"_id": {"state": "$state", "cls": "$error_class"}, "n": {"$sum": 1}}}])), "count rows"):
+            state = r["_id"]["state"]
+            by_state[state] = by_state.get(state, 0) + r["n"]
+            if state == FileState.FAILED:
+                cls = r["_id"].get("cls") or "unclassified"
+                failed_by_class[cls] = failed_by_class.get(cls, 0) + r["n"]
         for s, n in self._bucket_counts(rse, generation, entry=entry).items():
             by_state[s] += n
-        return by_state
+        return by_state, failed_by_class
 
     def _job_counts(self, rse: str) -> dict[str, int]:
         """The RSE's job documents per state (every generation), read through the (rse, ...) index."""
@@ -85,16 +92,15 @@ class Counters(LedgerBase):
                    "job counts")
 
     def refresh_counters(self, rse: str) -> dict[str, Any]:
-        """Recompute the RSE's counters for its current generation from the records (idempotent)."""
+        """Recompute the RSE's counters for its current generation from the records (idempotent); its jobs per
+        state are recounted also without a generation (a first plan's recording interrupted)."""
         doc = self.rse(rse)
         gen = doc.get("generation")
         if gen is None:
+            self.refresh_job_counts(rse)
             return {}
         entry = next((g for g in doc.get("generations", []) if g["gen"] == gen), {})
-        by_state = self._state_counts(rse, gen, entry)
-        failed_by_class = {r["_id"] or "unclassified": r["n"] for r in with_retry(lambda: list(self.files.aggregate([
-            {"$match": {"rse": rse, "gen": gen, "state": FileState.FAILED}},
-            {"$group": {"_id": "$error_class", "n": {"$sum": 1}}}])), "failed by class")}
+        by_state, failed_by_class = self._state_counts(rse, gen, entry)
         dirs = with_retry(lambda: list(self.dirs.aggregate([
             {"$match": {"rse": rse, "gen": gen}},
             {"$group": {"_id": {"state": "$state", "cls": "$error_class"}, "n": {"$sum": 1}}}])), "dirs by state")

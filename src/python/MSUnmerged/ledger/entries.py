@@ -19,7 +19,8 @@ Changes = dict[str, tuple[dict[str, Any], dict[int, tuple[str, Optional[int]]]]]
 class Entries(LedgerBase):
     """The writes of bucket entries shared by recording, rounds and outcomes."""
 
-    def _live_entries(self, flt: Mapping[str, Any], codes: str, job_rows: Optional[set[str]] = None) -> list[Entry]:
+    def _live_entries(self, flt: Mapping[str, Any], codes: str, job_rows: Optional[set[str]] = None,
+                      buckets: Optional[Sequence[dict[str, Any]]] = None) -> list[Entry]:
         """(bucket, index, name) of the entries of matching buckets whose code is in `codes` and that have no
         row. An entry found with a row (a step cut short after writing the row) gets its code set to ROW.
 
@@ -27,9 +28,10 @@ class Entries(LedgerBase):
         with the bucket's job, and a row moves to a retry job only after its job was closed, which sets the
         codes of its rows): these are checked against the rows of their buckets' jobs (`job_rows`: the ids of
         those rows when the caller read them already), a look-up by job instead of one per file. A would-delete
-        entry may have a retry job's row (new_round) and is checked by its id."""
-        found = [(doc, i, name, fid) for doc in with_retry(lambda: list(self.buckets.find(flt)), "read buckets")
-                 for fid, i, name in bk.entries(doc, codes)]
+        entry may have a retry job's row (new_round) and is checked by its id. `buckets`: the buckets `flt` matches,
+        when the caller read them already."""
+        docs = with_retry(lambda: list(self.buckets.find(flt)), "read buckets") if buckets is None else buckets
+        found = [(doc, i, name, fid) for doc in docs for fid, i, name in bk.entries(doc, codes)]
         by_id = bk.CODES[FileState.WOULD_DELETE]
         have_rows = records.with_rows(self.files, (fid for d, i, _, fid in found if d["codes"][i] == by_id))
         if any(d["codes"][i] != by_id for d, i, _, _ in found):

@@ -58,10 +58,12 @@ def plan_jobs(ledger: LedgerBase, rse: str, generation: float, max_tries: int, p
               removable: Callable[[str], bool]) -> list[str]:
     """Directory jobs (planned, in the current generation) for the RSE's entries with tries left, unless one is
     in flight already; entries `removable` says are no longer removable are forgotten. Returns the jobs made."""
+    entries = due(ledger, rse, max_tries)  # first: most RSEs have none, and their planned jobs are not read
+    if not entries:
+        return []
     busy = [j for j in ledger.jobs_in(rse, [JobState.PLANNED, *LIVE_JOB_STATES], generation) if j.get("retry_dirs")]
     if busy:
         return []
-    entries = due(ledger, rse, max_tries)
     gone = [e["_id"] for e in entries if not removable(e["dir"])]
     if gone:
         with_retry(lambda: ledger.db[COLLECTION].delete_many({"_id": {"$in": gone}}), "forget directories")

@@ -6,9 +6,9 @@ import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional, Protocol, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Optional, Protocol, Sequence
 
-from pymongo import ReplaceOne
+from pymongo import ReplaceOne, ReturnDocument
 from pymongo.collection import Collection
 
 from MSUnmerged.config import PlannerConfig
@@ -52,6 +52,14 @@ class Protection(Protocol):
     """The current protected list (lfn.PrefixSet)."""
 
     def holds_below(self, path: bytes) -> bool: ...
+
+
+def baseline_of(generations: Iterable[Mapping[str, Any]]) -> Optional[int]:
+    """The shrink guard's baseline from an RSE's kept generations (its document's entries): the largest
+    protected-list size among them (None before the first plan). Only the ledger's own records count, never a
+    plan's summary."""
+    counts = [g.get("baseline_count", g.get("protected_count")) for g in generations]
+    return max((c for c in counts if isinstance(c, int) and not isinstance(c, bool)), default=None)
 
 
 class Recording(Entries):
@@ -104,20 +112,19 @@ class Recording(Entries):
             ages.record(self.db, rse, generation,
                         {dataset_of(d.encode("utf-8", "surrogateescape"), floor_depth).decode("utf-8", "surrogateescape")
                          for d in dirs})
-        with_retry(lambda: self.rses.update_one(
+        doc = with_retry(lambda: self.rses.find_one_and_update(
             {"_id": rse}, {"$set": {"generation": generation, "state": RSEState.PLANNED,
                                     "reason": "", "detail": "", "updated": time.time()},
-                           "$unset": {"recording": ""}}), "finish recording")
-        self.prune_generations(rse)
-        baseline = self.protected_baseline(rse)
+                           "$unset": {"recording": ""}},
+            return_document=ReturnDocument.AFTER), "finish recording") or {}
+        pruned = self.prune_generations(rse, doc)  # the document as recorded: neither reads it again
+        baseline = baseline_of(g for g in doc.get("generations", []) if g["gen"] not in pruned)
         with_retry(lambda: self.rses.update_one({"_id": rse}, {"$set": {"protected_count": baseline}}), "baseline")
         return n
 
     def protected_baseline(self, rse: str) -> Optional[int]:
-        """The shrink guard's baseline: the largest protected-list size among the RSE's kept generations
-        (None before the first plan). Only the ledger's own records count, never a plan's summary."""
-        counts = [g.get("baseline_count", g.get("protected_count")) for g in self.rse(rse).get("generations", [])]
-        return max((c for c in counts if isinstance(c, int) and not isinstance(c, bool)), default=None)
+        """The shrink guard's baseline of the RSE as the ledger holds it now (baseline_of)."""
+        return baseline_of(self.rse(rse).get("generations", []))
 
     def _insert_buckets(self, rse: str, generation: float, plan_dir: Path, job_files: Sequence[str],
                         max_lfn_length: int, sealed: Optional[Seal]) -> tuple[int, list[list[str]], set[str]]:
@@ -224,9 +231,10 @@ class Recording(Entries):
             yield from self._read({"rse": rse, "gen": generation, "_id": {"$gte": start, "$lt": end}}, coll, projection)
             start = end
 
-    def prune_generations(self, rse: str) -> list[float]:
-        """Delete file and job records of generations older than the last `generations_kept`."""
-        doc = self.rse(rse)
+    def prune_generations(self, rse: str, doc: Optional[Mapping[str, Any]] = None) -> list[float]:
+        """Delete file and job records of generations older than the last `generations_kept`; returns those
+        generations (`doc`: the RSE's document when the caller has just read it)."""
+        doc = self.rse(rse) if doc is None else doc
         gens = sorted(g["gen"] for g in doc.get("generations", []))
         old = gens[:-self.generations_kept]
         if not old:

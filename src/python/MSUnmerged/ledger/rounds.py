@@ -3,7 +3,7 @@ state; retry rounds."""
 from __future__ import annotations
 
 import time
-from typing import Optional, Protocol, Sequence
+from typing import Any, Optional, Protocol, Sequence
 
 from pymongo import UpdateOne
 
@@ -13,6 +13,10 @@ from MSUnmerged.ledger.entries import Entries, Entry
 from MSUnmerged.ledger.retry import with_retry
 from MSUnmerged.ledger.states import BACKEND_JOB_STATES, RETRIABLE, FileState, JobState
 from MSUnmerged.worker.ids import job_id
+
+
+# Jobs whose files are read together (submission): a few queries a batch, not a whole batch's buckets at once.
+READ_JOBS = 25
 
 
 class StepFiles(Protocol):
@@ -33,12 +37,31 @@ class Rounds(Entries):
 
     def job_lfns(self, job_id_: str, states: Optional[Sequence[str]] = (FileState.PLANNED,)) -> list[str]:
         """The files of a job in these states (default: still to work on; None: all), sorted."""
-        rows = with_retry(lambda: list(self.files.find({"job": job_id_}, {"lfn": 1, "state": 1})),
-                          f"files of {job_id_}")
+        return self.jobs_lfns([job_id_], states)[job_id_]
+
+    def jobs_lfns(self, job_ids: Sequence[str],
+                  states: Optional[Sequence[str]] = (FileState.PLANNED,)) -> dict[str, list[str]]:
+        """`job_lfns` of each of these jobs: their rows and buckets read READ_JOBS jobs at a time (two queries per
+        READ_JOBS jobs, not two a job), then each job's entries sorted out against its own rows, one job at a time."""
         codes = "".join(c for s, c in bk.CODES.items() if states is None or s in states)
-        entries = self._live_entries({"job": job_id_}, codes, {d["_id"] for d in rows}) if codes else []
-        return sorted([d["lfn"] for d in rows if states is None or d["state"] in states]
-                      + [f"{doc['dir']}/{name}" for doc, _, name in entries])
+        found: dict[str, list[str]] = {}
+        for start in range(0, len(job_ids), READ_JOBS):
+            chunk = list(job_ids[start:start + READ_JOBS])
+            flt = {"job": chunk[0] if len(chunk) == 1 else {"$in": chunk}}
+            what = f"files of {chunk[0]}" + (f" and {len(chunk) - 1} more jobs" if len(chunk) > 1 else "")
+            rows: dict[str, list[dict[str, Any]]] = {jid: [] for jid in chunk}
+            for row in with_retry(lambda: list(self.files.find(flt, {"lfn": 1, "state": 1, "job": 1})), what):
+                rows[row["job"]].append(row)
+            buckets: dict[str, list[dict[str, Any]]] = {jid: [] for jid in chunk}
+            if codes:
+                for doc in with_retry(lambda: list(self.buckets.find(flt)), f"buckets of {what}"):
+                    buckets[doc["job"]].append(doc)
+            for jid in chunk:
+                entries = self._live_entries({"job": jid}, codes, {d["_id"] for d in rows[jid]},
+                                             buckets[jid]) if codes else []
+                found[jid] = sorted([d["lfn"] for d in rows[jid] if states is None or d["state"] in states]
+                                    + [f"{doc['dir']}/{name}" for doc, _, name in entries])
+        return found
 
     def record_job_intent(self, jobs: Sequence[JobIntent], backend: str = "") -> None:
         """Before submitting: the jobs go from planned to submitting (with site and backend)."""

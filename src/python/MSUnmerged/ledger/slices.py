@@ -38,20 +38,21 @@ def is_released(job: Mapping[str, Any], entry: Mapping[str, Any]) -> bool:
     return int(job.get("slice") or 0) <= released(entry)
 
 
-def release_next(ledger: LedgerBase, rse: str, generation: float) -> int:
+def release_next(ledger: LedgerBase, rse: str, generation: float) -> dict[str, Any]:
     """Release the generation's next slice when every job of the slices released so far has been submitted;
-    returns the slices released now. Repeating it before those jobs are submitted changes nothing."""
+    returns the generation's entry as it stands after (its submission reads what is released there). Repeating it
+    before those jobs are submitted changes nothing."""
     entry = ledger.generation_entry(rse, generation)
     sizes, done = entry.get("slice_sizes") or [], released(entry)
     if not sizes or done >= len(sizes):
-        return done
+        return entry
     waiting = [j for j in ledger.jobs_in(rse, [JobState.PLANNED], generation) if is_released(j, entry)]
     if waiting:
-        return done
+        return entry
     with_retry(lambda: ledger.rses.update_one(
         {"_id": rse, "generations": {"$elemMatch": {"gen": generation, "released": done}}},
         {"$set": {"generations.$.released": done + 1}}), f"release slice {done + 1} of {rse}")
-    return released(ledger.generation_entry(rse, generation))
+    return ledger.generation_entry(rse, generation)
 
 
 def cycle_counters(entry: Mapping[str, Any]) -> dict[str, int]:

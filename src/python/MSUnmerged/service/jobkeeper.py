@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from MSUnmerged import seal
 from MSUnmerged.collector import Collector, Report, parse_report
@@ -20,6 +20,7 @@ from MSUnmerged.jobs.backend import BackendError, BatchBackend, JobState, JobSta
 from MSUnmerged.jobs.router import backend_name
 from MSUnmerged.jobs.spec import CleanupJob, file_dirs, job_dirs, make_job, protected_bases
 from MSUnmerged.ledger import LIVE_JOB_STATES, Leases, Ledger, gen_key, pending_dirs, slices
+from MSUnmerged.ledger.recording import baseline_of
 from MSUnmerged.ledger.states import BACKEND_JOB_STATES
 from MSUnmerged.lfn import PrefixSet
 from MSUnmerged.lfn import depth as lfn_depth
@@ -64,10 +65,12 @@ class JobKeeper:
         submitted again, also when a later batch failed."""
         return self._sent.pop(rse, 0)
 
-    def protection(self, rse: str, protected: Sequence[str]) -> tuple[PrefixSet, Optional[int]]:
+    def protection(self, rse: str, protected: Sequence[str],
+                   doc: Optional[Mapping[str, Any]] = None) -> tuple[PrefixSet, Optional[int]]:
         """The index of a protected list (WMStats' now, or an operator's), checked with the guards in force
-        against the RSE's ledger baseline, and that baseline; GuardTripped when the list cannot be trusted."""
-        baseline = self.ledger.protected_baseline(rse)
+        against the RSE's ledger baseline, and that baseline; GuardTripped when the list cannot be trusted.
+        `doc`: the RSE's document when the caller has just read it (the baseline is taken from it)."""
+        baseline = self.ledger.protected_baseline(rse) if doc is None else baseline_of(doc.get("generations", []))
         return check_protection(protected, baseline, self.config.guards.max_protected_shrink), baseline
 
     def live(self, rse: str) -> list[dict[str, Any]]:
@@ -76,11 +79,13 @@ class JobKeeper:
 
     # -- submission ----------------------------------------------------------------------------
 
-    def submit_planned(self, rse: str, generation: float, protected: Sequence[str]) -> int:
+    def submit_planned(self, rse: str, generation: float, protected: Sequence[str],
+                       entry: Optional[dict[str, Any]] = None) -> int:
         """Submit the generation's planned jobs of the released slices (ledger/slices.py), as many as the RSE's
         `max_in_flight` leaves room for, in batches (batch_bounds): for each batch intent first, then submit,
-        then mark (see `reconcile`). Returns how many were submitted."""
-        entry = self.ledger.generation_entry(rse, generation)
+        then mark (see `reconcile`). Returns how many were submitted. `entry`: the generation's entry, when the
+        caller has just read it (slices.release_next)."""
+        entry = self.ledger.generation_entry(rse, generation) if entry is None else entry
         return self._submit_batches(rse, self.ready(rse, generation, entry), protected, intent=True,
                                     entries={generation: entry})
 
@@ -157,8 +162,9 @@ class JobKeeper:
         site = ""  # asked once, for the first job that has files (it may ask Rucio)
         for start, end in batch_bounds(len(docs), self.config.jobs.submit_batch):
             jobs = []
+            lfns_of = self.ledger.jobs_lfns([doc["_id"] for doc in docs[start:end]])
             for doc in docs[start:end]:
-                lfns = self.ledger.job_lfns(doc["_id"])
+                lfns = lfns_of[doc["_id"]]
                 retry = doc.get("retry_dirs") or []  # a directory job (ledger/pending_dirs.py) holds no file
                 if not lfns and not retry:
                     self.ledger.close_job(doc["_id"], JobState.COLLECTED, "no files left")

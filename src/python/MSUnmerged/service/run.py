@@ -59,6 +59,7 @@ class Runner:
         self.rses = InstanceRSEs(config, sources)
         self.hook: Hook = hook or (lambda step, rse: None)  # told each step of a run (STEPS), the batch's too
         self.jobs = JobKeeper(config, ledger, sources, self.leases, backend, lambda step, rse: self.hook(step, rse))
+        self._counted: set[str] = set()  # RSEs whose run ended by refreshing their counters (jobs counted with them)
 
     def my_rses(self) -> list[str]:
         """This instance's RSEs the loop works (InstanceRSEs.read)."""
@@ -96,6 +97,7 @@ class Runner:
             return RunResult(rse, RunAction.LEASED_ELSEWHERE, reason=RunAction.LEASED_ELSEWHERE,
                              detail=f"held by {lease.get('owner')} until {lease.get('expires')}")
         self.jobs.sent(rse)  # counts from here
+        self._counted.discard(rse)
         result = self._recorded(rse, lambda: self._run(rse, wait_s))
         result.submitted = self.jobs.sent(rse)  # with the jobs a reconciliation sent again, and before a failure
         result.seconds = round(time.time() - started, 3)
@@ -104,8 +106,18 @@ class Runner:
             self.leases.release(rse, slot if result.action != RunAction.FAILED else None)
         return result
 
+    def _refresh_counters(self, rse: str) -> None:
+        """The RSE's counters, its jobs per state among them, as the last ledger step of its run: run_once does not
+        count its jobs again (two round trips an RSE)."""
+        self.ledger.refresh_counters(rse)
+        self._counted.add(rse)
+
     def _count_jobs(self, rse: str) -> None:
-        """The RSE's jobs per state on its document, whatever way its run ended (the metrics read them there)."""
+        """The RSE's jobs per state on its document, whatever way its run ended (the metrics read them there),
+        unless the run ended by refreshing its counters."""
+        if rse in self._counted:
+            self._counted.discard(rse)
+            return
         try:
             self.ledger.refresh_job_counts(rse)
         except LedgerError as exc:  # a gauge a run late; the run's own outcome is recorded already
@@ -124,7 +136,7 @@ class Runner:
             log.error("%s: %s: %s", rse, failure.reason, failure.detail)
             try:
                 self.ledger.set_rse_state(rse, RSEState.FAILED, failure.reason, failure.detail)
-                self.ledger.refresh_counters(rse)  # e.g. a preflight refusal after a plan was recorded
+                self._refresh_counters(rse)  # e.g. a preflight refusal after a plan was recorded
             except LedgerError:
                 log.exception("%s: could not record the failure", rse)
             return RunResult(rse, RunAction.FAILED, RSEState.FAILED, failure.reason, failure.detail,
@@ -151,7 +163,7 @@ class Runner:
         if live:
             detail = f"{len(live)} jobs in the batch system"
             self.ledger.set_rse_state(rse, RSEState.RUNNING, detail=detail)
-            self.ledger.refresh_counters(rse)
+            self._refresh_counters(rse)
             return RunResult(rse, RunAction.POLL, RSEState.RUNNING, JOBS_RUNNING, detail,
                              collected=collected, removed_jobs=removed, dropped_protected=dropped)
 
@@ -171,7 +183,7 @@ class Runner:
 
         protected = self.sources.protected()
         try:
-            protection, baseline = self.jobs.protection(rse, protected)
+            protection, baseline = self.jobs.protection(rse, protected, doc)
         except GuardTripped as guard:
             return self._guarded(rse, result, guard.reason, guard.detail)
         if decision.action is Action.NEW_GENERATION:
@@ -199,8 +211,8 @@ class Runner:
                                       redo_dry_run=not self.config.service.dry_run,
                                       limit=limits_for(self.config, rse).max_files_per_cycle or None)
         self.jobs.plan_directory_jobs(rse, decision.generation, protection)
-        slices.release_next(self.ledger, rse, decision.generation)  # a throttled plan: this cycle's slice
-        result.submitted = self.jobs.submit_planned(rse, decision.generation, protected)
+        entry = slices.release_next(self.ledger, rse, decision.generation)  # a throttled plan: this cycle's slice
+        result.submitted = self.jobs.submit_planned(rse, decision.generation, protected, entry)
         result.state = RSEState.RUNNING if result.submitted else RSEState.PLANNED
         self.ledger.set_rse_state(rse, result.state, detail=f"{result.submitted} jobs submitted",
                                   started=time.time())
@@ -214,7 +226,7 @@ class Runner:
                 settled = self._decide(rse, self.ledger.rse(rse), scan)
                 if settled.action is Action.FINISH:
                     self._finish(rse, result, settled)
-        self.ledger.refresh_counters(rse)
+        self._refresh_counters(rse)
         self.hook("counted", rse)
         return result
 
@@ -376,8 +388,8 @@ class Runner:
                                 scan_started=now.scan_started, floor_depth=self.config.planner.dir_floor_depth)
         self.hook("recorded", rse)
         result.dropped_protected = self.ledger.drop_protected(rse, generation, protection)
-        slices.release_next(self.ledger, rse, generation)
-        result.submitted = self.jobs.submit_planned(rse, generation, protected)
+        entry = slices.release_next(self.ledger, rse, generation)
+        result.submitted = self.jobs.submit_planned(rse, generation, protected, entry)
         result.state = RSEState.RUNNING if result.submitted else RSEState.PLANNED
         self.ledger.set_rse_state(rse, result.state, detail=f"applied {plan_dir}: {result.submitted} jobs, "
                                   f"{result.dropped_protected} files dropped as protected since planning")

@@ -1,0 +1,76 @@
+"""The database round trips of one RSE's run, counted with pymongo's command monitoring on a real SecantusDB: a
+small RSE's cost in a partition cycle is mostly these (issue 29), so reads that come back are caught here.
+Counts only, never time."""
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from pymongo import MongoClient, monitoring
+from pymongo.database import Database
+
+from service_kit import write_sources
+from test_service_run import RSE, make_service
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+class Commands(monitoring.CommandListener):
+    """(command, collection) of each command sent by the run's own thread (not the lease heartbeat's)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[str, str]] = Counter()
+        self.thread: object = None
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if threading.current_thread() is self.thread:
+            target = event.command.get(event.command_name)
+            self.counts[(event.command_name, target if isinstance(target, str) else "")] += 1
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+@pytest.fixture
+def counted_db(mongo_url: str) -> Iterator[tuple[Database, Commands]]:
+    commands = Commands()
+    client: MongoClient = MongoClient(mongo_url, serverSelectionTimeoutMS=10000, event_listeners=[commands])
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    try:
+        yield client[name], commands
+    finally:
+        client.drop_database(name)
+        client.close()
+
+
+def test_a_new_small_rse_run_reads_its_document_three_times_and_counts_once(
+        tmp_path: Path, counted_db: tuple[Database, Commands]) -> None:
+    """A small RSE's first run (plan, record, one job submitted): its document is read once to decide, once by the
+    slice release (whose entry the submission uses), once by the counters (the shrink guard's baseline, the
+    recording's pruning and baseline use documents already read); its jobs are counted once, with the counters, its rows in one aggregation;
+    every step that guards the submission is still there (intent, lease check, submitted)."""
+    db, commands = counted_db
+    src = write_sources(tmp_path / "src", [RSE], files=300)
+    svc = make_service(tmp_path, db, src)
+    commands.thread = threading.current_thread()
+    result = svc.runner.run_once(RSE)
+    commands.thread = None
+    assert (result.action, result.submitted) == ("new_generation", 1)
+    c = commands.counts
+    assert c[("find", "rses")] == 3, c
+    assert c[("aggregate", "jobs")] == 1, c  # jobs per state: with the counters, not again after them
+    assert c[("aggregate", "files")] == 1, c  # rows per state and failed ones per class: one aggregation
+    assert c[("update", "jobs")] == 2, c  # intent before the batch, then marked submitted
+    assert c[("update", "leases")] == 2, c  # the lease checked before the submission, then released
+    assert c[("find", "jobs")] <= 4, c  # live jobs, those planned, the room max_in_flight leaves, the summaries
+    assert sum(c.values()) <= 28, c  # 35 before issue 29's fourth session
+    counts = svc.ledger.rse(RSE)["counters"]["jobs_by_state"]
+    assert sum(counts.values()) == 1 and counts == {db.jobs.find_one({"rse": RSE})["state"]: 1}
+    svc.stop()
