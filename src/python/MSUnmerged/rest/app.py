@@ -48,6 +48,22 @@ def log_redacted_headers() -> None:
 cherrypy.tools.log_redacted_headers = cherrypy.Tool("before_error_response", log_redacted_headers)
 
 
+def access_log_follows_level(app: cherrypy.Application) -> None:
+    """The app's access log (one INFO line per request, cherrypy.access.<id>) follows the process's log level
+    (service.log_level) like every other logger, instead of CherryPy's fixed INFO; below INFO the line is not
+    even built (CherryPy formats it, with a fresh uuid4 per request, before the logger decides)."""
+    logs = app.log
+    for logger in (logs.access_log, cherrypy.log.access_log):  # cherrypy.access.<id> and its parent
+        logger.setLevel(logging.NOTSET)
+    built = logs.access
+
+    def access() -> None:
+        if logs.access_log.isEnabledFor(logging.INFO):
+            built()
+
+    logs.access = access  # type: ignore[method-assign]
+
+
 class Root:
     """Pages and metrics; `data` holds the JSON API."""
 
@@ -165,7 +181,7 @@ def mount(config: Config, view: LedgerView, triggers: Optional[TriggerQueue] = N
         log.error("%s: every trigger will be refused until rest.hmac_key_file holds the CMSWEB key", problem)
     if not config.rest.operator_logins:
         log.warning("rest.operator_logins is empty: every apply trigger is refused (plan triggers go by role)")
-    cherrypy.tree.mount(root, root.base, {"/": {**APP_CONFIG, "tools.trailing_slash.on": True}})
+    access_log_follows_level(cherrypy.tree.mount(root, root.base, {"/": {**APP_CONFIG, "tools.trailing_slash.on": True}}))
     return root
 
 
@@ -181,7 +197,9 @@ def start(config: Config, view: LedgerView, triggers: Optional[TriggerQueue] = N
     listen = config.rest.port if port is None else port
     _serve(config, cherrypy.tree, listen)
     if config.rest.metrics_port:
-        _serve(config, cherrypy.Application(MetricsRoot(root), "", {"/": APP_CONFIG}), config.rest.metrics_port)
+        metrics_app = cherrypy.Application(MetricsRoot(root), "", {"/": APP_CONFIG})
+        access_log_follows_level(metrics_app)
+        _serve(config, metrics_app, config.rest.metrics_port)
     cherrypy.engine.start()
     cherrypy.engine.wait(cherrypy.engine.states.STARTED)
     log.info("REST on http://%s:%s%s/", config.rest.host, listen, root.base)
