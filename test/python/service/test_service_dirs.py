@@ -26,7 +26,7 @@ def failing_python(base: Path) -> str:
     """A python3 for LocalBackend whose jobs die before the worker writes a report (a lost job); the backend's
     preflight (`--help`) still works."""
     path = base / "dying-python"
-    path.write_text(f'#!/bin/sh\n[ "$2" = --help ] && exec {sys.executable} "$@"\nexit 1\n')
+    path.write_text(f'#!/bin/sh\n[ "$(eval echo \\${{$#}})" = --help ] && exec {sys.executable} "$@"\nexit 1\n')
     path.chmod(0o755)
     return str(path)
 

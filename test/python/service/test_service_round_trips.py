@@ -3,6 +3,7 @@ small RSE's cost in a partition cycle is mostly these (issue 29), so reads that 
 Counts only, never time."""
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections import Counter
@@ -13,7 +14,7 @@ import pytest
 from pymongo import MongoClient, monitoring
 from pymongo.database import Database
 
-from service_kit import write_sources
+from service_kit import STATS_FILE, write_sources
 from test_service_run import RSE, make_service
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -54,8 +55,11 @@ def test_a_new_small_rse_run_reads_its_document_three_times_and_counts_once(
         tmp_path: Path, counted_db: tuple[Database, Commands]) -> None:
     """A small RSE's first run (plan, record, one job submitted): its document is read once to decide, once by the
     slice release (whose entry the submission uses), once by the counters (the shrink guard's baseline, the
-    recording's pruning and baseline use documents already read); its jobs are counted once, with the counters, its rows in one aggregation;
-    every step that guards the submission is still there (intent, lease check, submitted)."""
+    recording's pruning and baseline use documents already read); its jobs are counted once, with the counters, its
+    rows in one aggregation; it is written three times (the recording marked with its generation's entry, the
+    recording finished with the baseline, the state with the counters); the room max_in_flight leaves is not read
+    again (no job was live at the start); every step that guards the submission is still there (intent, lease
+    check, submitted)."""
     db, commands = counted_db
     src = write_sources(tmp_path / "src", [RSE], files=300)
     svc = make_service(tmp_path, db, src)
@@ -69,8 +73,31 @@ def test_a_new_small_rse_run_reads_its_document_three_times_and_counts_once(
     assert c[("aggregate", "files")] == 1, c  # rows per state and failed ones per class: one aggregation
     assert c[("update", "jobs")] == 2, c  # intent before the batch, then marked submitted
     assert c[("update", "leases")] == 2, c  # the lease checked before the submission, then released
-    assert c[("find", "jobs")] <= 4, c  # live jobs, those planned, the room max_in_flight leaves, the summaries
-    assert sum(c.values()) <= 28, c  # 35 before issue 29's fourth session
-    counts = svc.ledger.rse(RSE)["counters"]["jobs_by_state"]
+    assert c[("find", "jobs")] == 3, c  # live jobs, those planned, the summaries
+    assert c[("findAndModify", "rses")] + c[("update", "rses")] == 3, c  # 6 on main 0c2af26
+    assert sum(c.values()) <= 24, c  # 35 before issue 29's fourth session, 28 after its first round
+    doc = svc.ledger.rse(RSE)
+    counts = doc["counters"]["jobs_by_state"]
     assert sum(counts.values()) == 1 and counts == {db.jobs.find_one({"rse": RSE})["state"]: 1}
+    assert (doc["state"], doc["detail"]) == ("running", "1 jobs submitted") and doc["started"] >= doc["counted_at"] - 60
+    assert "recording" not in doc and doc["protected_count"] == doc["generations"][0]["baseline_count"]
+    svc.stop()
+
+
+def test_a_skipped_rse_is_written_once(tmp_path: Path, counted_db: tuple[Database, Commands]) -> None:
+    """An RSE skipped (here without a scan, never seen before): its state and its jobs per state are one write,
+    which creates its document."""
+    db, commands = counted_db
+    src = write_sources(tmp_path / "src", [RSE], files=30)
+    (src / STATS_FILE).write_text(json.dumps({}))
+    svc = make_service(tmp_path, db, src)
+    commands.thread = threading.current_thread()
+    result = svc.runner.run_once(RSE)
+    commands.thread = None
+    assert (result.action, result.reason) == ("skip", "scan_missing")
+    c = commands.counts
+    assert c[("update", "rses")] == 1 and c[("aggregate", "jobs")] == 1, c
+    doc = svc.ledger.rse(RSE)
+    assert (doc["state"], doc["reason"], doc["counters"]["jobs_by_state"]) == ("skipped", "scan_missing", {})
+    assert doc["events"][-1]["reason"] == "scan_missing" and "created" in doc
     svc.stop()

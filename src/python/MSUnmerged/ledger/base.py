@@ -36,6 +36,26 @@ def write_ignoring_duplicates(coll: Collection, ops: list[Any]) -> int:
     return with_retry(write, f"write to {coll.name}") if ops else 0
 
 
+def state_update(state: str, reason: str = "", detail: str = "", **fields: Any) -> dict[str, Any]:
+    """The update (upserting) of an RSE document that sets its state with the reason, `fields` with it; a skip or
+    failure is also kept in `events`."""
+    now = time.time()
+    update: dict[str, Any] = {"$set": {"state": state, "reason": reason, "detail": detail, "updated": now, **fields},
+                              "$setOnInsert": {"created": now}}
+    if reason:
+        event = {"at": now, "state": state, "reason": reason, "detail": detail[:2000]}
+        update["$push"] = {"events": {"$each": [event], "$slice": -EVENTS_KEPT}}
+    return update
+
+
+def with_state(fields: dict[str, Any], state: Optional[dict[str, Any]]) -> tuple[dict[str, Any], bool]:
+    """An update that `$set`s `fields` of an RSE document, with `state` (a `state_update`) in the same write when
+    given; and whether it upserts (a state does)."""
+    if state is None:
+        return {"$set": fields}, False
+    return {**state, "$set": {**state["$set"], **fields}}, True
+
+
 def insert_ignoring_duplicates(coll: Collection, docs: list[dict[str, Any]]) -> None:
     if docs:
         write_ignoring_duplicates(coll, [InsertOne(d) for d in docs])
@@ -63,13 +83,7 @@ class LedgerBase:
     def set_rse_state(self, rse: str, state: str, reason: str = "", detail: str = "",
                       **fields: Any) -> None:
         """Set the RSE's state with the reason; a skip or failure is also kept in `events`."""
-        now = time.time()
-        update: dict[str, Any] = {"$set": {"state": state, "reason": reason, "detail": detail,
-                                           "updated": now, **fields},
-                                  "$setOnInsert": {"created": now}}
-        if reason:
-            event = {"at": now, "state": state, "reason": reason, "detail": detail[:2000]}
-            update["$push"] = {"events": {"$each": [event], "$slice": -EVENTS_KEPT}}
+        update = state_update(state, reason, detail, **fields)
         with_retry(lambda: self.rses.update_one({"_id": rse}, update, upsert=True), f"set state {rse}")
 
     def generation_entry(self, rse: str, generation: float) -> dict[str, Any]:

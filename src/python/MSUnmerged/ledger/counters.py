@@ -6,7 +6,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from MSUnmerged.ledger import buckets as bk
 from MSUnmerged.ledger import slices
-from MSUnmerged.ledger.base import LedgerBase
+from MSUnmerged.ledger.base import LedgerBase, with_state
 from MSUnmerged.ledger.outcomes import message_tally
 from MSUnmerged.ledger.retry import with_retry
 from MSUnmerged.ledger.states import DirState, FileState, dir_failed
@@ -84,20 +84,21 @@ class Counters(LedgerBase):
         return {r["_id"]: r["n"] for r in with_retry(lambda: list(self.jobs.aggregate([
             {"$match": {"rse": rse}}, {"$group": {"_id": "$state", "n": {"$sum": 1}}}])), "jobs by state")}
 
-    def refresh_job_counts(self, rse: str) -> None:
+    def refresh_job_counts(self, rse: str, state: Optional[dict[str, Any]] = None) -> None:
         """Recount the RSE's jobs per state into `counters.jobs_by_state` (the `msunmerged_jobs` gauge reads it
-        there, not from every job document at each scrape); the service does it at the end of each RSE's run."""
-        counts = self._job_counts(rse)
-        with_retry(lambda: self.rses.update_one({"_id": rse}, {"$set": {"counters.jobs_by_state": counts}}),
-                   "job counts")
+        there, not from every job document at each scrape); the service does it at the end of each RSE's run.
+        `state`: the RSE's state (base.state_update), written in the same update."""
+        update, upsert = with_state({"counters.jobs_by_state": self._job_counts(rse)}, state)
+        with_retry(lambda: self.rses.update_one({"_id": rse}, update, upsert=upsert), "job counts")
 
-    def refresh_counters(self, rse: str) -> dict[str, Any]:
+    def refresh_counters(self, rse: str, state: Optional[dict[str, Any]] = None) -> dict[str, Any]:
         """Recompute the RSE's counters for its current generation from the records (idempotent); its jobs per
-        state are recounted also without a generation (a first plan's recording interrupted)."""
+        state are recounted also without a generation (a first plan's recording interrupted). `state`: the RSE's
+        state (base.state_update), written in the same update as the counters."""
         doc = self.rse(rse)
         gen = doc.get("generation")
         if gen is None:
-            self.refresh_job_counts(rse)
+            self.refresh_job_counts(rse, state)
             return {}
         entry = next((g for g in doc.get("generations", []) if g["gen"] == gen), {})
         by_state, failed_by_class = self._state_counts(rse, gen, entry)
@@ -108,11 +109,11 @@ class Counters(LedgerBase):
         refused_by_reason: dict[str, int] = {}
         dirs_failed = 0  # not removed for a storage error or an unexpected refusal (not the plan's keep rules)
         for r in dirs:
-            state, reason = r["_id"]["state"], r["_id"].get("cls") or ""
-            dirs_by_state[state] = dirs_by_state.get(state, 0) + r["n"]
-            if state == DirState.REFUSED:
+            dstate, reason = r["_id"]["state"], r["_id"].get("cls") or ""
+            dirs_by_state[dstate] = dirs_by_state.get(dstate, 0) + r["n"]
+            if dstate == DirState.REFUSED:
                 refused_by_reason[reason or "unclassified"] = refused_by_reason.get(reason or "unclassified", 0) + r["n"]
-            if dir_failed(state, reason):
+            if dir_failed(dstate, reason):
                 dirs_failed += r["n"]
         summaries = [j.get("summary") or {} for j in with_retry(lambda: list(self.jobs.find(
             {"rse": rse, "gen": gen}, {"summary.bytes_freed": 1, "summary.failed_by_message": 1})), "job summaries")]
@@ -137,7 +138,7 @@ class Counters(LedgerBase):
         done = sum(counters[s.value] for s in PROGRESS_STATES)
         # Progress: a new generation, or more files done than at the last count (the stall alert reads it).
         progress = {"progress_at": now} if gen != doc.get("counted_gen") or done != doc.get("counted_done") else {}
-        with_retry(lambda: self.rses.update_one({"_id": rse}, {"$set": {
-            "counters": counters, "counted_at": now, "counted_gen": gen, "counted_done": done, **progress}}),
-            "counters")
+        update, upsert = with_state({"counters": counters, "counted_at": now, "counted_gen": gen,
+                                     "counted_done": done, **progress}, state)
+        with_retry(lambda: self.rses.update_one({"_id": rse}, update, upsert=upsert), "counters")
         return counters

@@ -8,7 +8,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Optional, Protocol, Sequence
 
-from pymongo import ReplaceOne, ReturnDocument
+from pymongo import ReplaceOne, ReturnDocument, errors
 from pymongo.collection import Collection
 
 from MSUnmerged.config import PlannerConfig
@@ -62,6 +62,11 @@ def baseline_of(generations: Iterable[Mapping[str, Any]]) -> Optional[int]:
     return max((c for c in counts if isinstance(c, int) and not isinstance(c, bool)), default=None)
 
 
+def prune_of(generations: Iterable[Mapping[str, Any]], kept: int) -> list[float]:
+    """The generations (of an RSE document's entries) older than the last `kept`: those pruning deletes."""
+    return sorted(g["gen"] for g in generations)[:-kept]
+
+
 class Recording(Entries):
     """A plan's generation recorded (record_plan), the shrink guard's baseline, protection dropped, pruning."""
 
@@ -96,11 +101,19 @@ class Recording(Entries):
             entry.update(slice_sizes=slice_sizes, released=0)
         if sealed is not None:
             entry.update(seal=sealed.digest, dirs_sha256=sealed.files[DIRS_NAME]["sha256"])
-        with_retry(lambda: self.rses.update_one(
-            {"_id": rse}, {"$set": {"recording": generation, "updated": now},
-                           "$setOnInsert": {"created": now, "state": RSEState.NEW}}, upsert=True), "mark recording")
-        with_retry(lambda: self.rses.update_one({"_id": rse, "generations.gen": {"$ne": generation}},
-                                                {"$push": {"generations": entry}}), "add generation")
+        marked = {"$set": {"recording": generation, "updated": now}}
+
+        def mark_and_add() -> dict[str, Any]:
+            """`recording` set and the generation's entry added in one write; the document as it stands after
+            serves the pruning and the baseline below (neither reads it again)."""
+            try:
+                return self.rses.find_one_and_update(
+                    {"_id": rse, "generations.gen": {"$ne": generation}},
+                    {**marked, "$push": {"generations": entry}, "$setOnInsert": {"created": now, "state": RSEState.NEW}},
+                    upsert=True, return_document=ReturnDocument.AFTER) or {}
+            except errors.DuplicateKeyError:  # the entry is there already: a recording a crash interrupted
+                return self.rses.find_one_and_update({"_id": rse}, marked, return_document=ReturnDocument.AFTER) or {}
+        doc = with_retry(mark_and_add, "mark recording")
         n, spans, dirs = self._insert_buckets(rse, generation, plan_dir, plan.job_files, max_lfn_length, sealed)
         jobs = [{"_id": job_id(rse, generation, 1, i), "rse": rse, "gen": generation, "round": 1, "n": i,
                  "state": JobState.PLANNED, "files": size, "plan_file": name, "created": now, "span": spans[i - 1]}
@@ -112,14 +125,13 @@ class Recording(Entries):
             ages.record(self.db, rse, generation,
                         {dataset_of(d.encode("utf-8", "surrogateescape"), floor_depth).decode("utf-8", "surrogateescape")
                          for d in dirs})
-        doc = with_retry(lambda: self.rses.find_one_and_update(
-            {"_id": rse}, {"$set": {"generation": generation, "state": RSEState.PLANNED,
-                                    "reason": "", "detail": "", "updated": time.time()},
-                           "$unset": {"recording": ""}},
-            return_document=ReturnDocument.AFTER), "finish recording") or {}
-        pruned = self.prune_generations(rse, doc)  # the document as recorded: neither reads it again
+        pruned = prune_of(doc.get("generations", []), self.generations_kept)
         baseline = baseline_of(g for g in doc.get("generations", []) if g["gen"] not in pruned)
-        with_retry(lambda: self.rses.update_one({"_id": rse}, {"$set": {"protected_count": baseline}}), "baseline")
+        with_retry(lambda: self.rses.update_one(
+            {"_id": rse}, {"$set": {"generation": generation, "state": RSEState.PLANNED, "reason": "", "detail": "",
+                                    "updated": time.time(), "protected_count": baseline},
+                           "$unset": {"recording": ""}}), "finish recording")
+        self.prune_generations(rse, doc)  # after the generation is recorded whole
         return n
 
     def protected_baseline(self, rse: str) -> Optional[int]:
@@ -235,8 +247,7 @@ class Recording(Entries):
         """Delete file and job records of generations older than the last `generations_kept`; returns those
         generations (`doc`: the RSE's document when the caller has just read it)."""
         doc = self.rse(rse) if doc is None else doc
-        gens = sorted(g["gen"] for g in doc.get("generations", []))
-        old = gens[:-self.generations_kept]
+        old = prune_of(doc.get("generations", []), self.generations_kept)
         if not old:
             return []
         with_retry(lambda: self.buckets.delete_many({"rse": rse, "gen": {"$in": old}}), "prune buckets")

@@ -80,22 +80,23 @@ class JobKeeper:
     # -- submission ----------------------------------------------------------------------------
 
     def submit_planned(self, rse: str, generation: float, protected: Sequence[str],
-                       entry: Optional[dict[str, Any]] = None) -> int:
+                       entry: Optional[dict[str, Any]] = None, live: Optional[int] = None) -> int:
         """Submit the generation's planned jobs of the released slices (ledger/slices.py), as many as the RSE's
         `max_in_flight` leaves room for, in batches (batch_bounds): for each batch intent first, then submit,
         then mark (see `reconcile`). Returns how many were submitted. `entry`: the generation's entry, when the
-        caller has just read it (slices.release_next)."""
+        caller has just read it (slices.release_next); `live`: see `room`."""
         entry = self.ledger.generation_entry(rse, generation) if entry is None else entry
-        return self._submit_batches(rse, self.ready(rse, generation, entry), protected, intent=True,
+        return self._submit_batches(rse, self.ready(rse, generation, entry, live), protected, intent=True,
                                     entries={generation: entry})
 
-    def ready(self, rse: str, generation: float, entry: Optional[dict[str, Any]] = None) -> list[dict[str, Any]]:
+    def ready(self, rse: str, generation: float, entry: Optional[dict[str, Any]] = None,
+              live: Optional[int] = None) -> list[dict[str, Any]]:
         """The generation's planned jobs that may be submitted now: of released slices, within max_in_flight
-        (`entry`: the generation's entry, when the caller has just read it)."""
+        (`entry`: the generation's entry, when the caller has just read it; `live`: see `room`)."""
         entry = self.ledger.generation_entry(rse, generation) if entry is None else entry
         released = [doc for doc in self.ledger.jobs_in(rse, [JobState.PLANNED], generation)
                     if slices.is_released(doc, entry)]
-        return released[:self.room(rse, len(released))]
+        return released[:self.room(rse, len(released), live)]
 
     def plan_directory_jobs(self, rse: str, generation: float, protection: PrefixSet) -> list[str]:
         """Directory jobs for the RSE's directories still to remove from earlier plans (ledger/pending_dirs.py);
@@ -109,10 +110,14 @@ class JobKeeper:
         return pending_dirs.plan_jobs(self.ledger, rse, generation, 1 + self.config.jobs.retries,
                                       self.config.planner.files_per_job, removable)
 
-    def room(self, rse: str, wanted: int) -> int:
-        """How many of `wanted` jobs the RSE may have submitted now: its `max_in_flight` less its live jobs."""
+    def room(self, rse: str, wanted: int, live: Optional[int] = None) -> int:
+        """How many of `wanted` jobs the RSE may have submitted now: its `max_in_flight` less its live jobs
+        (`live`: their number when the caller, holding the RSE's lease, has read them since its last submission
+        or poll; read here otherwise)."""
         cap = limits_for(self.config, rse).max_in_flight
-        return wanted if not cap else max(0, min(wanted, cap - len(self.live(rse))))
+        if not cap:
+            return wanted
+        return max(0, min(wanted, cap - (len(self.live(rse)) if live is None else live)))
 
     def reconcile(self, rse: str) -> None:
         """Jobs left in `submitting` by a crash: adopt the ones the batch system has, submit the rest."""

@@ -29,6 +29,7 @@ from MSUnmerged.lfn import PrefixSet
 from MSUnmerged.jobs.backend import BatchBackend, JobState
 from MSUnmerged.ledger import (RETRIABLE, FileState, LeaseLost, Leases, Ledger, LedgerError, ages, gen_key,
                                 pending_dirs, slices)
+from MSUnmerged.ledger.base import state_update
 from MSUnmerged.service.jobkeeper import JobKeeper
 from MSUnmerged.service.result import INTERNAL_ERROR, LEASE_LOST, Hook, RunAction, RunResult, failure_of
 from MSUnmerged.service.rses import InstanceRSEs, UnknownRSE
@@ -106,10 +107,10 @@ class Runner:
             self.leases.release(rse, slot if result.action != RunAction.FAILED else None)
         return result
 
-    def _refresh_counters(self, rse: str) -> None:
+    def _refresh_counters(self, rse: str, state: Optional[dict[str, Any]] = None) -> None:
         """The RSE's counters, its jobs per state among them, as the last ledger step of its run: run_once does not
-        count its jobs again (two round trips an RSE)."""
-        self.ledger.refresh_counters(rse)
+        count its jobs again (two round trips an RSE). `state`: the RSE's state (state_update), written with them."""
+        self.ledger.refresh_counters(rse, state)
         self._counted.add(rse)
 
     def _count_jobs(self, rse: str) -> None:
@@ -162,8 +163,7 @@ class Runner:
             live = self.jobs.live(rse)
         if live:
             detail = f"{len(live)} jobs in the batch system"
-            self.ledger.set_rse_state(rse, RSEState.RUNNING, detail=detail)
-            self._refresh_counters(rse)
+            self._refresh_counters(rse, state_update(RSEState.RUNNING, detail=detail))
             return RunResult(rse, RunAction.POLL, RSEState.RUNNING, JOBS_RUNNING, detail,
                              collected=collected, removed_jobs=removed, dropped_protected=dropped)
 
@@ -173,8 +173,9 @@ class Runner:
         result = RunResult(rse, decision.action, reason=decision.reason, detail=decision.detail,
                            generation=decision.generation, collected=collected, removed_jobs=removed,
                            dropped_protected=dropped)
-        if decision.action is Action.SKIP:
-            self.ledger.set_rse_state(rse, RSEState.SKIPPED, decision.reason, decision.detail)
+        if decision.action is Action.SKIP:  # the state with its jobs counted, one update
+            self.ledger.refresh_job_counts(rse, state_update(RSEState.SKIPPED, decision.reason, decision.detail))
+            self._counted.add(rse)
             result.state = RSEState.SKIPPED
             return result
         assert decision.generation is not None
@@ -212,11 +213,15 @@ class Runner:
                                       limit=limits_for(self.config, rse).max_files_per_cycle or None)
         self.jobs.plan_directory_jobs(rse, decision.generation, protection)
         entry = slices.release_next(self.ledger, rse, decision.generation)  # a throttled plan: this cycle's slice
-        result.submitted = self.jobs.submit_planned(rse, decision.generation, protected, entry)
+        # No job is live (read above, under the lease): max_in_flight's room needs no read of them.
+        result.submitted = self.jobs.submit_planned(rse, decision.generation, protected, entry, live=0)
         result.state = RSEState.RUNNING if result.submitted else RSEState.PLANNED
-        self.ledger.set_rse_state(rse, result.state, detail=f"{result.submitted} jobs submitted",
-                                  started=time.time())
-        if wait_s > 0 and result.submitted:
+        submitted = {"detail": f"{result.submitted} jobs submitted", "started": time.time()}
+        state: Optional[dict[str, Any]] = None  # written with the counters below, unless the run waits for its jobs
+        if wait_s <= 0 or not result.submitted:
+            state = state_update(result.state, **submitted)
+        else:
+            self.ledger.set_rse_state(rse, result.state, **submitted)
             while time.monotonic() < deadline and self.jobs.live(rse):
                 time.sleep(0.2)
                 result.collected += self.jobs.poll(rse)
@@ -226,7 +231,7 @@ class Runner:
                 settled = self._decide(rse, self.ledger.rse(rse), scan)
                 if settled.action is Action.FINISH:
                     self._finish(rse, result, settled)
-        self._refresh_counters(rse)
+        self._refresh_counters(rse, state)
         self.hook("counted", rse)
         return result
 
@@ -238,8 +243,8 @@ class Runner:
     def _finish(self, rse: str, result: RunResult, decision: Decision) -> RunResult:
         """Nothing left to do on this dump: the final state (clean, done with errors, dry run done)."""
         assert decision.state is not None
-        self.ledger.set_rse_state(rse, decision.state, decision.reason, decision.detail, finished=time.time())
-        self.ledger.refresh_counters(rse)
+        self.ledger.refresh_counters(rse, state_update(decision.state, decision.reason, decision.detail,
+                                                       finished=time.time()))
         result.state, result.reason, result.detail = decision.state, decision.reason, decision.detail
         return result
 
@@ -257,8 +262,8 @@ class Runner:
         except (SourceError, GuardTripped) as exc:
             log.warning("%s: directories still to remove wait for a later cycle: %s", rse, exc)
             return result
-        if self.jobs.plan_directory_jobs(rse, result.generation, protection):
-            result.submitted = self.jobs.submit_planned(rse, result.generation, protected)
+        if self.jobs.plan_directory_jobs(rse, result.generation, protection):  # reached with no job live
+            result.submitted = self.jobs.submit_planned(rse, result.generation, protected, live=0)
         return result
 
     def _guarded(self, rse: str, result: RunResult, reason: str, detail: str) -> RunResult:
@@ -391,9 +396,9 @@ class Runner:
         entry = slices.release_next(self.ledger, rse, generation)
         result.submitted = self.jobs.submit_planned(rse, generation, protected, entry)
         result.state = RSEState.RUNNING if result.submitted else RSEState.PLANNED
-        self.ledger.set_rse_state(rse, result.state, detail=f"applied {plan_dir}: {result.submitted} jobs, "
-                                  f"{result.dropped_protected} files dropped as protected since planning")
-        self.ledger.refresh_counters(rse)
+        self.ledger.refresh_counters(rse, state_update(
+            result.state, detail=f"applied {plan_dir}: {result.submitted} jobs, "
+                                 f"{result.dropped_protected} files dropped as protected since planning"))
         self.hook("counted", rse)
         return result
 
