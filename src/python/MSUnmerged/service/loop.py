@@ -60,8 +60,8 @@ class Service:
         cid = self.ledger.start_cycle(self.instance, slot, names)
         mode = "dry run" if self.config.service.dry_run else "real"
         log.info("cycle %s: start, %d RSEs (%s)", cid, len(names), mode)
-        started = time.monotonic()
         order = self._start_order(cid, names)
+        started = time.monotonic()
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.config.service.parallel_rses, thread_name_prefix="rse")
         self.runner.leases.start_heartbeat()
