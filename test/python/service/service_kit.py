@@ -11,7 +11,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Optional, Sequence
 
 from MSUnmerged import sample
 from MSUnmerged.config import Config, SiteConfig
@@ -104,20 +104,17 @@ def rse_list(directory: Path, rses: Sequence[str]) -> OfflineSources:
     return OfflineSources(directory)
 
 
-def write_sources(directory: Path, rses: Sequence[str], files: int | Mapping[str, int] = 1500,
-                  end_time: Optional[float] = None) -> Path:
-    """An offline sources directory with a dump per RSE (`files` lines, or `files[rse]`) and one shared protected
-    list."""
+def write_sources(directory: Path, rses: Sequence[str], files: int = 1500, end_time: Optional[float] = None) -> Path:
+    """An offline sources directory with a dump per RSE and one shared protected list."""
     (directory / DUMPS_DIR).mkdir(parents=True, exist_ok=True)
     stats: dict = {}
     protected: list[str] = []
     end = time.time() - 60 if end_time is None else end_time
     for rse in rses:
-        count = files if isinstance(files, int) else files[rse]
-        lines, prot = dump_lines(rse, count)
+        lines, prot = dump_lines(rse, files)
         dump_file(directory, rse).write_text("\n".join(lines) + "\n")
         protected += prot
-        stats.update(sample.stats_for(rse, count, end))
+        stats.update(sample.stats_for(rse, files, end))
     (directory / STATS_FILE).write_text(json.dumps(stats))
     (directory / PROTECTED_FILE).write_text(json.dumps({"result": protected}))
     (directory / RSES_FILE).write_text(json.dumps(list(rses)))  # the instance's RSEs, scanned or not

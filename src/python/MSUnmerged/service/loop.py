@@ -10,13 +10,11 @@ from typing import Optional, Sequence
 
 from MSUnmerged.alerts import Notifier
 from MSUnmerged.config import Config
-from MSUnmerged.guards import scan_files
 from MSUnmerged.jobs.backend import BatchBackend
 from MSUnmerged.ledger import Ledger, LedgerError
 from MSUnmerged.ledger.view import MongoLedgerView
 from MSUnmerged.service.drain import Drainer
 from MSUnmerged.service.result import Failure, Hook, RunAction, RunResult, describe, failure_of
-from MSUnmerged.service.rses import order_rses
 from MSUnmerged.service.run import Runner
 from MSUnmerged.sources import Sources
 from MSUnmerged.sources.errors import SourceError
@@ -43,7 +41,7 @@ class Service:
         self._drainer: Optional[Drainer] = None
 
     def cycle(self, rses: Optional[Sequence[str]] = None, slot: Optional[int] = None) -> dict[str, RunResult]:
-        """One polling cycle: every RSE of this instance once (across instances), in parallel, largest first.
+        """One polling cycle: every RSE of this instance once (across instances), in parallel.
 
         An RSE leased by another instance is retried until that instance marks it done for this
         slot or its lease expires and we take it over. An RSE still running from an earlier cycle
@@ -60,7 +58,6 @@ class Service:
         cid = self.ledger.start_cycle(self.instance, slot, names)
         mode = "dry run" if self.config.service.dry_run else "real"
         log.info("cycle %s: start, %d RSEs (%s)", cid, len(names), mode)
-        order = self._start_order(cid, names)
         started = time.monotonic()
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.config.service.parallel_rses, thread_name_prefix="rse")
@@ -74,9 +71,7 @@ class Service:
         while pending and not self._stop.is_set() and time.monotonic() < end:
             now = time.monotonic()
             busy = set(running.values())
-            for rse in order:
-                if rse not in pending or rse in busy:
-                    continue
+            for rse in sorted(pending - busy):
                 if retry_at.get(rse, 0.0) > now or (rse in self._in_flight and not self._in_flight[rse].done()):
                     continue  # another instance has it, or it is still working from an earlier cycle
                 fut = self._in_flight[rse] = self._pool.submit(self.runner.run_once, rse, slot)
@@ -102,20 +97,6 @@ class Service:
                  time.monotonic() - started, len(results), len(names), len(pending), len(failures),
                  f" ({', '.join(sorted({f['reason'] for f in failures}))})" if failures else "")
         return results
-
-    def _start_order(self, cid: str, names: Sequence[str]) -> list[str]:
-        """The order the cycle starts its RSEs in (order_rses) from ConMon's scans, read once here. Unreadable: every
-        size is unknown, so name order; each run still reads its scan and reports the ConMon failure itself."""
-        try:
-            stats = self.sources.stats()
-        except SourceError as exc:
-            log.warning("cycle %s: ConMon stats unreadable (%s): RSEs start in name order", cid, exc)
-            return order_rses(names, {})
-        order = order_rses(names, stats)
-        sizes = [f"{rse} ({files} files)" if (files := scan_files(stats.get(rse))) is not None
-                 else f"{rse} (size unknown)" for rse in order[:3]]
-        log.info("cycle %s: largest first: %s%s", cid, ", ".join(sizes), ", ..." if len(order) > 3 else "")
-        return order
 
     def _record_failed_cycle(self, slot: int, failure: Failure) -> None:
         """A cycle that could not start records a cycle document with no RSE and the failure."""
