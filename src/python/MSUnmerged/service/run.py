@@ -243,6 +243,7 @@ class Runner:
     def _finish(self, rse: str, result: RunResult, decision: Decision) -> RunResult:
         """Nothing left to do on this dump: the final state (clean, done with errors, dry run done)."""
         assert decision.state is not None
+        # Not _refresh_counters: _retry_dirs may submit directory jobs after this, so run_once counts jobs again.
         self.ledger.refresh_counters(rse, state_update(decision.state, decision.reason, decision.detail,
                                                        finished=time.time()))
         result.state, result.reason, result.detail = decision.state, decision.reason, decision.detail
