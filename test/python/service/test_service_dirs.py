@@ -113,3 +113,39 @@ def test_sweep_removes_old_empty_directories_and_counts_them(tmp_path: Path, mon
     # The collector took the swept directories as the job's own (no report line rejected), and counted them.
     assert all("rejected" not in (j.get("reason") or "") for j in mongo_db.jobs.find({"rse": RSE}))
     assert svc.ledger.rse(RSE)["counters"]["dirs_removed"] == sum(1 for s in recorded.values() if s == "removed")
+
+
+def test_directory_jobs_of_the_same_dump_remove_retried_directories_and_their_emptied_parents(
+        tmp_path: Path, mongo_db: Database) -> None:
+    """The directory jobs made when a dump's work is over belong to that dump's generation, whose dirs.txt lists
+    the retried directories and their parents: a job is given those parents too (job_dirs of its retried
+    directories), so the worker removes them once emptied (they hold its retried directories) and the collector
+    takes their lines. Small directory jobs split a parent from its children across jobs."""
+    src = write_sources(tmp_path / "src", [RSE], files=40, end_time=time.time() - 3600)
+    svc = make_service(tmp_path, mongo_db, src, python=failing_python(tmp_path))
+    svc.config.jobs.retries = 0
+    first = svc.runner.run_once(RSE, wait_s=60)
+    gen = first.generation
+    lost = {d["dir"] for d in mongo_db.dirs.find({"rse": RSE, "gen": gen})}
+    assert lost and {d["state"] for d in mongo_db.dirs.find({"rse": RSE, "gen": gen})} == {"not_attempted"}
+    storage = tmp_path / "storage" / RSE
+    lines, _ = dump_lines(RSE, 40)
+    for lfn in lines:  # someone else deleted every file; the same dump still lists them
+        (storage / lfn.lstrip("/")).unlink(missing_ok=True)
+    svc.runner.jobs.backend.python = sys.executable
+    svc.config.planner.files_per_job = 3  # directory jobs of 3 directories: parents and children apart
+    second = svc.runner.run_once(RSE)
+    assert (second.action, second.state) == ("finish", "done_with_errors") and second.submitted > 1
+    retry_jobs = list(mongo_db.jobs.find({"rse": RSE, "retry_dirs": {"$exists": True}}))
+    assert {j["gen"] for j in retry_jobs} == {gen} and {d for j in retry_jobs for d in j["retry_dirs"]} == lost
+    deadline = time.monotonic() + 60
+    while svc.runner.jobs.live(RSE) and time.monotonic() < deadline:
+        svc.runner.jobs.poll(RSE)
+        time.sleep(0.2)
+    assert not svc.runner.jobs.live(RSE)
+    jobs = list(mongo_db.jobs.find({"rse": RSE, "retry_dirs": {"$exists": True}}))
+    assert [j["reason"] for j in jobs if j.get("reason")] == []  # no report line rejected, nothing refused
+    assert not any((storage / d.lstrip("/")).exists() for d in lost)
+    recorded = {d["dir"]: d["state"] for d in mongo_db.dirs.find({"rse": RSE, "gen": gen})}
+    assert {recorded[d] for d in lost} == {"removed"}
+    assert mongo_db[pending_dirs.COLLECTION].count_documents({"rse": RSE}) == 0

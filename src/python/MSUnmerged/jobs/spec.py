@@ -120,8 +120,14 @@ def file_dirs(lfns: Iterable[str]) -> set[str]:
     return dirs
 
 
+def held_dirs(lfns: Iterable[str], retry_dirs: Sequence[str] = ()) -> set[str]:
+    """The directories a job acts in: those holding its files (`file_dirs`), its retried directories and those
+    holding them (a directory job holds no file)."""
+    return file_dirs(lfns) | set(retry_dirs) | file_dirs(retry_dirs)
+
+
 def job_dirs(dirs: set[str], removable: set[str]) -> list[str]:
-    """The plan's removable directories among a job's directories (`file_dirs`), leaf first."""
+    """The plan's removable directories among a job's directories (`held_dirs`), leaf first."""
     return sorted(dirs & removable, key=lambda d: (-depth(d), d))
 
 
@@ -170,7 +176,7 @@ def make_job(job_id: str, rse: str, site: str, lfns: list[str], removable: set[s
     """
     j = config.jobs
     limits = limits_for(config, rse)
-    dirs = file_dirs(lfns) | set(retry_dirs) | file_dirs(retry_dirs)
+    dirs = held_dirs(lfns, retry_dirs)
     bases, keep = protected.for_job(lfns, dirs)
     step = DeleteFilesStep(lfns=lfns, remove_dirs=job_dirs(dirs, removable), keep_dirs=keep, protected=bases,
                            dry_run=config.service.dry_run, file_timeout_s=j.file_timeout_s, retries=j.retries,

@@ -81,13 +81,16 @@ def plan_jobs(ledger: LedgerBase, rse: str, generation: float, max_tries: int, p
     return [d["_id"] for d in docs]
 
 
-def settle(ledger: LedgerBase, job: Mapping[str, Any]) -> None:
+def settle(ledger: LedgerBase, job: Mapping[str, Any], holding: Iterable[str] = ()) -> None:
     """After a directory job was collected: entries it removed, found gone or was refused leave; the others
-    count one more try."""
-    dirs: Iterable[str] = job.get("retry_dirs") or []
+    count one more try. `holding`: the directories holding its retried ones, which it was given too where the plan
+    lists them removable: their entries (another job's retried directories) leave when their record says so, with
+    no try counted (that job may have tried one before this one emptied it)."""
+    dirs: list[str] = list(job.get("retry_dirs") or [])
+    others = set(holding) - set(dirs)
     prefix = f"{job['rse']}|{gen_key(job['gen'])}|"
     records = {r["dir"]: r["state"] for r in with_retry(lambda: list(ledger.dirs.find(
-        {"_id": {"$in": [prefix + d for d in dirs]}}, {"dir": 1, "state": 1})), "directory outcomes")}
+        {"_id": {"$in": [prefix + d for d in [*dirs, *others]]}}, {"dir": 1, "state": 1})), "directory outcomes")}
     now = time.time()
     ops: list[Any] = []
     for d in dirs:
@@ -95,5 +98,6 @@ def settle(ledger: LedgerBase, job: Mapping[str, Any]) -> None:
         key = {"_id": f"{job['rse']}|{d}"}
         ops.append(DeleteOne(key) if state in SETTLED else
                    UpdateOne(key, {"$inc": {"tries": 1}, "$set": {"state": state, "t": now}}))
+    ops += [DeleteOne({"_id": f"{job['rse']}|{d}"}) for d in sorted(others) if records.get(d) in SETTLED]
     if ops:
         with_retry(lambda: ledger.db[COLLECTION].bulk_write(ops, ordered=False), "settle directories")

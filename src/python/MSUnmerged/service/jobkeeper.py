@@ -18,7 +18,7 @@ from MSUnmerged.guards import (GUARD_SCAN_START_MISSING, PLAN_MODIFIED, GuardTri
                                check_protection, split_lines)
 from MSUnmerged.jobs.backend import BackendError, BatchBackend, JobState, JobStatus, credential_for
 from MSUnmerged.jobs.router import backend_name
-from MSUnmerged.jobs.spec import CleanupJob, file_dirs, job_dirs, make_job, protected_bases
+from MSUnmerged.jobs.spec import CleanupJob, file_dirs, held_dirs, job_dirs, make_job, protected_bases
 from MSUnmerged.ledger import LIVE_JOB_STATES, Leases, Ledger, gen_key, pending_dirs, slices
 from MSUnmerged.ledger.recording import baseline_of
 from MSUnmerged.ledger.states import BACKEND_JOB_STATES
@@ -256,7 +256,7 @@ class JobKeeper:
             got = self.collector.collect(job["_id"], lfns, report, status, self._other_dirs(job, lfns, report),
                                          lambda: self._given_dirs(job, lfns))
             if job.get("retry_dirs"):
-                pending_dirs.settle(self.ledger, job)
+                pending_dirs.settle(self.ledger, job, held_dirs((), job["retry_dirs"]))
             if got.problems:
                 log.warning("%s: job %s: %s", job["rse"], job["_id"], got.reason)
         try:
@@ -266,17 +266,21 @@ class JobKeeper:
         return collected
 
     def _other_dirs(self, job: dict[str, Any], lfns: list[str], report: Optional[Report]) -> Callable[[str], bool]:
-        """Directories a job may report on besides those of its files: its retried ones, and, when its report
-        says it swept, any strictly below the dataset directories of its files (worker/sweep.py)."""
-        retried = set(job.get("retry_dirs") or [])
+        """Directories a job may report on besides those of its files: its retried ones and those holding them
+        (`held_dirs`: make_job gives it the plan's removable ones among them), and, when its report says it swept,
+        any strictly below the dataset directories of its files (worker/sweep.py)."""
+        retried = held_dirs((), job.get("retry_dirs") or [])
         floor = self.config.planner.dir_floor_depth
         swept = report is not None and (report.start or {}).get("method", {}).get("sweep") == "on"
         tops = {d + "/" for d in file_dirs(lfns) if depth(d) == floor} if swept else set()
         return lambda d: d in retried or any(d.startswith(top) for top in tops)
 
     def _given_dirs(self, job: dict[str, Any], lfns: list[str]) -> list[str]:
-        """The directories a job was given to remove: the plan's removable ones holding its files, its retried ones."""
-        return job_dirs(file_dirs(lfns), self.removable(job["rse"], job["gen"])) + list(job.get("retry_dirs") or [])
+        """The directories a job was given to remove, as make_job gave them: the plan's removable ones among those
+        it acts in (`held_dirs`), its retried ones."""
+        retried = job.get("retry_dirs") or []
+        given = job_dirs(held_dirs(lfns, retried), self.removable(job["rse"], job["gen"]))
+        return given + sorted(set(retried) - set(given))
 
     def revalidate(self, rse: str) -> tuple[int, int]:
         """Queued jobs holding a file the fresh protected list covers are removed before they start.

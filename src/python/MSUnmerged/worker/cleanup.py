@@ -353,9 +353,10 @@ class Cleanup:
         job = self.job
         return job.exclude.covers(path) or job.include is not None and not job.include.covers(path)
 
-    def _dir_problem(self, directory: Any, file_dirs: Optional[set], protected: paths.PathSet,
+    def _dir_problem(self, directory: Any, held: Optional[set], protected: paths.PathSet,
                      keep: paths.PathSet) -> Optional[Refusal]:
-        """Why a directory must not be removed; `file_dirs` None: it need not hold a file of this job."""
+        """Why a directory must not be removed; `held`: the directories holding the job's files or retried
+        directories, one of which it must be (None: it need not)."""
         why = paths.problem(directory)
         if why is not None:
             return INVALID_LFN, why
@@ -367,8 +368,8 @@ class Cleanup:
             return PROTECTED, REFUSED_PROTECTED
         if self.job.exclude.covers(directory) or self.job.exclude.at_or_above(directory):
             return EXCLUDED, "an excluded path at, above or below it"
-        if file_dirs is not None and directory not in file_dirs:
-            return NOT_JOB_DIR, "not a directory of this job's files"
+        if held is not None and directory not in held:
+            return NOT_JOB_DIR, "holds none of this job's files or retried directories"
         return None
 
     def _modified(self, seen: Seen, deleter: Deleter) -> Optional[Result]:
@@ -465,14 +466,17 @@ class Cleanup:
         return [f for f in final if f is not None]
 
     def _rmdirs(self, mapper: storage.Mapper, deleter: Deleter, lfns: List[str], bad_root: Optional[str]) -> None:
+        """Checks the given directories: a `remove_dirs` one must hold one of the job's checked files or retried
+        directories (a directory job's are its only content), a `retry_dirs` one need not; then removes them."""
         job = self.job
         protected = paths.PathSet(job.protected)
         keep = paths.PathSet(job.keep_dirs)
-        file_dirs = set()
-        for lfn in lfns:
-            file_dirs.update(paths.ancestors(lfn))
+        retried = [d for d in job.retry_dirs if self._dir_problem(d, None, protected, keep) is None]
+        held = set(retried)
+        for path in lfns + retried:
+            held.update(paths.ancestors(path))
         valid = []
-        given = [(d, file_dirs) for d in job.remove_dirs]
+        given = [(d, held) for d in job.remove_dirs]
         given += [(d, None) for d in job.retry_dirs if d not in job.remove_dirs]
         for directory, must_hold in given:
             refusal = self._dir_problem(directory, must_hold, protected, keep)
