@@ -274,9 +274,9 @@ class Collector:
         """Record the report's outcomes (only for files of this job when `lfns` is given), then close.
 
         A directory line is accepted for a directory of the job's files, or one `other_dirs` allows (the
-        job's retried directories, those its sweep may reach). `given_dirs`: the directories the job was given
-        to remove, asked only when the report is missing or cut off; those it says nothing of are recorded
-        not attempted (a later cycle retries them, ledger/pending_dirs.py)."""
+        job's retried directories and those holding them, those its sweep may reach). `given_dirs`: the
+        directories the job was given to remove, asked only when the report is missing or cut off; those it says
+        nothing of are recorded not attempted (a later cycle retries them, ledger/pending_dirs.py)."""
         out = Collected(job_id, status.state if status.state.terminal else JobState.FAILED)
         said: set[str] = set()
         if report is not None:
@@ -285,8 +285,9 @@ class Collector:
                                  f"a file of job {job_id}", out.problems, lambda f: ledger_outcome(f, report.exit_code))
             dirs = None if allowed is None or not report.dirs else {d for lfn in allowed for d in ancestors(lfn)}
             dir_ok = None if dirs is None else (lambda d: d in dirs or other_dirs is not None and other_dirs(d))
-            dir_outcomes = _accepted(report.dirs, lambda d: d.dir, dir_ok, f"a directory of job {job_id}'s files",
-                                     out.problems, ledger_dir_outcome)
+            dir_outcomes = _accepted(report.dirs, lambda d: d.dir, dir_ok,
+                                     f"a directory of job {job_id}'s files or retried directories", out.problems,
+                                     ledger_dir_outcome)
             out.problems[:0] = report.problems
             self.sink.record_outcomes(job_id, outcomes)
             self.sink.record_dirs(job_id, dir_outcomes)

@@ -13,9 +13,11 @@ import pytest
 from pymongo.database import Database
 
 from MSUnmerged.config import SiteConfig
-from MSUnmerged.ledger import pending_dirs
+from MSUnmerged.jobs.spec import held_dirs
+from MSUnmerged.ledger import Ledger, pending_dirs
 from MSUnmerged.samplesite import rescan
 from MSUnmerged.sources.offline import PROTECTED_FILE, STATS_FILE, dump_file
+from MSUnmerged.worker.ids import MANIFEST_NAME, gen_key, job_folder
 from service_kit import dump_lines, write_sources
 from test_service_run import RSE, make_service
 
@@ -134,10 +136,25 @@ def test_directory_jobs_of_the_same_dump_remove_retried_directories_and_their_em
         (storage / lfn.lstrip("/")).unlink(missing_ok=True)
     svc.runner.jobs.backend.python = sys.executable
     svc.config.planner.files_per_job = 3  # directory jobs of 3 directories: parents and children apart
+    # One job at a time, in order: a parent is tried (not empty) before the later jobs empty and remove it. (Two
+    # jobs holding children of one parent at once may both find it not empty: it stays pending for a later try.)
+    svc.runner.jobs.backend.parallel = 1
     second = svc.runner.run_once(RSE)
     assert (second.action, second.state) == ("finish", "done_with_errors") and second.submitted > 1
     retry_jobs = list(mongo_db.jobs.find({"rse": RSE, "retry_dirs": {"$exists": True}}))
     assert {j["gen"] for j in retry_jobs} == {gen} and {d for j in retry_jobs for d in j["retry_dirs"]} == lost
+    # What the collector takes a job to have been given and to speak of is what its manifest gave it.
+    keeper, parents = svc.runner.jobs, 0
+    for job in retry_jobs:
+        manifest = json.loads((tmp_path / "batch" / job_folder(job["_id"]) / MANIFEST_NAME).read_text())
+        step = manifest["task"]["steps"][0]
+        given = set(step["remove_dirs"]) | set(step["retry_dirs"])
+        assert sorted(keeper._given_dirs(job, [])) == sorted(given)
+        parents += len(given - set(job["retry_dirs"]))  # parents of its retried directories another job retries
+        allowed = keeper._other_dirs(job, [], None)
+        assert all(allowed(d) for d in given)
+        assert not any(allowed(d) for d in lost - held_dirs((), job["retry_dirs"]))
+    assert parents
     deadline = time.monotonic() + 60
     while svc.runner.jobs.live(RSE) and time.monotonic() < deadline:
         svc.runner.jobs.poll(RSE)
@@ -149,3 +166,21 @@ def test_directory_jobs_of_the_same_dump_remove_retried_directories_and_their_em
     recorded = {d["dir"]: d["state"] for d in mongo_db.dirs.find({"rse": RSE, "gen": gen})}
     assert {recorded[d] for d in lost} == {"removed"}
     assert mongo_db[pending_dirs.COLLECTION].count_documents({"rse": RSE}) == 0
+
+
+def test_settle_drops_the_entries_of_parents_a_directory_job_removed_and_counts_no_try_for_them(
+        mongo_db: Database) -> None:
+    """A directory job also removes the emptied parents of its retried directories (another job's entries): their
+    entries leave once their record says removed, gone or refused; a parent it left standing keeps its entry and
+    its tries (its own job counts them)."""
+    ledger = Ledger(mongo_db)
+    gen, top = 1700000000.0, "/store/unmerged/Era/Prim/AOD/Proc-v1"
+    job = {"rse": RSE, "gen": gen, "retry_dirs": [f"{top}/000/001"]}
+    records = {f"{top}/000/001": "removed", f"{top}/000": "removed", top: "not_empty"}
+    mongo_db.dirs.insert_many([{"_id": f"{RSE}|{gen_key(gen)}|{d}", "rse": RSE, "gen": gen, "dir": d, "state": s}
+                               for d, s in records.items()])
+    mongo_db[pending_dirs.COLLECTION].insert_many([
+        {"_id": f"{RSE}|{d}", "rse": RSE, "dir": d, "tries": 1, "state": "not_empty"} for d in records])
+    pending_dirs.settle(ledger, job, held_dirs((), job["retry_dirs"]))
+    left = {e["dir"]: e["tries"] for e in mongo_db[pending_dirs.COLLECTION].find({"rse": RSE})}
+    assert left == {top: 1}

@@ -99,6 +99,31 @@ def test_directories_of_earlier_plans_are_retried(site: tuple[Path, Path], tmp_p
     assert (storage / "store/unmerged/Run2024F").is_dir() and rc == 1  # the unexpected above_floor refusal
 
 
+def test_a_directory_job_removes_the_emptied_parents_it_is_given_and_nothing_else(site: tuple[Path, Path],
+                                                                                 tmp_path: Path) -> None:
+    """A directory job of the dump that planned its directories is given, as make_job gives them, the plan's
+    removable directories holding its retried ones, and the retried ones among them: they are its own (no
+    not_job_dir); a given directory holding none of them is still refused, and so is one that holds only a
+    retried directory refused itself."""
+    storage, sc = site
+    retried = [make_dir(storage, f"{BASE}/000/111"), make_dir(storage, f"{BASE}/000/112")]
+    put(storage, f"{BASE}/001/another-job.root")
+    stranger, bad_parent = make_dir(storage, f"{BASE}/002"), make_dir(storage, f"{BASE}/003")
+    bad = f"{BASE}/003/./x"  # not canonical: refused, and the directory above it is no directory of the job
+    given = [f"{BASE}/000/111", f"{BASE}/000", BASE, f"{BASE}/002", f"{BASE}/003"]
+    man = manifest([], remove_dirs=given, retry_dirs=[f"{BASE}/000/111", f"{BASE}/000/112", bad], dir_floor_depth=7)
+    rc, lines = run_worker(tmp_path / "job", man, sc)
+    d = dirs(lines)
+    assert {x: d[x]["outcome"] for x in (f"{BASE}/000/111", f"{BASE}/000/112", f"{BASE}/000", BASE)} == {
+        f"{BASE}/000/111": "removed", f"{BASE}/000/112": "removed", f"{BASE}/000": "removed", BASE: "not_empty"}
+    assert not any(p.exists() for p in retried) and not (storage / f"{BASE}/000".lstrip("/")).exists()
+    assert [(d[x]["outcome"], d[x]["reason"]) for x in (f"{BASE}/002", f"{BASE}/003", bad)] == [
+        ("refused", "not_job_dir"), ("refused", "not_job_dir"), ("refused", "invalid_lfn")]
+    assert stranger.is_dir() and bad_parent.is_dir() and rc == 1  # the unexpected refusals
+    order = [x["dir"] for x in lines if "dir" in x]
+    assert order.index(f"{BASE}/000/111") < order.index(f"{BASE}/000") < order.index(BASE)
+
+
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_sweep_removes_old_empty_directories_below_the_dataset(site: tuple[Path, Path], tmp_path: Path,
                                                               dry_run: bool) -> None:

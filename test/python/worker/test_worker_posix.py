@@ -100,7 +100,8 @@ def test_protected_and_invalid_files_are_refused_and_kept(site: tuple[Path, Path
     assert d[f"{BASE}/000/381"]["outcome"] == "refused"  # the protected base itself
     assert d[f"{BASE}/000"]["outcome"] == "refused"  # kept, and above the protected base
     assert d["/store/unmerged/Run2024F"]["outcome"] == "refused"  # above the lowest removable level
-    assert d["/store/unmerged/Run2024F/ZeroBias/AOD/v1"]["error"] == "holds none of this job's files or retried directories"
+    assert d["/store/unmerged/Run2024F/ZeroBias/AOD/v1"]["error"] == \
+        "holds none of this job's files or retried directories"
     assert d[f"{BASE}/000/380/001"]["outcome"] == "removed"
     assert [d[x]["reason"] for x in (f"{BASE}/000/381/002", f"{BASE}/000/381", f"{BASE}/000", "/store/unmerged/Run2024F",
                                      f"{BASE}/000/380/001/../../381", "/store/unmerged/Run2024F/ZeroBias/AOD/v1",
