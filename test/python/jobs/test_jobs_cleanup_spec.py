@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from MSUnmerged import planner
 from MSUnmerged.config import Config, SiteConfig
-from MSUnmerged.jobs.spec import CleanupJob, ProtectedBases, file_dirs, job_dirs, make_job
+from MSUnmerged.jobs.spec import CleanupJob, ProtectedBases, file_dirs, held_dirs, job_dirs, make_job
 from MSUnmerged.lfn import normalise_base
 from MSUnmerged.worker.cleanup import Job, read_manifest
 from MSUnmerged.worker.ids import MANIFEST_VERSION
@@ -177,3 +177,14 @@ def test_a_manifest_has_one_lfn_a_line_and_the_worker_reads_it_back(tmp_path: Pa
     assert json.loads(text) == job.manifest() and CleanupJob.from_manifest(json.loads(text)).lfns == lfns
     read = read_manifest(str(job.write_manifest(tmp_path / "manifest.json")))  # as the worker reads it
     assert (read.job_id, read.lfns) == (job.job_id, lfns)
+
+
+def test_a_directory_job_is_given_the_removable_directories_holding_its_retried_ones() -> None:
+    """A directory job (no file) of the dump that planned its directories: remove_dirs are the plan's removable
+    directories among its retried ones and those holding them (`held_dirs`), leaf first; no other."""
+    removable = {f"{B}/000/111", f"{B}/000", B, f"{B}/001", f"{B}/000/112/x"}
+    job = make_job("T2_CH_Test:1700000000:3:2", "T2_CH_Test", "T2_CH_Test", [], removable, ProtectedBases([]),
+                   Config(), scan_started=1699999000.0, retry_dirs=[f"{B}/000/112", f"{B}/000/111"])
+    assert job.step.remove_dirs == [f"{B}/000/111", f"{B}/000", B]
+    assert job.step.retry_dirs == [f"{B}/000/111", f"{B}/000/112"]
+    assert held_dirs([], job.step.retry_dirs) == {f"{B}/000/111", f"{B}/000/112", *ancestors(f"{B}/000/111")}
