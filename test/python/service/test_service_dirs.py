@@ -136,8 +136,8 @@ def test_directory_jobs_of_the_same_dump_remove_retried_directories_and_their_em
         (storage / lfn.lstrip("/")).unlink(missing_ok=True)
     svc.runner.jobs.backend.python = sys.executable
     svc.config.planner.files_per_job = 3  # directory jobs of 3 directories: parents and children apart
-    # One job at a time, in order: a parent is tried (not empty) before the later jobs empty and remove it. (Two
-    # jobs holding children of one parent at once may both find it not empty: it stays pending for a later try.)
+    # One job at a time, in order: the job retrying a parent finds it not empty, the later ones holding its children
+    # remove it (each job removes leaf first, so of jobs given one parent the last to try it finds it empty).
     svc.runner.jobs.backend.parallel = 1
     second = svc.runner.run_once(RSE)
     assert (second.action, second.state) == ("finish", "done_with_errors") and second.submitted > 1
