@@ -116,14 +116,18 @@ def measure_decompress(dump: str, inflater: str) -> dict:
     return {"bytes": n, "wall_s": wall, "cpu_s": cpu, "peak_rss_mib": peak_rss_mib()}
 
 
-def write_files(out: str, sizes: list[int], blocks: Iterator[bytes]) -> None:
+def write_files(out: str, sizes: list[int], blocks: Iterator[bytes]) -> float:
     """Create one new file in `out` per size and write it that many bytes taken in order from `blocks`
-    (filler bytes once they run out): what any planner must do with a plan of these files."""
+    (filler bytes once they run out): what any planner must do with a plan of these files. Returns the
+    seconds spent creating the files."""
     os.mkdir(out)
     filler = memoryview(b"/store/unmerged/floor/file.root\n" * (BLOCK_BYTES // 32))
     view = memoryview(b"")
+    creating = 0.0
     for number, size in enumerate(sizes):
+        start = time.perf_counter()
         fd = os.open(os.path.join(out, f"f-{number:06d}"), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        creating += time.perf_counter() - start
         try:
             while size:
                 if not view:
@@ -132,6 +136,7 @@ def write_files(out: str, sizes: list[int], blocks: Iterator[bytes]) -> None:
                 view, size = view[done:], size - done
         finally:
             os.close(fd)
+    return creating
 
 
 def measure_write(sizes: str, out: str) -> dict:
@@ -139,9 +144,9 @@ def measure_write(sizes: str, out: str) -> dict:
     for writing the plan, without reading the dump."""
     sizes_list = json.loads(Path(sizes).read_text())
     wall, cpu = time.perf_counter(), time.process_time()
-    write_files(out, sizes_list, iter(()))
+    create = write_files(out, sizes_list, iter(()))
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    return {"files": len(sizes_list), "bytes": sum(sizes_list), "wall_s": wall, "cpu_s": cpu,
+    return {"files": len(sizes_list), "bytes": sum(sizes_list), "wall_s": wall, "cpu_s": cpu, "create_s": create,
             "peak_rss_mib": peak_rss_mib()}
 
 
@@ -154,11 +159,11 @@ def measure_read_write(dump: str, inflater: str, sizes: str, out: str) -> dict:
     sizes_list = json.loads(Path(sizes).read_text())
     wall, cpu = time.perf_counter(), time.process_time()
     blocks = iter(read_ahead_thread(read_blocks(dump, inflater), 2))
-    write_files(out, sizes_list, blocks)
+    create = write_files(out, sizes_list, blocks)
     for _ in blocks:  # the dump is read to its end
         pass
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    return {"files": len(sizes_list), "bytes": sum(sizes_list), "wall_s": wall, "cpu_s": cpu,
+    return {"files": len(sizes_list), "bytes": sum(sizes_list), "wall_s": wall, "cpu_s": cpu, "create_s": create,
             "peak_rss_mib": peak_rss_mib()}
 
 
@@ -291,6 +296,7 @@ def main() -> None:
                 row[f"floor_{kind}_s"] = round(statistics.median(t["wall_s"] for t in times), 2)
                 row[f"floor_{kind}_cpu_s"] = round(statistics.median(t["cpu_s"] for t in times), 2)
                 row[f"floor_{kind}_walls_s"] = [round(t["wall_s"], 2) for t in times]
+                row[f"floor_{kind}_create_s"] = round(statistics.median(t["create_s"] for t in times), 2)
                 for name in inflate if compress else ():
                     row[f"floor_{kind}_ratio_vs_{name}"] = round(row[f"floor_{kind}_s"] / row[f"decompress_{name}_s"], 2)
                 for engine, r in median.items():
