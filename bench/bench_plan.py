@@ -6,6 +6,10 @@ The planner runs with each planlines engine side by side: "compiled" (the C exte
 and "pure" (regular expressions: planner.engine = "pure"); the first listed is the one reported
 as lines/s and peak RSS.
 
+The floors, in the same rounds, each in its own process: writing files of the plan's sizes into a new folder beside
+the plan (`floor_write`), and the same while the dump is inflated with the planner's inflater (`floor_read_write`),
+the least any planner that reads this dump and writes this plan can take; ratios planner / floor.
+
 With `--before SRC` (another tree's src/python, its C extension built in place), that tree's planner
 runs with the first engine too, in the same rounds just before this one: figures before and after in one run.
 
@@ -293,15 +297,15 @@ def main() -> None:
             row["plan_files"], row["plan_bytes"] = floors["write"][0]["files"], floors["write"][0]["bytes"]
             row["floor_reader"] = reader
             for kind, times in floors.items():
-                row[f"floor_{kind}_s"] = round(statistics.median(t["wall_s"] for t in times), 2)
-                row[f"floor_{kind}_cpu_s"] = round(statistics.median(t["cpu_s"] for t in times), 2)
+                wall, cpu = (statistics.median(t[key] for t in times) for key in ("wall_s", "cpu_s"))
+                row[f"floor_{kind}_s"], row[f"floor_{kind}_cpu_s"] = round(wall, 2), round(cpu, 2)
                 row[f"floor_{kind}_walls_s"] = [round(t["wall_s"], 2) for t in times]
                 row[f"floor_{kind}_create_s"] = round(statistics.median(t["create_s"] for t in times), 2)
                 for name in inflate if compress else ():
                     row[f"floor_{kind}_ratio_vs_{name}"] = round(row[f"floor_{kind}_s"] / row[f"decompress_{name}_s"], 2)
                 for engine, r in median.items():
-                    row[f"{engine}_ratio_vs_floor_{kind}"] = round(r["wall_s"] / row[f"floor_{kind}_s"], 2)
-                    row[f"{engine}_cpu_ratio_vs_floor_{kind}"] = round(r["cpu_s"] / row[f"floor_{kind}_cpu_s"], 2)
+                    row[f"{engine}_ratio_vs_floor_{kind}"] = round(r["wall_s"] / wall, 2)
+                    row[f"{engine}_cpu_ratio_vs_floor_{kind}"] = round(r["cpu_s"] / cpu, 2)
             if before:
                 row["before_plan_s"] = round(statistics.median(x["wall_s"] for x in before), 2)
                 row["before_plan_cpu_s"] = round(statistics.median(x["cpu_s"] for x in before), 2)
@@ -311,8 +315,9 @@ def main() -> None:
                     row[f"before_ratio_vs_{name}"] = round(row["before_plan_s"] / row[f"decompress_{name}_s"], 2)
                     row[f"before_cpu_ratio_vs_{name}"] = round(row["before_plan_cpu_s"] / row[f"decompress_{name}_cpu_s"],
                                                                2)
-                for kind in floors:
-                    row[f"before_ratio_vs_floor_{kind}"] = round(row["before_plan_s"] / row[f"floor_{kind}_s"], 2)
+                for kind, times in floors.items():
+                    row[f"before_ratio_vs_floor_{kind}"] = round(statistics.median(x["wall_s"] for x in before)
+                                                                 / statistics.median(t["wall_s"] for t in times), 2)
             row["loadavg"] = round(os.getloadavg()[0], 2)
             rows.append(row)
             print(json.dumps(row), flush=True)
