@@ -6,6 +6,10 @@ The planner runs with each planlines engine side by side: "compiled" (the C exte
 and "pure" (regular expressions: planner.engine = "pure"); the first listed is the one reported
 as lines/s and peak RSS.
 
+The floors, in the same rounds, each in its own process: writing files of the plan's sizes into a new folder beside
+the plan (`floor_write`), and the same while the dump is inflated with the planner's inflater (`floor_read_write`),
+the least any planner that reads this dump and writes this plan can take; ratios planner / floor.
+
 With `--before SRC` (another tree's src/python, its C extension built in place), that tree's planner
 runs with the first engine too, in the same rounds just before this one: figures before and after in one run.
 
@@ -25,6 +29,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 REPO = Path(__file__).resolve().parents[1]
 SRC_ENV = "BENCH_PLAN_SRC"  # the package tree a child imports (--before's, else this one's)
@@ -85,25 +90,94 @@ def measure_baseline(dump: str, protected: str, stats: str, out: str) -> dict:
     return {"lines": n, "to_delete": kept, "wall_s": wall, "cpu_s": cpu, "peak_rss_mib": peak_rss_mib()}
 
 
+BLOCK_BYTES = 4 * 1024 * 1024
+
+
+def read_blocks(dump: str, inflater: str) -> Iterator[bytes]:
+    """The dump's bytes, inflated with `inflater` ("gzip": the standard module, "isal": ISA-L), or read as they
+    are ("plain"), in blocks."""
+    if inflater == "isal":
+        from isal.igzip import open as opener
+    elif inflater == "gzip":
+        from gzip import open as opener  # type: ignore[assignment]
+    else:
+        opener = open  # type: ignore[assignment]
+    with opener(dump, "rb") as fh:  # type: ignore[operator]
+        while True:
+            block = fh.read(BLOCK_BYTES)
+            if not block:
+                return
+            yield block
+
+
 def measure_decompress(dump: str, inflater: str) -> dict:
     """Decompress the whole file and drop the bytes: the floor for any planner that reads it."""
-    if inflater == "isal":
-        from isal import igzip as module
-    else:
-        import gzip as module
     n = 0
     wall, cpu = time.perf_counter(), time.process_time()
-    with module.open(dump, "rb") as fh:
-        while True:
-            block = fh.read(4 * 1024 * 1024)
-            if not block:
-                break
-            n += len(block)
+    for block in read_blocks(dump, inflater):
+        n += len(block)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     return {"bytes": n, "wall_s": wall, "cpu_s": cpu, "peak_rss_mib": peak_rss_mib()}
 
 
-CHILDREN = {"planner": measure_planner, "baseline": measure_baseline, "decompress": measure_decompress}
+def write_files(out: str, sizes: list[int], blocks: Iterator[bytes]) -> float:
+    """Create one new file in `out` per size and write it that many bytes taken in order from `blocks`
+    (filler bytes once they run out): what any planner must do with a plan of these files. Returns the
+    seconds spent creating the files."""
+    os.mkdir(out)
+    filler = memoryview(b"/store/unmerged/floor/file.root\n" * (BLOCK_BYTES // 32))
+    view = memoryview(b"")
+    creating = 0.0
+    for number, size in enumerate(sizes):
+        start = time.perf_counter()
+        fd = os.open(os.path.join(out, f"f-{number:06d}"), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        creating += time.perf_counter() - start
+        try:
+            while size:
+                if not view:
+                    view = memoryview(next(blocks, filler))
+                done = os.write(fd, view[:size])
+                view, size = view[done:], size - done
+        finally:
+            os.close(fd)
+    return creating
+
+
+def measure_write(sizes: str, out: str) -> dict:
+    """Write files of the plan's sizes (`sizes`: a JSON list) into `out`, new, with filler bytes: the floor
+    for writing the plan, without reading the dump."""
+    sizes_list = json.loads(Path(sizes).read_text())
+    wall, cpu = time.perf_counter(), time.process_time()
+    create = write_files(out, sizes_list, iter(()))
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return {"files": len(sizes_list), "bytes": sum(sizes_list), "wall_s": wall, "cpu_s": cpu, "create_s": create,
+            "peak_rss_mib": peak_rss_mib()}
+
+
+def measure_read_write(dump: str, inflater: str, sizes: str, out: str) -> dict:
+    """Inflate the dump (or read it, "plain") in one thread while this one writes its first bytes into files of
+    the plan's sizes, then drops the rest: the least any planner that reads this dump and writes this plan can
+    take (no line is looked at)."""
+    from MSUnmerged.dumpreader import read_ahead_thread
+
+    sizes_list = json.loads(Path(sizes).read_text())
+    wall, cpu = time.perf_counter(), time.process_time()
+    blocks = iter(read_ahead_thread(read_blocks(dump, inflater), 2))
+    create = write_files(out, sizes_list, blocks)
+    for _ in blocks:  # the dump is read to its end
+        pass
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return {"files": len(sizes_list), "bytes": sum(sizes_list), "wall_s": wall, "cpu_s": cpu, "create_s": create,
+            "peak_rss_mib": peak_rss_mib()}
+
+
+def floor_inflater(planned: dict, compress: bool) -> str:
+    """The floors' inflater: the one the `planned` run used ("plain" for a plain dump)."""
+    return ("isal" if "isal" in planned["inflater"] else "gzip") if compress else "plain"
+
+
+CHILDREN = {"planner": measure_planner, "baseline": measure_baseline, "decompress": measure_decompress,
+            "write": measure_write, "read_write": measure_read_write}
 
 
 def inputs(data: Path, size: int, compress: bool = False) -> Path:
@@ -125,11 +199,21 @@ def in_child(kind: str, *args: str, src: str | None = None) -> dict:
     return json.loads(res.stdout)
 
 
+def in_fresh_child(kind: str, out: str, *args: str, src: str | None = None) -> dict:
+    """A child that writes the folder `out`, removed first with what the last run wrote there (not this run's work)."""
+    shutil.rmtree(out, ignore_errors=True)
+    return in_child(kind, *args, src=src)
+
+
 def plan_in_child(engine: str, files: list[str], src: str | None = None) -> dict:
     """One planning run with `engine` ("compiled": build it with python3 setup.py build_ext --inplace), with the
     package of `src` (else this tree's)."""
-    shutil.rmtree(files[3], ignore_errors=True)  # the last run's plan: not this run's work
-    return in_child("planner", *files, engine, src=src)
+    return in_fresh_child("planner", files[3], *files, engine, src=src)
+
+
+def write_plan_sizes(plan_dir: str, to: Path) -> None:
+    """The sizes of every file of the plan in `plan_dir` (job files, directories, seal, summary), as a JSON list."""
+    to.write_text(json.dumps([p.stat().st_size for p in sorted(Path(plan_dir).rglob("*")) if p.is_file()]))
 
 
 def main() -> None:
@@ -159,6 +243,10 @@ def main() -> None:
             runs: dict[str, list[dict]] = {engine: [] for engine in engines}
             inflate: dict[str, list[dict]] = {"gzip": [], "isal": []}
             before: list[dict] = []
+            # The floors: writing files of the plan's sizes (sizes: of the first plan) into a new folder beside the
+            # plan, alone and while the dump is inflated, in the same rounds.
+            floors: dict[str, list[dict]] = {"write": [], "read_write": []}
+            sizes, floor_dir = folder / "plan-sizes.json", str(folder / "floor")
             for _ in range(args.rounds):
                 for name in inflate if compress else ():
                     inflate[name].append(in_child("decompress", dump, name))
@@ -166,6 +254,12 @@ def main() -> None:
                     before.append(plan_in_child(engines[0], files, args.before))
                 for engine in engines:
                     runs[engine].append(plan_in_child(engine, files))
+                if not floors["write"]:
+                    write_plan_sizes(files[3], sizes)
+                floors["write"].append(in_fresh_child("write", floor_dir, str(sizes), floor_dir))
+                reader = floor_inflater(runs[engines[0]][0], compress)
+                floors["read_write"].append(in_fresh_child("read_write", floor_dir, dump, reader, str(sizes), floor_dir))
+            shutil.rmtree(floor_dir)
             median = {engine: {"wall_s": statistics.median(x["wall_s"] for x in r),
                                "cpu_s": statistics.median(x["cpu_s"] for x in r),
                                "peak_rss_mib": max(x["peak_rss_mib"] for x in r),
@@ -200,6 +294,18 @@ def main() -> None:
                 for name in inflate if compress else ():
                     row[f"{engine}_ratio_vs_{name}"] = round(r["wall_s"] / row[f"decompress_{name}_s"], 2)
                     row[f"{engine}_cpu_ratio_vs_{name}"] = round(r["cpu_s"] / row[f"decompress_{name}_cpu_s"], 2)
+            row["plan_files"], row["plan_bytes"] = floors["write"][0]["files"], floors["write"][0]["bytes"]
+            row["floor_reader"] = reader
+            for kind, times in floors.items():
+                wall, cpu = (statistics.median(t[key] for t in times) for key in ("wall_s", "cpu_s"))
+                row[f"floor_{kind}_s"], row[f"floor_{kind}_cpu_s"] = round(wall, 2), round(cpu, 2)
+                row[f"floor_{kind}_walls_s"] = [round(t["wall_s"], 2) for t in times]
+                row[f"floor_{kind}_create_s"] = round(statistics.median(t["create_s"] for t in times), 2)
+                for name in inflate if compress else ():
+                    row[f"floor_{kind}_ratio_vs_{name}"] = round(row[f"floor_{kind}_s"] / row[f"decompress_{name}_s"], 2)
+                for engine, r in median.items():
+                    row[f"{engine}_ratio_vs_floor_{kind}"] = round(r["wall_s"] / wall, 2)
+                    row[f"{engine}_cpu_ratio_vs_floor_{kind}"] = round(r["cpu_s"] / cpu, 2)
             if before:
                 row["before_plan_s"] = round(statistics.median(x["wall_s"] for x in before), 2)
                 row["before_plan_cpu_s"] = round(statistics.median(x["cpu_s"] for x in before), 2)
@@ -209,6 +315,9 @@ def main() -> None:
                     row[f"before_ratio_vs_{name}"] = round(row["before_plan_s"] / row[f"decompress_{name}_s"], 2)
                     row[f"before_cpu_ratio_vs_{name}"] = round(row["before_plan_cpu_s"] / row[f"decompress_{name}_cpu_s"],
                                                                2)
+                for kind, times in floors.items():
+                    row[f"before_ratio_vs_floor_{kind}"] = round(statistics.median(x["wall_s"] for x in before)
+                                                                 / statistics.median(t["wall_s"] for t in times), 2)
             row["loadavg"] = round(os.getloadavg()[0], 2)
             rows.append(row)
             print(json.dumps(row), flush=True)

@@ -45,6 +45,8 @@ CLAIM_GRACE_S = 60.0  # a claim with no pid file after this: its starter died be
 _PID_THEN_WORKER = f'echo $$ > {PID_NAME}.tmp && mv -f {PID_NAME}.tmp {PID_NAME} && exec "$0" "$@"'
 # The worker is standard library only: `-I` keeps the service's PYTHONPATH, user site and folder out of it, `-S`
 # skips the site module and its .pth files (35 of 45 ms of CPU of a bare start on the benchmark machine).
+# Local workers only: HTCondor and Slurm jobs start it with the node's plain python3, whose site-packages and
+# PYTHONPATH may hold the site's gfal2 module (docs/jobs.md, "The worker's interpreter at sites").
 WORKER_PYTHON_FLAGS = ("-I", "-S")
 
 # Per process, shared by the backends of every site (they share the work folder): the worker zipapp built into
