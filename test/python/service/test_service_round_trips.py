@@ -101,3 +101,20 @@ def test_a_skipped_rse_is_written_once(tmp_path: Path, counted_db: tuple[Databas
     assert (doc["state"], doc["reason"], doc["counters"]["jobs_by_state"]) == ("skipped", "scan_missing", {})
     assert doc["events"][-1]["reason"] == "scan_missing" and "created" in doc
     svc.stop()
+
+
+def test_a_batch_of_jobs_is_marked_submitted_in_one_write(tmp_path: Path, counted_db: tuple[Database, Commands]) -> None:
+    """Several jobs in one batch: their intent is one write and their batch ids one more, not one per job; each job
+    is still recorded `submitting` before the batch and queued with its own batch id after it."""
+    db, commands = counted_db
+    src = write_sources(tmp_path / "src", [RSE], files=1200)
+    svc = make_service(tmp_path, db, src)
+    commands.thread = threading.current_thread()
+    result = svc.runner.run_once(RSE)
+    commands.thread = None
+    assert result.action == "new_generation" and 2 <= result.submitted <= svc.config.jobs.submit_batch
+    assert commands.counts[("update", "jobs")] == 2, commands.counts
+    jobs = list(db.jobs.find({"rse": RSE}))
+    assert len(jobs) == result.submitted and len({j["batch_id"] for j in jobs}) == len(jobs)
+    assert all(j["state"] != "submitting" and j["intent_at"] <= j["submitted_at"] for j in jobs)
+    svc.stop()
