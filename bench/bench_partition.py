@@ -11,7 +11,10 @@ workers (children reaped) and of SecantusDB; how many child processes ran at onc
 workers started in the cycle (their pid files) and at which niceness (`jobs.local_nice`). With `--before SRC` the same cycle first runs
 with another checkout's code (e.g. /work/main/src/python) in a child process: before/after in one command.
 
-    python3 bench/bench_partition.py [--spread 1000000x1,100000x5,10000x30,1000x114] [--before SRC]
+    python3 bench/bench_partition.py [--spread 1000000x1,100000x5,10000x30,1000x114] [--before SRC] [--parallel-rses N]
+
+`--parallel-rses 1` runs one RSE at a time: a small RSE's own cost, without the others' competition for the cores.
+The cycle's wall time and CPU are also given per RSE (`cycle_s_per_rse`, `cpu_ms_per_rse`).
 """
 from __future__ import annotations
 
@@ -146,12 +149,14 @@ def du_mib(path: Path) -> float:
     return round(sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2**20, 1)
 
 
-def one_cycle(data: Path, spread: list[tuple[int, int]]) -> dict[str, Any]:
+def one_cycle(data: Path, spread: list[tuple[int, int]], parallel_rses: int | None = None) -> dict[str, Any]:
     src, names, lines_of = inputs(data, spread)
     work = data / "partition-run"
     shutil.rmtree(work, ignore_errors=True)
     state = work / "state"
     config = bench_config(state)
+    if parallel_rses is not None:
+        config.service.parallel_rses = parallel_rses
     row: dict[str, Any] = {"code": _SRC, "spread": spread, "rses": len(names), "lines": sum(lines_of.values()),
                            "protected_bases": len(json.loads((src / "protected.json").read_text())["result"]),
                            "parallel_rses": config.service.parallel_rses, "load_before": round(os.getloadavg()[0], 2)}
@@ -169,6 +174,7 @@ def one_cycle(data: Path, spread: list[tuple[int, int]]) -> dict[str, Any]:
             with Children() as children:
                 results = service.cycle(names)
             row["cycle_s"] = round(time.perf_counter() - t, 1)
+            row["cycle_s_per_rse"] = round(row["cycle_s"] / len(names), 3)
             cpu1 = os.times()
             # CPU in the cycle: this process (serve's part), its reaped children (the workers that ended; the
             # database is a child that has not ended, so it is not among them) and SecantusDB.
@@ -176,6 +182,7 @@ def one_cycle(data: Path, spread: list[tuple[int, int]]) -> dict[str, Any]:
                             "workers": round(cpu1.children_user + cpu1.children_system
                                              - cpu0.children_user - cpu0.children_system, 1),
                             "secantusdb": round(cpu_s(db_pid) - db0, 1)}
+            row["cpu_ms_per_rse"] = {who: round(1000 * sec / len(names)) for who, sec in row["cpu_s"].items()}
             row["children"] = {"max": max(children.counts, default=0),
                                "mean": round(statistics.fmean(children.counts), 1) if children.counts else 0}
             # Workers started in the cycle (each wrote its pid file) and how nice they ran (the code of --before may
@@ -223,13 +230,15 @@ def main() -> int:
     ap.add_argument("--data", default=str(REPO / "bench" / "data"))
     ap.add_argument("--src", help="the src/python whose code runs (default: this checkout's)")
     ap.add_argument("--before", help="run the same cycle first with this src/python, in a child process")
+    ap.add_argument("--parallel-rses", type=int, help="RSEs at a time (default: the shipped service.parallel_rses)")
     args = ap.parse_args()
     data = Path(args.data)
     data.mkdir(parents=True, exist_ok=True)
     if args.before:
-        subprocess.run([sys.executable, __file__, "--spread", args.spread, "--data", args.data, "--src", args.before],
-                       check=True)
-    print(json.dumps(one_cycle(data, spread_of(args.spread))), flush=True)
+        same = ["--parallel-rses", str(args.parallel_rses)] if args.parallel_rses is not None else []
+        subprocess.run([sys.executable, __file__, "--spread", args.spread, "--data", args.data, "--src", args.before,
+                        *same], check=True)
+    print(json.dumps(one_cycle(data, spread_of(args.spread), args.parallel_rses)), flush=True)
     return 0
 
 

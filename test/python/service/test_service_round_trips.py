@@ -14,6 +14,8 @@ import pytest
 from pymongo import MongoClient, monitoring
 from pymongo.database import Database
 
+from MSUnmerged.service import Service
+from MSUnmerged.service.result import RunResult
 from service_kit import STATS_FILE, write_sources
 from test_service_run import RSE, make_service
 
@@ -37,6 +39,14 @@ class Commands(monitoring.CommandListener):
 
     def failed(self, event: monitoring.CommandFailedEvent) -> None:
         pass
+
+    def run_once(self, svc: Service) -> RunResult:
+        """One run of RSE by this thread, its commands counted."""
+        self.thread = threading.current_thread()
+        try:
+            return svc.runner.run_once(RSE)
+        finally:
+            self.thread = None
 
 
 @pytest.fixture
@@ -63,9 +73,7 @@ def test_a_new_small_rse_run_reads_its_document_three_times_and_counts_once(
     db, commands = counted_db
     src = write_sources(tmp_path / "src", [RSE], files=300)
     svc = make_service(tmp_path, db, src)
-    commands.thread = threading.current_thread()
-    result = svc.runner.run_once(RSE)
-    commands.thread = None
+    result = commands.run_once(svc)
     assert (result.action, result.submitted) == ("new_generation", 1)
     c = commands.counts
     assert c[("find", "rses")] == 3, c
@@ -91,13 +99,26 @@ def test_a_skipped_rse_is_written_once(tmp_path: Path, counted_db: tuple[Databas
     src = write_sources(tmp_path / "src", [RSE], files=30)
     (src / STATS_FILE).write_text(json.dumps({}))
     svc = make_service(tmp_path, db, src)
-    commands.thread = threading.current_thread()
-    result = svc.runner.run_once(RSE)
-    commands.thread = None
+    result = commands.run_once(svc)
     assert (result.action, result.reason) == ("skip", "scan_missing")
     c = commands.counts
     assert c[("update", "rses")] == 1 and c[("aggregate", "jobs")] == 1, c
     doc = svc.ledger.rse(RSE)
     assert (doc["state"], doc["reason"], doc["counters"]["jobs_by_state"]) == ("skipped", "scan_missing", {})
     assert doc["events"][-1]["reason"] == "scan_missing" and "created" in doc
+    svc.stop()
+
+
+def test_a_batch_of_jobs_is_marked_submitted_in_one_write(tmp_path: Path, counted_db: tuple[Database, Commands]) -> None:
+    """Several jobs in one batch: their intent is one write and their batch ids one more, not one per job; each job
+    is still recorded `submitting` before the batch and queued with its own batch id after it."""
+    db, commands = counted_db
+    src = write_sources(tmp_path / "src", [RSE], files=1200)
+    svc = make_service(tmp_path, db, src)
+    result = commands.run_once(svc)
+    assert result.action == "new_generation" and 2 <= result.submitted <= svc.config.jobs.submit_batch
+    assert commands.counts[("update", "jobs")] == 2, commands.counts
+    jobs = list(db.jobs.find({"rse": RSE}))
+    assert len(jobs) == result.submitted and len({j["batch_id"] for j in jobs}) == len(jobs)
+    assert all(j["state"] != "submitting" and j["intent_at"] <= j["submitted_at"] for j in jobs)
     svc.stop()

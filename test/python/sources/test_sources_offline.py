@@ -54,3 +54,27 @@ def test_optional_files_and_errors_name_the_file(tmp_path: Path) -> None:
     with pytest.raises(SourceError) as err:
         sources.open_dump("T2_XX_A")
     assert err.value.kind == NO_MATCH
+
+
+def test_the_protected_list_is_read_each_time_and_parsed_again_only_when_it_changed(tmp_path: Path) -> None:
+    """Every call reads the file: a list rewritten at once, to the same size, is answered (never the last one);
+    the same bytes give the same strings again (a cycle's RSEs share their preparation), in a list of the
+    caller's own."""
+    sources = OfflineSources(tmp_path)
+    path = tmp_path / PROTECTED_FILE
+    path.write_text(json.dumps({"result": ["/store/unmerged/a/1", "/store/unmerged/a/2"]}))
+    first = sources.protected()
+    first.append("/store/unmerged/mine")  # the caller's list: the next answer is not changed by it
+    again = sources.protected()
+    assert again == ["/store/unmerged/a/1", "/store/unmerged/a/2"]
+    assert all(x is y for x, y in zip(first, again))  # not parsed again
+    path.write_text(json.dumps({"result": ["/store/unmerged/a/1", "/store/unmerged/b/2"]}))  # same size
+    assert sources.protected() == ["/store/unmerged/a/1", "/store/unmerged/b/2"]
+    path.write_text(json.dumps({"result": ["/store/unmerged/a/1", 2]}))
+    with pytest.raises(SourceError) as err:
+        sources.protected()
+    assert err.value.kind == BAD_CONTENT
+    path.unlink()
+    with pytest.raises(SourceError) as err:
+        sources.protected()
+    assert err.value.kind == HTTP_STATUS

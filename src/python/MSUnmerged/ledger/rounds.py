@@ -3,7 +3,7 @@ state; retry rounds."""
 from __future__ import annotations
 
 import time
-from typing import Any, Optional, Protocol, Sequence
+from typing import Any, Mapping, Optional, Protocol, Sequence
 
 from pymongo import UpdateOne
 
@@ -75,9 +75,16 @@ class Rounds(Entries):
 
     def mark_submitted(self, job_id_: str, batch_id: str) -> None:
         """The batch system accepted the job (or reconciliation found it there)."""
-        with_retry(lambda: self.jobs.update_one(
-            {"_id": job_id_, "state": JobState.SUBMITTING},
-            {"$set": {"state": JobState.QUEUED, "batch_id": batch_id, "submitted_at": time.time()}}), "mark submitted")
+        self.mark_all_submitted({job_id_: batch_id})
+
+    def mark_all_submitted(self, batch_ids: Mapping[str, str]) -> None:
+        """mark_submitted of each job (job id -> its batch id), in one write."""
+        now = time.time()
+        ops = [UpdateOne({"_id": jid, "state": JobState.SUBMITTING},
+                         {"$set": {"state": JobState.QUEUED, "batch_id": batch_id, "submitted_at": now}})
+               for jid, batch_id in batch_ids.items()]
+        if ops:
+            with_retry(lambda: self.jobs.bulk_write(ops, ordered=False), "mark submitted")
 
     def requeue_job(self, job_id_: str, reason: str) -> None:
         """A job the batch system gave up on before it ever started: back to planned, its files still assigned to

@@ -33,16 +33,26 @@ class OfflineSources:
 
     def __init__(self, directory: Path | str) -> None:
         self.directory = Path(directory)
+        # The protected list last parsed, with the bytes it came from (see protected()).
+        self._protected: tuple[bytes, tuple[str, ...]] = (b"", ())
 
-    def _json(self, name: str, source: str) -> Any:
+    def _read(self, name: str, source: str) -> bytes:
         path = self.directory / name
         try:
-            return json.loads(path.read_text())
+            return path.read_bytes()
         except FileNotFoundError:
             # Like WMStats' 503 while its cache is empty: the answer is not available.
             raise SourceError(HTTP_STATUS, f"{path} not found", source, 503) from None
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
             raise SourceError(BAD_CONTENT, f"{path}: {exc}", source) from None
+
+    def _json(self, name: str, source: str, raw: Optional[bytes] = None) -> Any:
+        """The file's JSON (`raw`: its bytes, read already)."""
+        raw = self._read(name, source) if raw is None else raw
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise SourceError(BAD_CONTENT, f"{self.directory / name}: {exc}", source) from None
 
     def stats(self) -> dict[str, Any]:
         data = self._json(STATS_FILE, "conmon")
@@ -51,11 +61,19 @@ class OfflineSources:
         return data
 
     def protected(self) -> list[str]:
-        data = self._json(PROTECTED_FILE, "wmstats")
+        """The file is read on every call (a changed file is never missed); it is parsed again only when its bytes
+        differ from the last parsed ones, so the RSEs of a cycle get the same strings (their preparation, keyed by
+        the list, then compares them by identity)."""
+        raw = self._read(PROTECTED_FILE, "wmstats")
+        last_raw, last = self._protected  # one tuple: threads of a cycle may call at once
+        if raw == last_raw and last_raw:
+            return list(last)
+        data = self._json(PROTECTED_FILE, "wmstats", raw)
         if isinstance(data, dict):
             data = data.get("result")
         if not isinstance(data, list) or not all(isinstance(x, str) for x in data):
             raise SourceError(BAD_CONTENT, f"{PROTECTED_FILE} is not a list of LFN strings", "wmstats")
+        self._protected = (raw, tuple(data))
         return data
 
     def rses(self) -> list[str]:
