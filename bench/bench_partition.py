@@ -192,10 +192,9 @@ def one_cycle(data: Path, spread: list[tuple[int, int]]) -> dict[str, Any]:
                 got = per_size.setdefault(lines_of[rse], {"run_s": [], "first_job_s": []})
                 got["run_s"].append(results[rse].seconds)
                 got["first_job_s"].append(marks[("submitted", rse)] - begin)
-            # The cycle's start order: which RSE started first, when the largest started (s after the cycle began),
-            # and the run times summed (the cycle's floor is that sum / parallel_rses or the largest run, if longer).
+            # The cycle's start order: when the largest started (s after the cycle began), and the run times summed
+            # (the cycle's floor is that sum / parallel_rses or the largest run, if longer).
             largest = max(names, key=lambda r: (lines_of[r], r))
-            row["started_first"] = min(names, key=lambda r: marks[("reconciled", r)])
             row["largest_start_s"] = round(marks[("reconciled", largest)] - t, 1)
             row["run_s_sum"] = round(sum(results[r].seconds for r in names), 1)
             row["by_size"] = {lines: {"rses": len(v["run_s"]), "run_s_median": round(statistics.median(v["run_s"]), 2),
