@@ -199,6 +199,11 @@ def one_cycle(data: Path, spread: list[tuple[int, int]], parallel_rses: int | No
                 got = per_size.setdefault(lines_of[rse], {"run_s": [], "first_job_s": []})
                 got["run_s"].append(results[rse].seconds)
                 got["first_job_s"].append(marks[("submitted", rse)] - begin)
+            # The cycle's start order: when the largest started (s after the cycle began), and the run times summed
+            # (the cycle's floor is that sum / parallel_rses or the largest run, if longer).
+            largest = max(names, key=lambda r: (lines_of[r], r))
+            row["largest_start_s"] = round(marks[("reconciled", largest)] - t, 1)
+            row["run_s_sum"] = round(sum(results[r].seconds for r in names), 1)
             row["by_size"] = {lines: {"rses": len(v["run_s"]), "run_s_median": round(statistics.median(v["run_s"]), 2),
                                       "run_s_max": round(max(v["run_s"]), 2),
                                       "first_job_s_median": round(statistics.median(v["first_job_s"]), 2),

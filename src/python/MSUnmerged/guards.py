@@ -116,8 +116,13 @@ def check_scan(stats: Optional[Mapping[str, Any]], max_age_h: float, now: float)
     if start is None or start > end_time or start > now:
         raise GuardTripped(GUARD_SCAN_START_INVALID, f"the scan's start_time {raw!r} is not a time before its "
                                                      f"end_time {end_time!r} and now")
-    files = stats.get("files")
-    return Scan(end_time, start, files if isinstance(files, int) and not isinstance(files, bool) else None)
+    return Scan(end_time, start, scan_files(stats))
+
+
+def scan_files(stats: Any) -> Optional[int]:
+    """The scan's `files` count; None when the scan is not an object or its `files` is not an int (a bool is not)."""
+    files = stats.get("files") if isinstance(stats, Mapping) else None
+    return files if isinstance(files, int) and not isinstance(files, bool) else None
 
 
 def check_plan_scan(generation: Optional[float], scan_started: Optional[float], scan: Scan) -> None:

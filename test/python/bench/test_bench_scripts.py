@@ -118,4 +118,5 @@ def test_bench_partition_tiny(tmp_path: Path) -> None:
     assert set(row["by_size"]) == {"10000", "1000"} and row["by_size"]["1000"]["rses"] == 2
     assert all(v > 0 for v in row["peak_rss_mib"].values()) and row["db_mib"] > 0
     assert row["local_nice"] == 10 and row["workers_started"] <= row["jobs"]
+    assert row["largest_start_s"] >= 0 and row["run_s_sum"] > 0
     assert not (tmp_path / "partition-run").exists(), "the run's state folder is left behind"

@@ -16,6 +16,7 @@ from pymongo import MongoClient
 from MSUnmerged.config import Config, SiteConfig
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.service import Runner, RunResult, Service
+from MSUnmerged.service.scans import StatsRead
 from MSUnmerged.sources.offline import OfflineSources
 from service_kit import LoggedLocalBackend
 
@@ -27,8 +28,9 @@ class LoggingRunner(Runner):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.worklog = worklog
 
-    def run_once(self, rse: str, slot: int | None = None, wait_s: float = 0.0) -> RunResult:
-        result = super().run_once(rse, slot, wait_s)
+    def run_once(self, rse: str, slot: int | None = None, wait_s: float = 0.0,
+                 stats: StatsRead | None = None) -> RunResult:
+        result = super().run_once(rse, slot, wait_s, stats)
         if result.action not in ("leased_elsewhere", "done_this_cycle"):
             with open(self.worklog, "a") as fh:
                 fh.write(json.dumps({"rse": rse, "instance": self.instance, "action": result.action,

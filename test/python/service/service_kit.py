@@ -11,15 +11,16 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from MSUnmerged import sample
-from MSUnmerged.config import Config, SiteConfig
+from MSUnmerged.config import AuthConfig, Config, ConMonConfig, SiteConfig
 from MSUnmerged.jobs.local import LocalBackend
 from MSUnmerged.jobs.spec import CleanupJob
 from MSUnmerged.samplesite import fill_storage, rescan, write_site
 from MSUnmerged.sources.offline import DUMPS_DIR, PROTECTED_FILE, RSES_FILE, STATS_FILE, OfflineSources, dump_file
 from MSUnmerged.sites import resolve_site
+from MSUnmerged.sources.conmon import ConMonClient
 from MSUnmerged.worker.ids import MANIFEST_NAME
 
 NOBODY = 65534
@@ -104,17 +105,33 @@ def rse_list(directory: Path, rses: Sequence[str]) -> OfflineSources:
     return OfflineSources(directory)
 
 
-def write_sources(directory: Path, rses: Sequence[str], files: int = 1500, end_time: Optional[float] = None) -> Path:
-    """An offline sources directory with a dump per RSE and one shared protected list."""
+class ConMonStatsSources(OfflineSources):
+    """Offline sources whose `stats` is read over HTTP from a real server playing ConMon (servers.http_fakes), one
+    request a read (no retry): the server's requests count the reads."""
+
+    def __init__(self, directory: Path, conmon_url: str, read_timeout_s: float = 2.0) -> None:
+        super().__init__(directory)
+        self.conmon = ConMonClient(ConMonConfig(url=conmon_url, connect_timeout_s=2.0, read_timeout_s=read_timeout_s,
+                                                retries=0, backoff_s=0.01), AuthConfig())
+
+    def stats(self) -> dict:
+        return self.conmon.stats()
+
+
+def write_sources(directory: Path, rses: Sequence[str], files: int | Mapping[str, int] = 1500,
+                  end_time: Optional[float] = None) -> Path:
+    """An offline sources directory with a dump per RSE (`files` lines, or `files[rse]`) and one shared protected
+    list."""
     (directory / DUMPS_DIR).mkdir(parents=True, exist_ok=True)
     stats: dict = {}
     protected: list[str] = []
     end = time.time() - 60 if end_time is None else end_time
     for rse in rses:
-        lines, prot = dump_lines(rse, files)
+        count = files if isinstance(files, int) else files[rse]
+        lines, prot = dump_lines(rse, count)
         dump_file(directory, rse).write_text("\n".join(lines) + "\n")
         protected += prot
-        stats.update(sample.stats_for(rse, files, end))
+        stats.update(sample.stats_for(rse, count, end))
     (directory / STATS_FILE).write_text(json.dumps(stats))
     (directory / PROTECTED_FILE).write_text(json.dumps({"result": protected}))
     (directory / RSES_FILE).write_text(json.dumps(list(rses)))  # the instance's RSEs, scanned or not

@@ -1,8 +1,11 @@
 """The polling cycle as operators follow it: each RSE's result is on the cycle document as soon as that RSE
 finishes (not in name order at the end), the log has one INFO line per cycle start and end, per RSE
-result and per submission batch, and after each cycle the alerts are pushed to a real AlertManager."""
+result and per submission batch; its RSEs start largest first (by their ConMon scan's files, in name order when ConMon
+cannot say), from one read of ConMon's stats a cycle that every run uses, its failure too; after each cycle the
+alerts are pushed to a real AlertManager."""
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -14,9 +17,10 @@ from pymongo.database import Database
 from MSUnmerged.alerts import Notifier
 from MSUnmerged.ledger.view import MongoLedgerView
 from MSUnmerged.service import Service
-from MSUnmerged.sources.offline import RSES_FILE
+from MSUnmerged.sources.offline import RSES_FILE, STATS_FILE
 from servers.alertmanager import AlertManagerServer
-from service_kit import make_site, write_sources
+from servers.http_fakes import FakeCMSWeb
+from service_kit import ConMonStatsSources, make_site, write_sources
 from test_service_run import RSE, make_service
 
 pytestmark = pytest.mark.integration
@@ -69,6 +73,73 @@ def test_results_are_recorded_as_rses_finish_and_logged(tmp_path: Path, mongo_db
         batches = [ln for ln in lines if ln.startswith(f"{rse}: submitted ") and "jobs (" in ln]
         assert len(batches) == res.submitted > 1  # submit_batch = 1: one line per job
         assert all(f"for site {rse}" in ln and "to local" in ln for ln in batches)
+
+
+SIZES = {"T2_AA_Small": 20, "T2_MM_Large": 120, "T2_ZZ_Mid": 60}  # name order is not size order
+UNSCANNED = "T2_BB_Unscanned"  # no ConMon scan: of unknown size
+
+
+def started_in_order(svc: Service) -> list[str]:
+    """The RSEs in the order their runs start (with parallel_rses 1, the order the cycle gives them to its pool)."""
+    started: list[str] = []
+    svc.runner.hook = lambda step, rse: started.append(rse) if step == "reconciled" else None
+    return started
+
+
+def stats_reads(web: FakeCMSWeb) -> int:
+    return sum(1 for endpoint, _, _ in web.requests if endpoint == "stats")
+
+
+def test_a_cycle_starts_its_rses_largest_first_from_one_stats_read(tmp_path: Path, mongo_db: Database,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    src = write_sources(tmp_path / "src", [*SIZES, UNSCANNED, RSE], files={**SIZES, UNSCANNED: 10, RSE: 10})
+    with FakeCMSWeb() as web:
+        web.stats = json.loads((src / STATS_FILE).read_text())
+        del web.stats[UNSCANNED]
+        svc = make_service(tmp_path, mongo_db, src, sources=ConMonStatsSources(src, web.conmon_url),
+                           interval_s=300, parallel_rses=1)
+        for rse in SIZES:
+            make_site(tmp_path, src, rse, svc.config)
+        started = started_in_order(svc)
+        caplog.set_level(logging.INFO, logger="MSUnmerged")
+        try:
+            results = svc.cycle([*SIZES, UNSCANNED], slot=1)
+        finally:
+            svc.stop()
+        assert stats_reads(web) == 1  # the cycle's read, used by every run
+    assert started == [UNSCANNED, "T2_MM_Large", "T2_ZZ_Mid", "T2_AA_Small"]  # unknown first: it may be the largest
+    assert results[UNSCANNED].reason == "scan_missing"
+    assert all(results[rse].submitted > 0 for rse in SIZES)
+    cid = mongo_db.cycles.find_one({})["_id"]
+    assert f"cycle {cid}: largest first: {UNSCANNED} (size unknown), T2_MM_Large (120 files), T2_ZZ_Mid (60 files), " \
+           "..." in [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+
+
+def test_a_hanging_conmon_is_read_once_a_cycle_and_every_rse_records_it(
+        tmp_path: Path, mongo_db: Database, caplog: pytest.LogCaptureFixture) -> None:
+    src = write_sources(tmp_path / "src", [*SIZES, RSE], files={**SIZES, RSE: 10})
+    with FakeCMSWeb() as web:
+        web.stats = json.loads((src / STATS_FILE).read_text())
+        web.fault("stats", delay_s=3.0)  # past the client's read timeout
+        svc = make_service(tmp_path, mongo_db, src, sources=ConMonStatsSources(src, web.conmon_url, 0.5),
+                           interval_s=300, parallel_rses=1)
+        started = started_in_order(svc)
+        caplog.set_level(logging.INFO, logger="MSUnmerged")
+        try:
+            results = svc.cycle(list(SIZES), slot=1)
+        finally:
+            svc.stop()
+        assert stats_reads(web) == 1  # one timeout a cycle, not one per RSE
+    assert started == sorted(SIZES)
+    assert {rse: (r.action, r.source, r.reason) for rse, r in results.items()} == \
+        {rse: ("failed", "conmon", "conmon_timeout") for rse in SIZES}
+    doc = mongo_db.cycles.find_one({})
+    assert sorted(doc["results"]) == sorted(SIZES) and doc["unfinished"] == []
+    assert sorted((f["rse"], f["source"], f["reason"]) for f in doc["failures"]) == \
+        [(rse, "conmon", "conmon_timeout") for rse in sorted(SIZES)]
+    assert all(mongo_db.rses.find_one({"_id": rse})["reason"] == "conmon_timeout" for rse in SIZES)
+    assert any(r.levelno == logging.WARNING and r.getMessage().startswith(f"cycle {doc['_id']}: ConMon stats "
+                                                                          "unreadable (") for r in caplog.records)
 
 
 @pytest.mark.integration

@@ -17,6 +17,7 @@ from MSUnmerged.config import Config
 from MSUnmerged.jobs.backend import wait_for
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.service import Service
+from MSUnmerged.sources import Sources
 from MSUnmerged.sources.offline import PROTECTED_FILE, STATS_FILE, OfflineSources, dump_file
 from MSUnmerged.jobs.local import LocalBackend
 from MSUnmerged.jobs.router import RoutingBackend
@@ -29,8 +30,9 @@ RSE = "T2_CH_Test"
 
 
 def make_service(tmp_path: Path, db: Database, srcdir: Path, python: Optional[str] = None,
-                 **service: object) -> Service:
-    """A service whose jobs run with the real worker on the RSE's own storage folder (tmp_path/storage)."""
+                 sources: Optional[Sources] = None, **service: object) -> Service:
+    """A service whose jobs run with the real worker on the RSE's own storage folder (tmp_path/storage); its
+    sources: `sources`, else OfflineSources(srcdir)."""
     config = Config()
     config.service.state_dir = str(tmp_path / "state")
     config.service.dry_run = False
@@ -42,7 +44,7 @@ def make_service(tmp_path: Path, db: Database, srcdir: Path, python: Optional[st
     ledger = Ledger(db, config.mongo.generations_kept)
     ledger.ensure_indexes()
     backend = LoggedLocalBackend(config, tmp_path / "batch", python=python)
-    return Service(config, ledger, OfflineSources(srcdir), backend, instance="test-1")
+    return Service(config, ledger, sources or OfflineSources(srcdir), backend, instance="test-1")
 
 
 def test_run_once_plans_submits_collects_and_ends_clean(tmp_path: Path, mongo_db: Database) -> None:

@@ -1,6 +1,7 @@
 """The polling service (docs/ledger.md): loop.py's Service runs cycles with its Runner, run.py's Runner works one
 RSE in its step order (run_once, apply_plan, preview), jobkeeper.py's JobKeeper owns its cleanup jobs in the batch
-system, rses.py this instance's RSE list, result.py what a run reports."""
+system, rses.py this instance's RSE list and the order a cycle starts them in, scans.py the cycle's one ConMon
+`stats` read handed to its runs, result.py what a run reports."""
 from MSUnmerged.service.jobkeeper import REVALIDATED, JobKeeper
 from MSUnmerged.service.loop import Service
 from MSUnmerged.service.result import STEPS, Failure, Hook, RunAction, RunResult, failure_of

@@ -10,12 +10,15 @@ from typing import Optional, Sequence
 
 from MSUnmerged.alerts import Notifier
 from MSUnmerged.config import Config
+from MSUnmerged.guards import scan_files
 from MSUnmerged.jobs.backend import BatchBackend
 from MSUnmerged.ledger import Ledger, LedgerError
 from MSUnmerged.ledger.view import MongoLedgerView
 from MSUnmerged.service.drain import Drainer
 from MSUnmerged.service.result import Failure, Hook, RunAction, RunResult, describe, failure_of
+from MSUnmerged.service.rses import order_rses
 from MSUnmerged.service.run import Runner
+from MSUnmerged.service.scans import StatsRead
 from MSUnmerged.sources import Sources
 from MSUnmerged.sources.errors import SourceError
 
@@ -41,11 +44,13 @@ class Service:
         self._drainer: Optional[Drainer] = None
 
     def cycle(self, rses: Optional[Sequence[str]] = None, slot: Optional[int] = None) -> dict[str, RunResult]:
-        """One polling cycle: every RSE of this instance once (across instances), in parallel.
+        """One polling cycle: every RSE of this instance once (across instances), in parallel, largest first.
 
-        An RSE leased by another instance is retried until that instance marks it done for this
-        slot or its lease expires and we take it over. An RSE still running from an earlier cycle
-        is not started twice; the cycle does not wait past the interval for a slow RSE.
+        ConMon's `stats` is read once, before the interval's clock starts: it orders the RSEs (order_rses) and its
+        answer, or its failure, is handed to each run (scans.StatsRead). An RSE leased by another instance is
+        retried until that instance marks it done for this slot or its lease expires and we take it over. An RSE
+        still running from an earlier cycle is not started twice; the cycle does not wait past the interval for a
+        slow RSE.
         """
         interval = self.config.service.interval_s
         slot = int(time.time() // interval) if slot is None else slot
@@ -59,10 +64,12 @@ class Service:
         mode = "dry run" if self.config.service.dry_run else "real"
         log.info("cycle %s: start, %d RSEs (%s)", cid, len(names), mode)
         started = time.monotonic()
+        stats = StatsRead.read(self.sources)
+        order = self._start_order(cid, names, stats)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.config.service.parallel_rses, thread_name_prefix="rse")
         self.runner.leases.start_heartbeat()
-        end = started + interval
+        end = time.monotonic() + interval  # after the read: a hanging ConMon does not take the runs' time
         pause = min(5.0, self.config.service.lease_ttl_s / 4)
         results: dict[str, RunResult] = {}
         pending = set(names)
@@ -71,10 +78,12 @@ class Service:
         while pending and not self._stop.is_set() and time.monotonic() < end:
             now = time.monotonic()
             busy = set(running.values())
-            for rse in sorted(pending - busy):
+            for rse in order:
+                if rse not in pending or rse in busy:
+                    continue
                 if retry_at.get(rse, 0.0) > now or (rse in self._in_flight and not self._in_flight[rse].done()):
                     continue  # another instance has it, or it is still working from an earlier cycle
-                fut = self._in_flight[rse] = self._pool.submit(self.runner.run_once, rse, slot)
+                fut = self._in_flight[rse] = self._pool.submit(self.runner.run_once, rse, slot, 0.0, stats)
                 running[fut] = rse
             if not running:
                 self._stop.wait(max(0.0, min(pause, end - time.monotonic())))
@@ -97,6 +106,20 @@ class Service:
                  time.monotonic() - started, len(results), len(names), len(pending), len(failures),
                  f" ({', '.join(sorted({f['reason'] for f in failures}))})" if failures else "")
         return results
+
+    @staticmethod
+    def _start_order(cid: str, names: Sequence[str], stats: StatsRead) -> list[str]:
+        """The order the cycle starts its RSEs in (order_rses), logged with the first ones' sizes. Unreadable stats:
+        name order (every size unknown); each run records the read's failure."""
+        if stats.error is not None:
+            log.warning("cycle %s: ConMon stats unreadable (%s): RSEs start in name order, each records it",
+                        cid, stats.error)
+            return order_rses(names, {})
+        order = order_rses(names, stats.answer)
+        sizes = [f"{rse} ({files} files)" if (files := scan_files(stats.answer.get(rse))) is not None
+                 else f"{rse} (size unknown)" for rse in order[:3]]
+        log.info("cycle %s: largest first: %s%s", cid, ", ".join(sizes), ", ..." if len(order) > 3 else "")
+        return order
 
     def _record_failed_cycle(self, slot: int, failure: Failure) -> None:
         """A cycle that could not start records a cycle document with no RSE and the failure."""

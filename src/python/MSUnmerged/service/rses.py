@@ -1,16 +1,29 @@
-"""This instance's RSEs: the Rucio RSE expression of its partition (or the offline list), minus the skipped."""
+"""This instance's RSEs: the Rucio RSE expression of its partition (or the offline list), minus the skipped, and
+the order a cycle starts them in."""
 from __future__ import annotations
 
 import logging
 import time
+from typing import Any, Iterable, Mapping
 
 from MSUnmerged.config import Config
+from MSUnmerged.guards import scan_files
 from MSUnmerged.sources import Sources
 from MSUnmerged.sources.errors import SourceError
 
 log = logging.getLogger(__name__)
 
 RSE_LIST_TTL_S = 600.0  # how long a read of this instance's RSE list is trusted for a known RSE
+
+
+def order_rses(names: Iterable[str], stats: Mapping[str, Any]) -> list[str]:
+    """The order a cycle starts its RSEs in (each once): largest first by the `files` of its ConMon scan in `stats`
+    ({RSE: scan}), ties by name, so that the largest RSE does not run alone at the cycle's end (longest first).
+    An RSE of unknown size (no scan, no integer `files`) goes before all others, by name: it may be a large one."""
+    def key(rse: str) -> tuple[bool, int, str]:
+        files = scan_files(stats.get(rse))
+        return files is not None, -(files or 0), rse
+    return sorted(set(names), key=key)
 
 
 class UnknownRSE(Exception):

@@ -33,6 +33,7 @@ from MSUnmerged.ledger.base import state_update
 from MSUnmerged.service.jobkeeper import JobKeeper
 from MSUnmerged.service.result import INTERNAL_ERROR, LEASE_LOST, Hook, RunAction, RunResult, failure_of
 from MSUnmerged.service.rses import InstanceRSEs, UnknownRSE
+from MSUnmerged.service.scans import StatsRead, scan_of
 from MSUnmerged.sitelimits import limits_for
 from MSUnmerged.sources import Sources
 from MSUnmerged.sources.errors import SourceError
@@ -84,8 +85,10 @@ class Runner:
 
     # -- one RSE -------------------------------------------------------------------------------
 
-    def run_once(self, rse: str, slot: Optional[int] = None, wait_s: float = 0.0) -> RunResult:
-        """Work one RSE start to end under its lease; waits up to `wait_s` for its jobs to finish."""
+    def run_once(self, rse: str, slot: Optional[int] = None, wait_s: float = 0.0,
+                 stats: Optional[StatsRead] = None) -> RunResult:
+        """Work one RSE start to end under its lease; waits up to `wait_s` for its jobs to finish. `stats`: the
+        cycle's ConMon read, used while fresh (scans.scan_of); without it the run reads `stats` itself."""
         started = time.time()
         refused = self._refused(rse)
         if refused is not None:
@@ -99,7 +102,7 @@ class Runner:
                              detail=f"held by {lease.get('owner')} until {lease.get('expires')}")
         self.jobs.sent(rse)  # counts from here
         self._counted.discard(rse)
-        result = self._recorded(rse, lambda: self._run(rse, wait_s))
+        result = self._recorded(rse, lambda: self._run(rse, wait_s, stats))
         result.submitted = self.jobs.sent(rse)  # with the jobs a reconciliation sent again, and before a failure
         result.seconds = round(time.time() - started, 3)
         if result.reason != LEASE_LOST:
@@ -143,7 +146,7 @@ class Runner:
             return RunResult(rse, RunAction.FAILED, RSEState.FAILED, failure.reason, failure.detail,
                              source=failure.source)
 
-    def _run(self, rse: str, wait_s: float) -> RunResult:
+    def _run(self, rse: str, wait_s: float, stats: Optional[StatsRead]) -> RunResult:
         live = self.jobs.live(rse)  # none (submitting or in the batch system): nothing to reconcile, poll or revalidate
         if live:
             self.jobs.reconcile(rse)
@@ -168,7 +171,7 @@ class Runner:
                              collected=collected, removed_jobs=removed, dropped_protected=dropped)
 
         doc = self.ledger.rse(rse)
-        scan = self.sources.stats().get(rse)
+        scan = scan_of(self.sources, rse, stats)
         decision = self._decide(rse, doc, scan)
         result = RunResult(rse, decision.action, reason=decision.reason, detail=decision.detail,
                            generation=decision.generation, collected=collected, removed_jobs=removed,
@@ -411,7 +414,7 @@ class Runner:
         file and removable directory must be in that plan, or be covered by the current list (then dropped, or
         kept by the worker). Returns the plan made now; GuardTripped, nothing recorded, otherwise."""
         rse, cfg = plan.rse, self.config.planner
-        stats = self.sources.stats().get(rse)
+        stats = self.sources.stats().get(rse)  # read now, never a cycle's: the plan must be of the current scan
         scan = check_scan(stats, self.config.guards.max_scan_age_h, time.time())
         check_plan_scan(sealed.generation, plan.scan_started, scan)
         out = self.config.state_dir / "rederived" / rse
