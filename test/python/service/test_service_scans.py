@@ -70,3 +70,23 @@ def test_a_run_uses_the_handed_read_or_reads_again_when_stale(tmp_path: Path, mo
             assert second.action == "new_generation" and second.submitted > 0
         finally:
             svc.stop()
+
+
+class _Broken:
+    """Sources whose `stats` fails with an error that is not a SourceError (a bug), then answers."""
+
+    def __init__(self, answer: dict) -> None:
+        self.answer, self.calls = answer, 0
+
+    def stats(self) -> dict:
+        self.calls += 1
+        if self.calls == 1:
+            raise KeyError("files")
+        return self.answer
+
+
+def test_an_unexpected_error_leaves_each_run_to_read_for_itself() -> None:
+    sources = _Broken({RSE: {"files": 3}})
+    read = StatsRead.read(sources)  # type: ignore[arg-type]
+    assert read.error is None and not read.fresh()
+    assert scan_of(sources, RSE, read) == {"files": 3} and sources.calls == 2  # type: ignore[arg-type]

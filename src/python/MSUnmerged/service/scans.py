@@ -1,12 +1,15 @@
 """The cycle's one read of ConMon's `stats`, handed to its runs: the answer or its failure, and when it was read."""
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from MSUnmerged.sources import Sources
 from MSUnmerged.sources.errors import SourceError
+
+log = logging.getLogger(__name__)
 
 # How long a run may use the cycle's read instead of reading `stats` itself. ConMon publishes a scan when it ends
 # (an RSE's scan takes hours): a run that starts within this of the read sees at worst a scan ended meanwhile as
@@ -26,11 +29,15 @@ class StatsRead:
 
     @classmethod
     def read(cls, sources: Sources) -> "StatsRead":
-        """Read `stats` now; a SourceError is kept, not raised."""
+        """Read `stats` now; a SourceError is kept, not raised. Any other error is no answer at all: the read is
+        stale at once, so each run reads (and records its failure) itself, as without a cycle's read."""
         try:
             answer = sources.stats()
         except SourceError as exc:
             return cls(time.monotonic(), error=exc)
+        except Exception:  # a bug must not cost the cycle its RSEs
+            log.exception("ConMon stats: the cycle's read failed unexpectedly; each run reads for itself")
+            return cls(float("-inf"))
         return cls(time.monotonic(), answer)
 
     def fresh(self) -> bool:
