@@ -112,6 +112,35 @@ def test_jobs_read_together_give_each_job_its_own_files(tmp_path: Path, mongo_db
     assert len(listed) == len(set(listed)) == 900
 
 
+def test_a_job_without_rows_lists_the_entries_in_the_asked_states(tmp_path: Path, mongo_db: Database) -> None:
+    """A job none of whose files has a row (its buckets' entries are all there is): each state asked lists exactly
+    its entries, whether a bucket holds one state or several."""
+    ledger = Ledger(mongo_db)
+    ledger.record_plan(tmp_path / "plan", make_plan(tmp_path), GEN)
+    third = job_id(RSE, GEN, 1, 3)
+    lfns = ledger.job_lfns(third)
+    assert len(lfns) == 200 and lfns == sorted(lfns)
+    deleted = lfns[::3]
+    ledger.record_outcomes(third, [{"lfn": x, "state": "deleted"} for x in deleted])
+    assert mongo_db.files.count_documents({"job": third}) == 0  # no row: the buckets hold every outcome
+    assert ledger.job_lfns(third) == sorted(set(lfns) - set(deleted))
+    assert ledger.job_lfns(third, states=["deleted"]) == deleted
+    assert ledger.job_lfns(third, states=None) == lfns
+    assert ledger.jobs_lfns([third, SECOND], states=["missing"]) == {third: [], SECOND: []}
+
+
+def test_marking_a_batch_submitted_marks_only_jobs_being_submitted(tmp_path: Path, mongo_db: Database) -> None:
+    """mark_all_submitted: one write for a batch; a job not in `submitting` (here still planned) is left alone."""
+    ledger = Ledger(mongo_db)
+    ledger.record_plan(tmp_path / "plan", make_plan(tmp_path), GEN)
+    mongo_db.jobs.update_many({"_id": {"$in": [FIRST, SECOND]}}, {"$set": {"state": "submitting"}})
+    third = job_id(RSE, GEN, 1, 3)
+    ledger.mark_all_submitted({FIRST: "local:1", SECOND: "local:2", third: "local:3"})
+    ledger.mark_all_submitted({})
+    got = {d["_id"]: (d["state"], d.get("batch_id")) for d in mongo_db.jobs.find({"_id": {"$in": [FIRST, SECOND, third]}})}
+    assert got == {FIRST: ("queued", "local:1"), SECOND: ("queued", "local:2"), third: ("planned", None)}
+
+
 def test_outcomes_follow_a_row_written_before_a_crash(tmp_path: Path, mongo_db: Database) -> None:
     """record_outcomes reads the job's rows by job: a row a crash left beside its bucket entry stays the file's
     record, updated when it is the reporting job's, left alone when a retry job's; the counts follow."""

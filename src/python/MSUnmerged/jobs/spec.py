@@ -148,7 +148,8 @@ class ProtectedBases:
         (worker.paths.MIN_DIR_DEPTH)."""
         hits = [d for d in dirs if d in self._by_dir]
         bases = self._bases.intersection(lfns) if self._bases else set()
-        for d in hits + [f for f in lfns if f in self._by_dir]:  # a file line naming a directory above a base
+        # A file line naming a directory above a base (filter: the job's files looked up without a Python loop).
+        for d in hits + list(filter(self._by_dir.__contains__, lfns)):
             bases |= self._by_dir[d]
         return sorted(bases), sorted(d for d in hits if depth(d) >= MIN_DIR_DEPTH)
 

@@ -2,6 +2,7 @@
 one outcome code per file (docs/ledger.md, "Shape"). Pure functions: building, reading and rewriting them."""
 from __future__ import annotations
 
+import operator
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
 from MSUnmerged.ledger.states import FileState
@@ -27,6 +28,9 @@ def dir_of(bid: str, prefix: str) -> Optional[str]:
     return bid[len(prefix):cut] if bid.startswith(prefix) and cut > len(prefix) else None
 
 
+_SPLIT = operator.methodcaller("rpartition", "/")
+
+
 def split(lfn: str) -> tuple[str, str]:
     """(directory, base name) of an LFN."""
     d, _, name = lfn.rpartition("/")
@@ -37,9 +41,12 @@ def build(rse: str, generation: float, prefix: str, job: str, n: int, lfns: Sequ
           now: float) -> list[dict[str, Any]]:
     """The buckets of one round-1 job: its files grouped by directory, names sorted, all planned."""
     by_dir: dict[str, list[str]] = {}
-    for lfn in lfns:
-        d, name = split(lfn)
-        by_dir.setdefault(d, []).append(name)
+    for d, _, name in map(_SPLIT, lfns):  # split(), without a call of it per file
+        got = by_dir.get(d)
+        if got is None:
+            by_dir[d] = [name]
+        else:
+            got.append(name)
     docs = []
     for d, all_names in by_dir.items():
         names = sorted(set(all_names))
@@ -57,6 +64,14 @@ def summary(codes: str) -> dict[str, Any]:
 
 def names(doc: Mapping[str, Any]) -> list[str]:
     return str(doc["names"]).split("\n")
+
+
+def lfns(doc: Mapping[str, Any], codes: str) -> list[str]:
+    """The LFNs of the bucket's entries whose code is in `codes` (rows not looked at)."""
+    head = f"{doc['dir']}/"
+    if not str(doc["codes"]).strip(codes):  # every entry's code is one of them (the common case: all planned)
+        return [head + name for name in names(doc)]
+    return [head + name for name, code in zip(names(doc), doc["codes"]) if code in codes]
 
 
 def file_prefix(doc: Mapping[str, Any]) -> str:

@@ -125,8 +125,7 @@ class JobKeeper:
         if not pending:
             return
         found = self.backend.find([j["_id"] for j in pending])
-        for jid, batch_id in found.items():
-            self.ledger.mark_submitted(jid, batch_id)
+        self.ledger.mark_all_submitted(found)
         missing = [j for j in pending if j["_id"] not in found]
         if not missing:
             return
@@ -187,8 +186,7 @@ class JobKeeper:
         log.info("%s: submitted %d jobs (%d files) to %s for site %s", rse, len(ids),
                  sum(len(j.step.lfns) for j in jobs), backend_name(self.backend, rse), jobs[0].site)
         self.hook("submitted", rse)
-        for jid, batch_id in ids.items():
-            self.ledger.mark_submitted(jid, batch_id)
+        self.ledger.mark_all_submitted(ids)
         self.hook("marked", rse)
         return len(ids)
 
