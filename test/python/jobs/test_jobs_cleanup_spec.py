@@ -177,3 +177,19 @@ def test_a_manifest_has_one_lfn_a_line_and_the_worker_reads_it_back(tmp_path: Pa
     assert json.loads(text) == job.manifest() and CleanupJob.from_manifest(json.loads(text)).lfns == lfns
     read = read_manifest(str(job.write_manifest(tmp_path / "manifest.json")))  # as the worker reads it
     assert (read.job_id, read.lfns) == (job.job_id, lfns)
+
+
+def test_a_manifest_without_files_and_one_with_undecodable_names_read_back_whole(tmp_path: Path) -> None:
+    """A directory job (no LFN) and a job whose LFNs hold bytes that are not UTF-8 (surrogate escapes) and a
+    quoted "lfns": [] of their own: the worker reads back exactly the job's fields."""
+    config = Config()
+    empty = make_job("T2_CH_Test:1700000000:1:2", "T2_CH_Test", "T2_CH_Test", [], set(), ProtectedBases([]), config,
+                     scan_started=1699999000.0, retry_dirs=[f"{B}/999"])
+    odd = [f'{B}/000/"lfns": []\udcff{i}.root' for i in range(3)]
+    named = make_job("T2_CH_Test:1700000000:1:3", "T2_CH_Test", "T2_CH_Test", odd, set(), ProtectedBases([]), config,
+                     scan_started=1699999000.0)
+    for job in (empty, named):
+        text = job.manifest_bytes().decode("ascii")
+        assert json.loads(text) == job.manifest()
+        read = read_manifest(str(job.write_manifest(tmp_path / f"{job.job_id[-1]}.json")))
+        assert (read.job_id, read.lfns) == (job.job_id, job.lfns)

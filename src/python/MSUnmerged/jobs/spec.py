@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import time
+from json.encoder import encode_basestring_ascii  # json.dumps' own (C) encoder of a string as ASCII
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
@@ -82,8 +83,18 @@ class CleanupJob:
         }
 
     def manifest_bytes(self) -> bytes:
-        """The manifest as the worker reads it: ASCII JSON, no NaN/Infinity (refused at the site)."""
-        return json.dumps(self.manifest(), indent=1, allow_nan=False).encode("ascii")
+        """The manifest as the worker reads it: ASCII JSON, no NaN/Infinity (refused at the site), one LFN a line."""
+        manifest = self.manifest()
+        step = manifest["task"]["steps"][0]  # a dict of its own (manifest()): self.step is left as it is
+        lfns, step["lfns"] = step["lfns"], []
+        text = json.dumps(manifest, indent=1, allow_nan=False)
+        if not lfns:
+            return text.encode("ascii")
+        # json.dumps writes indented JSON in Python, string by string: the LFNs, most of a manifest, are written by
+        # its C string encoder instead, one a line, in place of the empty list (the only `"lfns": []`: every
+        # string's own quotes are escaped, and only a key is followed by ": ").
+        listed = ",\n".join(map(encode_basestring_ascii, lfns))
+        return text.replace('"lfns": []', f'"lfns": [\n{listed}\n]', 1).encode("ascii")
 
     def write_manifest(self, path: Path) -> Path:
         path.write_bytes(self.manifest_bytes())
