@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import time
-from json.encoder import encode_basestring_ascii  # json.dumps' own (C) encoder of a string as ASCII
+from json.encoder import encode_basestring_ascii  # json.dumps' own encoder of a string as ASCII
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
@@ -88,13 +88,9 @@ class CleanupJob:
         step = manifest["task"]["steps"][0]  # a dict of its own (manifest()): self.step is left as it is
         lfns, step["lfns"] = step["lfns"], []
         text = json.dumps(manifest, indent=1, allow_nan=False)
-        if not lfns:
-            return text.encode("ascii")
-        # json.dumps writes indented JSON in Python, string by string: the LFNs, most of a manifest, are written by
-        # its C string encoder instead, one a line, in place of the empty list (the only `"lfns": []`: every
-        # string's own quotes are escaped, and only a key is followed by ": ").
-        listed = ",\n".join(map(encode_basestring_ascii, lfns))
-        return text.replace('"lfns": []', f'"lfns": [\n{listed}\n]', 1).encode("ascii")
+        if lfns:  # the only `"lfns": []` of the text: every string's own quotes are escaped, only a key has ": " next
+            text = text.replace('"lfns": []', f'"lfns": [\n{json_lines(lfns)}\n]', 1)
+        return text.encode("ascii")
 
     def write_manifest(self, path: Path) -> Path:
         path.write_bytes(self.manifest_bytes())
@@ -113,6 +109,20 @@ class CleanupJob:
                    generation=data.get("generation", 0.0), step=DeleteFilesStep(**step),
                    task_name=data["task"]["name"], task_type=data["task"]["type"],
                    **{name: res[key] for key, name in RESOURCES.items() if key in res})
+
+
+# The characters json.dumps writes as they are (ensure_ascii): printable ASCII but the quote and the backslash.
+_JSON_AS_IS = bytes(range(0x20, 0x7F)).replace(b'"', b"").replace(b"\\", b"")
+
+
+def json_lines(strings: Sequence[str]) -> str:
+    """The JSON (ASCII) of these strings, one a line, comma-separated: what json.dumps writes for each string. Most
+    of a manifest: when every string is printable ASCII without a quote or backslash (as canonical LFNs mostly are),
+    each is itself in quotes, joined whole (C-level work, not one call a string); json's own string encoder otherwise."""
+    whole = "".join(strings)
+    if whole.isascii() and not whole.encode("ascii").translate(None, _JSON_AS_IS):
+        return '"' + '",\n"'.join(strings) + '"'
+    return ",\n".join(map(encode_basestring_ascii, strings))
 
 
 def file_dirs(lfns: Iterable[str]) -> set[str]:
@@ -159,8 +169,7 @@ class ProtectedBases:
         (worker.paths.MIN_DIR_DEPTH)."""
         hits = [d for d in dirs if d in self._by_dir]
         bases = self._bases.intersection(lfns) if self._bases else set()
-        # A file line naming a directory above a base (filter: the job's files looked up without a Python loop).
-        for d in hits + list(filter(self._by_dir.__contains__, lfns)):
+        for d in hits + [f for f in lfns if f in self._by_dir]:  # a file line naming a directory above a base
             bases |= self._by_dir[d]
         return sorted(bases), sorted(d for d in hits if depth(d) >= MIN_DIR_DEPTH)
 

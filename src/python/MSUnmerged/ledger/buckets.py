@@ -2,7 +2,6 @@
 one outcome code per file (docs/ledger.md, "Shape"). Pure functions: building, reading and rewriting them."""
 from __future__ import annotations
 
-import operator
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
 from MSUnmerged.ledger.states import FileState
@@ -28,9 +27,6 @@ def dir_of(bid: str, prefix: str) -> Optional[str]:
     return bid[len(prefix):cut] if bid.startswith(prefix) and cut > len(prefix) else None
 
 
-_SPLIT = operator.methodcaller("rpartition", "/")
-
-
 def split(lfn: str) -> tuple[str, str]:
     """(directory, base name) of an LFN."""
     d, _, name = lfn.rpartition("/")
@@ -41,12 +37,9 @@ def build(rse: str, generation: float, prefix: str, job: str, n: int, lfns: Sequ
           now: float) -> list[dict[str, Any]]:
     """The buckets of one round-1 job: its files grouped by directory, names sorted, all planned."""
     by_dir: dict[str, list[str]] = {}
-    for d, _, name in map(_SPLIT, lfns):  # split(), without a call of it per file
-        got = by_dir.get(d)
-        if got is None:
-            by_dir[d] = [name]
-        else:
-            got.append(name)
+    for lfn in lfns:
+        d, name = split(lfn)
+        by_dir.setdefault(d, []).append(name)
     docs = []
     for d, all_names in by_dir.items():
         names = sorted(set(all_names))
