@@ -118,7 +118,7 @@ _JSON_AS_IS = bytes(range(0x20, 0x7F)).replace(b'"', b"").replace(b"\\", b"")
 def json_lines(strings: Sequence[str]) -> str:
     """The JSON (ASCII) of these strings, one a line, comma-separated: what json.dumps writes for each string. Most
     of a manifest: when every string is printable ASCII without a quote or backslash (as canonical LFNs mostly are),
-    each is itself in quotes, joined whole (C-level work, not one call a string); json's own string encoder otherwise."""
+    each is itself in quotes, joined whole (C-level work, not a call a string); json's string encoder otherwise."""
     whole = "".join(strings)
     if whole.isascii() and not whole.encode("ascii").translate(None, _JSON_AS_IS):
         return '"' + '",\n"'.join(strings) + '"'
