@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from MSUnmerged import planner
 from MSUnmerged.config import Config, SiteConfig
-from MSUnmerged.jobs.spec import CleanupJob, ProtectedBases, file_dirs, held_dirs, job_dirs, make_job
+from MSUnmerged.jobs.spec import CleanupJob, ProtectedBases, file_dirs, held_dirs, job_dirs, json_lines, make_job
 from MSUnmerged.lfn import normalise_base
 from MSUnmerged.worker.cleanup import Job, read_manifest
 from MSUnmerged.worker.ids import MANIFEST_VERSION
@@ -188,3 +188,31 @@ def test_a_directory_job_is_given_the_removable_directories_holding_its_retried_
     assert job.step.remove_dirs == [f"{B}/000/111", f"{B}/000", B]
     assert job.step.retry_dirs == [f"{B}/000/111", f"{B}/000/112"]
     assert held_dirs([], job.step.retry_dirs) == {f"{B}/000/111", f"{B}/000/112", *ancestors(f"{B}/000/111")}
+
+
+def test_a_manifest_without_files_and_one_with_undecodable_names_read_back_whole(tmp_path: Path) -> None:
+    """A directory job (no LFN) and a job whose LFNs hold bytes that are not UTF-8 (surrogate escapes), quotes and
+    an "lfns": [] of their own (the key's place is where the LFNs go): the worker reads back exactly the job's
+    fields."""
+    config = Config()
+    empty = make_job("T2_CH_Test:1700000000:1:2", "T2_CH_Test", "T2_CH_Test", [], set(), ProtectedBases([]), config,
+                     scan_started=1699999000.0, retry_dirs=[f"{B}/999"])
+    odd = [f'{B}/000/"lfns": []\udcff{i}.root' for i in range(3)]
+    named = make_job("T2_CH_Test:1700000000:1:3", "T2_CH_Test", "T2_CH_Test", odd, set(), ProtectedBases([]), config,
+                     scan_started=1699999000.0)
+    for job in (empty, named):
+        text = job.manifest_bytes().decode("ascii")
+        assert json.loads(text) == job.manifest()
+        read = read_manifest(str(job.write_manifest(tmp_path / f"{job.job_id[-1]}.json")))
+        assert (read.job_id, read.lfns) == (job.job_id, job.lfns)
+
+
+@given(st.lists(st.text(st.sampled_from([chr(c) for c in range(0x80)] + ["\u00e9", "\udcff", "\u2028"]), max_size=8),
+                min_size=1, max_size=6), st.booleans())
+def test_json_lines_writes_each_string_as_json_does(strings: list[str], plain: bool) -> None:
+    """json_lines (a manifest's LFNs): each string exactly as json.dumps writes it, one a line, whether every string
+    is plain printable ASCII (joined whole) or not (encoded one by one)."""
+    if plain:
+        strings = ["".join(c for c in s if " " <= c <= "~" and c not in '"\\') for s in strings]
+    assert json_lines(strings) == ",\n".join(json.dumps(s) for s in strings)
+    assert json.loads(f"[{json_lines(strings)}]") == strings

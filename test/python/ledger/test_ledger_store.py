@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pymongo import MongoClient
+from pymongo import MongoClient, monitoring
 from pymongo.collection import Collection
 from pymongo.database import Database
 
@@ -110,6 +110,59 @@ def test_jobs_read_together_give_each_job_its_own_files(tmp_path: Path, mongo_db
     assert every == {jid: ledger.job_lfns(jid, states=None) for jid in ids}
     listed = [lfn for lfns in every.values() for lfn in lfns]
     assert len(listed) == len(set(listed)) == 900
+
+
+def test_a_job_without_rows_lists_the_entries_in_the_asked_states(tmp_path: Path, mongo_db: Database) -> None:
+    """A job none of whose files has a row (its buckets' entries are all there is): each state asked lists exactly
+    its entries, whether a bucket holds one state or several."""
+    ledger = Ledger(mongo_db)
+    ledger.record_plan(tmp_path / "plan", make_plan(tmp_path), GEN)
+    third = job_id(RSE, GEN, 1, 3)
+    lfns = ledger.job_lfns(third)
+    assert len(lfns) == 200 and lfns == sorted(lfns)
+    deleted = lfns[::3]
+    ledger.record_outcomes(third, [{"lfn": x, "state": "deleted"} for x in deleted])
+    assert mongo_db.files.count_documents({"job": third}) == 0  # no row: the buckets hold every outcome
+    assert ledger.job_lfns(third) == sorted(set(lfns) - set(deleted))
+    assert ledger.job_lfns(third, states=["deleted"]) == deleted
+    assert ledger.job_lfns(third, states=None) == lfns
+    assert ledger.jobs_lfns([third, SECOND], states=["missing"]) == {third: [], SECOND: []}
+
+
+class Updates(monitoring.CommandListener):
+    """Counts the update commands its client sends."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        self.n += event.command_name == "update"
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+def test_marking_a_batch_submitted_marks_only_jobs_being_submitted(tmp_path: Path, mongo_url: str,
+                                                                   mongo_db: Database) -> None:
+    """mark_all_submitted: one update command for a batch; a job not in `submitting` (here still planned) is left
+    alone."""
+    updates = Updates()
+    client: MongoClient = MongoClient(mongo_url, serverSelectionTimeoutMS=10000, event_listeners=[updates])
+    ledger = Ledger(client[mongo_db.name])
+    ledger.record_plan(tmp_path / "plan", make_plan(tmp_path), GEN)
+    mongo_db.jobs.update_many({"_id": {"$in": [FIRST, SECOND]}}, {"$set": {"state": "submitting"}})
+    third = job_id(RSE, GEN, 1, 3)
+    before = updates.n
+    ledger.mark_all_submitted({FIRST: "local:1", SECOND: "local:2", third: "local:3"})
+    ledger.mark_all_submitted({})
+    assert updates.n - before == 1
+    client.close()
+    docs = mongo_db.jobs.find({"_id": {"$in": [FIRST, SECOND, third]}})
+    got = {d["_id"]: (d["state"], d.get("batch_id")) for d in docs}
+    assert got == {FIRST: ("queued", "local:1"), SECOND: ("queued", "local:2"), third: ("planned", None)}
 
 
 def test_outcomes_follow_a_row_written_before_a_crash(tmp_path: Path, mongo_db: Database) -> None:

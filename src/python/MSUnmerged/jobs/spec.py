@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import time
+from json.encoder import encode_basestring_ascii  # json.dumps' own encoder of a string as ASCII
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
@@ -82,8 +83,14 @@ class CleanupJob:
         }
 
     def manifest_bytes(self) -> bytes:
-        """The manifest as the worker reads it: ASCII JSON, no NaN/Infinity (refused at the site)."""
-        return json.dumps(self.manifest(), indent=1, allow_nan=False).encode("ascii")
+        """The manifest as the worker reads it: ASCII JSON, no NaN/Infinity (refused at the site), one LFN a line."""
+        manifest = self.manifest()
+        step = manifest["task"]["steps"][0]  # a dict of its own (manifest()): self.step is left as it is
+        lfns, step["lfns"] = step["lfns"], []
+        text = json.dumps(manifest, indent=1, allow_nan=False)
+        if lfns:  # the only `"lfns": []` of the text: every string's own quotes are escaped, only a key has ": " next
+            text = text.replace('"lfns": []', f'"lfns": [\n{json_lines(lfns)}\n]', 1)
+        return text.encode("ascii")
 
     def write_manifest(self, path: Path) -> Path:
         path.write_bytes(self.manifest_bytes())
@@ -102,6 +109,20 @@ class CleanupJob:
                    generation=data.get("generation", 0.0), step=DeleteFilesStep(**step),
                    task_name=data["task"]["name"], task_type=data["task"]["type"],
                    **{name: res[key] for key, name in RESOURCES.items() if key in res})
+
+
+# The characters json.dumps writes as they are (ensure_ascii): printable ASCII but the quote and the backslash.
+_JSON_AS_IS = bytes(range(0x20, 0x7F)).replace(b'"', b"").replace(b"\\", b"")
+
+
+def json_lines(strings: Sequence[str]) -> str:
+    """The JSON (ASCII) of these strings, one a line, comma-separated: what json.dumps writes for each string. Most
+    of a manifest: when every string is printable ASCII without a quote or backslash (as canonical LFNs mostly are),
+    each is itself in quotes, joined whole (C-level work, not a call a string); json's string encoder otherwise."""
+    whole = "".join(strings)
+    if whole.isascii() and not whole.encode("ascii").translate(None, _JSON_AS_IS):
+        return '"' + '",\n"'.join(strings) + '"'
+    return ",\n".join(map(encode_basestring_ascii, strings))
 
 
 def file_dirs(lfns: Iterable[str]) -> set[str]:

@@ -59,6 +59,14 @@ def names(doc: Mapping[str, Any]) -> list[str]:
     return str(doc["names"]).split("\n")
 
 
+def lfns(doc: Mapping[str, Any], codes: str) -> list[str]:
+    """The LFNs of the bucket's entries whose code is in `codes` (rows not looked at)."""
+    head = f"{doc['dir']}/"
+    if not str(doc["codes"]).strip(codes):  # every entry's code is one of them (the common case: all planned)
+        return [head + name for name in names(doc)]
+    return [head + name for name, code in zip(names(doc), doc["codes"]) if code in codes]
+
+
 def file_prefix(doc: Mapping[str, Any]) -> str:
     """The file _id of the bucket's directory with the trailing slash: add a base name for a file's _id."""
     bid = str(doc["_id"])

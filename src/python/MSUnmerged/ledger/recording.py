@@ -12,7 +12,7 @@ from pymongo import ReplaceOne, ReturnDocument, errors
 from pymongo.collection import Collection
 
 from MSUnmerged.config import PlannerConfig
-from MSUnmerged.guards import check_plan_lines, split_lines
+from MSUnmerged.guards import check_plan_lines
 from MSUnmerged.ledger import ages, fences
 from MSUnmerged.ledger import buckets as bk
 from MSUnmerged.ledger.base import BATCH, BUCKET_BATCH, insert_ignoring_duplicates, span
@@ -161,7 +161,11 @@ class Recording(Entries):
                     sealed.check_plan_file(f"{JOBS_DIR}/{name}", data, max_lfn_length)
                 else:
                     check_plan_lines(data, max_lfn_length, f"{JOBS_DIR}/{name}")
-                lfns = [raw.decode("utf-8", errors="surrogateescape") for raw in split_lines(data)]
+                # Decoded whole, then split: b"\n" is never part of a UTF-8 sequence, and surrogateescape decodes
+                # each other byte alike wherever the lines are cut (guards.split_lines' lines, decoded one by one).
+                lfns = data.decode("utf-8", errors="surrogateescape").split("\n")
+                if lfns[-1] == "":
+                    lfns.pop()
                 n += len(lfns)
                 built = bk.build(rse, generation, prefix, job_id(rse, generation, 1, i), i, lfns, now)
                 ids += [d["_id"] for d in built]

@@ -15,6 +15,8 @@ from MSUnmerged.ledger.states import BACKEND_JOB_STATES, RETRIABLE, FileState, J
 from MSUnmerged.worker.ids import job_id
 
 
+# What a job's files are read from of its buckets (and what _live_entries rewrites when it finds a row).
+BUCKET_FIELDS = {"dir": 1, "job": 1, "names": 1, "codes": 1, "sizes": 1}
 # Jobs whose files are read together (submission): a few queries a batch, not a whole batch's buckets at once.
 READ_JOBS = 25
 
@@ -44,6 +46,7 @@ class Rounds(Entries):
         """`job_lfns` of each of these jobs: their rows and buckets read READ_JOBS jobs at a time (two queries per
         READ_JOBS jobs, not two a job), then each job's entries sorted out against its own rows, one job at a time."""
         codes = "".join(c for s, c in bk.CODES.items() if states is None or s in states)
+        by_id = bk.CODES[FileState.WOULD_DELETE]  # such an entry may have a row of another job (_live_entries)
         found: dict[str, list[str]] = {}
         for start in range(0, len(job_ids), READ_JOBS):
             chunk = list(job_ids[start:start + READ_JOBS])
@@ -54,13 +57,17 @@ class Rounds(Entries):
                 rows[row["job"]].append(row)
             buckets: dict[str, list[dict[str, Any]]] = {jid: [] for jid in chunk}
             if codes:
-                for doc in with_retry(lambda: list(self.buckets.find(flt)), f"buckets of {what}"):
+                for doc in with_retry(lambda: list(self.buckets.find(flt, BUCKET_FIELDS)), f"buckets of {what}"):
                     buckets[doc["job"]].append(doc)
             for jid in chunk:
-                entries = self._live_entries({"job": jid}, codes, {d["_id"] for d in rows[jid]},
-                                             buckets[jid]) if codes else []
-                found[jid] = sorted([d["lfn"] for d in rows[jid] if states is None or d["state"] in states]
-                                    + [f"{doc['dir']}/{name}" for doc, _, name in entries])
+                lfns = [d["lfn"] for d in rows[jid] if states is None or d["state"] in states]
+                if rows[jid] or by_id in codes:
+                    lfns += [f"{doc['dir']}/{name}" for doc, _, name in self._live_entries(
+                        {"job": jid}, codes, {d["_id"] for d in rows[jid]}, buckets[jid])] if codes else []
+                else:  # the job has no row that could stand for an entry of its buckets (_live_entries): all are live
+                    for doc in buckets[jid]:
+                        lfns += bk.lfns(doc, codes)
+                found[jid] = sorted(lfns)
         return found
 
     def record_job_intent(self, jobs: Sequence[JobIntent], backend: str = "") -> None:
@@ -78,7 +85,8 @@ class Rounds(Entries):
         self.mark_all_submitted({job_id_: batch_id})
 
     def mark_all_submitted(self, batch_ids: Mapping[str, str]) -> None:
-        """mark_submitted of each job (job id -> its batch id), in one write."""
+        """mark_submitted of each job (job id -> its batch id), in one bulk write: a batch's marks cost one command,
+        not one a job. Each job is marked only from `submitting`, as one by one."""
         now = time.time()
         ops = [UpdateOne({"_id": jid, "state": JobState.SUBMITTING},
                          {"$set": {"state": JobState.QUEUED, "batch_id": batch_id, "submitted_at": now}})
