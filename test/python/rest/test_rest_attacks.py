@@ -240,7 +240,9 @@ def test_a_trigger_while_the_ledger_is_down_is_503(attacked: Any, ledger_away: M
     started = time.monotonic()
     status, body = trigger(app, operator_headers(attacked.key.read_bytes(), "kate"))
     assert status == 503 and body["error"] == "ledger database unavailable", body
-    assert time.monotonic() - started < 1.0 + 2.0  # bounded by rest.db_timeout_s, retries included
+    # A bound on the hang, not a speed: without rest.db_timeout_s the ledger's retries alone take ~9 s; the
+    # slack is for a busy machine (3.15 s was seen on a quiet one, beside a full suite).
+    assert time.monotonic() - started < 1.0 + 5.0
     assert app.root.data.queue.recent() == []
     assert audit_lines(attacked)[-1]["outcome"] == "refused" and audit_lines(attacked)[-1]["login"] == "kate"
 

@@ -238,7 +238,7 @@ def test_database_away_is_503_within_the_timeout(down: Mounted, path: str) -> No
     started = time.monotonic()
     status, body, _ = get(down, path)
     assert status == 503, body
-    assert time.monotonic() - started < 1.0 + 2.0
+    assert time.monotonic() - started < 1.0 + 5.0  # the hang bounded (~9 s of retries before), not a speed
 
 
 def test_database_away_metrics_report_ledger_down(down: Mounted) -> None:
