@@ -19,10 +19,11 @@ def test_deadline_bounds_the_retries() -> None:
     started = time.monotonic()
     with deadline(0.5), pytest.raises(LedgerError) as err:
         with_retry(down, "read")
-    # Bounds, not speed: the last backoff ends by the deadline; 1 s of slack for a loaded machine's scheduling
-    # (without the deadline the backoff alone is ~3 s).
-    assert err.value.reason == "ledger_unavailable" and time.monotonic() - started < 0.5 + 1.0
-    assert 1 <= len(calls) < 6  # without the deadline: 6 attempts over ~3 s of backoff
+    assert err.value.reason == "ledger_unavailable"
+    # The behaviour: the backoffs (at least 0.1, 0.2, 0.4 s with jitter) leave room for 2 retries at most before
+    # 0.5 s, a loaded machine only fewer; without the deadline all 6 attempts are made (3 to 6 s of backoff).
+    assert 1 <= len(calls) <= 3
+    assert time.monotonic() - started < 0.5 + 5.0  # bounds a hang, not a speed
 
 
 def test_without_deadline_every_attempt_is_made() -> None:

@@ -129,9 +129,8 @@ def test_trigger_refuses_a_foreign_origin(hard: Any) -> None:
 
 def test_body_size_limit_before_authentication(hard: Any) -> None:
     """Before: bodies up to 40 MiB were read and parsed, then the request refused (403)."""
-    started = time.monotonic()
     status, _ = request(hard, "POST", "data/trigger", JSON, b"{" + b" " * (hard.config.rest.max_body_bytes + 1) + b"}")
-    assert status == 413 and time.monotonic() - started < 5
+    assert status == 413  # refused before authentication (403) and before parsing (400); a hang ends at 30 s
 
 
 @pytest.mark.parametrize("fields, query, param", [
@@ -281,7 +280,9 @@ def test_slow_clients_do_not_starve_the_server(hard: Any) -> None:
         time.sleep(0.3)
         started = time.monotonic()
         status, _, _ = get(hard, "data/health?probe=live")
-        assert status == 200 and time.monotonic() - started < 3 * hard.config.rest.socket_timeout_s + 2
+        # A bound on the hang, not a speed: the probe waits for two rounds of stalled clients, each dropped after
+        # rest.socket_timeout_s (1.5 s here); with CherryPy's 10 s whatever the configuration it waited ~20 s.
+        assert status == 200 and time.monotonic() - started < 2 * hard.config.rest.socket_timeout_s + 5.0
     finally:
         for s in stalled:
             s.close()
