@@ -42,12 +42,13 @@ def build_service(config: Config, sources: Optional[Sources] = None,
             sources = LiveSources(config)
         ledger = Ledger(client[config.mongo.database], config.mongo.generations_kept, config.mongo.cycles_kept_days)
         ledger.ensure_indexes()
-        service = Service(config, ledger, sources, make_router(config, ledger.instance_id(), sources),
-                          instance=instance)
+        router = make_router(config, ledger.instance_id(), sources)
+        service = Service(config, ledger, sources, router, instance=instance)
         try:
             yield service
         finally:
             service.stop()
+            router.close()  # after serve's triggers and loop ended: nothing submits any more
     finally:
         client.close()
         if embedded is not None:

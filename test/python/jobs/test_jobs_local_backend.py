@@ -15,9 +15,10 @@ from MSUnmerged.collector import Collector, MemorySink, parse_report
 from MSUnmerged.config import Config
 from MSUnmerged.jobs.backend import BackendError, JobState, wait_for
 from MSUnmerged.jobs.local import LocalBackend
+from MSUnmerged.jobs.router import RoutingBackend
 from MSUnmerged.jobs.spec import CleanupJob, DeleteFilesStep
 from MSUnmerged.samplesite import write_siteconf
-from MSUnmerged.worker.ids import LOG_NAME, PID_NAME
+from MSUnmerged.worker.ids import CLAIM_NAME, LOG_NAME, PID_NAME
 
 SITE = RSE = "T2_XX_Local"
 B = "/store/unmerged/Run2024F/JetMET1/AOD/PromptReco-v3"
@@ -215,6 +216,43 @@ def test_queued_jobs_start_as_slots_free_up_without_being_polled(tmp_path: Path)
     states = wait_for(backend, ids, timeout=60)  # a worker that wrote its summary may still be exiting
     assert {s.state for s in states.values()} == {JobState.FINISHED}
 
+
+
+def test_close_ends_the_supervisor_and_leaves_the_queue_on_disk(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: the supervisor had no stop: after the service closed it went on starting queued workers, and with
+    the state folder gone it died on FileNotFoundError. Closed (through the router, as build_service does), it
+    ends and starts nothing more; a restarted service's backend finds the queued jobs on disk and runs each once."""
+    crashed: list[threading.ExceptHookArgs] = []
+    monkeypatch.setattr(threading, "excepthook", crashed.append)
+    storage, sc = make_site(tmp_path)
+    gate = tmp_path / "go"
+    held = tmp_path / "python-held"  # the first worker waits for the gate: the other jobs stay queued meanwhile
+    held.write_text(f"#!/bin/sh\nwhile [ ! -e {gate} ]; do sleep 0.05; done\nexec {sys.executable} \"$@\"\n")
+    held.chmod(0o755)
+    cfg = Config()
+    cfg.jobs.local_parallel = 1
+    jobs = jobs_with_files(storage, 4, 20)
+    router = RoutingBackend(cfg, lambda rse: SITE, factory=lambda kind, site: LocalBackend(
+        cfg, tmp_path / "work", siteconfig=str(sc), python=str(held)))
+    before = set(threading.enumerate())
+    ids = router.submit(jobs)
+    (supervisor,) = [t for t in threading.enumerate() if t not in before and t.name == "local-jobs"]
+    closer = threading.Thread(target=router.close)
+    closer.start()
+    closer.join(60)  # bounds a hang
+    assert not closer.is_alive() and not supervisor.is_alive()
+    queued = [j.job_id for j in jobs[1:]]
+    states = router.poll(ids)  # a closed backend still answers, and starts nothing
+    assert [states[j].state for j in queued] == [JobState.QUEUED] * 3
+    assert not any((router.for_rse(RSE).job_dir(j) / CLAIM_NAME).exists() for j in queued)
+    gate.touch()
+    again = LocalBackend(cfg, tmp_path / "work", siteconfig=str(sc))  # the restarted service's
+    finished = wait_for(again, again.find([j.job_id for j in jobs]), timeout=120)
+    assert {s.state for s in finished.values()} == {JobState.FINISHED} and len(finished) == 4
+    for j in jobs:  # each ran once: a second run would have found its files gone
+        assert parse_report(again.job_dir(j.job_id) / "report.jsonl").counters() == {"deleted": 20}
+    assert crashed == []
 
 
 def test_backends_of_several_sites_share_the_host_limit(tmp_path: Path) -> None:

@@ -73,6 +73,10 @@ class BatchBackend(Protocol):
         """Remove those of these jobs that have not started (revalidation); returns the removed job ids.
         A job that started meanwhile stays and keeps being tracked."""
 
+    def close(self) -> None:
+        """Stop what the backend runs between calls (the service is closing): jobs already submitted stay
+        where they are, and a later backend of the same kind finds them (`poll`, `find`)."""
+
 
 def remove_queued(backend: BatchBackend, batch_ids: Mapping[str, str], reason: str) -> list[str]:
     """remove_pending by polling: the jobs reported QUEUED now are removed. Exact for the local backend (it

@@ -509,6 +509,9 @@ class CondorBackend:
                     shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
         return removed
 
+    def close(self) -> None:
+        """Nothing runs between calls: the schedds keep the jobs."""
+
     def find(self, job_ids: Sequence[str]) -> dict[str, str]:
         """Which of these job ids any configured schedd knows, in its queue or history (job_id -> batch id).
 

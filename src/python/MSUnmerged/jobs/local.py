@@ -9,9 +9,9 @@ they run `jobs.local_nice` below it, with Python isolated and without its site m
 At most `jobs.local_parallel` run at once from one work folder in the process, whatever their site (the
 router makes one backend per site, and a partition of many sites must not start that many per site on one
 host); the rest wait in submission order and each backend's supervisor thread starts them as slots free up,
-between the service's cycles too (it ends when nothing waits; a submit starts it again). Everything needed to
-answer `poll` and `find` after a restart is on disk: the pid file of a running worker and the report's final
-summary line, which holds the worker's exit code.
+between the service's cycles too (it ends when nothing waits; a submit starts it again; `close` ends it for good).
+Everything needed to answer `poll` and `find` after a restart is on disk: a queued job's manifest, the pid file of
+a running worker and the report's final summary line, which holds the worker's exit code.
 """
 from __future__ import annotations
 
@@ -91,6 +91,7 @@ class LocalBackend:
         # The supervisor thread and the service's calls share the queue: every use of it holds this lock.
         self._lock = threading.RLock()
         self._supervisor: Optional[threading.Thread] = None
+        self._closed = threading.Event()
 
     @classmethod
     def from_config(cls, config: Config, site: str, ledger_id: str = "") -> "LocalBackend":
@@ -181,7 +182,10 @@ class LocalBackend:
         return out
 
     def _pump(self) -> None:
-        """Reap finished workers and start queued ones while there is room; the supervisor starts the rest."""
+        """Reap finished workers and start queued ones while there is room; the supervisor starts the rest.
+        Once closed, nothing starts: the queued jobs wait on disk for the next backend on this work folder."""
+        if self._closed.is_set():
+            return
         for name, proc in list(self._procs.items()):
             if proc.poll() is not None:
                 self._forget(name)
@@ -192,14 +196,22 @@ class LocalBackend:
             self._supervisor.start()
 
     def _supervise(self) -> None:
-        """Start waiting jobs as running ones end, until none waits."""
-        while True:
-            time.sleep(PUMP_INTERVAL_S)
+        """Start waiting jobs as running ones end, until none waits or the backend is closed."""
+        while not self._closed.wait(PUMP_INTERVAL_S):
             with self._lock:
                 self._pump()
-                if not self._queue:
+                if not self._queue or self._closed.is_set():
                     self._supervisor = None
                     return
+
+    def close(self) -> None:
+        """Stop the supervisor (after a start it is making): queued jobs stay queued on disk, running workers run
+        on; a later backend on this work folder starts the ones and tracks the others (`poll`)."""
+        self._closed.set()
+        with self._lock:  # a pump under way ends first; none starts after it
+            supervisor = self._supervisor
+        if supervisor is not None:
+            supervisor.join()
 
     def _take_slot(self, name: str) -> bool:
         """Take a slot for the job when fewer than `parallel` workers run from this work folder, whichever site's

@@ -114,3 +114,10 @@ class RoutingBackend:
             with self._use(backend):
                 out += backend.remove_pending({i: batch_ids[i] for i in ids}, reason)
         return out
+
+    def close(self) -> None:
+        """Close every backend built so far."""
+        with self._lock:
+            backends = list(self._backends.values())
+        for backend in backends:
+            backend.close()
