@@ -57,6 +57,8 @@ def test_file_and_environment(tmp_path):
     ("[jobs.sites]\nT2_XX_A = 'T2_XX'\n", {}, "jobs.sites.T2_XX_A"),
     ("", {"MSUNMERGED_SERVICE__NOPE": "1"}, "service.nope"),
     ("[service]\nlog_level = 'LOUD'\n", {}, "service.log_level"),
+    ("[service]\nstats_reuse_s = -1\n", {}, "service.stats_reuse_s"),
+    ("", {"MSUNMERGED_SERVICE__STATS_REUSE_S": "soon"}, "service.stats_reuse_s"),
     ("", {"MSUNMERGED_MONGO__URL": "mongodb://user:pw@"}, "mongo.url"),
     ("", {"MSUNMERGED_MONGO__URL": "localhost:27017"}, "mongo.url"),
     ("", {"MSUNMERGED_MONGO__URL": "mongodb://h:99999/"}, "mongo.url"),

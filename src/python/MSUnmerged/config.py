@@ -51,6 +51,8 @@ class ServiceConfig:
     # services do for their filebeat side-car; empty: stderr only.
     log_dir: str = ""
     alert_after_cycles: int = 3  # the page and data/status alert when no cycle succeeded for this many intervals
+    # How long a run may use the cycle's ConMon `stats` read instead of reading it itself (service/scans.py).
+    stats_reuse_s: float = 300.0
 
     @property
     def stale_after_s(self) -> float:
@@ -428,6 +430,7 @@ def _validate(cfg: Config) -> None:
     need(s.parallel_rses >= 1, "service.parallel_rses", "must be >= 1")
     need(s.lease_ttl_s >= 10, "service.lease_ttl_s", "must be >= 10")
     need(s.alert_after_cycles >= 1, "service.alert_after_cycles", "must be >= 1")
+    need(s.stats_reuse_s >= 0, "service.stats_reuse_s", "must be >= 0 (0: every run reads ConMon's stats itself)")
     need(s.log_level.upper() in LOG_LEVELS, "service.log_level", f"must be one of {', '.join(LOG_LEVELS)}")
     problem = _mongo_url_problem(cfg.mongo.url)
     need(problem is None, "mongo.url", f"not a MongoDB URL: {problem}")

@@ -1,5 +1,6 @@
 """The cycle's ConMon `stats` read handed to a run (service/scans.py): used while fresh, its failure recorded by
-the run as if it had read it itself, read again when older than STATS_REUSE_S; a run without one reads itself."""
+the run as if it had read it itself, read again when older than service.stats_reuse_s; a run without one reads
+itself."""
 from __future__ import annotations
 
 import json
@@ -9,7 +10,8 @@ from pathlib import Path
 import pytest
 from pymongo.database import Database
 
-from MSUnmerged.service.scans import STATS_REUSE_S, StatsRead, scan_of
+from MSUnmerged.config import Config
+from MSUnmerged.service.scans import StatsRead, scan_of
 from MSUnmerged.sources.errors import TIMEOUT, SourceError
 from MSUnmerged.sources.offline import STATS_FILE
 from servers.http_fakes import FakeCMSWeb
@@ -18,6 +20,7 @@ from test_service_loop import stats_reads
 from test_service_run import RSE, make_service
 
 pytestmark = pytest.mark.integration
+REUSE_S = Config().service.stats_reuse_s
 
 
 def test_a_fresh_read_is_used_and_a_stale_one_read_again(tmp_path: Path) -> None:
@@ -26,14 +29,14 @@ def test_a_fresh_read_is_used_and_a_stale_one_read_again(tmp_path: Path) -> None
         web.stats = json.loads((src / STATS_FILE).read_text())
         sources = ConMonStatsSources(src, web.conmon_url)
         read = StatsRead.read(sources)
-        assert stats_reads(web) == 1 and read.error is None and read.fresh()
-        assert scan_of(sources, RSE, read) == web.stats[RSE] and stats_reads(web) == 1
+        assert stats_reads(web) == 1 and read.error is None and read.fresh(REUSE_S)
+        assert scan_of(sources, RSE, read, REUSE_S) == web.stats[RSE] and stats_reads(web) == 1
         web.stats[RSE] = {**web.stats[RSE], "files": 11}  # a new scan ended since
-        stale = StatsRead(time.monotonic() - STATS_REUSE_S - 1, read.answer)
-        assert not stale.fresh()
-        assert scan_of(sources, RSE, stale)["files"] == 11 and stats_reads(web) == 2
-        assert scan_of(sources, RSE, None)["files"] == 11 and stats_reads(web) == 3  # a run by hand reads itself
-        assert scan_of(sources, "T2_XX_NoScan", read) is None
+        stale = StatsRead(time.monotonic() - REUSE_S - 1, read.answer)
+        assert not stale.fresh(REUSE_S)
+        assert scan_of(sources, RSE, stale, REUSE_S)["files"] == 11 and stats_reads(web) == 2
+        assert scan_of(sources, RSE, None, REUSE_S)["files"] == 11 and stats_reads(web) == 3  # a run by hand reads
+        assert scan_of(sources, "T2_XX_NoScan", read, REUSE_S) is None
 
 
 def test_a_failed_read_is_raised_to_each_run_as_its_own_error(tmp_path: Path) -> None:
@@ -64,7 +67,9 @@ def test_a_run_uses_the_handed_read_or_reads_again_when_stale(tmp_path: Path, mo
             assert stats_reads(web) == 0  # the handed failure, no read of its own
             assert (first.action, first.source, first.reason) == ("failed", "conmon", "conmon_timeout")
             assert svc.ledger.rse(RSE)["reason"] == "conmon_timeout"
-            stale = StatsRead(time.monotonic() - STATS_REUSE_S - 1, error=failed.error)
+            # service.stats_reuse_s as set, not the default: a read 31 s old is stale with 30 s (fresh with 300 s).
+            svc.config.service.stats_reuse_s = 30.0
+            stale = StatsRead(time.monotonic() - 31, error=failed.error)
             second = svc.runner.run_once(RSE, stats=stale)  # ConMon answers again: the run reads it and works
             assert stats_reads(web) == 1
             assert second.action == "new_generation" and second.submitted > 0
@@ -88,5 +93,5 @@ class _Broken:
 def test_an_unexpected_error_leaves_each_run_to_read_for_itself() -> None:
     sources = _Broken({RSE: {"files": 3}})
     read = StatsRead.read(sources)  # type: ignore[arg-type]
-    assert read.error is None and not read.fresh()
-    assert scan_of(sources, RSE, read) == {"files": 3} and sources.calls == 2  # type: ignore[arg-type]
+    assert read.error is None and not read.fresh(REUSE_S)
+    assert scan_of(sources, RSE, read, REUSE_S) == {"files": 3} and sources.calls == 2  # type: ignore[arg-type]

@@ -171,7 +171,7 @@ class Runner:
                              collected=collected, removed_jobs=removed, dropped_protected=dropped)
 
         doc = self.ledger.rse(rse)
-        scan = scan_of(self.sources, rse, stats)
+        scan = scan_of(self.sources, rse, stats, self.config.service.stats_reuse_s)
         decision = self._decide(rse, doc, scan)
         result = RunResult(rse, decision.action, reason=decision.reason, detail=decision.detail,
                            generation=decision.generation, collected=collected, removed_jobs=removed,

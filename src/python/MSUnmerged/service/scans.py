@@ -11,11 +11,10 @@ from MSUnmerged.sources.errors import SourceError
 
 log = logging.getLogger(__name__)
 
-# How long a run may use the cycle's read instead of reading `stats` itself. ConMon publishes a scan when it ends
-# (an RSE's scan takes hours): a run that starts within this of the read sees at worst a scan ended meanwhile as
-# not yet there, and takes it next cycle. Older, the run reads again: the dump it opens is always the latest, and
-# a scan older than the dump trips the line-count guard instead of being worked.
-STATS_REUSE_S = 300.0
+# How long a run may use the cycle's read instead of reading `stats` itself: service.stats_reuse_s. ConMon publishes
+# a scan when it ends (an RSE's scan takes hours): a run that starts within it of the read sees at worst a scan
+# ended meanwhile as not yet there, and takes it next cycle. Older, the run reads again: the dump it opens is always
+# the latest, and a scan older than the dump trips the line-count guard instead of being worked.
 
 
 @dataclass(frozen=True)
@@ -40,9 +39,9 @@ class StatsRead:
             return cls(float("-inf"))
         return cls(time.monotonic(), answer)
 
-    def fresh(self) -> bool:
-        """Young enough for a run to use instead of reading again (STATS_REUSE_S)."""
-        return time.monotonic() - self.at <= STATS_REUSE_S
+    def fresh(self, reuse_s: float) -> bool:
+        """Young enough for a run to use instead of reading again (at most `reuse_s` old)."""
+        return time.monotonic() - self.at <= reuse_s
 
     def scan(self, rse: str) -> Any:
         """The RSE's scan (None: ConMon has none); the read's failure raised as a SourceError of its own (the runs
@@ -53,8 +52,9 @@ class StatsRead:
         return self.answer.get(rse)
 
 
-def scan_of(sources: Sources, rse: str, handed: Optional[StatsRead]) -> Any:
-    """The RSE's ConMon scan for a run: from the cycle's read when it is fresh, else read now (SourceError raised)."""
-    if handed is not None and handed.fresh():
+def scan_of(sources: Sources, rse: str, handed: Optional[StatsRead], reuse_s: float) -> Any:
+    """The RSE's ConMon scan for a run: from the cycle's read when at most `reuse_s` old, else read now (SourceError
+    raised)."""
+    if handed is not None and handed.fresh(reuse_s):
         return handed.scan(rse)
     return sources.stats().get(rse)
