@@ -131,7 +131,7 @@ class Recording(Entries):
             {"_id": rse}, {"$set": {"generation": generation, "state": RSEState.PLANNED, "reason": "", "detail": "",
                                     "updated": time.time(), "protected_count": baseline},
                            "$unset": {"recording": ""}}), "finish recording")
-        self.prune_generations(rse, doc)  # after the generation is recorded whole
+        self.prune_generations(rse, pruned)  # after the generation is recorded whole
         return n
 
     def protected_baseline(self, rse: str) -> Optional[int]:
@@ -247,13 +247,11 @@ class Recording(Entries):
             yield from self._read({"rse": rse, "gen": generation, "_id": {"$gte": start, "$lt": end}}, coll, projection)
             start = end
 
-    def prune_generations(self, rse: str, doc: Optional[Mapping[str, Any]] = None) -> list[float]:
-        """Delete file and job records of generations older than the last `generations_kept`; returns those
-        generations (`doc`: the RSE's document when the caller has just read it)."""
-        doc = self.rse(rse) if doc is None else doc
-        old = prune_of(doc.get("generations", []), self.generations_kept)
+    def prune_generations(self, rse: str, old: list[float]) -> None:
+        """Delete the file and job records of these generations of the RSE (prune_of: older than the last
+        `generations_kept`) and their entries."""
         if not old:
-            return []
+            return
         with_retry(lambda: self.buckets.delete_many({"rse": rse, "gen": {"$in": old}}), "prune buckets")
         with_retry(lambda: self.fences.coll.delete_many({"rse": rse, "gen": {"$in": old}}), "prune fences")
         with_retry(lambda: self.files.delete_many({"rse": rse, "gen": {"$in": old}}), "prune files")
@@ -262,4 +260,3 @@ class Recording(Entries):
                                                   "state": {"$nin": list(LIVE_JOB_STATES)}}), "prune jobs")
         with_retry(lambda: self.rses.update_one({"_id": rse}, {"$pull": {"generations": {"gen": {"$in": old}}}}),
                    "prune generations")
-        return old
