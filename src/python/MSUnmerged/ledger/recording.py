@@ -114,7 +114,8 @@ class Recording(Entries):
             except errors.DuplicateKeyError:  # the entry is there already: a recording a crash interrupted
                 return self.rses.find_one_and_update({"_id": rse}, marked, return_document=ReturnDocument.AFTER) or {}
         doc = with_retry(mark_and_add, "mark recording")
-        n, spans, dirs = self._insert_buckets(rse, generation, plan_dir, plan.job_files, max_lfn_length, sealed)
+        n, spans, dirs = self._insert_buckets(rse, generation, plan_dir, plan.job_files, max_lfn_length, sealed,
+                                              floor_depth)
         jobs = [{"_id": job_id(rse, generation, 1, i), "rse": rse, "gen": generation, "round": 1, "n": i,
                  "state": JobState.PLANNED, "files": size, "plan_file": name, "created": now, "span": spans[i - 1]}
                 for i, (name, size) in enumerate(zip(plan.job_files, plan.job_sizes), 1)]
@@ -139,7 +140,8 @@ class Recording(Entries):
         return baseline_of(self.rse(rse).get("generations", []))
 
     def _insert_buckets(self, rse: str, generation: float, plan_dir: Path, job_files: Sequence[str],
-                        max_lfn_length: int, sealed: Optional[Seal]) -> tuple[int, list[list[str]], set[str]]:
+                        max_lfn_length: int, sealed: Optional[Seal],
+                        floor_depth: int) -> tuple[int, list[list[str]], set[str]]:
         """Every line of the jobs files, read as bytes and split on b"\\n" only, into buckets, then the
         generation's fences. A file that differs from its seal, or holds a line that is not exactly a canonical
         LFN below /store/unmerged, is refused (GuardTripped) before any of it is recorded. Returns the files
@@ -167,7 +169,7 @@ class Recording(Entries):
                 if lfns[-1] == "":
                     lfns.pop()
                 n += len(lfns)
-                built = bk.build(rse, generation, prefix, job_id(rse, generation, 1, i), i, lfns, now)
+                built = bk.build(rse, generation, prefix, job_id(rse, generation, 1, i), i, lfns, now, floor_depth)
                 ids += [d["_id"] for d in built]
                 dirs.update(d["dir"] for d in built)
                 spans.append(span(min(d["_id"] for d in built), prefix + max(lfns)) if built else [])
