@@ -371,8 +371,8 @@ def test_record_plan_with_bucket_batches_in_flight_records_every_file_and_stops_
     mongo_db.buckets.delete_many({})
     mongo_db.jobs.delete_many({})
     mongo_db.rses.delete_many({})
-    monkeypatch.setattr(recording, "BUCKET_BATCH", 1)
-    assert len(expected) > 3 and whole == 900
+    monkeypatch.setattr(recording, "RECORD_BATCH_FILES", 150)  # a job is 200 files: a batch each
+    assert len(plan.job_files) > 3 and len(expected) > 3 and whole == 900  # several batches
     assert ledger.record_plan(tmp_path / "plan", plan, GEN, sealed=seal.read_seal(tmp_path / "plan")) == 900
     assert sorted(d["_id"] for d in mongo_db.buckets.find({}, {"_id": 1})) == expected
     assert len(ledger.file_records()) == 900

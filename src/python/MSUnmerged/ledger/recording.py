@@ -15,7 +15,7 @@ from MSUnmerged.config import PlannerConfig
 from MSUnmerged.guards import check_plan_lines
 from MSUnmerged.ledger import ages, fences
 from MSUnmerged.ledger import buckets as bk
-from MSUnmerged.ledger.base import BATCH, BUCKET_BATCH, insert_ignoring_duplicates, span
+from MSUnmerged.ledger.base import BATCH, BUCKET_BATCH, RECORD_BATCH_FILES, insert_ignoring_duplicates, span
 from MSUnmerged.ledger.entries import Entries
 from MSUnmerged.ledger.retry import with_retry
 from MSUnmerged.ledger.states import LIVE_JOB_STATES, NOT_DELETED, FileState, JobState
@@ -149,6 +149,7 @@ class Recording(Entries):
         prefix = gen_prefix(rse, generation)
         now = time.time()
         batch: list[dict[str, Any]] = []
+        batch_files = 0
         ids: list[str] = []
         spans: list[list[str]] = []
         dirs: set[str] = set()
@@ -174,11 +175,12 @@ class Recording(Entries):
                 dirs.update(d["dir"] for d in built)
                 spans.append(span(min(d["_id"] for d in built), prefix + max(lfns)) if built else [])
                 batch += built
-                if len(batch) >= BUCKET_BATCH:
+                batch_files += len(lfns)
+                if batch_files >= RECORD_BATCH_FILES:
                     if inflight is not None:
                         inflight.result()
                     inflight = writer.submit(insert_ignoring_duplicates, self.buckets, batch)
-                    batch = []
+                    batch, batch_files = [], 0
             if inflight is not None:
                 inflight.result()
         insert_ignoring_duplicates(self.buckets, batch)
