@@ -81,7 +81,8 @@ def main() -> int:
         prefix = f"{RSE}|{gen_key(GEN)}|"
         for i, name in enumerate(plan.job_files, 1):
             lines = (work / "plan" / "jobs" / name).read_text().splitlines()
-            docs += buckets.build(RSE, GEN, prefix, job_id(RSE, GEN, 1, i), i, lines, time.time())
+            docs += buckets.build(RSE, GEN, prefix, job_id(RSE, GEN, 1, i), i, lines, time.time(),
+                                  config.planner.dir_floor_depth)
         t = time.perf_counter()
         raw.buckets.insert_many(docs, ordered=False)
         t_raw = time.perf_counter() - t

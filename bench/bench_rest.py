@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO / "src" / "python"))
 import ledgersim  # noqa: E402
 
 from MSUnmerged import embedded_mongo  # noqa: E402
-from MSUnmerged.ledger import Ledger  # noqa: E402
+from MSUnmerged.ledger import Ledger, buckets  # noqa: E402
 from MSUnmerged.ledger.view import MongoLedgerView  # noqa: E402
 
 N_RSES = 10
@@ -133,7 +133,7 @@ def operator_queries(t: Target) -> list[tuple[str, str, Callable[[MongoLedgerVie
 def engine_floor(view: MongoLedgerView, t: Target) -> list[tuple[str, Callable[[], Any]]]:
     """The database alone, no MSUnmerged code: each per-file page's own documents read straight with pymongo,
     the same run's floor for that page. A page's records come from rows (a document each) and bucket entries
-    (a bucket holds a directory's files of one job): its floor reads exactly the rows and the buckets its first
+    (a bucket holds one job's files of a directory, or of neighbouring ones): its floor reads exactly the rows and the buckets its first
     page's records come from, the buckets in one `_id $in` read, the rows in one index range read when they are
     all of one state and error class (the failed-files page: its (rse, gen, state, error_class, _id) range from
     its first to its last row, which SecantusDB answers faster than point look-ups), else one `_id $in` read."""
@@ -146,10 +146,12 @@ def engine_floor(view: MongoLedgerView, t: Target) -> list[tuple[str, Callable[[
             continue
         gen = records[0]["gen"]
         row_ids = [d["_id"] for d in db.files.find({"_id": {"$in": [r["cursor"] for r in records]}}, {"_id": 1})]
-        entries = {(r["dir"], r["job"]) for r in records if r["cursor"] not in set(row_ids)}
-        bucket_ids = [d["_id"] for d in db.buckets.find({"rse": t.rse, "gen": gen,
-                                                         "dir": {"$in": sorted({d for d, _ in entries})}},
-                                                        {"_id": 1, "dir": 1, "job": 1}) if (d["dir"], d["job"]) in entries]
+        entries = {(r["lfn"], r["job"]) for r in records if r["cursor"] not in set(row_ids)}
+        # A bucket holds files of its `dir` and below it (packed directories): the ones holding these entries.
+        dirs = sorted({a for lfn, _ in entries for a in buckets.ancestors(lfn)})
+        bucket_ids = [d["_id"] for d in db.buckets.find({"rse": t.rse, "gen": gen, "dir": {"$in": dirs}},
+                                                        {"_id": 1, "dir": 1, "job": 1, "names": 1})
+                      if any((f"{d['dir']}/{name}", d["job"]) in entries for name in buckets.names(d))]
         kinds = {(r["state"], r.get("error_class")) for r in records}
         rows: dict[str, Any] = {"_id": {"$in": row_ids}}
         if not entries and len(kinds) == 1:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Iterator, Optional
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from pymongo.database import Database
 
 from MSUnmerged.ledger import NOT_DELETED, RETRIABLE, FileState, Ledger, file_id, job_id
+from MSUnmerged.ledger import buckets as bk
 from MSUnmerged.lfn import PrefixSet
 from MSUnmerged.seal import JOBS_DIR
 
@@ -20,8 +22,10 @@ pytestmark = pytest.mark.integration
 RSE = "T2_CH_Model"
 GEN = 1_700_000_000.0
 ROOT = "/store/unmerged/Era/Prim/RAW/v1"
-# Nested directories with names sorting before, between and after the subdirectory: the bucket merge's hard case.
-DIRS = (f"{ROOT}/000", f"{ROOT}/000/sub", f"{ROOT}/001", f"{ROOT}/0000")
+# Nested directories with names sorting before, between and after the subdirectory: the bucket merge's hard case;
+# "000-x" sorts after "000" but its files before 000's ("-" < "/"): a pack's names are sorted whole; the dataset's
+# parent (above planner.dir_floor_depth) is never packed.
+DIRS = (f"{ROOT}/000", f"{ROOT}/000/sub", f"{ROOT}/001", f"{ROOT}/0000", f"{ROOT}/000-x", ROOT.rsplit("/", 1)[0])
 NAMES = ("a.root", "s", "sub.root", "sua", "t.root", "z.root", "0.root", "!x")
 OUTCOMES = ("deleted", "would_delete", "missing", "failed", "unknown", "skipped_protected")
 SUCCESS_CLASS = ("", "symlink_in_path")  # success without, and (rarely) with an error class
@@ -154,10 +158,17 @@ op_st = st.one_of(
 @settings(max_examples=30, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate], suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 @given(lfns=lfns_st, per_job=st.integers(1, 8), shuffle=st.randoms(use_true_random=False),
-       ops=st.lists(op_st, max_size=8), limit=st.integers(1, 7), prefix=st.sampled_from(DIRS + (f"{ROOT}/000/s",)))
+       ops=st.lists(op_st, max_size=8), limit=st.integers(1, 7), prefix=st.sampled_from(DIRS + (f"{ROOT}/000/s",)),
+       pack=st.sampled_from([1, 3, bk.PACK_NAMES]))
 def test_ledger_answers_like_a_per_file_model(tmp_path: Path, mongo_db: Database, lfns: list[str], per_job: int,
                                                shuffle: Any, ops: list[tuple[Any, ...]], limit: int,
-                                               prefix: str) -> None:
+                                               prefix: str, pack: int) -> None:
+    with mock.patch.object(bk, "PACK_NAMES", pack):  # 1: one directory a bucket, as recorded before packing
+        run_model(tmp_path, mongo_db, lfns, per_job, shuffle, ops, limit, prefix)
+
+
+def run_model(tmp_path: Path, mongo_db: Database, lfns: list[str], per_job: int, shuffle: Any,
+              ops: list[tuple[Any, ...]], limit: int, prefix: str) -> None:
     for name in mongo_db.list_collection_names():
         mongo_db.drop_collection(name)
     ledger = Ledger(mongo_db)

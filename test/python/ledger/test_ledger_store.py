@@ -14,6 +14,7 @@ from MSUnmerged.config import Config
 from MSUnmerged.embedded_mongo import EmbeddedMongo
 from MSUnmerged.guards import PLAN_MODIFIED, GuardTripped
 from MSUnmerged.ledger import Ledger, LedgerError, job_id, recording, with_retry
+from MSUnmerged.ledger import buckets as bk
 from MSUnmerged.lfn import PrefixSet
 
 pytestmark = pytest.mark.integration
@@ -326,8 +327,9 @@ def test_drop_protected_reads_a_generation_by_windows_and_misses_nothing_whateve
     `_id` windows cut at its fences, and the covered buckets by `_id`. The windows tile the generation whatever
     its fence list says: with the list gone, or a complete-looking one short of buckets, every file the list
     holds below is still dropped, rows (failed files) and bucket entries alike."""
-    monkeypatch.setattr(recording, "BUCKET_BATCH", 2)
+    monkeypatch.setattr(recording, "BUCKET_WINDOW", 2)
     monkeypatch.setattr(recording, "ROW_WINDOW", 3)
+    monkeypatch.setattr(bk, "PACK_NAMES", 1)  # one directory a bucket: many buckets, as recorded before packing
     ledger = Ledger(mongo_db)
     ledger.record_plan(tmp_path / "plan", make_plan(tmp_path), GEN)
     ledger.record_outcomes(FIRST, [{"lfn": x, "state": "failed", "error_class": "permission_denied", "error": "EACCES"}
@@ -369,8 +371,8 @@ def test_record_plan_with_bucket_batches_in_flight_records_every_file_and_stops_
     mongo_db.buckets.delete_many({})
     mongo_db.jobs.delete_many({})
     mongo_db.rses.delete_many({})
-    monkeypatch.setattr(recording, "BUCKET_BATCH", 2)
-    assert len(expected) > 3 * 2 and whole == 900
+    monkeypatch.setattr(recording, "RECORD_BATCH_FILES", 150)  # a job is 200 files: a batch each
+    assert len(plan.job_files) > 3 and len(expected) > 3 and whole == 900  # several batches
     assert ledger.record_plan(tmp_path / "plan", plan, GEN, sealed=seal.read_seal(tmp_path / "plan")) == 900
     assert sorted(d["_id"] for d in mongo_db.buckets.find({}, {"_id": 1})) == expected
     assert len(ledger.file_records()) == 900

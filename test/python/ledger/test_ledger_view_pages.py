@@ -1,6 +1,6 @@
 """The per-file pages' reads on a real SecantusDB: a job's page tells the entries that have a row from the rows of
-its span (no look-up by id), a directory's first page reads no ancestor buckets, and serve's view keeps an RSE's
-current generation for its time to live."""
+its span (no look-up by id), a directory's pages read the ancestors' buckets by an index's fields, and serve's view
+keeps an RSE's current generation for its time to live."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -84,23 +84,30 @@ def test_a_job_page_reads_its_span_rows_and_looks_no_entry_up(tmp_path: Path, mo
     assert not [f for c, f in finds.seen if c == "files" and isinstance(f.get("_id"), dict) and "$in" in f["_id"]]
 
 
-def test_a_directory_first_page_reads_no_ancestor_bucket(tmp_path: Path, mongo_url: str, mongo_db: Database) -> None:
+def test_directory_pages_read_their_ancestors_buckets_by_the_index_fields_alone(tmp_path: Path, mongo_url: str,
+                                                                             mongo_db: Database) -> None:
+    """A directory inside a pack (its files in a bucket of an ancestor directory) is listed whole from its first
+    page on; the ancestors' buckets are asked for by (rse, gen, dir) alone: SecantusDB scans the whole collection
+    for a filter with any other field (a state, a job)."""
     ledger = Ledger(mongo_db)
     ledger.ensure_indexes()
     ledger.record_plan(tmp_path / "plan", make_plan(tmp_path), GEN)
     everything = ledger.file_records()
+    prefix = "/store/unmerged/Era/P1/RAW/Proc-v1/000/001/"
+    assert mongo_db.buckets.count_documents({"dir": prefix.rsplit("/", 2)[0]})  # packed: held by the parent's buckets
+    assert not mongo_db.buckets.count_documents({"dir": prefix[:-1]})
     finds = Finds()
     with MongoClient(mongo_url, event_listeners=[finds]) as client:
         reader = Ledger(client[mongo_db.name])
-        prefix = "/store/unmerged/Era/P1/RAW/Proc-v1/000/"
-        first = reader.query_files(RSE, dir_prefix=prefix, limit=5)["items"]
-        assert not [f for c, f in finds.seen if c == "buckets" and "dir" in f]
-        # Later pages, and a prefix that ends inside a name, still need them (the property test checks the answers).
-        assert paged(reader, 5, dir_prefix=prefix) == [d for d in everything if d["lfn"].startswith(prefix)]
-        assert first == [d for d in everything if d["lfn"].startswith(prefix)][:5]
-        assert paged(reader, 5, dir_prefix=prefix + "001/f1") == [
-            d for d in everything if d["lfn"].startswith(prefix + "001/f1")]
-    assert [f for c, f in finds.seen if c == "buckets" and "dir" in f]
+        inside = [d for d in everything if d["lfn"].startswith(prefix)]
+        assert reader.query_files(RSE, dir_prefix=prefix, limit=5)["items"] == inside[:5]
+        assert paged(reader, 5, dir_prefix=prefix) == inside
+        assert paged(reader, 5, dir_prefix=prefix + "f1") == [d for d in everything if d["lfn"].startswith(prefix + "f1")]
+        assert paged(reader, 7, state="planned") == [d for d in everything if d["state"] == "planned"]
+        job = job_id(RSE, GEN, 1, 2)
+        assert paged(reader, 7, job=job) == [d for d in everything if d["job"] == job]
+    asked = [f for c, f in finds.seen if c == "buckets" and "dir" in f]
+    assert asked and all(set(f) == {"rse", "gen", "dir"} for f in asked)
 
 
 def test_serve_view_keeps_the_current_generation_for_its_ttl(tmp_path: Path, mongo_db: Database) -> None:

@@ -13,7 +13,9 @@ from MSUnmerged.ledger.retry import with_retry
 
 EVENTS_KEPT = 50
 BATCH = 10_000
-BUCKET_BATCH = 500  # buckets per insert (each up to a job's files)
+BUCKET_BATCH = 500  # buckets per write or window (each up to PACK_NAMES files, or a job's files of one directory)
+# Files per insert of a plan's buckets: serve builds the next batch while the database holds this one whole.
+RECORD_BATCH_FILES = 100_000
 
 
 def span(first: str, last: str) -> list[str]:

@@ -1,8 +1,9 @@
-"""Bucket documents: one per (directory, round-1 job) of a recorded plan, holding its files' base names and
-one outcome code per file (docs/ledger.md, "Shape"). Pure functions: building, reading and rewriting them."""
+"""Bucket documents: a round-1 job's files of one directory, or of neighbouring directories of one dataset packed
+together, as names relative to the bucket's directory with one outcome code per file (docs/ledger.md, "Shape").
+Pure functions: building, reading and rewriting them."""
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 from MSUnmerged.ledger.states import FileState
 
@@ -14,17 +15,16 @@ CODES = {FileState.PLANNED: "p", FileState.DELETED: "d", FileState.WOULD_DELETE:
 STATE_OF = {code: state for state, code in CODES.items()}
 _VALUE_OF = {code: state.value for state, code in CODES.items()}  # a record's `state` (pages build thousands)
 NO_SIZE = -1
+# A job's directories of one dataset share a bucket up to this many files: SecantusDB's cost is per document
+# (~0.35 ms each, as much as ~400 names' bytes), and a directory of 25 files was a document of its own.
+PACK_NAMES = 1000
 
 
 def bucket_id(prefix: str, directory: str, n: int) -> str:
-    """`prefix` is gen_prefix(rse, generation); n the round-1 job's number."""
+    """`prefix` is gen_prefix(rse, generation); `directory` the directory of the bucket's first file (its own
+    directory, or one below it when directories are packed); n the round-1 job's number. It sorts before every
+    file at or after that first one, and as close to it as it can: a page's windows end at bucket ids."""
     return f"{prefix}{directory}/{SEP}{n:06d}"
-
-
-def dir_of(bid: str, prefix: str) -> Optional[str]:
-    """The directory of the bucket whose id is `bid`, or None when `bid` is not a bucket id under `prefix`."""
-    cut = bid.rfind("/" + SEP)
-    return bid[len(prefix):cut] if bid.startswith(prefix) and cut > len(prefix) else None
 
 
 def split(lfn: str) -> tuple[str, str]:
@@ -33,17 +33,47 @@ def split(lfn: str) -> tuple[str, str]:
     return d, name
 
 
+def ancestors(path: str) -> list[str]:
+    """The directories `path` lies in, shortest first: every bucket that can hold it is one of theirs."""
+    return [path[:i] for i, c in enumerate(path) if c == "/" and i > 0]
+
+
+def _common(a: str, b: str) -> str:
+    """The deepest directory holding both directories (component-wise)."""
+    while not (b == a or b.startswith(a + "/")):
+        a = a.rpartition("/")[0]
+    return a
+
+
+def _packs(dirs: Iterable[str], sizes: Mapping[str, int], floor_depth: int) -> Iterator[tuple[str, list[str]]]:
+    """(bucket directory, its directories): the directories in order, neighbours packed while the pack holds at
+    most PACK_NAMES files and their common directory is at least `floor_depth` elements deep (one dataset)."""
+    head, members, size = "", [], 0
+    for d in dirs:
+        common = _common(head, d) if members else d
+        if members and (size + sizes[d] > PACK_NAMES or common.count("/") + 1 < floor_depth):
+            yield head, members
+            common, members, size = d, [], 0
+        head, size = common, size + sizes[d]
+        members.append(d)
+    if members:
+        yield head, members
+
+
 def build(rse: str, generation: float, prefix: str, job: str, n: int, lfns: Sequence[str],
-          now: float) -> list[dict[str, Any]]:
-    """The buckets of one round-1 job: its files grouped by directory, names sorted, all planned."""
-    by_dir: dict[str, list[str]] = {}
+          now: float, floor_depth: int) -> list[dict[str, Any]]:
+    """The buckets of one round-1 job: its files grouped by directory, neighbouring directories of a dataset
+    (`floor_depth` elements, planner.dir_floor_depth) packed, names sorted, all planned."""
+    by_dir: dict[str, set[str]] = {}
     for lfn in lfns:
         d, name = split(lfn)
-        by_dir.setdefault(d, []).append(name)
+        by_dir.setdefault(d, set()).add(name)
     docs = []
-    for d, all_names in by_dir.items():
-        names = sorted(set(all_names))
-        docs.append({"_id": bucket_id(prefix, d, n), "rse": rse, "gen": generation, "dir": d, "job": job,
+    for head, members in _packs(sorted(by_dir), {d: len(v) for d, v in by_dir.items()}, floor_depth):
+        # Sorted whole: "a/b/x" sorts after "a/b-c/y" although "a/b" sorts before "a/b-c".
+        names = sorted(f"{d[len(head) + 1:]}/{name}" if d != head else name for d in members for name in by_dir[d])
+        first = f"{head}/{names[0]}".rpartition("/")[0]
+        docs.append({"_id": bucket_id(prefix, first, n), "rse": rse, "gen": generation, "dir": head, "job": job,
                      "n": len(names), "names": "\n".join(names), "codes": CODES[FileState.PLANNED] * len(names),
                      **summary(CODES[FileState.PLANNED] * len(names)), "t": now})
     return docs
@@ -68,16 +98,17 @@ def lfns(doc: Mapping[str, Any], codes: str) -> list[str]:
 
 
 def file_prefix(doc: Mapping[str, Any]) -> str:
-    """The file _id of the bucket's directory with the trailing slash: add a base name for a file's _id."""
+    """The file _id of the bucket's directory with the trailing slash: add a name for a file's _id."""
     bid = str(doc["_id"])
-    return bid[:bid.rindex(SEP)]
+    return f"{bid[:bid.index('|', bid.index('|') + 1) + 1]}{doc['dir']}/"
 
 
 def record(doc: Mapping[str, Any], i: int, name: str) -> dict[str, Any]:
     """Entry i's per-file record, the same dict a row holds."""
     code = doc["codes"][i]
+    lfn = f"{doc['dir']}/{name}"
     out: dict[str, Any] = {"_id": file_prefix(doc) + name, "rse": doc["rse"], "gen": doc["gen"],
-                           "lfn": f"{doc['dir']}/{name}", "dir": doc["dir"], "state": _VALUE_OF[code],
+                           "lfn": lfn, "dir": lfn.rpartition("/")[0], "state": _VALUE_OF[code],
                            "job": doc["job"], "attempts": 1, "t": doc["t"]}
     if code != CODES[FileState.PLANNED]:
         out.update(error_class="", error="")

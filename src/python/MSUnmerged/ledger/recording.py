@@ -15,7 +15,7 @@ from MSUnmerged.config import PlannerConfig
 from MSUnmerged.guards import check_plan_lines
 from MSUnmerged.ledger import ages, fences
 from MSUnmerged.ledger import buckets as bk
-from MSUnmerged.ledger.base import BATCH, BUCKET_BATCH, insert_ignoring_duplicates, span
+from MSUnmerged.ledger.base import BATCH, RECORD_BATCH_FILES, insert_ignoring_duplicates, span
 from MSUnmerged.ledger.entries import Entries
 from MSUnmerged.ledger.retry import with_retry
 from MSUnmerged.ledger.states import LIVE_JOB_STATES, NOT_DELETED, FileState, JobState
@@ -27,6 +27,9 @@ from MSUnmerged.worker.ids import gen_prefix, job_id
 PROTECTED_SINCE_PLANNING = "protected_since_planning"
 # Buckets per window of drop_protected's scan of a generation's rows (rows are sparse: a few percent of the files).
 ROW_WINDOW = 100
+# Buckets per window of its scan of the buckets, and per read of those it reads whole: up to PACK_NAMES files each,
+# ~125k files a window (SecantusDB holds every document a query matches, whole).
+BUCKET_WINDOW = 125
 
 
 class PlanSummary(Protocol):
@@ -114,7 +117,8 @@ class Recording(Entries):
             except errors.DuplicateKeyError:  # the entry is there already: a recording a crash interrupted
                 return self.rses.find_one_and_update({"_id": rse}, marked, return_document=ReturnDocument.AFTER) or {}
         doc = with_retry(mark_and_add, "mark recording")
-        n, spans, dirs = self._insert_buckets(rse, generation, plan_dir, plan.job_files, max_lfn_length, sealed)
+        n, spans, dirs = self._insert_buckets(rse, generation, plan_dir, plan.job_files, max_lfn_length, sealed,
+                                              floor_depth)
         jobs = [{"_id": job_id(rse, generation, 1, i), "rse": rse, "gen": generation, "round": 1, "n": i,
                  "state": JobState.PLANNED, "files": size, "plan_file": name, "created": now, "span": spans[i - 1]}
                 for i, (name, size) in enumerate(zip(plan.job_files, plan.job_sizes), 1)]
@@ -139,7 +143,8 @@ class Recording(Entries):
         return baseline_of(self.rse(rse).get("generations", []))
 
     def _insert_buckets(self, rse: str, generation: float, plan_dir: Path, job_files: Sequence[str],
-                        max_lfn_length: int, sealed: Optional[Seal]) -> tuple[int, list[list[str]], set[str]]:
+                        max_lfn_length: int, sealed: Optional[Seal],
+                        floor_depth: int) -> tuple[int, list[list[str]], set[str]]:
         """Every line of the jobs files, read as bytes and split on b"\\n" only, into buckets, then the
         generation's fences. A file that differs from its seal, or holds a line that is not exactly a canonical
         LFN below /store/unmerged, is refused (GuardTripped) before any of it is recorded. Returns the files
@@ -147,6 +152,7 @@ class Recording(Entries):
         prefix = gen_prefix(rse, generation)
         now = time.time()
         batch: list[dict[str, Any]] = []
+        batch_files = 0
         ids: list[str] = []
         spans: list[list[str]] = []
         dirs: set[str] = set()
@@ -167,16 +173,17 @@ class Recording(Entries):
                 if lfns[-1] == "":
                     lfns.pop()
                 n += len(lfns)
-                built = bk.build(rse, generation, prefix, job_id(rse, generation, 1, i), i, lfns, now)
+                built = bk.build(rse, generation, prefix, job_id(rse, generation, 1, i), i, lfns, now, floor_depth)
                 ids += [d["_id"] for d in built]
                 dirs.update(d["dir"] for d in built)
                 spans.append(span(min(d["_id"] for d in built), prefix + max(lfns)) if built else [])
                 batch += built
-                if len(batch) >= BUCKET_BATCH:
+                batch_files += len(lfns)
+                if batch_files >= RECORD_BATCH_FILES:
                     if inflight is not None:
                         inflight.result()
                     inflight = writer.submit(insert_ignoring_duplicates, self.buckets, batch)
-                    batch = []
+                    batch, batch_files = [], 0
             if inflight is not None:
                 inflight.result()
         insert_ignoring_duplicates(self.buckets, batch)
@@ -213,14 +220,14 @@ class Recording(Entries):
         states = {FileState.PLANNED.value, FileState.WOULD_DELETE.value}
         shape = {"dir": 1, "states": 1, "rse": 1, "gen": 1}
         buckets = (self._read({"job": job}, self.buckets, shape) if job is not None
-                   else self._windows(rse, generation, self.buckets, BUCKET_BATCH, shape))
+                   else self._windows(rse, generation, self.buckets, BUCKET_WINDOW, shape))
         # A base at or below <dir>/<name> is at or below <dir> (PrefixSet): only the buckets of directories
         # that hold a base below them can have entries to drop, and only those are read whole, by _id alone.
         near = [b["_id"] for b in buckets if live(b) and states.intersection(b["states"]) and held(b["dir"])]
         codes = bk.CODES[FileState.PLANNED] + bk.CODES[FileState.WOULD_DELETE]
         n = len(ids)
-        for start in range(0, len(near), BUCKET_BATCH):
-            covered = [e for e in self._live_entries({"_id": {"$in": near[start:start + BUCKET_BATCH]}}, codes)
+        for start in range(0, len(near), BUCKET_WINDOW):
+            covered = [e for e in self._live_entries({"_id": {"$in": near[start:start + BUCKET_WINDOW]}}, codes)
                        if held(f"{e[0]['dir']}/{e[2]}")]
             self._move_to_rows([(e, dropped) for e in covered], {"state": {"$in": not_deleted}})
             n += len(covered)

@@ -13,6 +13,7 @@ from pymongo.collection import Collection
 from MSUnmerged.ledger import buckets as bk
 from MSUnmerged.ledger import fences
 from MSUnmerged.ledger.retry import with_retry
+from MSUnmerged.worker.ids import file_id
 
 BUCKETS_PER_READ = 20
 MIN_CHECK = 50  # bucket entries checked for rows per query, at least
@@ -33,16 +34,29 @@ def with_rows(rows: Collection, ids: Iterable[str]) -> set[str]:
     return found
 
 
-def _ancestors(lo: str, hi: str) -> list[str]:
-    """The directories the path of `lo` ("<rse>|<gen>|<path>") lies in whose bucket may hold a file of [lo, hi).
-    When hi is lo's own prefix range (a directory page's first page), only the directory of lo's last path
-    component can: a file of D is D/<name without '/'>, which starts with lo only if the rest of lo after
-    D/ has no '/' (and is not empty: then D's bucket, D/ + SEP..., sorts after lo)."""
-    path = lo.split("|", 2)[2]
-    dirs = [path[:i] for i, c in enumerate(path) if c == "/" and i > 0]
-    if hi == lo + TOP:
-        dirs = [d for d in dirs if path[len(d) + 1:] and "/" not in path[len(d) + 1:]]
-    return dirs
+def _matches(doc: Mapping[str, Any], flt: Mapping[str, Any]) -> bool:
+    """The bucket matches a page's bucket filter (equalities, an array field holding the value, `$in`)."""
+    for key, want in flt.items():
+        have = doc.get(key)
+        if isinstance(want, Mapping):
+            if set(want) != {"$in"}:
+                raise ValueError(f"bucket filter {key}: only $in is matched here, not {sorted(want)}")
+            if have not in want["$in"]:
+                return False
+        elif not (want in have if isinstance(have, list) else have == want):
+            return False
+    return True
+
+
+def holders(buckets: Collection, scope: Mapping[str, Any], fid: str) -> list[dict[str, Any]]:
+    """The buckets of the RSE generation `scope` ({rse, gen}) in the directories file _id `fid` lies in that sort
+    before it: those may hold it, or files after it. Queried by the index's fields alone (rse, gen, dir):
+    SecantusDB scans the whole collection for any other field set."""
+    dirs = bk.ancestors(fid.split("|", 2)[2])
+    if not dirs:
+        return []
+    return [d for d in with_retry(lambda: list(buckets.find({**scope, "dir": {"$in": dirs}})), "ancestor buckets")
+            if d["_id"] < fid]
 
 
 Entry = tuple[str, int, str]  # bk.entries: (file _id, index, base name)
@@ -121,12 +135,13 @@ def _picked(doc: Mapping[str, Any], pick: Mapping[str, Any]) -> bool:
 
 def page(rows: Collection, row_flt: Optional[Mapping[str, Any]], buckets: Collection,
          bucket_flt: Optional[Mapping[str, Any]], codes: str, lo: str, lo_inclusive: bool, hi: str,
-         limit: int, fence_ids: Sequence[str] = (), all_rows: bool = False,
+         limit: int, scope: Mapping[str, Any], fence_ids: Sequence[str] = (), all_rows: bool = False,
          bucket_floor: str = "", pick: Optional[Mapping[str, Any]] = None,
          reach: Optional[str] = None) -> list[dict[str, Any]]:
     """The first `limit` records in _id order in the range: rows matching row_flt merged with bucket entries
     (buckets matching bucket_flt, codes in `codes`); a None filter leaves that side out. `all_rows`: row_flt
-    selects every row of the range, so the rows read are all those that can stand for a bucket entry;
+    selects every row of the range, so the rows read are all those that can stand for a bucket entry; `scope`:
+    the RSE generation ({rse, gen}) the range lies in;
     `bucket_floor`: no bucket matching bucket_flt sorts below it. `pick` (with all_rows, for a range that holds
     few records, such as a job's span): each window's rows are read whole, the page's rows are those with
     `pick`'s field values, and all of them stand for entries (no look-up by id).
@@ -137,12 +152,9 @@ def page(rows: Collection, row_flt: Optional[Mapping[str, Any]], buckets: Collec
     pending = _Pending(codes, lo, lo_inclusive, hi)
     if with_buckets and lo > bucket_floor:
         # The buckets of lo's own ancestor directories sort before lo but may hold later files.
-        dirs = _ancestors(lo, hi)
-        if dirs:
-            for doc in with_retry(lambda: list(buckets.find({**bucket_flt, "dir": {"$in": dirs}})),
-                                  "ancestor buckets"):
-                if doc["_id"] < lo:
-                    pending.push(doc)
+        for doc in holders(buckets, scope, lo):
+            if _matches(doc, bucket_flt):
+                pending.push(doc)
     out: list[dict[str, Any]] = []
     start, inclusive = lo, lo_inclusive
     windows = fences.Windows(fence_ids, lo, hi, FIRST_BUCKETS if with_buckets else FIRST_ROW_BUCKETS, reach)
@@ -183,9 +195,9 @@ def page(rows: Collection, row_flt: Optional[Mapping[str, Any]], buckets: Collec
 
 def find_entry(buckets: Collection, rse: str, generation: float, lfn: str) -> Optional[dict[str, Any]]:
     """The bucket record of one LFN of a generation (None: in no bucket; a row may still hold it)."""
-    d, name = bk.split(lfn)
-    for doc in with_retry(lambda: list(buckets.find({"rse": rse, "gen": generation, "dir": d})), "file's bucket"):
-        names = bk.names(doc)
+    fid = file_id(rse, generation, lfn)
+    for doc in holders(buckets, {"rse": rse, "gen": generation}, fid):
+        names, name = bk.names(doc), lfn[len(doc["dir"]) + 1:]
         i = bisect.bisect_left(names, name)
         if i < len(names) and names[i] == name and doc["codes"][i] != bk.ROW:
             return bk.record(doc, i, name)
