@@ -142,6 +142,72 @@ def test_a_hanging_conmon_is_read_once_a_cycle_and_every_rse_records_it(
                                                                           "unreadable (") for r in caplog.records)
 
 
+LARGE, SMALLS = "T2_MM_Large", ("T2_AA_Small", "T2_ZZ_Small")  # the large one much larger than the rest
+HOLD_SIZES = {LARGE: 240, SMALLS[0]: 20, SMALLS[1]: 20}
+
+
+def hold_service(tmp_path: Path, mongo_db: Database, bound_s: int) -> Service:
+    """Two RSE threads (one during a hold) and a cycle whose largest RSE is held for (service/hold.py)."""
+    src = write_sources(tmp_path / "src", [*HOLD_SIZES, RSE], files={**HOLD_SIZES, RSE: 10})
+    svc = make_service(tmp_path, mongo_db, src, interval_s=300, parallel_rses=2, largest_first_hold_s=bound_s)
+    for rse in HOLD_SIZES:
+        make_site(tmp_path, src, rse, svc.config)
+    return svc
+
+
+def test_the_others_start_once_the_largest_rse_submitted_its_first_batch(
+        tmp_path: Path, mongo_db: Database, caplog: pytest.LogCaptureFixture) -> None:
+    svc = hold_service(tmp_path, mongo_db, bound_s=300)
+    steps: list[tuple[str, str]] = []
+    svc.runner.hook = lambda step, rse: steps.append((step, rse))
+    caplog.set_level(logging.INFO, logger="MSUnmerged")
+    try:
+        results = svc.cycle(list(HOLD_SIZES), slot=1)
+    finally:
+        svc.stop()
+    assert all(results[rse].submitted > 0 for rse in HOLD_SIZES)
+    # Its intent is recorded just before its first batch is submitted, and the small ones start only after that.
+    intent = steps.index(("intent", LARGE))
+    assert all(steps.index(("reconciled", rse)) > intent for rse in SMALLS)
+    cid = mongo_db.cycles.find_one({})["_id"]
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert f"cycle {cid}: 1 of 2 RSE threads until {LARGE}'s first batch (at most 300 s)" in lines
+    assert any(ln.startswith(f"cycle {cid}: every RSE thread from now: {LARGE}: first batch submitted after ")
+               for ln in lines)
+
+
+def test_a_hold_is_bounded_and_every_other_rse_still_runs(tmp_path: Path, mongo_db: Database,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    svc = hold_service(tmp_path, mongo_db, bound_s=1)
+    release = threading.Event()
+    seen_while_stuck: list[list[str]] = []
+
+    def stuck_before_its_first_batch(step: str, rse: str) -> None:
+        if rse == LARGE and step == "planned":  # stuck until the small ones are done: the hold must not wait
+            deadline = time.monotonic() + 120  # bounds a hang, not a speed
+            while not release.is_set() and time.monotonic() < deadline:
+                doc = mongo_db.cycles.find_one({}, {"results": 1}) or {}
+                if all(rse in (doc.get("results") or {}) for rse in SMALLS):
+                    seen_while_stuck.append(sorted(doc["results"]))
+                    return
+                time.sleep(0.1)
+
+    svc.runner.hook = stuck_before_its_first_batch
+    caplog.set_level(logging.INFO, logger="MSUnmerged")
+    try:
+        results = svc.cycle(list(HOLD_SIZES), slot=1)
+    finally:
+        release.set()
+        svc.stop()
+    assert seen_while_stuck == [sorted(SMALLS)]
+    assert all(results[rse].submitted > 0 for rse in HOLD_SIZES)
+    doc = mongo_db.cycles.find_one({})
+    assert sorted(doc["results"]) == sorted(HOLD_SIZES) and doc["unfinished"] == []
+    assert any(r.levelno == logging.WARNING and r.getMessage().startswith(
+        f"cycle {doc['_id']}: every RSE thread from now: {LARGE}: no first batch within "
+        "service.largest_first_hold_s after ") for r in caplog.records)
+
+
 @pytest.mark.integration
 @pytest.mark.slow
 def test_the_service_loop_pushes_after_its_cycles(tmp_path: Path, mongo_db: Database,

@@ -68,7 +68,8 @@ class Service:
         self._drainer: Optional[Drainer] = None
 
     def cycle(self, rses: Optional[Sequence[str]] = None, slot: Optional[int] = None) -> dict[str, RunResult]:
-        """One polling cycle: every RSE of this instance once (across instances), in parallel, largest first.
+        """One polling cycle: every RSE of this instance once (across instances), in parallel, largest first; while a
+        much larger largest RSE has not submitted its first batch, on half the threads (FirstBatchHold, hold.py).
 
         ConMon's `stats` is read once, before the interval's clock starts: it orders the RSEs (order_rses) and its
         answer, or its failure, is handed to each run (scans.StatsRead). An RSE leased by another instance is
