@@ -8,7 +8,8 @@ Measured: the cycle's wall time; each RSE's run and its time to first submitted 
 peak RSS of this process (`serve`'s part) and of SecantusDB (not of the workers, short dry-run processes); the
 database folder's size; `/metrics` render time after the cycle; CPU seconds in the cycle of this process, of its
 workers (children reaped) and of SecantusDB; how many child processes ran at once (sampled every 0.2 s); how many
-workers started in the cycle (their pid files) and at which niceness (`jobs.local_nice`). With `--before SRC` the same cycle first runs
+workers started in the cycle (their pid files) and at which niceness (`jobs.local_nice`); the cycle's log lines about
+its RSE threads (`cycle_threads_log`: the hold for the largest RSE's first batch, its start and end). With `--before SRC` the same cycle first runs
 with another checkout's code (e.g. /work/main/src/python) in a child process: before/after in one command.
 
     python3 bench/bench_partition.py [--spread 1000000x1,100000x5,10000x30,1000x114] [--before SRC] [--parallel-rses N]

@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 from pathlib import Path
+from typing import Sequence
 
 import pytest
 from pymongo.database import Database
@@ -17,6 +18,7 @@ from pymongo.database import Database
 from MSUnmerged.alerts import Notifier
 from MSUnmerged.ledger.view import MongoLedgerView
 from MSUnmerged.service import Service
+from MSUnmerged.service.result import Hook
 from MSUnmerged.sources.offline import RSES_FILE, STATS_FILE
 from servers.alertmanager import AlertManagerServer
 from servers.http_fakes import FakeCMSWeb
@@ -26,6 +28,22 @@ from test_service_run import RSE, make_service
 pytestmark = pytest.mark.integration
 
 SLOW, FAST = "T2_AA_Slow", "T2_ZZ_Fast"  # the slow one first in name order
+
+
+def planned_until_recorded(mongo_db: Database, held: str, others: Sequence[str], release: threading.Event,
+                           seen: list[list[str]]) -> Hook:
+    """A hook that keeps `held`'s run at its `planned` step until every one of `others` has its result on the cycle
+    document (then the RSEs there go to `seen`), `release` is set, or 120 s passed (a hang's bound, not a speed)."""
+    def hook(step: str, rse: str) -> None:
+        if rse == held and step == "planned":
+            deadline = time.monotonic() + 120
+            while not release.is_set() and time.monotonic() < deadline:
+                doc = mongo_db.cycles.find_one({}, {"results": 1}) or {}
+                if all(other in (doc.get("results") or {}) for other in others):
+                    seen.append(sorted(doc["results"]))
+                    return
+                time.sleep(0.1)
+    return hook
 
 
 def test_results_are_recorded_as_rses_finish_and_logged(tmp_path: Path, mongo_db: Database,
@@ -38,18 +56,8 @@ def test_results_are_recorded_as_rses_finish_and_logged(tmp_path: Path, mongo_db
     svc.config.jobs.submit_batch = 1  # one log line per batch: several for each RSE
     release = threading.Event()
     seen_while_blocked: list[list[str]] = []
-
-    def hold_the_slow_one(step: str, rse: str) -> None:
-        if rse == SLOW and step == "planned":  # the slow RSE waits until the fast one is on the cycle document
-            deadline = time.monotonic() + 120
-            while not release.is_set() and time.monotonic() < deadline:
-                doc = mongo_db.cycles.find_one({}, {"results": 1}) or {}
-                if (doc.get("results") or {}).get(FAST):
-                    seen_while_blocked.append(sorted(doc["results"]))
-                    return
-                time.sleep(0.1)
-
-    svc.runner.hook = hold_the_slow_one
+    # the slow RSE waits until the fast one is on the cycle document
+    svc.runner.hook = planned_until_recorded(mongo_db, SLOW, [FAST], release, seen_while_blocked)
     caplog.set_level(logging.INFO, logger="MSUnmerged")
     try:
         results = svc.cycle([SLOW, FAST], slot=1)
@@ -181,18 +189,8 @@ def test_a_hold_is_bounded_and_every_other_rse_still_runs(tmp_path: Path, mongo_
     svc = hold_service(tmp_path, mongo_db, bound_s=1)
     release = threading.Event()
     seen_while_stuck: list[list[str]] = []
-
-    def stuck_before_its_first_batch(step: str, rse: str) -> None:
-        if rse == LARGE and step == "planned":  # stuck until the small ones are done: the hold must not wait
-            deadline = time.monotonic() + 120  # bounds a hang, not a speed
-            while not release.is_set() and time.monotonic() < deadline:
-                doc = mongo_db.cycles.find_one({}, {"results": 1}) or {}
-                if all(rse in (doc.get("results") or {}) for rse in SMALLS):
-                    seen_while_stuck.append(sorted(doc["results"]))
-                    return
-                time.sleep(0.1)
-
-    svc.runner.hook = stuck_before_its_first_batch
+    # stuck before its first batch until the small ones are done: the hold must not wait for it
+    svc.runner.hook = planned_until_recorded(mongo_db, LARGE, SMALLS, release, seen_while_stuck)
     caplog.set_level(logging.INFO, logger="MSUnmerged")
     try:
         results = svc.cycle(list(HOLD_SIZES), slot=1)
