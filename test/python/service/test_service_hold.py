@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from MSUnmerged.service.hold import HOLD_SIZE_RATIO, HoldEnd, held_for, hold_end, runs_allowed
+from MSUnmerged.service.hold import HOLD_SIZE_RATIO, HoldEnd, held_for, hold_end, runs_during_hold
 from MSUnmerged.service.rses import order_rses
 
 BIG, MID, SMALL = "T2_BB_Big", "T2_AA_Mid", "T2_CC_Small"
@@ -53,8 +53,7 @@ def test_no_hold_with_one_thread_one_rse_or_a_size_unknown() -> None:
 
 
 def test_half_the_threads_run_during_a_hold_at_least_the_held_rse() -> None:
-    assert [runs_allowed(p, True) for p in (1, 2, 3, 4, 8)] == [1, 1, 1, 2, 4]
-    assert [runs_allowed(p, False) for p in (1, 2, 4)] == [1, 2, 4]
+    assert [runs_during_hold(p) for p in (1, 2, 3, 4, 8)] == [1, 1, 1, 2, 4]
 
 
 def test_the_hold_ends_at_the_first_batch_the_run_s_end_or_its_bound() -> None:

@@ -38,9 +38,9 @@ def held_for(order: Sequence[str], stats: Mapping[str, Any], parallel: int) -> O
     return order[0]
 
 
-def runs_allowed(parallel: int, holding: bool) -> int:
-    """How many runs may be under way: every thread, or during a hold half of them (at least one: the held RSE)."""
-    return max(1, parallel // 2) if holding else parallel
+def runs_during_hold(parallel: int) -> int:
+    """How many runs may be under way during a hold: half the `parallel` threads, at least one (the held RSE)."""
+    return max(1, parallel // 2)
 
 
 def hold_end(first_batch: bool, run_over: bool, now: float, until: float) -> Optional[HoldEnd]:

@@ -15,7 +15,7 @@ from MSUnmerged.jobs.backend import BatchBackend
 from MSUnmerged.ledger import Ledger, LedgerError
 from MSUnmerged.ledger.view import MongoLedgerView
 from MSUnmerged.service.drain import Drainer
-from MSUnmerged.service.hold import HoldEnd, hold_end, held_for, runs_allowed
+from MSUnmerged.service.hold import HoldEnd, hold_end, held_for, runs_during_hold
 from MSUnmerged.service.result import Failure, Hook, RunAction, RunResult, describe, failure_of
 from MSUnmerged.service.rses import order_rses
 from MSUnmerged.service.run import Runner
@@ -104,7 +104,7 @@ class Service:
         while pending and not self._stop.is_set() and time.monotonic() < end:
             now = time.monotonic()
             # The pool queues what it cannot start at once; during a hold nothing is queued behind the runs allowed.
-            room = len(order) if hold is None else runs_allowed(self.config.service.parallel_rses, True) - len(running)
+            room = len(order) if hold is None else runs_during_hold(self.config.service.parallel_rses) - len(running)
             busy = set(running.values())
             for rse in order:
                 if room <= 0:
@@ -155,7 +155,7 @@ class Service:
         hold = FirstBatchHold(cid, rse, time.monotonic(), time.monotonic() + bound)
         self.runner.watch = hold.watch
         log.info("cycle %s: %d of %d RSE threads until %s's first batch (at most %d s)", cid,
-                 runs_allowed(self.config.service.parallel_rses, True), self.config.service.parallel_rses, rse, bound)
+                 runs_during_hold(self.config.service.parallel_rses), self.config.service.parallel_rses, rse, bound)
         return hold
 
     @staticmethod
