@@ -8,7 +8,8 @@ Measured: the cycle's wall time; each RSE's run and its time to first submitted 
 peak RSS of this process (`serve`'s part) and of SecantusDB (not of the workers, short dry-run processes); the
 database folder's size; `/metrics` render time after the cycle; CPU seconds in the cycle of this process, of its
 workers (children reaped) and of SecantusDB; how many child processes ran at once (sampled every 0.2 s); how many
-workers started in the cycle (their pid files) and at which niceness (`jobs.local_nice`). With `--before SRC` the same cycle first runs
+workers started in the cycle (their pid files) and at which niceness (`jobs.local_nice`); the cycle's log lines about
+its RSE threads (`cycle_threads_log`: the hold for the largest RSE's first batch, its start and end). With `--before SRC` the same cycle first runs
 with another checkout's code (e.g. /work/main/src/python) in a child process: before/after in one command.
 
     python3 bench/bench_partition.py [--spread 1000000x1,100000x5,10000x30,1000x114] [--before SRC] [--parallel-rses N]
@@ -28,6 +29,7 @@ sys.path.insert(1, str(REPO / "bench"))
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import logging  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
 import statistics  # noqa: E402
@@ -98,6 +100,18 @@ class Children:
         self._thread.join()
 
 
+class CycleThreadsLog(logging.Handler):
+    """Keeps the cycle's log lines about its RSE threads (a hold's start and end)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "RSE thread" in (msg := record.getMessage()):
+            self.lines.append(msg)
+
+
 def spread_of(text: str) -> list[tuple[int, int]]:
     """"1000000x1,1000x114" -> [(lines, RSEs), ...]."""
     return [(int(lines), int(n)) for lines, n in (part.split("x") for part in text.split(","))]
@@ -166,6 +180,11 @@ def one_cycle(data: Path, spread: list[tuple[int, int]], parallel_rses: int | No
     def hook(step: str, rse: str) -> None:
         with lock:
             marks.setdefault((step, rse), time.perf_counter())
+    # The cycle's own lines about its threads (the hold for the largest RSE's first batch, where the code has one).
+    threads_log = CycleThreadsLog()
+    loop_log = logging.getLogger("MSUnmerged.service.loop")
+    loop_log.addHandler(threads_log)
+    loop_log.setLevel(logging.INFO)
     try:
         with build_service(config, sources=OfflineSources(src)) as service:
             db_pid = json.loads((state / "db.json").read_text())["pid"]
@@ -223,7 +242,9 @@ def one_cycle(data: Path, spread: list[tuple[int, int]], parallel_rses: int | No
                     if job.get("batch_id"):
                         backend_of(service).remove(job["_id"], job["batch_id"], "benchmark over")
         row["db_mib"] = du_mib(state / "db") if (state / "db").exists() else du_mib(state)
+        row["cycle_threads_log"] = threads_log.lines
     finally:
+        loop_log.removeHandler(threads_log)
         shutil.rmtree(work, ignore_errors=True)
     row["load_after"] = round(os.getloadavg()[0], 2)
     return row

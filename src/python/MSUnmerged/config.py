@@ -44,6 +44,9 @@ class ServiceConfig:
     state_dir: str = "~/.msunmerged"
     interval_s: int = 3600
     parallel_rses: int = 4
+    # While a cycle's largest RSE (much larger than the rest, service/hold.py) has not submitted its first batch,
+    # half the threads run: at most this long (a stuck run cannot stall the cycle); 0: no hold.
+    largest_first_hold_s: int = 120
     dry_run: bool = True
     lease_ttl_s: int = 600
     log_level: str = "INFO"
@@ -428,6 +431,7 @@ def _validate(cfg: Config) -> None:
     _validate_limits(cfg)
     need(s.interval_s >= 1, "service.interval_s", "must be >= 1")
     need(s.parallel_rses >= 1, "service.parallel_rses", "must be >= 1")
+    need(s.largest_first_hold_s >= 0, "service.largest_first_hold_s", "must be >= 0 (0: no hold)")
     need(s.lease_ttl_s >= 10, "service.lease_ttl_s", "must be >= 10")
     need(s.alert_after_cycles >= 1, "service.alert_after_cycles", "must be >= 1")
     need(s.stats_reuse_s >= 0, "service.stats_reuse_s", "must be >= 0 (0: every run reads ConMon's stats itself)")

@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 from pathlib import Path
+from typing import Sequence
 
 import pytest
 from pymongo.database import Database
@@ -17,6 +18,7 @@ from pymongo.database import Database
 from MSUnmerged.alerts import Notifier
 from MSUnmerged.ledger.view import MongoLedgerView
 from MSUnmerged.service import Service
+from MSUnmerged.service.result import Hook
 from MSUnmerged.sources.offline import RSES_FILE, STATS_FILE
 from servers.alertmanager import AlertManagerServer
 from servers.http_fakes import FakeCMSWeb
@@ -26,6 +28,22 @@ from test_service_run import RSE, make_service
 pytestmark = pytest.mark.integration
 
 SLOW, FAST = "T2_AA_Slow", "T2_ZZ_Fast"  # the slow one first in name order
+
+
+def planned_until_recorded(mongo_db: Database, held: str, others: Sequence[str], release: threading.Event,
+                           seen: list[list[str]]) -> Hook:
+    """A hook that keeps `held`'s run at its `planned` step until every one of `others` has its result on the cycle
+    document (then the RSEs there go to `seen`), `release` is set, or 120 s passed (a hang's bound, not a speed)."""
+    def hook(step: str, rse: str) -> None:
+        if rse == held and step == "planned":
+            deadline = time.monotonic() + 120
+            while not release.is_set() and time.monotonic() < deadline:
+                doc = mongo_db.cycles.find_one({}, {"results": 1}) or {}
+                if all(other in (doc.get("results") or {}) for other in others):
+                    seen.append(sorted(doc["results"]))
+                    return
+                time.sleep(0.1)
+    return hook
 
 
 def test_results_are_recorded_as_rses_finish_and_logged(tmp_path: Path, mongo_db: Database,
@@ -38,18 +56,8 @@ def test_results_are_recorded_as_rses_finish_and_logged(tmp_path: Path, mongo_db
     svc.config.jobs.submit_batch = 1  # one log line per batch: several for each RSE
     release = threading.Event()
     seen_while_blocked: list[list[str]] = []
-
-    def hold_the_slow_one(step: str, rse: str) -> None:
-        if rse == SLOW and step == "planned":  # the slow RSE waits until the fast one is on the cycle document
-            deadline = time.monotonic() + 120
-            while not release.is_set() and time.monotonic() < deadline:
-                doc = mongo_db.cycles.find_one({}, {"results": 1}) or {}
-                if (doc.get("results") or {}).get(FAST):
-                    seen_while_blocked.append(sorted(doc["results"]))
-                    return
-                time.sleep(0.1)
-
-    svc.runner.hook = hold_the_slow_one
+    # the slow RSE waits until the fast one is on the cycle document
+    svc.runner.hook = planned_until_recorded(mongo_db, SLOW, [FAST], release, seen_while_blocked)
     caplog.set_level(logging.INFO, logger="MSUnmerged")
     try:
         results = svc.cycle([SLOW, FAST], slot=1)
@@ -140,6 +148,62 @@ def test_a_hanging_conmon_is_read_once_a_cycle_and_every_rse_records_it(
     assert all(mongo_db.rses.find_one({"_id": rse})["reason"] == "conmon_timeout" for rse in SIZES)
     assert any(r.levelno == logging.WARNING and r.getMessage().startswith(f"cycle {doc['_id']}: ConMon stats "
                                                                           "unreadable (") for r in caplog.records)
+
+
+LARGE, SMALLS = "T2_MM_Large", ("T2_AA_Small", "T2_ZZ_Small")  # the large one much larger than the rest
+HOLD_SIZES = {LARGE: 240, SMALLS[0]: 20, SMALLS[1]: 20}
+
+
+def hold_service(tmp_path: Path, mongo_db: Database, bound_s: int) -> Service:
+    """Two RSE threads (one during a hold) and a cycle whose largest RSE is held for (service/hold.py)."""
+    src = write_sources(tmp_path / "src", [*HOLD_SIZES, RSE], files={**HOLD_SIZES, RSE: 10})
+    svc = make_service(tmp_path, mongo_db, src, interval_s=300, parallel_rses=2, largest_first_hold_s=bound_s)
+    for rse in HOLD_SIZES:
+        make_site(tmp_path, src, rse, svc.config)
+    return svc
+
+
+def test_the_others_start_once_the_largest_rse_submitted_its_first_batch(
+        tmp_path: Path, mongo_db: Database, caplog: pytest.LogCaptureFixture) -> None:
+    svc = hold_service(tmp_path, mongo_db, bound_s=300)
+    steps: list[tuple[str, str]] = []
+    svc.runner.hook = lambda step, rse: steps.append((step, rse))
+    caplog.set_level(logging.INFO, logger="MSUnmerged")
+    try:
+        results = svc.cycle(list(HOLD_SIZES), slot=1)
+    finally:
+        svc.stop()
+    assert all(results[rse].submitted > 0 for rse in HOLD_SIZES)
+    # Its intent is recorded just before its first batch is submitted, and the small ones start only after that.
+    intent = steps.index(("intent", LARGE))
+    assert all(steps.index(("reconciled", rse)) > intent for rse in SMALLS)
+    cid = mongo_db.cycles.find_one({})["_id"]
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert f"cycle {cid}: 1 of 2 RSE threads until {LARGE}'s first batch (at most 300 s)" in lines
+    assert any(ln.startswith(f"cycle {cid}: every RSE thread from now: {LARGE}: first batch submitted after ")
+               for ln in lines)
+
+
+def test_a_hold_is_bounded_and_every_other_rse_still_runs(tmp_path: Path, mongo_db: Database,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    svc = hold_service(tmp_path, mongo_db, bound_s=1)
+    release = threading.Event()
+    seen_while_stuck: list[list[str]] = []
+    # stuck before its first batch until the small ones are done: the hold must not wait for it
+    svc.runner.hook = planned_until_recorded(mongo_db, LARGE, SMALLS, release, seen_while_stuck)
+    caplog.set_level(logging.INFO, logger="MSUnmerged")
+    try:
+        results = svc.cycle(list(HOLD_SIZES), slot=1)
+    finally:
+        release.set()
+        svc.stop()
+    assert seen_while_stuck == [sorted(SMALLS)]
+    assert all(results[rse].submitted > 0 for rse in HOLD_SIZES)
+    doc = mongo_db.cycles.find_one({})
+    assert sorted(doc["results"]) == sorted(HOLD_SIZES) and doc["unfinished"] == []
+    assert any(r.levelno == logging.WARNING and r.getMessage().startswith(
+        f"cycle {doc['_id']}: every RSE thread from now: {LARGE}: no first batch within "
+        "service.largest_first_hold_s after ") for r in caplog.records)
 
 
 @pytest.mark.integration

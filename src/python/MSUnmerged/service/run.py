@@ -60,8 +60,15 @@ class Runner:
         self.leases = Leases(ledger.db, self.instance, config.service.lease_ttl_s)
         self.rses = InstanceRSEs(config, sources)
         self.hook: Hook = hook or (lambda step, rse: None)  # told each step of a run (STEPS), the batch's too
-        self.jobs = JobKeeper(config, ledger, sources, self.leases, backend, lambda step, rse: self.hook(step, rse))
+        self.watch: Optional[Hook] = None  # the cycle's own (its hold, loop.py): told each step before the hook
+        self.jobs = JobKeeper(config, ledger, sources, self.leases, backend, self._step)
         self._counted: set[str] = set()  # RSEs whose run ended by refreshing their counters (jobs counted with them)
+
+    def _step(self, step: str, rse: str) -> None:
+        """`rse`'s run reached `step` (STEPS): tell the cycle's watcher, then the hook."""
+        if self.watch is not None:
+            self.watch(step, rse)
+        self.hook(step, rse)
 
     def my_rses(self) -> list[str]:
         """This instance's RSEs the loop works (InstanceRSEs.read)."""
@@ -150,7 +157,7 @@ class Runner:
         live = self.jobs.live(rse)  # none (submitting or in the batch system): nothing to reconcile, poll or revalidate
         if live:
             self.jobs.reconcile(rse)
-        self.hook("reconciled", rse)
+        self._step("reconciled", rse)
         collected = 0
         deadline = time.monotonic() + wait_s
         while live:
@@ -159,7 +166,7 @@ class Runner:
             if not live or time.monotonic() >= deadline:
                 break
             time.sleep(min(2.0, max(0.05, deadline - time.monotonic())))
-        self.hook("polled", rse)
+        self._step("polled", rse)
         removed, dropped = 0, 0
         if live:
             removed, dropped = self.jobs.revalidate(rse)
@@ -195,7 +202,7 @@ class Runner:
                 pending_dirs.remember(self.ledger, rse, doc["generation"])
             plan_dir = self.config.state_dir / "plans" / rse / gen_key(decision.generation)
             plan, sealed = self._plan(rse, scan, protected, plan_dir, decision.generation, doc, baseline)
-            self.hook("planned", rse)
+            self._step("planned", rse)
             if plan.guard:
                 return self._guarded(rse, result, plan.guard, plan.guard_detail)
             # The list read from WMStats now is the service's own: it may lower the baseline as
@@ -203,7 +210,7 @@ class Runner:
             self.ledger.record_plan(plan_dir, plan, decision.generation, baseline_count=len(protection),
                                     sealed=sealed, max_lfn_length=self.config.planner.max_lfn_length,
                                     scan_started=plan.scan_started, floor_depth=self.config.planner.dir_floor_depth)
-            self.hook("recorded", rse)
+            self._step("recorded", rse)
         else:
             result.dropped_protected += self.ledger.drop_protected(rse, decision.generation, protection)
             # Jobs a crash left planned between two submission batches go out before a new round starts, so
@@ -235,7 +242,7 @@ class Runner:
                 if settled.action is Action.FINISH:
                     self._finish(rse, result, settled)
         self._refresh_counters(rse, state)
-        self.hook("counted", rse)
+        self._step("counted", rse)
         return result
 
     def _decide(self, rse: str, doc: dict[str, Any], scan: Any) -> Decision:
@@ -390,12 +397,12 @@ class Runner:
             check_counts(now.files_total, plan.files_to_delete, self.config.guards, max(plan.slice_sizes, default=None))
         except GuardTripped as guard:
             return self._guarded(rse, result, guard.reason, guard.detail)
-        self.hook("planned", rse)  # the plan checked: its seal, the dump planned again, the comparison
+        self._step("planned", rse)  # the plan checked: its seal, the dump planned again, the comparison
         # An operator's list never lowers the baseline (the plan's own count is never used).
         self.ledger.record_plan(plan_dir, plan, generation, baseline_count=max(baseline or 0, len(protection)),
                                 sealed=sealed, max_lfn_length=self.config.planner.max_lfn_length,
                                 scan_started=now.scan_started, floor_depth=self.config.planner.dir_floor_depth)
-        self.hook("recorded", rse)
+        self._step("recorded", rse)
         result.dropped_protected = self.ledger.drop_protected(rse, generation, protection)
         entry = slices.release_next(self.ledger, rse, generation)
         result.submitted = self.jobs.submit_planned(rse, generation, protected, entry)
@@ -403,7 +410,7 @@ class Runner:
         self.ledger.refresh_counters(rse, state_update(
             result.state, detail=f"applied {plan_dir}: {result.submitted} jobs, "
                                  f"{result.dropped_protected} files dropped as protected since planning"))
-        self.hook("counted", rse)
+        self._step("counted", rse)
         return result
 
     def _rederive(self, plan_dir: Path, plan: planner.Plan, sealed: seal.Seal, protected: list[str],
