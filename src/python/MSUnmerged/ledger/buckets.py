@@ -45,13 +45,14 @@ def _common(a: str, b: str) -> str:
     return a
 
 
-def _packs(dirs: Iterable[str], sizes: Mapping[str, int], floor_depth: int) -> Iterator[tuple[str, list[str]]]:
+def _packs(dirs: Iterable[str], sizes: Mapping[str, int], floor_depth: int,
+           pack_names: int) -> Iterator[tuple[str, list[str]]]:
     """(bucket directory, its directories): the directories in order, neighbours packed while the pack holds at
-    most PACK_NAMES files and their common directory is at least `floor_depth` elements deep (one dataset)."""
+    most `pack_names` files and their common directory is at least `floor_depth` elements deep (one dataset)."""
     head, members, size = "", [], 0
     for d in dirs:
         common = _common(head, d) if members else d
-        if members and (size + sizes[d] > PACK_NAMES or common.count("/") + 1 < floor_depth):
+        if members and (size + sizes[d] > pack_names or common.count("/") + 1 < floor_depth):
             yield head, members
             common, members, size = d, [], 0
         head, size = common, size + sizes[d]
@@ -61,15 +62,16 @@ def _packs(dirs: Iterable[str], sizes: Mapping[str, int], floor_depth: int) -> I
 
 
 def build(rse: str, generation: float, prefix: str, job: str, n: int, lfns: Sequence[str],
-          now: float, floor_depth: int) -> list[dict[str, Any]]:
+          now: float, floor_depth: int, pack_names: int = PACK_NAMES) -> list[dict[str, Any]]:
     """The buckets of one round-1 job: its files grouped by directory, neighbouring directories of a dataset
-    (`floor_depth` elements, planner.dir_floor_depth) packed, names sorted, all planned."""
+    (`floor_depth` elements, planner.dir_floor_depth) packed up to `pack_names` files, names sorted, all planned."""
     by_dir: dict[str, set[str]] = {}
     for lfn in lfns:
         d, name = split(lfn)
         by_dir.setdefault(d, set()).add(name)
     docs = []
-    for head, members in _packs(sorted(by_dir), {d: len(v) for d, v in by_dir.items()}, floor_depth):
+    for head, members in _packs(sorted(by_dir), {d: len(v) for d, v in by_dir.items()}, floor_depth,
+                                   pack_names):
         # Sorted whole: "a/b/x" sorts after "a/b-c/y" although "a/b" sorts before "a/b-c".
         names = sorted(f"{d[len(head) + 1:]}/{name}" if d != head else name for d in members for name in by_dir[d])
         first = f"{head}/{names[0]}".rpartition("/")[0]

@@ -30,6 +30,8 @@ ROW_WINDOW = 100
 # Buckets per window of its scan of the buckets, and per read of those it reads whole: up to PACK_NAMES files each,
 # ~125k files a window (SecantusDB holds every document a query matches, whole).
 BUCKET_WINDOW = 125
+# How a generation entry without `packing` was recorded: one directory a bucket.
+BEFORE_PACKING = {"names": 1}
 
 
 class PlanSummary(Protocol):
@@ -98,7 +100,8 @@ class Recording(Entries):
                  "protected": plan.files_protected, "excluded": plan.files_excluded,
                  "invalid": plan.files_invalid, "dirs_removable": plan.dirs_removable, "jobs": plan.jobs,
                  "protected_count": plan.protected_count, "dropped_protected": 0, "scan_started": scan_started,
-                 "baseline_count": plan.protected_count if baseline_count is None else baseline_count}
+                 "baseline_count": plan.protected_count if baseline_count is None else baseline_count,
+                 "packing": {"floor_depth": floor_depth, "names": bk.PACK_NAMES}}
         job_slices, slice_sizes = getattr(plan, "job_slices", ()), list(getattr(plan, "slice_sizes", ()))
         if slice_sizes:
             entry.update(slice_sizes=slice_sizes, released=0)
@@ -117,8 +120,14 @@ class Recording(Entries):
             except errors.DuplicateKeyError:  # the entry is there already: a recording a crash interrupted
                 return self.rses.find_one_and_update({"_id": rse}, marked, return_document=ReturnDocument.AFTER) or {}
         doc = with_retry(mark_and_add, "mark recording")
+        # A repeat packs as the interrupted recording did, whatever the floor (or the code's pack size) is now: else
+        # a directory could land in two buckets of its job, one from each. An entry without `packing` was written
+        # before packing: one directory a bucket.
+        recorded = next((g for g in doc.get("generations", []) if g.get("gen") == generation), entry)
+        packing = recorded.get("packing", BEFORE_PACKING)
+        floor_depth = packing.get("floor_depth", floor_depth)
         n, spans, dirs = self._insert_buckets(rse, generation, plan_dir, plan.job_files, max_lfn_length, sealed,
-                                              floor_depth)
+                                              floor_depth, packing["names"])
         jobs = [{"_id": job_id(rse, generation, 1, i), "rse": rse, "gen": generation, "round": 1, "n": i,
                  "state": JobState.PLANNED, "files": size, "plan_file": name, "created": now, "span": spans[i - 1]}
                 for i, (name, size) in enumerate(zip(plan.job_files, plan.job_sizes), 1)]
@@ -144,7 +153,7 @@ class Recording(Entries):
 
     def _insert_buckets(self, rse: str, generation: float, plan_dir: Path, job_files: Sequence[str],
                         max_lfn_length: int, sealed: Optional[Seal],
-                        floor_depth: int) -> tuple[int, list[list[str]], set[str]]:
+                        floor_depth: int, pack_names: int) -> tuple[int, list[list[str]], set[str]]:
         """Every line of the jobs files, read as bytes and split on b"\\n" only, into buckets, then the
         generation's fences. A file that differs from its seal, or holds a line that is not exactly a canonical
         LFN below /store/unmerged, is refused (GuardTripped) before any of it is recorded. Returns the files
@@ -173,7 +182,8 @@ class Recording(Entries):
                 if lfns[-1] == "":
                     lfns.pop()
                 n += len(lfns)
-                built = bk.build(rse, generation, prefix, job_id(rse, generation, 1, i), i, lfns, now, floor_depth)
+                built = bk.build(rse, generation, prefix, job_id(rse, generation, 1, i), i, lfns, now, floor_depth,
+                                 pack_names)
                 ids += [d["_id"] for d in built]
                 dirs.update(d["dir"] for d in built)
                 spans.append(span(min(d["_id"] for d in built), prefix + max(lfns)) if built else [])
