@@ -77,7 +77,7 @@ def assert_manifests_are_the_plan(ledger: Ledger, mongo_db: Database, jobs: list
 
 
 # Path elements that sort around '/', '-', '.' and digits, and UTF-8 (the plan-line checks refuse what is not).
-PARTS = ("0", "00", "0-1", "0.1", "0a", "1", "a", "a-", "a.b", "a!", "ab", "A", "~", "é", "日本", "z\u00ff", "\U0001f600")
+PARTS = ("0", "00", "0-1", "0.1", "0a", "1", "a", "a-", "a.b", "a!", "ab", "A", "~", "a|b", "$x", "é", "日本", "z\u00ff", "\U0001f600")
 part_st = st.sampled_from(PARTS)
 lfn_st = st.builds(lambda mid, name: "/".join((DATASET.rsplit("/", 1)[0], *mid, name)),
                    st.lists(part_st, min_size=0, max_size=4), part_st)
@@ -86,10 +86,11 @@ lfn_st = st.builds(lambda mid, name: "/".join((DATASET.rsplit("/", 1)[0], *mid, 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 @given(lfns=st.lists(lfn_st, min_size=1, max_size=60, unique=True), per_job=st.integers(1, 25),
-       shuffle=st.randoms(use_true_random=False), floor=st.integers(5, 9), pack=st.sampled_from([1, 2, 3, 7, 1000]))
+       shuffle=st.randoms(use_true_random=False), floor=st.integers(5, 9), pack=st.sampled_from([1, 2, 3, 7, 1000]),
+       cut=st.integers(16, 60), limit=st.integers(1, 9))
 def test_every_job_manifest_is_exactly_its_plan_lines(tmp_path_factory: pytest.TempPathFactory, mongo_db: Database,
                                                       lfns: list[str], per_job: int, shuffle: Any, floor: int,
-                                                      pack: int) -> None:
+                                                      pack: int, cut: int, limit: int) -> None:
     ledger = fresh(mongo_db)
     shuffle.shuffle(lfns)  # jobs hold scattered directories; a directory may span jobs
     jobs = [lfns[i:i + per_job] for i in range(0, len(lfns), per_job)]
@@ -105,6 +106,21 @@ def test_every_job_manifest_is_exactly_its_plan_lines(tmp_path_factory: pytest.T
             assert [d["job"] for d in ledger.file_history(RSE, lfn)] == [job_id(RSE, GEN, 1, n)]
     missing = lfns[0] + "x"  # no plan line: in no bucket
     assert ledger.file_history(RSE, missing) == [] or missing in lfns
+    # pages under a path prefix cut anywhere (inside a name too), and a job's, in pieces of `limit`
+    prefix = lfns[-1][:cut]
+    assert paged(ledger, limit, dir_prefix=prefix) == sorted(x for x in lfns if x.startswith(prefix))
+    assert paged(ledger, limit, state="planned") == sorted(lfns)
+    jid = job_id(RSE, GEN, 1, len(jobs))
+    assert paged(ledger, limit, job=jid) == sorted(jobs[-1])
+
+
+def paged(ledger: Ledger, limit: int, gen: float = GEN, **query: Any) -> list[str]:
+    out, after = [], None
+    while True:
+        page = ledger.query_files(RSE, generation=gen, after=after, limit=limit, **query)
+        out += [d["lfn"] for d in page["items"]]
+        if not (after := page["next"]):
+            return out
 
 
 def test_a_plan_line_that_is_not_utf8_is_refused_before_any_bucket(tmp_path: Path, mongo_db: Database) -> None:
@@ -221,13 +237,7 @@ def test_generations_of_both_shapes_and_floors_read_side_by_side(tmp_path: Path,
     assert mongo_db.buckets.count_documents({"gen": GEN}) > mongo_db.buckets.count_documents({"gen": GEN + 2})
     for gen, js in ((GEN, jobs), (GEN + 1, jobs), (GEN + 2, jobs[1:])):
         assert_manifests_are_the_plan(ledger, mongo_db, js, gen)
-        got, after = [], None
-        while True:
-            page = ledger.query_files(RSE, generation=gen, after=after, limit=7, dir_prefix=f"{DATASET[:-2]}v2/003")
-            got += [d["lfn"] for d in page["items"]]
-            if not (after := page["next"]):
-                break
-        assert got == sorted(x for j in js for x in j if x.startswith(f"{DATASET[:-2]}v2/003/"))
+        assert paged(ledger, 7, gen, dir_prefix=f"{DATASET[:-2]}v2/003") == sorted(x for j in js for x in j if x.startswith(f"{DATASET[:-2]}v2/003/"))
     for lfn in (jobs[0][0], jobs[1][5], jobs[-1][-1]):
         hist = ledger.file_history(RSE, lfn)
         n = next(i for i, j in enumerate(jobs, 1) if lfn in j)
