@@ -13,6 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pymongo.database import Database
 
+from MSUnmerged import seal
+from MSUnmerged.config import GuardConfig
 from MSUnmerged.guards import GuardTripped
 from MSUnmerged.ledger import FileState, Ledger, file_id, job_id
 from MSUnmerged.ledger import buckets as bk
@@ -275,3 +277,50 @@ def test_drop_protected_inside_a_pack_takes_exactly_the_covered_files(tmp_path: 
     assert ledger.drop_protected(RSE, GEN, more, jid) == 3
     assert ledger.job_lfns(job_id(RSE, GEN, 1, 1)) == sorted(
         x for x in set(files) - set(covered) if not (x == f"{DATASET}/000" or x.startswith(f"{DATASET}/000/")))
+
+
+def sealed_plan(plan_dir: Path, jobs: list[list[str]]) -> tuple[SimpleNamespace, seal.Seal]:
+    plan = write_plan(plan_dir, jobs)
+    (plan_dir / seal.SUMMARY_NAME).write_text("{}")
+    (plan_dir / seal.DIRS_NAME).write_text("")
+    return plan, seal.write_seal(plan_dir, RSE, GEN, None, None, GuardConfig())
+
+
+def test_a_recording_repeated_with_another_plan_keeps_nothing_of_the_first(tmp_path: Path, mongo_db: Database,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A crash mid-recording, then the plan directory lost and the dump planned again into another plan (the
+    protected list changed meanwhile): the repeat records that plan alone. Before, the first plan's buckets kept
+    their ids and the second's of the same ids were dropped as duplicates: a job's manifest listed a file the plan
+    recorded did not list."""
+    first = [[f"{DATASET}/000/{n}.root" for n in "abc"], [f"{DATASET}/000/{n}.root" for n in "de"]]
+    second = [[f"{DATASET}/000/{n}.root" for n in "bcd"], [f"{DATASET}/000/e.root"]]  # a.root protected now
+    ledger = fresh(mongo_db)
+    plan, sealed = sealed_plan(tmp_path, first)
+    with monkeypatch.context() as m:
+        m.setattr(recording, "RECORD_BATCH_FILES", 3)
+        m.setattr(recording, "insert_ignoring_duplicates", crash_after(1))
+        with pytest.raises(Crash):
+            ledger.record_plan(tmp_path, plan, GEN, sealed=sealed)
+    assert mongo_db.buckets.count_documents({}) == 1
+    plan, sealed = sealed_plan(tmp_path, second)
+    ledger.record_plan(tmp_path, plan, GEN, sealed=sealed)
+    assert_manifests_are_the_plan(ledger, mongo_db, second)
+    assert sorted(d["lfn"] for d in ledger.file_records()) == sorted(x for j in second for x in j)
+    assert [g["seal"] for g in ledger.rse(RSE)["generations"]] == [sealed.digest]
+    assert mongo_db.jobs.count_documents({}) == len(second)
+
+
+def test_another_plan_s_recording_whose_job_started_is_refused_and_kept(tmp_path: Path, mongo_db: Database) -> None:
+    """Never reached by the service (jobs go out after recording): should a job of the other plan have started,
+    nothing of it is deleted and the new plan is refused with a named reason."""
+    first = [[f"{DATASET}/000/{n}.root" for n in "abc"]]
+    ledger = fresh(mongo_db)
+    plan, sealed = sealed_plan(tmp_path, first)
+    ledger.record_plan(tmp_path, plan, GEN, sealed=sealed)
+    mongo_db.rses.update_one({"_id": RSE}, {"$set": {"recording": GEN}})
+    mongo_db.jobs.update_one({}, {"$set": {"state": "queued"}})
+    plan, other = sealed_plan(tmp_path, [first[0][1:]])
+    with pytest.raises(GuardTripped, match="plan_outdated.*has started"):
+        ledger.record_plan(tmp_path, plan, GEN, sealed=other)
+    assert ledger.jobs_lfns(job_ids(first)) == {job_ids(first)[0]: first[0]}
+    assert [g["seal"] for g in ledger.rse(RSE)["generations"]] == [sealed.digest]

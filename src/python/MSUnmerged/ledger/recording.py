@@ -12,7 +12,7 @@ from pymongo import ReplaceOne, ReturnDocument, errors
 from pymongo.collection import Collection
 
 from MSUnmerged.config import PlannerConfig
-from MSUnmerged.guards import check_plan_lines
+from MSUnmerged.guards import PLAN_OUTDATED, GuardTripped, check_plan_lines
 from MSUnmerged.ledger import ages, fences
 from MSUnmerged.ledger import buckets as bk
 from MSUnmerged.ledger.base import BATCH, RECORD_BATCH_FILES, insert_ignoring_duplicates, span
@@ -89,7 +89,8 @@ class Recording(Entries):
         same plan is recognised and dirs.txt is checked before each use.
         Safe to repeat after a crash: the same ids are inserted again and duplicates are ignored,
         so existing records (which may have moved on) are kept. Repeat it with the SAME plan
-        directory: `recording` on the RSE document says which generation was being recorded.
+        directory: `recording` on the RSE document says which generation was being recorded. A repeat with
+        another sealed plan (the directory planned again) first forgets the interrupted one's records.
         """
         if plan.guard:
             raise ValueError(f"plan for {plan.rse} was refused by guard {plan.guard}: nothing to record")
@@ -120,10 +121,16 @@ class Recording(Entries):
             except errors.DuplicateKeyError:  # the entry is there already: a recording a crash interrupted
                 return self.rses.find_one_and_update({"_id": rse}, marked, return_document=ReturnDocument.AFTER) or {}
         doc = with_retry(mark_and_add, "mark recording")
+        recorded = next((g for g in doc.get("generations", []) if g.get("gen") == generation), entry)
+        if sealed is not None and recorded.get("seal") not in (None, sealed.digest):
+            # The interrupted recording was of another plan of this dump (its plan directory planned again): its
+            # buckets and jobs would mix with this plan's, same ids kept, so a job could list a file this plan
+            # does not. Its records go first; it never got further than planned (jobs go out after recording).
+            self._forget_other_plan(rse, generation, recorded)
+            doc, recorded = with_retry(mark_and_add, "mark recording"), entry
         # A repeat packs as the interrupted recording did, whatever the floor (or the code's pack size) is now: else
         # a directory could land in two buckets of its job, one from each. An entry without `packing` was written
         # before packing: one directory a bucket.
-        recorded = next((g for g in doc.get("generations", []) if g.get("gen") == generation), entry)
         packing = recorded.get("packing", BEFORE_PACKING)
         floor_depth = packing.get("floor_depth", floor_depth)
         n, spans, dirs = self._insert_buckets(rse, generation, plan_dir, plan.job_files, max_lfn_length, sealed,
@@ -146,6 +153,16 @@ class Recording(Entries):
                            "$unset": {"recording": ""}}), "finish recording")
         self.prune_generations(rse, pruned)  # after the generation is recorded whole
         return n
+
+    def _forget_other_plan(self, rse: str, generation: float, earlier: Mapping[str, Any]) -> None:
+        """The records of an interrupted recording of another plan of this generation, its entry included; refused
+        (GuardTripped plan_outdated) when any of its jobs went further than planned."""
+        moved = with_retry(lambda: self.jobs.find_one({"rse": rse, "gen": generation,
+                                                       "state": {"$ne": JobState.PLANNED}}, {"_id": 1}), "jobs moved")
+        if moved is not None:
+            raise GuardTripped(PLAN_OUTDATED, f"generation {generation} of {rse} is recorded already with another "
+                                              f"plan ({earlier.get('plan_dir')}) whose job {moved['_id']} has started")
+        self.prune_generations(rse, [generation])  # its planned jobs too (pruning keeps live jobs only)
 
     def protected_baseline(self, rse: str) -> Optional[int]:
         """The shrink guard's baseline of the RSE as the ledger holds it now (baseline_of)."""
