@@ -22,7 +22,7 @@ from MSUnmerged.ledger.states import LIVE_JOB_STATES, NOT_DELETED, FileState, Jo
 from MSUnmerged.seal import DIRS_NAME, JOBS_DIR, Seal
 from MSUnmerged.statemachine import RSEState
 from MSUnmerged.throttle import dataset_of
-from MSUnmerged.worker.ids import gen_prefix, job_id
+from MSUnmerged.worker.ids import gen_key, gen_prefix, job_id
 
 PROTECTED_SINCE_PLANNING = "protected_since_planning"
 # Buckets per window of drop_protected's scan of a generation's rows (rows are sparse: a few percent of the files).
@@ -160,8 +160,9 @@ class Recording(Entries):
         moved = with_retry(lambda: self.jobs.find_one({"rse": rse, "gen": generation,
                                                        "state": {"$ne": JobState.PLANNED}}, {"_id": 1}), "jobs moved")
         if moved is not None:
-            raise GuardTripped(PLAN_OUTDATED, f"generation {generation} of {rse} is recorded already with another "
-                                              f"plan ({earlier.get('plan_dir')}) whose job {moved['_id']} has started")
+            raise GuardTripped(PLAN_OUTDATED, f"generation {gen_key(generation)} of {rse} is recorded already with "
+                                              f"another plan ({earlier.get('plan_dir')}) whose job {moved['_id']} "
+                                              "has started")
         self.prune_generations(rse, [generation])  # its planned jobs too (pruning keeps live jobs only)
 
     def protected_baseline(self, rse: str) -> Optional[int]:
