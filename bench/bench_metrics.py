@@ -10,7 +10,9 @@ aggregate of every job document by RSE and state (what the `msunmerged_jobs` gau
 with `--before SRC` the same scrape rendered by another checkout's code (e.g. /work/main/src/python) in a child
 process on the same database.
 
-    python3 bench/bench_metrics.py [--rses 150] [--jobs-per-rse 34] [--scrapes 30] [--before SRC]
+    python3 bench/bench_metrics.py [--rses 150] [--jobs-per-rse 34] [--scrapes 30] [--before SRC] [--data DIR]
+
+`--data DIR`: the database lives in DIR and is kept; a later run with the same DIR and sizes reuses it.
 """
 from __future__ import annotations
 
@@ -93,8 +95,15 @@ def main() -> int:
     ap.add_argument("--scrapes", type=int, default=30)
     ap.add_argument("--before", help="a checkout's src/python whose metrics.render is timed too (child process)")
     ap.add_argument("--cycles", type=int, default=48, help="polling cycles recorded (48: 2 days, hourly)")
+    ap.add_argument("--data", type=Path, help="the database's folder, kept and reused (default: a temporary one)")
     args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="bench-metrics-"))
+    work = args.data or Path(tempfile.mkdtemp(prefix="bench-metrics-"))
+    work.mkdir(parents=True, exist_ok=True)
+    sizes = {"rses": args.rses, "jobs_per_rse": args.jobs_per_rse, "cycles": args.cycles}
+    loaded = work / "loaded.json"  # written once the load finished: what a later run may reuse
+    reuse = args.data is not None and loaded.exists() and json.loads(loaded.read_text()) == sizes
+    if args.data is not None and not reuse:
+        shutil.rmtree(work / "db", ignore_errors=True)
     port = bench_rest.free_port()
     proc = None
     try:
@@ -105,14 +114,19 @@ def main() -> int:
         url = f"mongodb://127.0.0.1:{port}/?directConnection=true"
         db = MongoClient(url).msunmerged
         t = time.time()
-        jobs = load(Ledger(db), args.rses, args.jobs_per_rse, work, args.cycles)
+        if reuse:
+            jobs = db.jobs.count_documents({})
+        else:
+            loaded.unlink(missing_ok=True)
+            jobs = load(Ledger(db), args.rses, args.jobs_per_rse, work, args.cycles)
+            loaded.write_text(json.dumps(sizes))
         view, config = MongoLedgerView(db), Config()
         gauge = sum(x.value for f in text_string_to_metric_families(metrics.render(view, config))
                     if f.name == "msunmerged_jobs" for x in f.samples)
         if gauge != jobs:  # the counts per RSE must be the job documents, or the timing means nothing
             raise SystemExit(f"bench_metrics: msunmerged_jobs sums to {gauge}, the ledger holds {jobs} jobs")
         pipeline = [{"$group": {"_id": {"rse": "$rse", "state": "$state"}, "count": {"$sum": 1}}}]
-        row: dict[str, Any] = {"rses": args.rses, "jobs": jobs, "load_s": round(time.time() - t),
+        row: dict[str, Any] = {"rses": args.rses, "jobs": jobs, "load_s": round(time.time() - t), "reused": reuse,
                                "load_before": round(os.getloadavg()[0], 2)}
         for _ in range(2):  # interleaved, so that a busy minute weighs on each alike
             row["render"] = timed(lambda: metrics.render(view, config), args.scrapes)
@@ -130,7 +144,8 @@ def main() -> int:
     finally:
         if proc is not None:
             bench_rest.stop(proc)
-        shutil.rmtree(work, ignore_errors=True)
+        if args.data is None:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -132,6 +132,7 @@ class MongoLedgerView:
         self.db = db
         self.ledger = Ledger(db)
         self._read: TtlCache[Any] = TtlCache(generation_ttl_s)
+        self._finished: dict[str, dict[str, Any]] = {}  # brief documents of recent finished cycles, by _id
 
     def ping(self) -> None:
         self.db.client.admin.command("ping")
@@ -206,9 +207,12 @@ class MongoLedgerView:
         docs = self.ledger.query_jobs(rse, state, limit=limit, newest_first=True)["items"]
         return [redact_all(_clean({"id": d.pop("_id"), **d})) for d in docs]  # batch reasons may quote URLs
 
-    def cycles(self, limit: int, brief: bool = False) -> list[dict[str, Any]]:
+    def cycles(self, limit: int, brief: bool = False, meta: Optional[dict[str, Any]] = None) -> list[dict[str, Any]]:
+        """`meta`: the cycles' meta document if read; brief reads keep finished cycles (they no longer change)."""
         out = []
-        for d in self.ledger.query_cycles(limit, CYCLE_BRIEF if brief else None):
+        cycles = self.ledger.query_cycles(limit, CYCLE_BRIEF, meta, self._finished) if brief else \
+            self.ledger.query_cycles(limit, meta=meta)
+        for d in cycles:
             d = redact_all(_clean({"id": d.pop("_id"), **d}))  # failure details may quote a URL with its credential
             start, end = d.get("started"), d.get("finished")
             d["duration_s"] = round(end - start, 3) if isinstance(start, (int, float)) and \
@@ -217,8 +221,10 @@ class MongoLedgerView:
         return out
 
     def health(self, stale_after_s: float, brief: bool = False) -> dict[str, Any]:
-        good = self.ledger.last_good_cycle({"finished": 1})  # all health_of reads of it
-        return health_of(self.cycles(5, brief), good, self.ledger.first_cycle_started(), stale_after_s, time.time())
+        meta = self.ledger.cycles_meta()  # read once for the three reads below
+        good = self.ledger.last_good_cycle({"finished": 1}, meta)  # all health_of reads of it: meta keeps it
+        return health_of(self.cycles(5, brief, meta), good, self.ledger.first_cycle_started(meta), stale_after_s,
+                         time.time())
 
     def history(self, rse: Optional[str], days: int) -> list[dict[str, Any]]:
         return history.rse_days(self.db, rse, days)
