@@ -128,6 +128,8 @@ _LEAVES = _PLAIN - {str}
 def _shown(doc: dict[str, Any]) -> dict[str, Any]:
     """redact_all(_clean(doc)) in one pass: a document shown whole (an RSE, a job, a cycle), whose texts may
     quote a URL with its credential."""
+    if _LEAVES.issuperset(map(type, doc.values())):  # numbers only (an RSE's counts by state, class): a copy does
+        return dict(doc)
     out = {}
     for k, v in doc.items():
         kind = type(v)

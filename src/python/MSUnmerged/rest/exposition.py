@@ -5,7 +5,6 @@ come back in thousands of samples), and a collector may write its samples straig
 instead of building a prometheus_client object per sample."""
 from __future__ import annotations
 
-import math
 from typing import Iterable, Iterator
 
 from prometheus_client.core import Metric
@@ -40,7 +39,7 @@ class Writer:
     def __init__(self) -> None:
         self.out: list[str] = []
         self._pairs: dict[tuple[str, str], str] = {}
-        self._values: dict[tuple[float, float], str] = {}  # keyed with the sign too: 0.0 == -0.0
+        self._values: dict[float | str, str] = {}
 
     def family(self, name: str, documentation: str, kind: str = "gauge") -> str:
         name += SUFFIX[kind]
@@ -56,7 +55,7 @@ class Writer:
         return pair
 
     def sample(self, name: str, value: float, *pairs: str) -> None:
-        key = (value, math.copysign(1.0, value))
+        key = value or str(value)  # 0.0 == -0.0 but they are written apart
         text = self._values.get(key)
         if text is None:
             text = self._values[key] = floatToGoString(value)
