@@ -21,8 +21,10 @@ class Reads(LedgerBase):
 
     def rse_docs(self, rse: Optional[str] = None) -> list[dict[str, Any]]:
         flt = {"_id": rse} if rse else {}
-        # One reply for the whole fleet (the default first batch is 101 documents, then a second round trip).
-        return with_retry(lambda: list(self.rses.find(flt).sort("_id", ASCENDING).batch_size(RSE_BATCH)), "rse docs")
+        # One reply for the whole fleet (the default first batch is 101 documents, then a second round trip),
+        # sorted here: the embedded server sorts by holding every document first (a /metrics scrape reads them all).
+        docs = with_retry(lambda: list(self.rses.find(flt).batch_size(RSE_BATCH)), "rse docs")
+        return sorted(docs, key=lambda d: d["_id"])
 
     def current_generation(self, rse: str) -> Optional[float]:
         """The RSE's current generation (None: none recorded, or no such RSE)."""
