@@ -12,11 +12,12 @@ with `--before SRC` the same scrape rendered by another checkout's code (e.g. /w
 process on the same database.
 
     python3 bench/bench_metrics.py [--rses 150] [--jobs-per-rse 34] [--scrapes 30] [--before SRC] [--data DIR]
-                                   [--busy N]
+                                   [--busy N] [--events N]
 
 `--data DIR`: the database lives in DIR and is kept; a later run with the same DIR and sizes reuses it.
 `--busy N`: N processes spin on the CPU while the scrapes are timed (a busy machine, as when a cycle's local
-workers run beside `serve`); `load_busy` gives the load average at the end of the timing.
+workers run beside `serve`); `load_busy` gives the load average at the end of the timing. `--events N`: each
+RSE skipped N times at the load (its document keeps the last 50 events, as for an RSE skipped cycle after cycle).
 """
 from __future__ import annotations
 
@@ -65,8 +66,9 @@ def timed(fn: Callable[[], Any], n: int) -> dict[str, float]:
     return {"median_ms": round(statistics.median(walls), 1), "max_ms": round(max(walls), 1)}
 
 
-def load(ledger: Ledger, rses: int, jobs_per_rse: int, work: Path, n_cycles: int) -> int:
-    """The RSEs recorded, half of each RSE's jobs collected, counters refreshed; returns the job documents."""
+def load(ledger: Ledger, rses: int, jobs_per_rse: int, work: Path, n_cycles: int, events: int = 0) -> int:
+    """The RSEs recorded, half of each RSE's jobs collected, counters refreshed, `events` skips of each RSE kept in
+    its document (then its state as it was); returns the job documents."""
     ledger.ensure_indexes()
     gen = time.time() - 86400
     names = [rse_name(r) for r in range(rses)]
@@ -76,6 +78,12 @@ def load(ledger: Ledger, rses: int, jobs_per_rse: int, work: Path, n_cycles: int
         jobs = [j["_id"] for j in ledger.query_jobs(rse, limit=10_000)["items"]]
         ledgersim.collect(ledger, jobs[:len(jobs) // 2])
         ledger.refresh_counters(rse)
+        state = ledger.rse(rse)["state"]
+        for i in range(events):  # an RSE skipped cycle after cycle: its document keeps the last EVENTS_KEPT
+            ledger.set_rse_state(rse, "skipped", "conmon_scan_not_done",
+                                 f"ConMon status 'running' for {rse}; skip {i}: the dump is not final yet")
+        if events:
+            ledger.set_rse_state(rse, state)
     ledgersim.cycles(ledger, n_cycles, names)
     return ledger.db.jobs.count_documents({})
 
@@ -120,12 +128,14 @@ def main() -> int:
     ap.add_argument("--scrapes", type=int, default=30)
     ap.add_argument("--before", help="a checkout's src/python whose metrics.render is timed too (child process)")
     ap.add_argument("--cycles", type=int, default=48, help="polling cycles recorded (48: 2 days, hourly)")
+    ap.add_argument("--events", type=int, default=0,
+                    help="skips kept in each RSE's document (production: up to 50 for an RSE skipped cycle after cycle)")
     ap.add_argument("--busy", type=int, default=0, help="processes spinning on the CPU while timing")
     ap.add_argument("--data", type=Path, help="the database's folder, kept and reused (default: a temporary one)")
     args = ap.parse_args()
     work = args.data or Path(tempfile.mkdtemp(prefix="bench-metrics-"))
     work.mkdir(parents=True, exist_ok=True)
-    sizes = {"rses": args.rses, "jobs_per_rse": args.jobs_per_rse, "cycles": args.cycles}
+    sizes = {"rses": args.rses, "jobs_per_rse": args.jobs_per_rse, "cycles": args.cycles, "events": args.events}
     loaded = work / "loaded.json"  # written once the load finished: what a later run may reuse
     reuse = args.data is not None and loaded.exists() and json.loads(loaded.read_text()) == sizes
     if args.data is not None and not reuse:
@@ -144,7 +154,7 @@ def main() -> int:
             jobs = db.jobs.count_documents({})
         else:
             loaded.unlink(missing_ok=True)
-            jobs = load(Ledger(db), args.rses, args.jobs_per_rse, work, args.cycles)
+            jobs = load(Ledger(db), args.rses, args.jobs_per_rse, work, args.cycles, args.events)
             loaded.write_text(json.dumps(sizes))
         cycle_under_way(Ledger(db), args.rses)
         view, config = MongoLedgerView(db), Config()
