@@ -16,7 +16,7 @@ from MSUnmerged.rest.api import STARTED
 from MSUnmerged.rest.exposition import Families, Writer
 from MSUnmerged.statemachine import RSEState
 
-# exposition.text writes the text format 0.0.4.
+# exposition.Writer writes the text format 0.0.4.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LEDGER_UP = ("msunmerged_ledger_up", "1 when the ledger database answered this scrape.")
 DRY_RUN = ("msunmerged_dry_run", "1 when the service runs in dry run (jobs delete nothing).")
@@ -30,7 +30,7 @@ def _gauge(spec: tuple[str, str], value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(*spec, value=value)
 
 
-# The per-RSE families in the order a scrape writes them: (name, help, the RSE counter it shows, or None).
+# The per-RSE families in the order a scrape writes them: (name, help, the RSE counter it shows).
 RSE_COUNTERS = (("msunmerged_files_deleted", "Files deleted in the RSE's current generation.", "deleted"),
                 ("msunmerged_files_to_delete", "Files planned for deletion in the current generation.", "to_delete"),
                 ("msunmerged_files_would_delete", "Files a dry run found and left in the current generation.",
