@@ -4,13 +4,20 @@
 
 Standalone: its own SecantusDB (on disk in a temporary folder), N RSEs recorded through the Ledger API
 (bench/ledgersim.py: a generated dump each, planned and recorded, a share of the jobs collected, counters
-refreshed as the service does at the end of each RSE's run), then `--cycles` polling cycles. Baselines in the
+refreshed as the service does at the end of each RSE's run), then `--cycles` polling cycles and one under way
+(its document is read again at each scrape, as while `serve` works). Baselines in the
 same run, on the same database: the RSE documents alone (`view.rses()`, what any scrape reads), and the
 aggregate of every job document by RSE and state (what the `msunmerged_jobs` gauge did before issue 29), and
 with `--before SRC` the same scrape rendered by another checkout's code (e.g. /work/main/src/python) in a child
 process on the same database.
 
-    python3 bench/bench_metrics.py [--rses 150] [--jobs-per-rse 34] [--scrapes 30] [--before SRC]
+    python3 bench/bench_metrics.py [--rses 150] [--jobs-per-rse 34] [--scrapes 30] [--before SRC] [--data DIR]
+                                   [--busy N] [--events N]
+
+`--data DIR`: the database lives in DIR and is kept; a later run with the same DIR and sizes reuses it.
+`--busy N`: N processes spin on the CPU while the scrapes are timed (a busy machine, as when a cycle's local
+workers run beside `serve`); `load_busy` gives the load average at the end of the timing. `--events N`: each
+RSE skipped N times at the load (its document keeps the last 50 events, as for an RSE skipped cycle after cycle).
 """
 from __future__ import annotations
 
@@ -45,6 +52,10 @@ TARGET_MS = 50.0
 LINES_PER_RSE = 3000
 
 
+def rse_name(r: int) -> str:
+    return f"T2_BE_Metrics{r:03d}"
+
+
 def timed(fn: Callable[[], Any], n: int) -> dict[str, float]:
     """Median and worst milliseconds of n calls."""
     walls = []
@@ -55,19 +66,43 @@ def timed(fn: Callable[[], Any], n: int) -> dict[str, float]:
     return {"median_ms": round(statistics.median(walls), 1), "max_ms": round(max(walls), 1)}
 
 
-def load(ledger: Ledger, rses: int, jobs_per_rse: int, work: Path, n_cycles: int) -> int:
-    """The RSEs recorded, half of each RSE's jobs collected, counters refreshed; returns the job documents."""
+def load(ledger: Ledger, rses: int, jobs_per_rse: int, work: Path, n_cycles: int, events: int = 0) -> int:
+    """The RSEs recorded, half of each RSE's jobs collected, counters refreshed, `events` skips of each RSE kept in
+    its document (then its state as it was); returns the job documents."""
     ledger.ensure_indexes()
     gen = time.time() - 86400
-    names = [f"T2_BE_Metrics{r:03d}" for r in range(rses)]
+    names = [rse_name(r) for r in range(rses)]
     for r, rse in enumerate(names):
         ledgersim.record_sample(ledger, rse, LINES_PER_RSE, work, gen, seed=r,
                                 files_per_job=max(1, LINES_PER_RSE // 10 // jobs_per_rse))
         jobs = [j["_id"] for j in ledger.query_jobs(rse, limit=10_000)["items"]]
         ledgersim.collect(ledger, jobs[:len(jobs) // 2])
         ledger.refresh_counters(rse)
+        state = ledger.rse(rse)["state"]
+        for i in range(events):  # an RSE skipped cycle after cycle: its document keeps the last EVENTS_KEPT
+            ledger.set_rse_state(rse, "skipped", "conmon_scan_not_done",
+                                 f"ConMon status 'running' for {rse}; skip {i}: the dump is not final yet")
+        if events:
+            ledger.set_rse_state(rse, state)
     ledgersim.cycles(ledger, n_cycles, names)
     return ledger.db.jobs.count_documents({})
+
+
+def stop_all(spinners: list[subprocess.Popen]) -> None:
+    while spinners:
+        spinner = spinners.pop()
+        spinner.kill()
+        spinner.wait()
+
+
+def cycle_under_way(ledger: Ledger, rses: int) -> None:
+    """A cycle started, half its RSEs' results recorded (as while `serve` works: each scrape reads its document
+    again); on a kept database, only when none is under way yet."""
+    if ledger.db.cycles.find_one({"finished": {"$exists": False}}, {"_id": 1}) is None:
+        cid = ledger.start_cycle("bench-0", 10_000, [rse_name(r) for r in range(rses)])
+        for r in range(rses // 2):
+            ledger.record_cycle_result(cid, rse_name(r),
+                                       {"action": "poll", "state": "submitted", "reason": "", "source": ""})
 
 
 def render_with(src: str, url: str, scrapes: int) -> dict[str, float]:
@@ -93,10 +128,20 @@ def main() -> int:
     ap.add_argument("--scrapes", type=int, default=30)
     ap.add_argument("--before", help="a checkout's src/python whose metrics.render is timed too (child process)")
     ap.add_argument("--cycles", type=int, default=48, help="polling cycles recorded (48: 2 days, hourly)")
+    ap.add_argument("--events", type=int, default=0,
+                    help="skips kept in each RSE's document (production: up to 50 for an RSE skipped cycle after cycle)")
+    ap.add_argument("--busy", type=int, default=0, help="processes spinning on the CPU while timing")
+    ap.add_argument("--data", type=Path, help="the database's folder, kept and reused (default: a temporary one)")
     args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="bench-metrics-"))
+    work = args.data or Path(tempfile.mkdtemp(prefix="bench-metrics-"))
+    work.mkdir(parents=True, exist_ok=True)
+    sizes = {"rses": args.rses, "jobs_per_rse": args.jobs_per_rse, "cycles": args.cycles, "events": args.events}
+    loaded = work / "loaded.json"  # written once the load finished: what a later run may reuse
+    reuse = args.data is not None and loaded.exists() and json.loads(loaded.read_text()) == sizes
+    if args.data is not None and not reuse:
+        shutil.rmtree(work / "db", ignore_errors=True)
     port = bench_rest.free_port()
-    proc = None
+    proc, spinners = None, []
     try:
         with open(work / "db.log", "wb") as log:
             proc = subprocess.Popen(embedded_mongo.command(port, work / "db"), stdout=log, stderr=subprocess.STDOUT,
@@ -105,21 +150,33 @@ def main() -> int:
         url = f"mongodb://127.0.0.1:{port}/?directConnection=true"
         db = MongoClient(url).msunmerged
         t = time.time()
-        jobs = load(Ledger(db), args.rses, args.jobs_per_rse, work, args.cycles)
+        if reuse:
+            jobs = db.jobs.count_documents({})
+        else:
+            loaded.unlink(missing_ok=True)
+            jobs = load(Ledger(db), args.rses, args.jobs_per_rse, work, args.cycles, args.events)
+            loaded.write_text(json.dumps(sizes))
+        cycle_under_way(Ledger(db), args.rses)
         view, config = MongoLedgerView(db), Config()
         gauge = sum(x.value for f in text_string_to_metric_families(metrics.render(view, config))
                     if f.name == "msunmerged_jobs" for x in f.samples)
         if gauge != jobs:  # the counts per RSE must be the job documents, or the timing means nothing
             raise SystemExit(f"bench_metrics: msunmerged_jobs sums to {gauge}, the ledger holds {jobs} jobs")
         pipeline = [{"$group": {"_id": {"rse": "$rse", "state": "$state"}, "count": {"$sum": 1}}}]
-        row: dict[str, Any] = {"rses": args.rses, "jobs": jobs, "load_s": round(time.time() - t),
+        row: dict[str, Any] = {"rses": args.rses, "jobs": jobs, "load_s": round(time.time() - t), "reused": reuse,
                                "load_before": round(os.getloadavg()[0], 2)}
+        spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+        if args.busy:
+            time.sleep(5)  # the load average follows
         for _ in range(2):  # interleaved, so that a busy minute weighs on each alike
             row["render"] = timed(lambda: metrics.render(view, config), args.scrapes)
             if args.before:
                 row["render_before"] = render_with(args.before, url, args.scrapes)
             row["rses_only"] = timed(view.rses, args.scrapes)
             row["jobs_aggregate"] = timed(lambda: list(db.jobs.aggregate(pipeline)), args.scrapes)
+        if args.busy:
+            row["busy"], row["load_busy"] = args.busy, round(os.getloadavg()[0], 2)
+        stop_all(spinners)
         row["render_vs_rses_only"] = round(row["render"]["median_ms"] / row["rses_only"]["median_ms"], 2)
         if args.before:
             row["before_vs_render"] = round(row["render_before"]["median_ms"] / row["render"]["median_ms"], 2)
@@ -128,9 +185,11 @@ def main() -> int:
         print(json.dumps(row), flush=True)
         return 0
     finally:
+        stop_all(spinners)
         if proc is not None:
             bench_rest.stop(proc)
-        shutil.rmtree(work, ignore_errors=True)
+        if args.data is None:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

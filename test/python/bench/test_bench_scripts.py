@@ -104,11 +104,15 @@ def test_bench_drain_tiny(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("drain-*")), "the run's folders are left behind"
 
 
-def test_bench_metrics_tiny() -> None:
-    """RSEs with jobs recorded; the jobs gauge sums to the job documents (the script checks); every timing comes out."""
-    row = json.loads(run("bench_metrics.py", "--rses", "12", "--scrapes", "2", "--cycles", "3").splitlines()[-1])
-    assert row["jobs"] > 0 and row["rses"] == 12
+def test_bench_metrics_tiny(tmp_path: Path) -> None:
+    """RSEs with jobs recorded; the jobs gauge sums to the job documents (the script checks); every timing comes out;
+    a second run on the kept database reuses it (also with a spinning process beside)."""
+    args = ("bench_metrics.py", "--rses", "12", "--scrapes", "2", "--cycles", "3", "--data", str(tmp_path))
+    row = json.loads(run(*args).splitlines()[-1])
+    assert row["jobs"] > 0 and row["rses"] == 12 and not row["reused"]
     assert all(row[k]["median_ms"] > 0 for k in ("render", "rses_only", "jobs_aggregate"))
+    again = json.loads(run(*args, "--busy", "1").splitlines()[-1])
+    assert again["reused"] and again["jobs"] == row["jobs"] and again["busy"] == 1
 
 
 def test_bench_partition_tiny(tmp_path: Path) -> None:

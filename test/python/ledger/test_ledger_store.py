@@ -327,7 +327,7 @@ def test_drop_protected_reads_a_generation_by_windows_and_misses_nothing_whateve
     `_id` windows cut at its fences, and the covered buckets by `_id`. The windows tile the generation whatever
     its fence list says: with the list gone, or a complete-looking one short of buckets, every file the list
     holds below is still dropped, rows (failed files) and bucket entries alike."""
-    monkeypatch.setattr(recording, "BUCKET_WINDOW", 2)
+    monkeypatch.setattr(recording, "BUCKET_BATCH", 2)
     monkeypatch.setattr(recording, "ROW_WINDOW", 3)
     monkeypatch.setattr(bk, "PACK_NAMES", 1)  # one directory a bucket: many buckets, as recorded before packing
     ledger = Ledger(mongo_db)

@@ -1,15 +1,20 @@
 """LedgerView.health(brief=True), what each /metrics scrape reads, on a real SecantusDB: the same answer as the
-full one but for the last cycle's per-RSE `results` and `rses`, also on a ledger from before the `meta` document."""
+full one but for the last cycle's per-RSE `results` and `rses`, also on a ledger from before the `meta` document;
+finished cycles kept between scrapes without missing a change; documents cleaned and redacted in one pass."""
 from __future__ import annotations
 
+import datetime
 import time
 
 import pytest
+from bson import Int64, ObjectId
 from pymongo.database import Database
 
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.ledger.cycles import CYCLES_META
+from MSUnmerged.ledger import view as view_module
 from MSUnmerged.ledger.view import CYCLE_BRIEF, MongoLedgerView
+from MSUnmerged.redact import redact_all
 
 pytestmark = pytest.mark.integration
 RSES = [f"T2_XX_{i:03d}" for i in range(30)]
@@ -53,3 +58,31 @@ def test_brief_health_on_a_ledger_from_before_meta(mongo_db: Database) -> None:
     view = MongoLedgerView(mongo_db)
     same_but_bulk(view.health(3600.0), view.health(3600.0, brief=True))
     assert view.health(3600.0, brief=True)["last_good_cycle_at"] <= time.time()
+
+
+def test_brief_health_keeps_finished_cycles_and_follows_changes(mongo_db: Database) -> None:
+    ledger = Ledger(mongo_db)
+    cycles(ledger, {7})
+    view = MongoLedgerView(mongo_db)
+    first = view.health(3600.0, brief=True)
+    assert view.cycles(5, brief=True) == view.cycles(5, brief=True)  # a caller's changes do not reach the cache
+    running = mongo_db.cycles.find_one({"finished": {"$exists": False}})["_id"]
+    assert running not in view._finished and len(view._finished) == 8  # the 8 finished ones kept, not the running one
+    ledger.end_cycle(running)  # good: the running cycle is now the last one and the last good one
+    then = view.health(3600.0, brief=True)
+    assert then["last_cycle"]["id"] == running and then["last_good_cycle_at"] == then["last_cycle"]["finished"]
+    assert first["last_cycle"]["id"] != running and first["sources"]["rucio"] == 0 and then["sources"]["rucio"] == 1
+    full = view.health(3600.0)
+    assert then["last_cycle"] == {k: v for k, v in full["last_cycle"].items() if k not in CYCLE_BRIEF}
+    for i in range(12):  # older cycles leave the cache with the meta document's recent list
+        ledger.end_cycle(ledger.start_cycle("inst-0", 20 + i, RSES))
+    view.health(3600.0, brief=True)
+    assert set(view._finished) <= set(mongo_db.meta.find_one({"_id": CYCLES_META})["recent"][-10:])
+
+
+def test_shown_is_clean_then_redact_all() -> None:
+    doc = {"_id": ObjectId(), "at": datetime.datetime(2026, 1, 2, 3, 4, 5), "n": Int64(5), "f": 1.5, "b": True,
+           "none": None, "url": "https://user:pw@host/x?token=abc", "plain": "no secret",
+           "nested": {"detail": "Max retries exceeded with url: /files?access_token=zzz", "k": [1, "a=b@c"]},
+           "events": [{"at": 1.0, "detail": "bearer abc.def"}, "x?sig=1", ObjectId(), [1, 2]]}
+    assert view_module._shown(doc) == redact_all(view_module._clean(doc))

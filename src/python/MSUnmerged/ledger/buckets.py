@@ -16,8 +16,9 @@ STATE_OF = {code: state for state, code in CODES.items()}
 _VALUE_OF = {code: state.value for state, code in CODES.items()}  # a record's `state` (pages build thousands)
 NO_SIZE = -1
 # A job's directories of one dataset share a bucket up to this many files: SecantusDB's cost is per document
-# (~0.35 ms each, as much as ~400 names' bytes), and a directory of 25 files was a document of its own.
-PACK_NAMES = 1000
+# (~0.35 ms each, as much as ~400 names' bytes), and a directory of 25 files was a document of its own. No more:
+# a page reads whole buckets, and its first window (records.FIRST_BUCKETS) is sized for ~250 files a bucket.
+PACK_NAMES = 250
 
 
 def bucket_id(prefix: str, directory: str, n: int) -> str:

@@ -51,37 +51,55 @@ class Cycles(LedgerBase):
         with_retry(lambda: self.cycles.delete_many({"started": {"$lt": finished - self.cycles_kept_days * 86400}}),
                    "prune cycles")
 
-    def _cycles_meta(self) -> dict[str, Any]:
+    def cycles_meta(self) -> dict[str, Any]:
+        """The `meta` document of the cycles ({} before any): read once, it can be handed to the reads below."""
         return with_retry(lambda: self.meta.find_one({"_id": CYCLES_META}), "cycles meta") or {}
 
-    def last_good_cycle(self, fields: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+    def last_good_cycle(self, fields: Optional[Mapping[str, Any]] = None,
+                        meta: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
         """The most recent cycle that finished with no failure ({} when none); once pruned, what `meta` kept of
-        it (_id, started, finished). `fields`: a projection (the fields a caller reads)."""
-        good = self._cycles_meta().get("last_good")
+        it (_id, started, finished). `fields`: a projection (the fields a caller reads); when `meta` keeps them
+        all, its copy is the answer (end_cycle writes the same values in both). `meta`: cycles_meta if read."""
+        good = (self.cycles_meta() if meta is None else meta).get("last_good")
         if good:
+            if fields is not None and set(fields) <= set(good):
+                return {"_id": good["_id"], **{k: good[k] for k in fields}}
             return with_retry(lambda: self.cycles.find_one({"_id": good["_id"]}, fields), "last good cycle") or good
         # A ledger from before the meta document: sorted on the server.
         docs = with_retry(lambda: list(self.cycles.find({"ok": True}, fields).sort("started", DESCENDING).limit(1)),
                           "last good cycle")
         return docs[0] if docs else {}
 
-    def first_cycle_started(self) -> Optional[float]:
+    def first_cycle_started(self, meta: Optional[Mapping[str, Any]] = None) -> Optional[float]:
         """When the ledger's first polling cycle started (None before any): the failing-cycles alert counts its
-        delay from there until a cycle succeeds."""
-        first = self._cycles_meta().get("first_started")
+        delay from there until a cycle succeeds. `meta`: cycles_meta if read."""
+        first = (self.cycles_meta() if meta is None else meta).get("first_started")
         if first is None:  # a ledger from before the meta field: its oldest kept cycle
             docs = with_retry(lambda: list(self.cycles.find({}, {"started": 1}).sort("started", ASCENDING).limit(1)),
                               "first cycle")
             first = docs[0].get("started") if docs else None
         return first
 
-    def query_cycles(self, limit: int = 20, fields: Optional[Mapping[str, Any]] = None) -> list[dict[str, Any]]:
-        """The latest `limit` cycles, newest first; `fields`: a projection (the fields a caller reads)."""
-        recent = self._cycles_meta().get("recent")
+    def query_cycles(self, limit: int = 20, fields: Optional[Mapping[str, Any]] = None,
+                     meta: Optional[Mapping[str, Any]] = None,
+                     finished: Optional[dict[str, dict[str, Any]]] = None) -> list[dict[str, Any]]:
+        """The latest `limit` cycles, newest first; `fields`: a projection (the fields a caller reads); `meta`:
+        cycles_meta if read. `finished`: the caller's cache of finished cycles by _id (with these `fields`, none of
+        them `results`: what end_cycle wrote never changes after), read from and filled; it keeps the recent ones."""
+        recent = (self.cycles_meta() if meta is None else meta).get("recent")
         if recent and limit <= len(recent):
             # A few more than asked: instances starting together may have pushed out of order.
             ids = recent[-(limit + 5):]
-            docs = with_retry(lambda: list(self.cycles.find({"_id": {"$in": ids}}, fields)), "recent cycles")
+            cache = {} if finished is None else finished
+            known = {i: dict(d) for i in ids if (d := cache.get(i)) is not None}  # copies: callers change theirs
+            rest = [i for i in ids if i not in known]
+            docs = list(known.values())
+            if rest:
+                docs += with_retry(lambda: list(self.cycles.find({"_id": {"$in": rest}}, fields)), "recent cycles")
+            # Single dict operations only: request threads may share the cache.
+            cache.update({d["_id"]: dict(d) for d in docs if d.get("finished") is not None})
+            for old in set(cache) - set(ids):
+                cache.pop(old, None)
             if len(docs) >= limit:
                 return sorted(docs, key=lambda d: d["started"], reverse=True)[:limit]
         # Fewer recorded (pruned, or a ledger from before the meta document): sorted on the server.

@@ -13,13 +13,18 @@ from MSUnmerged.ledger.retry import with_retry
 from MSUnmerged.ledger.states import LIVE_JOB_STATES, SUBMITTED, FileState
 from MSUnmerged.worker.ids import file_id, gen_prefix
 
+RSE_BATCH = 10_000  # RSE documents per reply (a reply stays under 16 MiB whatever this says)
+
 
 class Reads(LedgerBase):
     """Pages of the ledger's records in `_id` order, each one index range (see query_files)."""
 
     def rse_docs(self, rse: Optional[str] = None) -> list[dict[str, Any]]:
         flt = {"_id": rse} if rse else {}
-        return with_retry(lambda: list(self.rses.find(flt).sort("_id", ASCENDING)), "rse docs")
+        # One reply for the whole fleet (the default first batch is 101 documents, then a second round trip),
+        # sorted here: the embedded server sorts by holding every document first (a /metrics scrape reads them all).
+        docs = with_retry(lambda: list(self.rses.find(flt).batch_size(RSE_BATCH)), "rse docs")
+        return sorted(docs, key=lambda d: d["_id"])
 
     def current_generation(self, rse: str) -> Optional[float]:
         """The RSE's current generation (None: none recorded, or no such RSE)."""

@@ -15,7 +15,7 @@ from MSUnmerged.config import PlannerConfig
 from MSUnmerged.guards import PLAN_OUTDATED, GuardTripped, check_plan_lines
 from MSUnmerged.ledger import ages, fences
 from MSUnmerged.ledger import buckets as bk
-from MSUnmerged.ledger.base import BATCH, RECORD_BATCH_FILES, insert_ignoring_duplicates, span
+from MSUnmerged.ledger.base import BATCH, BUCKET_BATCH, RECORD_BATCH_FILES, insert_ignoring_duplicates, span
 from MSUnmerged.ledger.entries import Entries
 from MSUnmerged.ledger.retry import with_retry
 from MSUnmerged.ledger.states import LIVE_JOB_STATES, NOT_DELETED, FileState, JobState
@@ -27,9 +27,6 @@ from MSUnmerged.worker.ids import gen_key, gen_prefix, job_id
 PROTECTED_SINCE_PLANNING = "protected_since_planning"
 # Buckets per window of drop_protected's scan of a generation's rows (rows are sparse: a few percent of the files).
 ROW_WINDOW = 100
-# Buckets per window of its scan of the buckets, and per read of those it reads whole: up to PACK_NAMES files each,
-# ~125k files a window (SecantusDB holds every document a query matches, whole).
-BUCKET_WINDOW = 125
 # How a generation entry without `packing` was recorded: one directory a bucket.
 BEFORE_PACKING = {"names": 1}
 
@@ -248,14 +245,14 @@ class Recording(Entries):
         states = {FileState.PLANNED.value, FileState.WOULD_DELETE.value}
         shape = {"dir": 1, "states": 1, "rse": 1, "gen": 1}
         buckets = (self._read({"job": job}, self.buckets, shape) if job is not None
-                   else self._windows(rse, generation, self.buckets, BUCKET_WINDOW, shape))
+                   else self._windows(rse, generation, self.buckets, BUCKET_BATCH, shape))
         # A base at or below <dir>/<name> is at or below <dir> (PrefixSet): only the buckets of directories
         # that hold a base below them can have entries to drop, and only those are read whole, by _id alone.
         near = [b["_id"] for b in buckets if live(b) and states.intersection(b["states"]) and held(b["dir"])]
         codes = bk.CODES[FileState.PLANNED] + bk.CODES[FileState.WOULD_DELETE]
         n = len(ids)
-        for start in range(0, len(near), BUCKET_WINDOW):
-            covered = [e for e in self._live_entries({"_id": {"$in": near[start:start + BUCKET_WINDOW]}}, codes)
+        for start in range(0, len(near), BUCKET_BATCH):
+            covered = [e for e in self._live_entries({"_id": {"$in": near[start:start + BUCKET_BATCH]}}, codes)
                        if held(f"{e[0]['dir']}/{e[2]}")]
             self._move_to_rows([(e, dropped) for e in covered], {"state": {"$in": not_deleted}})
             n += len(covered)

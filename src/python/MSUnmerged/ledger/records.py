@@ -52,7 +52,9 @@ def holders(buckets: Collection, scope: Mapping[str, Any], fid: str) -> list[dic
     """The buckets of the RSE generation `scope` ({rse, gen}) in the directories file _id `fid` lies in that sort
     before it: those may hold it, or files after it. Queried by the index's fields alone (rse, gen, dir):
     SecantusDB scans the whole collection for any other field set."""
-    dirs = bk.ancestors(fid.split("|", 2)[2])
+    path = fid.split("|", 2)[2]
+    # A bucket of D sorts at or after <D>/ + SEP: below `fid` only when `fid` goes on past <D>/.
+    dirs = [d for d in bk.ancestors(path) if len(path) > len(d) + 1]
     if not dirs:
         return []
     return [d for d in with_retry(lambda: list(buckets.find({**scope, "dir": {"$in": dirs}})), "ancestor buckets")

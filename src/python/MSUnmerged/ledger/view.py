@@ -122,6 +122,30 @@ def _scalar(v: Any) -> Any:
     return str(v)
 
 
+_LEAVES = _PLAIN - {str}
+
+
+def _shown(doc: dict[str, Any]) -> dict[str, Any]:
+    """redact_all(_clean(doc)) in one pass: a document shown whole (an RSE, a job, a cycle), whose texts may
+    quote a URL with its credential."""
+    if _LEAVES.issuperset(map(type, doc.values())):  # numbers only (an RSE's counts by state, class): a copy does
+        return dict(doc)
+    out = {}
+    for k, v in doc.items():
+        kind = type(v)
+        if kind in _LEAVES:
+            out[k] = v
+        elif kind is str:
+            out[k] = redact(v)
+        elif isinstance(v, dict):
+            out[k] = _shown(v)
+        elif isinstance(v, list):
+            out[k] = [_shown(x) if isinstance(x, dict) else redact_all(_scalar(x)) for x in v]
+        else:
+            out[k] = redact_all(_scalar(v))
+    return out
+
+
 class MongoLedgerView:
     """LedgerView over the ledger's collections, through `Ledger`'s queries where it has them."""
 
@@ -132,6 +156,7 @@ class MongoLedgerView:
         self.db = db
         self.ledger = Ledger(db)
         self._read: TtlCache[Any] = TtlCache(generation_ttl_s)
+        self._finished: dict[str, dict[str, Any]] = {}  # brief documents of recent finished cycles, by _id
 
     def ping(self) -> None:
         self.db.client.admin.command("ping")
@@ -144,7 +169,7 @@ class MongoLedgerView:
         entry = next((g for g in doc.get("generations") or [] if g.get("gen") == gen), {})
         fields = {k: v for k, v in doc.items() if k not in ("_id", "generations", "events")}
         events = (doc.get("events") or [])[-10:]
-        return redact_all(_clean({"name": doc["_id"], **fields, "plan": entry, "events": events}))
+        return _shown({"name": doc["_id"], **fields, "plan": entry, "events": events})
 
     def rses(self) -> list[dict[str, Any]]:
         return [self._rse_summary(d) for d in self.ledger.rse_docs()]
@@ -204,12 +229,15 @@ class MongoLedgerView:
 
     def jobs(self, rse: Optional[str], state: Optional[str], limit: int) -> list[dict[str, Any]]:
         docs = self.ledger.query_jobs(rse, state, limit=limit, newest_first=True)["items"]
-        return [redact_all(_clean({"id": d.pop("_id"), **d})) for d in docs]  # batch reasons may quote URLs
+        return [_shown({"id": d.pop("_id"), **d}) for d in docs]  # batch reasons may quote URLs
 
-    def cycles(self, limit: int, brief: bool = False) -> list[dict[str, Any]]:
+    def cycles(self, limit: int, brief: bool = False, meta: Optional[dict[str, Any]] = None) -> list[dict[str, Any]]:
+        """`meta`: the cycles' meta document if read; brief reads keep finished cycles (they no longer change)."""
         out = []
-        for d in self.ledger.query_cycles(limit, CYCLE_BRIEF if brief else None):
-            d = redact_all(_clean({"id": d.pop("_id"), **d}))  # failure details may quote a URL with its credential
+        cycles = self.ledger.query_cycles(limit, CYCLE_BRIEF, meta, self._finished) if brief else \
+            self.ledger.query_cycles(limit, meta=meta)
+        for d in cycles:
+            d = _shown({"id": d.pop("_id"), **d})  # failure details may quote a URL with its credential
             start, end = d.get("started"), d.get("finished")
             d["duration_s"] = round(end - start, 3) if isinstance(start, (int, float)) and \
                 isinstance(end, (int, float)) else None
@@ -217,8 +245,10 @@ class MongoLedgerView:
         return out
 
     def health(self, stale_after_s: float, brief: bool = False) -> dict[str, Any]:
-        good = self.ledger.last_good_cycle({"finished": 1})  # all health_of reads of it
-        return health_of(self.cycles(5, brief), good, self.ledger.first_cycle_started(), stale_after_s, time.time())
+        meta = self.ledger.cycles_meta()  # read once for the three reads below
+        good = self.ledger.last_good_cycle({"finished": 1}, meta)  # all health_of reads of it: meta keeps it
+        return health_of(self.cycles(5, brief, meta), good, self.ledger.first_cycle_started(meta), stale_after_s,
+                         time.time())
 
     def history(self, rse: Optional[str], days: int) -> list[dict[str, Any]]:
         return history.rse_days(self.db, rse, days)

@@ -1,5 +1,6 @@
-"""Prometheus exposition of the ledger through prometheus_client: a custom collector reads the ledger at
-each scrape (per-RSE counters, jobs, cycles, sources, failures, dry run), nothing is kept in the process."""
+"""Prometheus exposition of the ledger: each scrape reads the ledger (per-RSE counters, jobs, cycles, sources,
+failures, dry run) and writes the text; the per-RSE families (thousands of samples) go straight into the text
+(exposition.Writer), the few others through prometheus_client's families."""
 from __future__ import annotations
 
 import time
@@ -12,10 +13,10 @@ from MSUnmerged.alerts.rules import evaluate
 from MSUnmerged.config import Config
 from MSUnmerged.ledger.view import LedgerView
 from MSUnmerged.rest.api import STARTED
-from MSUnmerged.rest.exposition import Families, text
+from MSUnmerged.rest.exposition import Families, Writer
 from MSUnmerged.statemachine import RSEState
 
-# exposition.text writes the text format 0.0.4.
+# exposition.Writer writes the text format 0.0.4.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LEDGER_UP = ("msunmerged_ledger_up", "1 when the ledger database answered this scrape.")
 DRY_RUN = ("msunmerged_dry_run", "1 when the service runs in dry run (jobs delete nothing).")
@@ -29,7 +30,22 @@ def _gauge(spec: tuple[str, str], value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(*spec, value=value)
 
 
-class LedgerCollector(Collector):
+# The per-RSE families in the order a scrape writes them: (name, help, the RSE counter it shows).
+RSE_COUNTERS = (("msunmerged_files_deleted", "Files deleted in the RSE's current generation.", "deleted"),
+                ("msunmerged_files_to_delete", "Files planned for deletion in the current generation.", "to_delete"),
+                ("msunmerged_files_would_delete", "Files a dry run found and left in the current generation.",
+                 "would_delete"))
+FAILED = ("msunmerged_files_failed", "Files whose deletion failed, by error class.")
+FREED = ("msunmerged_bytes_freed", "Bytes freed where file sizes are known.")
+STATE = ("msunmerged_rse_state", "1 for the RSE's current state, 0 for the others.")
+UPDATED = ("msunmerged_rse_updated_timestamp_seconds", "Last change of the RSE's ledger state.")
+PROGRESSED = ("msunmerged_rse_progress_timestamp_seconds",
+              "Last time more files of the RSE were done (or a new generation began).")
+JOBS = ("msunmerged_jobs", "Cleanup jobs by RSE and state (as of the RSE's last run).")
+STATES = tuple(map(str, RSEState))
+
+
+class LedgerFamilies:
     """Every family from the ledger view at scrape time; each one present from the start (a rule on a family
     that is absent until some first event never fires)."""
 
@@ -37,52 +53,42 @@ class LedgerCollector(Collector):
         self.view = view
         self.config = config
 
-    def collect(self) -> Iterator[Metric]:
-        rse_label = ["rse"]
-        deleted = GaugeMetricFamily("msunmerged_files_deleted", "Files deleted in the RSE's current generation.",
-                                    labels=rse_label)
-        to_delete = GaugeMetricFamily("msunmerged_files_to_delete",
-                                      "Files planned for deletion in the current generation.", labels=rse_label)
-        would = GaugeMetricFamily("msunmerged_files_would_delete",
-                                  "Files a dry run found and left in the current generation.", labels=rse_label)
-        failed = GaugeMetricFamily("msunmerged_files_failed", "Files whose deletion failed, by error class.",
-                                   labels=["rse", "error_class"])
-        freed = GaugeMetricFamily("msunmerged_bytes_freed", "Bytes freed where file sizes are known.",
-                                  labels=rse_label)
-        state = GaugeMetricFamily("msunmerged_rse_state", "1 for the RSE's current state, 0 for the others.",
-                                  labels=["rse", "state"])
-        updated = GaugeMetricFamily("msunmerged_rse_updated_timestamp_seconds",
-                                    "Last change of the RSE's ledger state.", labels=rse_label)
-        progressed = GaugeMetricFamily("msunmerged_rse_progress_timestamp_seconds",
-                                       "Last time more files of the RSE were done (or a new generation began).",
-                                       labels=rse_label)
-        jobs = GaugeMetricFamily("msunmerged_jobs", "Cleanup jobs by RSE and state (as of the RSE's last run).",
-                                 labels=["rse", "state"])
+    def write(self, w: Writer) -> None:
         rses = self.view.rses()
+        # One pass over the RSEs: each one's label pair escaped once, its counters read once.
+        rows = []
         for rse in rses:
-            name = rse["name"]
-            c = rse.get("counters") or {}
-            deleted.add_metric([name], _value(c.get("deleted")))
-            to_delete.add_metric([name], _value(c.get("to_delete")))
-            would.add_metric([name], _value(c.get("would_delete")))
+            name = w.pair("rse", rse["name"])
+            rows.append((name, rse.get("counters") or {}, rse))
+        for family, doc, key in RSE_COUNTERS:
+            sample = w.family(family, doc)
+            for name, c, _ in rows:
+                w.sample(sample, _value(c.get(key)), name)
+        sample = w.family(*FAILED)
+        for name, c, _ in rows:
             for error_class, n in sorted((c.get("failed_by_class") or {}).items()):
-                failed.add_metric([name, error_class], _value(n))
-            freed.add_metric([name], _value(c.get("bytes_freed")))
+                w.sample(sample, _value(n), w.pair("error_class", error_class), name)
+        sample = w.family(*FREED)
+        for name, c, _ in rows:
+            w.sample(sample, _value(c.get("bytes_freed")), name)
+        sample = w.family(*STATE)
+        for name, _, rse in rows:
             current = str(rse.get("state") or "unknown")
-            for known in dict.fromkeys((*map(str, RSEState), current)):  # every state, so a change shows as 1 -> 0
-                state.add_metric([name, known], float(known == current))
-            if isinstance(rse.get("updated"), (int, float)):
-                updated.add_metric([name], rse["updated"])
-            if isinstance(rse.get("progress_at"), (int, float)):
-                progressed.add_metric([name], rse["progress_at"])
+            for known in dict.fromkeys((*STATES, current)):  # every state, so a change shows as 1 -> 0
+                w.sample(sample, float(known == current), name, w.pair("state", known))
+        for (family, doc), field in ((UPDATED, "updated"), (PROGRESSED, "progress_at")):
+            sample = w.family(family, doc)
+            for name, _, rse in rows:
+                if isinstance(rse.get(field), (int, float)):
+                    w.sample(sample, rse[field], name)
+        sample = w.family(*JOBS)
+        for name, c, _ in rows:
             for job_state, n in sorted((c.get("jobs_by_state") or {}).items()):  # counted per RSE (issue 29)
-                jobs.add_metric([name, str(job_state)], _value(n))
-        yield from (deleted, to_delete, would, failed, freed, state, updated, progressed, jobs)
+                w.sample(sample, _value(n), name, w.pair("state", str(job_state)))
         health = self.view.health(self.config.service.stale_after_s, brief=True)  # no cycle's per-RSE results
-        yield from self._cycles(health)
-        yield self._alerts(health, rses)
-        yield _gauge(DRY_RUN, float(self.config.service.dry_run))
-        yield _gauge(LEDGER_UP, 1.0)
+        w.families(self._cycles(health))
+        w.families([self._alerts(health, rses)])
+        w.families([_gauge(DRY_RUN, float(self.config.service.dry_run)), _gauge(LEDGER_UP, 1.0)])
 
     def _cycles(self, health: dict[str, Any]) -> Iterator[Metric]:
         last = health["last_cycle"] or {}
@@ -123,15 +129,19 @@ class LedgerCollector(Collector):
         return family
 
 
-def _text(*collectors: Collector) -> str:
-    return text(family for collector in collectors for family in collector.collect())
+def _text(writer: Writer, *collectors: Collector) -> str:
+    for collector in collectors:
+        writer.families(collector.collect())
+    return writer.text()
 
 
 def render(view: LedgerView, config: Config, *extra: Collector) -> str:
     """All metric families in one text answer (with those of `extra`, e.g. serve's database watch)."""
-    return _text(LedgerCollector(view, config), *extra)
+    writer = Writer()
+    LedgerFamilies(view, config).write(writer)
+    return _text(writer, *extra)
 
 
 def render_down(dry_run: bool, *extra: Collector) -> str:
     """What a scrape gets while the database is unreachable: the up gauge at 0, the dry-run flag, `extra`."""
-    return _text(Families(_gauge(LEDGER_UP, 0.0), _gauge(DRY_RUN, float(dry_run))), *extra)
+    return _text(Writer(), Families(_gauge(LEDGER_UP, 0.0), _gauge(DRY_RUN, float(dry_run))), *extra)
