@@ -11,7 +11,10 @@ generations kept (defaults 150, 100M CMS-wide, 3), write volume per generation a
 The read commands each operator query sends are captured and explained (queryPlanner; executionStats
 where the server gives it). The arithmetic is in docs/ledger.md ("CMS-wide sizing").
 
-Usage: python3 bench/bench_sizing.py [--rses 2] [--lines 100000] [--json out.json]
+With `--before SRC` the same sample first runs with another checkout's code (e.g. /work/main/src/python) in a
+child process, whose results go under "before" in the same JSON: before/after in one command.
+
+Usage: python3 bench/bench_sizing.py [--rses 2] [--lines 100000] [--json out.json] [--before SRC]
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -29,8 +33,10 @@ import bson
 from pymongo import MongoClient, monitoring
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src" / "python"))
+SRC = sys.argv[sys.argv.index("--src") + 1] if "--src" in sys.argv else str(REPO / "src" / "python")
+sys.path.insert(0, SRC)
 
+import MSUnmerged  # noqa: E402,F401  (first: the bench modules below put this checkout's code on the path)
 import bench_rest  # noqa: E402
 import ledgersim  # noqa: E402
 
@@ -192,7 +198,18 @@ def main() -> int:
     ap.add_argument("--dumps-per-week", type=float, default=1.0, help="new dumps per RSE and week (assumed)")
     ap.add_argument("--interval-s", type=float, default=3600.0, help="service.interval_s")
     ap.add_argument("--json", default=str(REPO / "bench" / "data" / "results-sizing.json"))
+    ap.add_argument("--src", help="the src/python whose code runs (default: this checkout's)")
+    ap.add_argument("--before", help="run the same sample first with this src/python, in a child process")
     args = ap.parse_args()
+    before = None
+    if args.before:
+        child = Path(args.json).with_suffix(".before.json")
+        same = [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in
+                ("rses", "lines", "cms_rses", "cms_files", "generations", "dumps_per_week", "interval_s")]
+        subprocess.run([sys.executable, __file__, *same, "--src", args.before, "--json", str(child)], check=True)
+        before = json.loads(child.read_text())
+        child.unlink()
+    load_before = os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="bench-sizing-"))
     traffic = Traffic()
     server = EmbeddedMongo(work / "state")
@@ -204,11 +221,13 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
     cms = extrapolate(measured, args.cms_rses, args.cms_files, args.generations, args.dumps_per_week,
                       args.interval_s)
-    out = {"measured": measured, "cms_wide": cms, "load_average": os.getloadavg()[0],
-           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    out = {"code": SRC, "measured": measured, "cms_wide": cms, "load_before": load_before,
+           "load_average": os.getloadavg()[0],
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **({"before": before} if before else {})}
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(out, indent=1, default=str))
-    print(f"\nsample: {measured['files']:,} files over {args.rses} RSEs, {measured['jobs_round1']} round-1 jobs")
+    print(f"\ncode: {SRC}; sample: {measured['files']:,} files over {args.rses} RSEs, "
+          f"{measured['jobs_round1']} round-1 jobs")
     print("| collection | documents | data bytes | index bytes | per file: docs | data B | index B |")
     print("|---" * 7 + "|")
     for name, c in measured["collections"].items():

@@ -78,10 +78,16 @@ def test_bench_scale_apply_tiny(tmp_path: Path) -> None:
 
 
 def test_bench_sizing_tiny(tmp_path: Path) -> None:
-    """The sample is recorded, collected and retried; sizes, write counts and query plans come out."""
+    """The sample is recorded, collected and retried; sizes, write counts and query plans come out; `--before`
+    runs the same sample first with the given code, its results under "before"."""
     out = tmp_path / "sizing.json"
-    run("bench_sizing.py", "--rses", "1", "--lines", "4000", "--json", str(out))
+    src = str(BENCH.parent / "src" / "python")
+    run("bench_sizing.py", "--rses", "1", "--lines", "4000", "--json", str(out), "--before", src)
     result = json.loads(out.read_text())
+    before = result["before"]
+    assert result["code"] == before["code"] == src and "before" not in before
+    assert before["measured"]["files"] == result["measured"]["files"] > 0 and before["cms_wide"]["documents"] > 0
+    assert list(tmp_path.iterdir()) == [out], "the child's results file is left behind"
     m = result["measured"]
     assert m["files"] > 0 and [p["phase"] for p in m["phases"]][:3] == ["record", "collect round 1", "retry round 2"]
     assert m["phases"][0]["inserted"] > 0 and m["phases"][1]["write_commands"] > 0
