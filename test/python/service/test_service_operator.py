@@ -13,6 +13,7 @@ from pymongo.database import Database
 from MSUnmerged.jobs.local import LocalBackend
 from MSUnmerged.jobs.router import RoutingBackend
 from MSUnmerged.ledger import Ledger, history
+from MSUnmerged.ledger.cycles import CYCLES_META
 from MSUnmerged.present import progress
 from MSUnmerged.ledger.view import MongoLedgerView
 from MSUnmerged.sources.errors import SourceError
@@ -112,7 +113,10 @@ def test_alert_when_the_last_good_cycle_is_too_old(mongo_db: Database) -> None:
     ledger = Ledger(mongo_db)
     cid = ledger.start_cycle("old", 1, [])
     ledger.end_cycle(cid)
-    mongo_db.cycles.update_one({"_id": cid}, {"$set": {"finished": time.time() - 7200}})
+    # Ended two hours ago: end_cycle keeps the end on the cycle and on the cycles' meta document (health reads it there).
+    ended = time.time() - 7200
+    mongo_db.cycles.update_one({"_id": cid}, {"$set": {"finished": ended}})
+    mongo_db.meta.update_one({"_id": CYCLES_META}, {"$set": {"last_good.finished": ended}})
     failing = ledger.start_cycle("now", 2, [])
     ledger.end_cycle(failing, failures=[{"source": "ledger", "reason": "ledger_unavailable", "detail": "", "rse": ""}])
     health = MongoLedgerView(mongo_db).health(3600)
