@@ -41,6 +41,7 @@ import ledgersim  # noqa: E402
 from MSUnmerged import embedded_mongo  # noqa: E402
 from MSUnmerged.ledger import Ledger, buckets  # noqa: E402
 from MSUnmerged.ledger.view import MongoLedgerView  # noqa: E402
+from MSUnmerged.worker.paths import ancestors  # noqa: E402
 
 N_RSES = 10
 BASE = "/ms-unmerged/data"
@@ -148,7 +149,7 @@ def engine_floor(view: MongoLedgerView, t: Target) -> list[tuple[str, Callable[[
         row_ids = [d["_id"] for d in db.files.find({"_id": {"$in": [r["cursor"] for r in records]}}, {"_id": 1})]
         entries = {(r["lfn"], r["job"]) for r in records if r["cursor"] not in set(row_ids)}
         # A bucket holds files of its `dir` and below it (packed directories): the ones holding these entries.
-        dirs = sorted({a for lfn, _ in entries for a in buckets.ancestors(lfn)})
+        dirs = sorted({a for lfn, _ in entries for a in ancestors(lfn)})
         bucket_ids = [d["_id"] for d in db.buckets.find({"rse": t.rse, "gen": gen, "dir": {"$in": dirs}},
                                                         {"_id": 1, "dir": 1, "job": 1, "names": 1})
                       if any((f"{d['dir']}/{name}", d["job"]) in entries for name in buckets.names(d))]

@@ -34,11 +34,6 @@ def split(lfn: str) -> tuple[str, str]:
     return d, name
 
 
-def ancestors(path: str) -> list[str]:
-    """The directories `path` lies in, shortest first: every bucket that can hold it is one of theirs."""
-    return [path[:i] for i, c in enumerate(path) if c == "/" and i > 0]
-
-
 def _common(a: str, b: str) -> str:
     """The deepest directory holding both directories (component-wise)."""
     while not (b == a or b.startswith(a + "/")):

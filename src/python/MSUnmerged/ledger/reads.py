@@ -89,8 +89,8 @@ class Reads(LedgerBase):
         # What the page holds is set by these (lo and hi hold the RSE, generation, directory prefix and job span).
         key = (dirs, state, error_class, job, lo, inclusive, hi, limit)
         docs = records.page(self.dirs if dirs else self.files, flt, self.buckets, bucket_flt, codes, lo, inclusive, hi,
-                            limit, {"rse": rse, "gen": generation}, fence_ids, all_rows=flt.keys() == {"rse", "gen"}, bucket_floor=bucket_floor,
-                            pick=pick, reach=self.fences.reached.get(key))
+                            limit, {"rse": rse, "gen": generation}, fence_ids, all_rows=flt.keys() == {"rse", "gen"},
+                            bucket_floor=bucket_floor, pick=pick, reach=self.fences.reached.get(key))
         self.fences.reached_at(key, fences.reach(fence_ids, hi, docs[-1]["_id"] if len(docs) == limit else None))
         return {"items": docs, "next": docs[-1]["_id"] if len(docs) == limit else None, "generation": generation}
 

@@ -14,6 +14,7 @@ from MSUnmerged.ledger import buckets as bk
 from MSUnmerged.ledger import fences
 from MSUnmerged.ledger.retry import with_retry
 from MSUnmerged.worker.ids import file_id
+from MSUnmerged.worker.paths import ancestors
 
 BUCKETS_PER_READ = 20
 MIN_CHECK = 50  # bucket entries checked for rows per query, at least
@@ -54,7 +55,7 @@ def holders(buckets: Collection, scope: Mapping[str, Any], fid: str) -> list[dic
     SecantusDB scans the whole collection for any other field set."""
     path = fid.split("|", 2)[2]
     # A bucket of D sorts at or after <D>/ + SEP: below `fid` only when `fid` goes on past <D>/.
-    dirs = [d for d in bk.ancestors(path) if len(path) > len(d) + 1]
+    dirs = [d for d in ancestors(path) if len(path) > len(d) + 1]
     if not dirs:
         return []
     return [d for d in with_retry(lambda: list(buckets.find({**scope, "dir": {"$in": dirs}})), "ancestor buckets")
