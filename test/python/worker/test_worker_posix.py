@@ -218,6 +218,24 @@ def test_sigterm_stops_cleanly_with_a_summary(site: tuple[Path, Path], tmp_path:
     assert left == counts["not_attempted"]
 
 
+@pytest.mark.parametrize("python", [sys.executable, SYSTEM_PYTHON])
+def test_a_library_that_aborts_at_exit_does_not_crash_a_finished_job(site: tuple[Path, Path], tmp_path: Path,
+                                                                     python: str) -> None:
+    """A site's C library loaded by a deleter (gfal2's XrdCl) may abort while the interpreter finalises; the
+    job ends before that, with its report's exit code. Here a finaliser that aborts stands for the library."""
+    storage, sc = site
+    lfns = [f"{BASE}/00000/f{i}.root" for i in range(3)]
+    paths = [put(storage, lfn) for lfn in lfns]
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text("import atexit, os\natexit.register(os.abort)\n")
+    rc, lines = run_worker(tmp_path / "job", manifest(lfns), sc, python=python, env={"PYTHONPATH": str(hooks)})
+    assert rc == 0 and summary(lines)["exit_code"] == 0, summary(lines)
+    assert not any(p.exists() for p in paths)
+    aborts = subprocess.run([python, "-c", "pass"], env={"PYTHONPATH": str(hooks)}, timeout=60)
+    assert aborts.returncode == -signal.SIGABRT  # the stand-in does abort a process that finalises
+
+
 def test_watchdog_times_out_a_stuck_call_and_goes_on() -> None:
     release = threading.Event()
     stuck_ended: list[bool] = []

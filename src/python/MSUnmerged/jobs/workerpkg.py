@@ -15,7 +15,7 @@ from MSUnmerged.worker.ids import WORKER_NAME
 
 WORKER_SRC = Path(__file__).resolve().parent.parent / "worker"
 PACKAGE = "msunmerged_worker"
-_MAIN = f"import sys\nfrom {PACKAGE}.__main__ import main\nsys.exit(main())\n"
+_MAIN = f"from {PACKAGE}.__main__ import run_and_exit\nrun_and_exit()\n"
 
 
 def sources() -> list[Path]:
