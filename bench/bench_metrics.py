@@ -9,7 +9,9 @@ refreshed as the service does at the end of each RSE's run), then `--cycles` pol
 same run, on the same database: the RSE documents alone (`view.rses()`, what any scrape reads), and the
 aggregate of every job document by RSE and state (what the `msunmerged_jobs` gauge did before issue 29), and
 with `--before SRC` the same scrape rendered by another checkout's code (e.g. /work/main/src/python) in a child
-process on the same database.
+process on the same database: first on the database as found (`render_before_as_found`: on one written by older
+code, e.g. a `--data` folder that code loaded, its RSE documents as it left them), then after this code's start-up
+(ensure_indexes: the RSE documents cut to base.EVENTS_KEPT events) interleaved with this code's scrapes.
 
     python3 bench/bench_metrics.py [--rses 150] [--jobs-per-rse 34] [--scrapes 30] [--before SRC] [--data DIR]
                                    [--busy N] [--events N]
@@ -17,7 +19,8 @@ process on the same database.
 `--data DIR`: the database lives in DIR and is kept; a later run with the same DIR and sizes reuses it.
 `--busy N`: N processes spin on the CPU while the scrapes are timed (a busy machine, as when a cycle's local
 workers run beside `serve`); `load_busy` gives the load average at the end of the timing. `--events N`: each
-RSE skipped N times at the load (its document keeps the last 50 events, as for an RSE skipped cycle after cycle).
+RSE skipped N times at the load (its document keeps the last base.EVENTS_KEPT events, as for an RSE skipped cycle
+after cycle; the code before issue 29's seventh session kept 50).
 """
 from __future__ import annotations
 
@@ -45,6 +48,7 @@ import ledgersim  # noqa: E402
 from MSUnmerged import embedded_mongo  # noqa: E402
 from MSUnmerged.config import Config  # noqa: E402
 from MSUnmerged.ledger import Ledger  # noqa: E402
+from MSUnmerged.ledger.base import EVENTS_KEPT  # noqa: E402
 from MSUnmerged.ledger.view import MongoLedgerView  # noqa: E402
 from MSUnmerged.rest import metrics  # noqa: E402
 
@@ -88,6 +92,11 @@ def load(ledger: Ledger, rses: int, jobs_per_rse: int, work: Path, n_cycles: int
     return ledger.db.jobs.count_documents({})
 
 
+def events_per_rse(db: Any) -> int:
+    """The most events an RSE document holds."""
+    return max((len(d.get("events") or []) for d in db.rses.find({}, {"events": 1})), default=0)
+
+
 def stop_all(spinners: list[subprocess.Popen]) -> None:
     while spinners:
         spinner = spinners.pop()
@@ -129,7 +138,8 @@ def main() -> int:
     ap.add_argument("--before", help="a checkout's src/python whose metrics.render is timed too (child process)")
     ap.add_argument("--cycles", type=int, default=48, help="polling cycles recorded (48: 2 days, hourly)")
     ap.add_argument("--events", type=int, default=0,
-                    help="skips kept in each RSE's document (production: up to 50 for an RSE skipped cycle after cycle)")
+                    help=f"skips of each RSE at the load (its document keeps up to {EVENTS_KEPT}: an RSE skipped cycle "
+                         "after cycle)")
     ap.add_argument("--busy", type=int, default=0, help="processes spinning on the CPU while timing")
     ap.add_argument("--data", type=Path, help="the database's folder, kept and reused (default: a temporary one)")
     args = ap.parse_args()
@@ -157,14 +167,19 @@ def main() -> int:
             jobs = load(Ledger(db), args.rses, args.jobs_per_rse, work, args.cycles, args.events)
             loaded.write_text(json.dumps(sizes))
         cycle_under_way(Ledger(db), args.rses)
+        found: dict[str, Any] = {"load_s": round(time.time() - t), "events_per_rse_found": events_per_rse(db)}
+        if args.before:  # on a database written by older code: its scrapes before this code's start-up
+            found["render_before_as_found"] = render_with(args.before, url, args.scrapes)
+        Ledger(db).ensure_indexes()  # serve's start-up (cuts RSE documents written with more events)
+        found["events_per_rse"] = events_per_rse(db)
         view, config = MongoLedgerView(db), Config()
         gauge = sum(x.value for f in text_string_to_metric_families(metrics.render(view, config))
                     if f.name == "msunmerged_jobs" for x in f.samples)
         if gauge != jobs:  # the counts per RSE must be the job documents, or the timing means nothing
             raise SystemExit(f"bench_metrics: msunmerged_jobs sums to {gauge}, the ledger holds {jobs} jobs")
         pipeline = [{"$group": {"_id": {"rse": "$rse", "state": "$state"}, "count": {"$sum": 1}}}]
-        row: dict[str, Any] = {"rses": args.rses, "jobs": jobs, "load_s": round(time.time() - t), "reused": reuse,
-                               "load_before": round(os.getloadavg()[0], 2)}
+        row: dict[str, Any] = {"rses": args.rses, "jobs": jobs, "reused": reuse,
+                               "load_before": round(os.getloadavg()[0], 2), **found}
         spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
         if args.busy:
             time.sleep(5)  # the load average follows

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from MSUnmerged.ledger.base import EVENTS_KEPT
+
 BENCH = Path(__file__).resolve().parents[3] / "bench"
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -111,11 +113,14 @@ def test_bench_drain_tiny(tmp_path: Path) -> None:
 
 
 def test_bench_metrics_tiny(tmp_path: Path) -> None:
-    """RSEs with jobs recorded; the jobs gauge sums to the job documents (the script checks); every timing comes out;
-    a second run on the kept database reuses it (also with a spinning process beside)."""
-    args = ("bench_metrics.py", "--rses", "12", "--scrapes", "2", "--cycles", "3", "--data", str(tmp_path))
+    """RSEs with jobs recorded, each skipped more times than its document keeps; the jobs gauge sums to the job
+    documents (the script checks); every timing comes out; a second run on the kept database reuses it (also with a
+    spinning process beside)."""
+    args = ("bench_metrics.py", "--rses", "12", "--scrapes", "2", "--cycles", "3", "--data", str(tmp_path),
+            "--events", str(EVENTS_KEPT + 2))
     row = json.loads(run(*args).splitlines()[-1])
     assert row["jobs"] > 0 and row["rses"] == 12 and not row["reused"]
+    assert row["events_per_rse_found"] == row["events_per_rse"] == EVENTS_KEPT
     assert all(row[k]["median_ms"] > 0 for k in ("render", "rses_only", "jobs_aggregate"))
     again = json.loads(run(*args, "--busy", "1").splitlines()[-1])
     assert again["reused"] and again["jobs"] == row["jobs"] and again["busy"] == 1

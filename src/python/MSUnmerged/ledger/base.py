@@ -11,7 +11,10 @@ from pymongo.database import Database
 from MSUnmerged.ledger import fences
 from MSUnmerged.ledger.retry import with_retry
 
-EVENTS_KEPT = 50
+# Skips and failures kept in the RSE document: the ones every reader shows (REST API, page, CLI, alerts). Each
+# scrape reads every RSE document whole (SecantusDB loads a document whole whatever the projection), so no more:
+# the longer history is each polling cycle's per-RSE result (cycles.py).
+EVENTS_KEPT = 10
 BATCH = 10_000
 BUCKET_BATCH = 500  # buckets per write or window (each up to PACK_NAMES files, or a job's files of one directory)
 # Files per insert of a plan's buckets: serve builds the next batch while the database holds this one whole.
@@ -87,6 +90,13 @@ class LedgerBase:
         """Set the RSE's state with the reason; a skip or failure is also kept in `events`."""
         update = state_update(state, reason, detail, **fields)
         with_retry(lambda: self.rses.update_one({"_id": rse}, update, upsert=True), f"set state {rse}")
+
+    def trim_events(self) -> int:
+        """RSE documents written with more than EVENTS_KEPT events (older code kept 50) cut to their last EVENTS_KEPT
+        (at start-up); returns how many."""
+        more = {f"events.{EVENTS_KEPT}": {"$exists": True}}
+        cut = {"$push": {"events": {"$each": [], "$slice": -EVENTS_KEPT}}}
+        return with_retry(lambda: self.rses.update_many(more, cut), "trim events").modified_count
 
     def generation_entry(self, rse: str, generation: float) -> dict[str, Any]:
         """The kept generation's entry of the RSE document ({} when there is none)."""

@@ -57,7 +57,8 @@ class Ledger(Recording, Rounds, Outcomes, Counters, Cycles, Reads):
         return str(doc["instance_id"])
 
     def ensure_indexes(self) -> None:
-        """Indexes for the operators' questions; each costs ingest time, so only these.
+        """Indexes for the operators' questions; each costs ingest time, so only these. Run at start-up, it also
+        cuts the events of RSE documents written by older code (trim_events).
 
         Every per-file page is one of these indexes' leading fields plus a range on its trailing
         `_id`, so a page is an index range scan in `_id` order (see query_files). (rse, gen, _id)
@@ -90,3 +91,4 @@ class Ledger(Recording, Rounds, Outcomes, Counters, Cycles, Reads):
             self.db[history.COLLECTION].create_index([("rse", ASCENDING), ("day", ASCENDING)])
             bucket_indexes()
         with_retry(make, "create indexes")
+        self.trim_events()  # start-up: a ledger written by older code gets this code's RSE documents

@@ -10,6 +10,7 @@ from bson.int64 import Int64
 from pymongo.database import Database
 
 from MSUnmerged.ledger import history
+from MSUnmerged.ledger.base import EVENTS_KEPT
 from MSUnmerged.ledger.states import RETRIABLE, SUBMITTED, DirState, FileState, JobState
 from MSUnmerged.ledger.store import Ledger
 from MSUnmerged.redact import redact, redact_all
@@ -32,7 +33,7 @@ class LedgerView(Protocol):
 
     def rses(self) -> list[dict[str, Any]]:
         """One per RSE: the `rses` document as written (`name` for its _id), `plan` = its current generation
-        entry instead of all `generations`, the last 10 `events`."""
+        entry instead of all `generations`, the last base.EVENTS_KEPT (10) `events`."""
 
     def rse(self, name: str) -> Optional[dict[str, Any]]:
         """The summary of one RSE, or None."""
@@ -168,7 +169,7 @@ class MongoLedgerView:
         gen = doc.get("generation")
         entry = next((g for g in doc.get("generations") or [] if g.get("gen") == gen), {})
         fields = {k: v for k, v in doc.items() if k not in ("_id", "generations", "events")}
-        events = (doc.get("events") or [])[-10:]
+        events = (doc.get("events") or [])[-EVENTS_KEPT:]  # a document written by older code keeps more
         return _shown({"name": doc["_id"], **fields, "plan": entry, "events": events})
 
     def rses(self) -> list[dict[str, Any]]:
