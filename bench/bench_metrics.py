@@ -5,7 +5,9 @@
 Standalone: its own SecantusDB (on disk in a temporary folder), N RSEs recorded through the Ledger API
 (bench/ledgersim.py: a generated dump each, planned and recorded, a share of the jobs collected, counters
 refreshed as the service does at the end of each RSE's run), then `--cycles` polling cycles and one under way
-(its document is read again at each scrape, as while `serve` works). Baselines in the
+(its document is read again at each scrape, as while `serve` works). The scrapes are timed in a child process
+(`render_with`: its own imports and heap, so that this code and `--before`'s are timed alike; see bench/README.md,
+issue 29's seventh session). Baselines in the
 same run, on the same database: the RSE documents alone (`view.rses()`, what any scrape reads), and the
 aggregate of every job document by RSE and state (what the `msunmerged_jobs` gauge did before issue 29), and
 with `--before SRC` the same scrape rendered by another checkout's code (e.g. /work/main/src/python) in a child
@@ -184,7 +186,7 @@ def main() -> int:
         if args.busy:
             time.sleep(5)  # the load average follows
         for _ in range(2):  # interleaved, so that a busy minute weighs on each alike
-            row["render"] = timed(lambda: metrics.render(view, config), args.scrapes)
+            row["render"] = render_with(str(REPO / "src" / "python"), url, args.scrapes)
             if args.before:
                 row["render_before"] = render_with(args.before, url, args.scrapes)
             row["rses_only"] = timed(view.rses, args.scrapes)
