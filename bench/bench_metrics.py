@@ -116,19 +116,27 @@ def cycle_under_way(ledger: Ledger, rses: int) -> None:
                                        {"action": "poll", "state": "submitted", "reason": "", "source": ""})
 
 
-def render_with(src: str, url: str, scrapes: int) -> dict[str, float]:
-    """metrics.render timed by the code under `src`, in a child process (its own imports) on the same database."""
-    code = ("import json, sys, time, statistics\n"
+def render_with(src: str, url: str, scrapes: int, server: int) -> dict[str, float]:
+    """metrics.render timed by the code under `src`, in a child process (its own imports) on the same database: wall
+    median and worst, and the CPU per scrape of the child and of the database server (pid `server`), which the
+    machine's load bends less than the wall."""
+    code = ("import json, os, sys, time, statistics\n"
             "from pymongo import MongoClient\n"
             "from MSUnmerged.config import Config\n"
             "from MSUnmerged.ledger.view import MongoLedgerView\n"
             "from MSUnmerged.rest import metrics\n"
+            "def server_cpu():\n"
+            "    fields = open(f'/proc/{sys.argv[3]}/stat').read().rsplit(')', 1)[1].split()\n"
+            "    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')\n"
             "view, config, walls = MongoLedgerView(MongoClient(sys.argv[1]).msunmerged), Config(), []\n"
-            "for _ in range(int(sys.argv[2])):\n"
+            "n, cpu, served = int(sys.argv[2]), time.process_time(), server_cpu()\n"
+            "for _ in range(n):\n"
             "    t = time.perf_counter(); metrics.render(view, config); walls.append((time.perf_counter() - t) * 1000)\n"
-            "print(json.dumps({'median_ms': round(statistics.median(walls), 1), 'max_ms': round(max(walls), 1)}))\n")
-    out = subprocess.run([sys.executable, "-c", code, url, str(scrapes)], env={**os.environ, "PYTHONPATH": src},
-                         capture_output=True, text=True, check=True)
+            "print(json.dumps({'median_ms': round(statistics.median(walls), 1), 'max_ms': round(max(walls), 1),\n"
+            "                  'cpu_ms': round((time.process_time() - cpu) * 1000 / n, 1),\n"
+            "                  'server_cpu_ms': round((server_cpu() - served) * 1000 / n, 1)}))\n")
+    out = subprocess.run([sys.executable, "-c", code, url, str(scrapes), str(server)],
+                         env={**os.environ, "PYTHONPATH": src}, capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
 
@@ -171,7 +179,7 @@ def main() -> int:
         cycle_under_way(Ledger(db), args.rses)
         found: dict[str, Any] = {"load_s": round(time.time() - t), "events_per_rse_found": events_per_rse(db)}
         if args.before:  # on a database written by older code: its scrapes before this code's start-up
-            found["render_before_as_found"] = render_with(args.before, url, args.scrapes)
+            found["render_before_as_found"] = render_with(args.before, url, args.scrapes, proc.pid)
         Ledger(db).ensure_indexes()  # serve's start-up (cuts RSE documents written with more events)
         found["events_per_rse"] = events_per_rse(db)
         view, config = MongoLedgerView(db), Config()
@@ -186,9 +194,9 @@ def main() -> int:
         if args.busy:
             time.sleep(5)  # the load average follows
         for _ in range(2):  # interleaved, so that a busy minute weighs on each alike
-            row["render"] = render_with(str(REPO / "src" / "python"), url, args.scrapes)
+            row["render"] = render_with(str(REPO / "src" / "python"), url, args.scrapes, proc.pid)
             if args.before:
-                row["render_before"] = render_with(args.before, url, args.scrapes)
+                row["render_before"] = render_with(args.before, url, args.scrapes, proc.pid)
             row["rses_only"] = timed(view.rses, args.scrapes)
             row["jobs_aggregate"] = timed(lambda: list(db.jobs.aggregate(pipeline)), args.scrapes)
         if args.busy:

@@ -121,6 +121,7 @@ def test_bench_metrics_tiny(tmp_path: Path) -> None:
     row = json.loads(run(*args).splitlines()[-1])
     assert row["jobs"] > 0 and row["rses"] == 12 and not row["reused"]
     assert row["events_per_rse_found"] == row["events_per_rse"] == EVENTS_KEPT
+    assert row["render"]["cpu_ms"] > 0 and row["render"]["server_cpu_ms"] >= 0
     assert all(row[k]["median_ms"] > 0 for k in ("render", "rses_only", "jobs_aggregate"))
     again = json.loads(run(*args, "--busy", "1").splitlines()[-1])
     assert again["reused"] and again["jobs"] == row["jobs"] and again["busy"] == 1
