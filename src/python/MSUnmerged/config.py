@@ -487,7 +487,9 @@ def _validate(cfg: Config) -> None:
          "alerts.alertmanager_url", "must be empty or an http(s):// URL")
     need(bool(a.service), "alerts.service", "must not be empty")
     need(a.stall_days > 0, "alerts.stall_days", "must be > 0")
-    need(a.guard_repeats >= 1, "alerts.guard_repeats", "must be >= 1")
+    from MSUnmerged.ledger.base import EVENTS_KEPT  # here: the ledger package imports this module
+    need(1 <= a.guard_repeats <= EVENTS_KEPT, "alerts.guard_repeats",
+         f"must be between 1 and {EVENTS_KEPT} (the events an RSE document keeps)")
     need(a.expire_cycles >= 1, "alerts.expire_cycles", "must be >= 1")
     need(a.timeout_s > 0, "alerts.timeout_s", "must be > 0")
 
