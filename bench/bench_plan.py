@@ -123,7 +123,13 @@ def measure_decompress(dump: str, inflater: str) -> dict:
 def write_files(out: str, sizes: list[int], blocks: Iterator[bytes]) -> float:
     """Create one new file in `out` per size and write it that many bytes taken in order from `blocks`
     (filler bytes once they run out): what any planner must do with a plan of these files. Returns the
-    seconds spent creating the files."""
+    seconds spent creating the files. The files are placed as the planner places its job files: in a new folder of a
+    random name in `out`, marked as the top of unrelated trees (planner.spread_subdirs)."""
+    from MSUnmerged.planner import spread_subdirs
+
+    os.mkdir(out)
+    spread_subdirs(Path(out))
+    out = os.path.join(out, os.urandom(8).hex())
     os.mkdir(out)
     filler = memoryview(b"/store/unmerged/floor/file.root\n" * (BLOCK_BYTES // 32))
     view = memoryview(b"")

@@ -1,9 +1,12 @@
 """What the planner seals: the dump's digest over its bytes as read from the source, and each job file's entry
 from the bytes written (never read back): an edit made at any time after the write is refused by seal.verify."""
+import fcntl
 import gzip
 import hashlib
 import io
 import json
+import os
+import struct
 from pathlib import Path
 
 import pytest
@@ -161,6 +164,94 @@ def test_a_job_file_written_into_before_the_planner_is_refused(tmp_path: Path, m
     with pytest.raises(guards.GuardTripped, match=guards.PLAN_MODIFIED):
         seal.verify(tmp_path, 1024)
     assert seal.describe_file(first_job(tmp_path)) != sealed_files(tmp_path)["jobs/job-000001.txt"]
+
+
+def test_job_files_are_written_apart_and_appear_in_jobs_only_when_all_are_written(tmp_path: Path,
+                                                                                   monkeypatch) -> None:
+    """The job files are created in a new folder of their own, not in jobs/, which holds them (and only them) once
+    every job is written; no such folder is left beside the plan."""
+    create = planner._JobWriter._create
+    folders = set()
+
+    def create_and_look(path: Path) -> None:
+        create(path)
+        folders.add(path.parent)
+        assert not (tmp_path / "jobs").exists()
+
+    monkeypatch.setattr(planner._JobWriter, "_create", staticmethod(create_and_look))
+    made = run_plan(tmp_path, LINES, PROTECTED, config())
+    assert len(folders) == 1 and folders.pop().parent == tmp_path
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dirs.txt", "jobs", "seal.json", "summary.json"]
+    assert sorted(p.name for p in (tmp_path / "jobs").iterdir()) == made.job_files
+    assert sorted(planned_lfns(tmp_path)) == DELETABLE
+    seal.verify(tmp_path, 1024)
+
+
+def test_a_jobs_folder_put_in_place_while_planning_is_not_taken_over(tmp_path: Path, monkeypatch) -> None:
+    """A jobs/ folder made by someone else while the planner writes its job files: the planner fails rather than
+    merging its files into it or replacing it, and leaves its files in it untouched."""
+    create = planner._JobWriter._create
+
+    def create_and_plant(path: Path) -> None:
+        create(path)
+        (tmp_path / "jobs").mkdir(exist_ok=True)
+        (tmp_path / "jobs" / "job-000001.txt").write_bytes(b"/store/unmerged/E/P2/T/v-v1/0000/0.root\n")
+
+    monkeypatch.setattr(planner._JobWriter, "_create", staticmethod(create_and_plant))
+    with pytest.raises(OSError):
+        run_plan(tmp_path, LINES, PROTECTED, config())
+    assert [p.name for p in (tmp_path / "jobs").iterdir()] == ["job-000001.txt"]
+    assert (tmp_path / "jobs" / "job-000001.txt").read_bytes() == b"/store/unmerged/E/P2/T/v-v1/0000/0.root\n"
+    assert not (tmp_path / seal.SEAL_NAME).exists()
+
+
+def test_the_folder_of_a_failed_plan_is_removed_by_the_next(tmp_path: Path, monkeypatch) -> None:
+    """A plan that failed while writing its job files leaves their folder; the next plan of the same directory
+    removes it, and its seal holds."""
+    create = planner._JobWriter._create
+
+    def create_then_fail(path: Path) -> None:
+        create(path)
+        raise OSError("disk full")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(planner._JobWriter, "_create", staticmethod(create_then_fail))
+        with pytest.raises(OSError, match="disk full"):
+            run_plan(tmp_path, LINES, PROTECTED, config())
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".jobs-")]
+    made = run_plan(tmp_path, LINES, PROTECTED, config())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dirs.txt", "jobs", "seal.json", "summary.json"]
+    assert sorted(p.name for p in (tmp_path / "jobs").iterdir()) == made.job_files
+    seal.verify(tmp_path, 1024)
+
+
+def test_spreading_subfolders_is_best_effort(tmp_path: Path) -> None:
+    """The ext4 placement hint is asked for on any folder; where the file system has no such flag, or the path is
+    no folder, nothing happens and nothing is raised."""
+    planner.spread_subdirs(tmp_path)
+    planner.spread_subdirs(tmp_path)  # once set, left as it is
+    (tmp_path / "file").write_bytes(b"x")
+    planner.spread_subdirs(tmp_path / "file")
+    planner.spread_subdirs(tmp_path / "missing")
+    assert (tmp_path / "file").read_bytes() == b"x"
+
+
+def test_spreading_subfolders_sets_the_flag_where_the_file_system_takes_it(tmp_path: Path) -> None:
+    """On a file system with inode flags that takes "top of directory hierarchies" (ext4), the folder has it."""
+    folder = tmp_path / "plan"
+    folder.mkdir()
+    planner.spread_subdirs(folder)
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            flags = struct.unpack("i", fcntl.ioctl(fd, planner._FS_IOC_GETFLAGS, bytes(4)))[0]
+        except OSError:
+            return  # no inode flags here (tmpfs, ...): nothing was set
+        if not flags & planner._FS_TOPDIR_FL:  # then the file system refuses the flag
+            with pytest.raises(OSError):
+                fcntl.ioctl(fd, planner._FS_IOC_SETFLAGS, struct.pack("i", flags | planner._FS_TOPDIR_FL))
+    finally:
+        os.close(fd)
 
 
 def test_check_plan_file_checks_the_lines_of_sealed_bytes_once_per_limit_and_the_bytes_every_time() -> None:
