@@ -8,7 +8,8 @@ Measured: the cycle's wall time; each RSE's run and its time to first submitted 
 peak RSS of this process (`serve`'s part) and of SecantusDB (not of the workers, short dry-run processes); the
 database folder's size; `/metrics` render time after the cycle; CPU seconds in the cycle of this process, of its
 workers (children reaped) and of SecantusDB; how many child processes ran at once (sampled every 0.2 s); how many
-workers started in the cycle (their pid files) and at which niceness (`jobs.local_nice`); the cycle's log lines about
+workers started in the cycle (their pid files) and at which niceness (`jobs.local_nice`); the database commands
+sent in the cycle per RSE (pymongo's command monitoring: round trips, `commands_per_rse`); the cycle's log lines about
 its RSE threads (`cycle_threads_log`: the hold for the largest RSE's first batch, its start and end). With `--before SRC` the same cycle first runs
 with another checkout's code (e.g. /work/main/src/python) in a child process: before/after in one command.
 
@@ -36,7 +37,10 @@ import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
+from collections import Counter  # noqa: E402
 from typing import Any  # noqa: E402
+
+from pymongo import monitoring  # noqa: E402
 
 from MSUnmerged import sample  # noqa: E402
 from MSUnmerged.config import Config  # noqa: E402
@@ -98,6 +102,30 @@ class Children:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+class Commands(monitoring.CommandListener):
+    """Counts the database commands this process sends while `on` (every thread: the runs, the leases' heartbeat),
+    by (command, collection): a small RSE's round trips."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[str, str]] = Counter()
+        self.on = False
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if self.on:
+            target = event.command.get(event.command_name)
+            self.counts[(event.command_name, target if isinstance(target, str) else "")] += 1
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+COMMANDS = Commands()
+monitoring.register(COMMANDS)  # before any client is made: every client of this process reports to it
 
 
 class CycleThreadsLog(logging.Handler):
@@ -190,8 +218,11 @@ def one_cycle(data: Path, spread: list[tuple[int, int]], parallel_rses: int | No
             db_pid = json.loads((state / "db.json").read_text())["pid"]
             runner_of(service).hook = hook
             t, cpu0, db0 = time.perf_counter(), os.times(), cpu_s(db_pid)
+            COMMANDS.counts.clear()
+            COMMANDS.on = True
             with Children() as children:
                 results = service.cycle(names)
+            COMMANDS.on = False
             row["cycle_s"] = round(time.perf_counter() - t, 1)
             row["cycle_s_per_rse"] = round(row["cycle_s"] / len(names), 3)
             cpu1 = os.times()
@@ -202,6 +233,10 @@ def one_cycle(data: Path, spread: list[tuple[int, int]], parallel_rses: int | No
                                              - cpu0.children_user - cpu0.children_system, 1),
                             "secantusdb": round(cpu_s(db_pid) - db0, 1)}
             row["cpu_ms_per_rse"] = {who: round(1000 * sec / len(names)) for who, sec in row["cpu_s"].items()}
+            # Database round trips in the cycle, per RSE, and the kinds that make most of them.
+            row["commands_per_rse"] = round(sum(COMMANDS.counts.values()) / len(names), 1)
+            row["commands_per_rse_by_kind"] = {f"{cmd} {coll}": round(n / len(names), 1)
+                                               for (cmd, coll), n in COMMANDS.counts.most_common(12)}
             row["children"] = {"max": max(children.counts, default=0),
                                "mean": round(statistics.fmean(children.counts), 1) if children.counts else 0}
             # Workers started in the cycle (each wrote its pid file) and how nice they ran (the code of --before may

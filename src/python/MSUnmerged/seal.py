@@ -13,6 +13,7 @@ can write the plan directory could reseal it; the guards and the LFN checks at a
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -51,8 +52,9 @@ class DumpDigest:
         return self._hash.hexdigest()
 
 
+@functools.lru_cache(maxsize=2)  # by the index itself (identity): each list's index is made once (guards._indexes)
 def protected_digest(protection: PrefixSet) -> str:
-    """sha256 of the normalised bases, sorted, one per line."""
+    """sha256 of the normalised bases, sorted, one per line (the index's bases never change)."""
     return sha256(b"".join(p + b"\n" for p in sorted(protection.prefixes)))
 
 

@@ -135,4 +135,5 @@ def test_bench_partition_tiny(tmp_path: Path) -> None:
     assert all(v > 0 for v in row["peak_rss_mib"].values()) and row["db_mib"] > 0
     assert row["local_nice"] == 10 and row["workers_started"] <= row["jobs"]
     assert row["largest_start_s"] >= 0 and row["run_s_sum"] > 0
+    assert row["commands_per_rse"] > 10 and "insert buckets" in row["commands_per_rse_by_kind"]  # the script counts them
     assert not (tmp_path / "partition-run").exists(), "the run's state folder is left behind"

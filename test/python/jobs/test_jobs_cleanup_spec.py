@@ -191,15 +191,15 @@ def test_a_directory_job_is_given_the_removable_directories_holding_its_retried_
 
 
 def test_a_manifest_without_files_and_one_with_undecodable_names_read_back_whole(tmp_path: Path) -> None:
-    """A directory job (no LFN) and a job whose LFNs hold bytes that are not UTF-8 (surrogate escapes), quotes and
-    an "lfns": [] of their own (the key's place is where the LFNs go): the worker reads back exactly the job's
-    fields."""
+    """A directory job (no LFN) and a job whose LFNs and retried directories hold bytes that are not UTF-8
+    (surrogate escapes), quotes and an "lfns": [] or a "protected": [] of their own (a key's place is where its list
+    goes): the worker reads back exactly the job's fields."""
     config = Config()
     empty = make_job("T2_CH_Test:1700000000:1:2", "T2_CH_Test", "T2_CH_Test", [], set(), ProtectedBases([]), config,
                      scan_started=1699999000.0, retry_dirs=[f"{B}/999"])
     odd = [f'{B}/000/"lfns": []\udcff{i}.root' for i in range(3)]
     named = make_job("T2_CH_Test:1700000000:1:3", "T2_CH_Test", "T2_CH_Test", odd, set(), ProtectedBases([]), config,
-                     scan_started=1699999000.0)
+                     scan_started=1699999000.0, retry_dirs=[f'{B}/001/"protected": []\udcff', f'{B}/001/"lfns": []'])
     for job in (empty, named):
         text = job.manifest_bytes().decode("ascii")
         assert json.loads(text) == job.manifest()

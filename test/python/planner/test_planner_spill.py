@@ -17,6 +17,16 @@ def test_partitions_grow_with_the_announced_dump_and_stay_bounded():
     assert planner.spill_partitions(64, 8 << 20, 10**9) == 512
 
 
+def test_a_small_announced_dump_is_spilled_to_fewer_files():
+    """Each partition file costs its creation, reading and unlink: a small dump gets about one per
+    _MIN_PARTITION_BYTES expected, never fewer than needed to stay under partition_max_bytes."""
+    assert planner.spill_partitions(64, 8 << 20, 10_000) == 3  # ~2.4 MB expected
+    assert planner.spill_partitions(64, 8 << 20, 100_000) == 23  # ~24 MB
+    assert planner.spill_partitions(64, 8 << 20, 1) == 1
+    assert planner.spill_partitions(2, 8 << 20, 100_000) == 3  # no more than configured, unless needed
+    assert planner.spill_partitions(8, 1 << 20, 100_000) == 23  # the bound on a partition still decides
+
+
 def test_a_sized_spill_plans_the_same_files(tmp_path, monkeypatch):
     lines = [f"/store/unmerged/E/P{p}/T/v-v1/{d:04d}/{i}.root".encode()
              for p in range(40) for d in range(3) for i in range(20)]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from json.encoder import encode_basestring_ascii  # json.dumps' own encoder of a string as ASCII
 from dataclasses import dataclass, field, fields
@@ -83,14 +84,21 @@ class CleanupJob:
         }
 
     def manifest_bytes(self) -> bytes:
-        """The manifest as the worker reads it: ASCII JSON, no NaN/Infinity (refused at the site), one LFN a line."""
+        """The manifest as the worker reads it: ASCII JSON, no NaN/Infinity (refused at the site), one LFN (one
+        protected base, one directory) a line."""
         manifest = self.manifest()
         step = manifest["task"]["steps"][0]  # a dict of its own (manifest()): self.step is left as it is
-        lfns, step["lfns"] = step["lfns"], []
+        # The step's lists of strings (LFNs, protected bases, directories) by json_lines: json.dumps with an indent
+        # encodes in Python, a call per string (~2 ms for a job's ~800 protected bases).
+        lists = {key: value for key, value in step.items() if isinstance(value, list) and value}  # list[str] all
+        if not lists:
+            return json.dumps(manifest, indent=1, allow_nan=False).encode("ascii")
+        step.update(dict.fromkeys(lists, []))
         text = json.dumps(manifest, indent=1, allow_nan=False)
-        if lfns:  # the only `"lfns": []` of the text: every string's own quotes are escaped, only a key has ": " next
-            text = text.replace('"lfns": []', f'"lfns": [\n{json_lines(lfns)}\n]', 1)
-        return text.encode("ascii")
+        # The only `"<key>": []` of the text, each filled in one pass: every string's own quotes are escaped, only a
+        # key has ": " next.
+        keys = re.compile('"(' + "|".join(map(re.escape, lists)) + ')": \\[\\]')
+        return keys.sub(lambda m: f'"{m[1]}": [\n{json_lines(lists[m[1]])}\n]', text).encode("ascii")
 
     def write_manifest(self, path: Path) -> Path:
         path.write_bytes(self.manifest_bytes())
