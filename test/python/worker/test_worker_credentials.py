@@ -7,7 +7,9 @@ nothing and stops early. X.509 (GSI): the job's proxy deletes; without one the s
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -17,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from MSUnmerged.worker.cleanup import EXIT_AUTH
 from MSUnmerged.worker import credentials as cr
 from MSUnmerged.worker.credentials import FILE_NAMES, job_env
+from servers.testca import TestCA
 from servers.xrootd import GsiXrootd, TokenXrootd, XrootdServer
 from worker_kit import SYSTEM_PYTHON, files, make_site, manifest, run_worker, scan_start, summary, world_dir
 
@@ -158,3 +161,19 @@ def test_credential_discovery(tmp_path: Path) -> None:
     env = cr.tool_env({"XrdSecPROTOCOL": "gsi,ztn"}, cr.Credential("token", str(token)))
     assert env["BEARER_TOKEN_FILE"] == str(token) and env["XrdSecPROTOCOL"] == "gsi,ztn"  # the site's choice
     assert ("BEARER", "TOKEN", token.read_text()) in cr.gfal2_options(env)
+
+
+def test_a_proxy_is_judged_by_its_certificates_end(tmp_path: Path) -> None:
+    """The proxy's notAfter, read with the standard library's ssl module (imported only for a proxy)."""
+    ca = TestCA(tmp_path / "ca")
+    proxy = ca.proxy(ca.issue("MSUnmerged Test User"), hours=2)
+    shutil.copy(proxy, tmp_path / "x509up")
+    wanted = {"MSUNMERGED_CREDENTIAL": "proxy", "X509_USER_PROXY": "x509up"}
+    end = cr.proxy_expiry(str(proxy))
+    assert end is not None and abs(end - (time.time() + 7200)) < 120
+    cred, problem = cr.discover(wanted, str(tmp_path))
+    assert cred.kind == "proxy" and problem is None
+    cred, problem = cr.discover(wanted, str(tmp_path), now=end)
+    assert "expired at" in (problem or "") and "x509up" in (problem or "")
+    (tmp_path / "x509up").write_text("not a certificate")
+    assert cr.proxy_expiry(str(tmp_path / "x509up")) is None  # the storage will judge it
