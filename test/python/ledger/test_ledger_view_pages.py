@@ -3,15 +3,20 @@ its span (no look-up by id), a directory's pages read the ancestors' buckets by 
 keeps an RSE's current generation for its time to live."""
 from __future__ import annotations
 
+import heapq
+import itertools
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pymongo import MongoClient, monitoring
 from pymongo.database import Database
 
 from MSUnmerged.ledger import Ledger, job_id
 from MSUnmerged.ledger import buckets as bk
+from MSUnmerged.ledger import records
 from MSUnmerged.ledger.view import MongoLedgerView
 from test_ledger_store import GEN, RSE, make_plan
 
@@ -145,3 +150,16 @@ def test_serve_view_keeps_a_job_document_for_its_ttl_and_never_past_it(tmp_path:
         assert list(kept.files(None, None, None, None, job, None, 5)) == [] == \
             list(fresh.files(None, None, None, None, job, None, 5))
     assert [c for c, _ in finds.seen].count("jobs") == 2
+
+
+@settings(max_examples=300, deadline=None)
+@given(ids=st.lists(st.text("ab|/-.", min_size=1, max_size=6), unique=True, max_size=30), data=st.data())
+def test_rows_and_entries_merge_as_heapq_merge_does(ids: list[str], data: st.DataObject) -> None:
+    """records._merged (a page's rows and its entries' records) gives heapq.merge's order, lazily taken."""
+    rows_of = data.draw(st.lists(st.booleans(), min_size=len(ids), max_size=len(ids)))
+    rows = sorted(({"_id": i, "row": True} for i, r in zip(ids, rows_of) if r), key=lambda d: d["_id"])
+    entries = sorted(({"_id": i} for i, r in zip(ids, rows_of) if not r), key=lambda d: d["_id"])
+    want = list(heapq.merge(rows, entries, key=lambda d: d["_id"]))
+    assert list(records._merged(rows, iter(entries))) == want
+    take = data.draw(st.integers(0, len(ids)))
+    assert list(itertools.islice(records._merged(rows, iter(entries)), take)) == want[:take]

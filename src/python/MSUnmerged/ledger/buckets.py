@@ -101,13 +101,14 @@ def file_prefix(doc: Mapping[str, Any]) -> str:
     return f"{bid[:bid.index('|', bid.index('|') + 1) + 1]}{doc['dir']}/"
 
 
-def record(doc: Mapping[str, Any], i: int, name: str) -> dict[str, Any]:
-    """Entry i's per-file record, the same dict a row holds."""
+def record(doc: Mapping[str, Any], i: int, name: str, fid: Optional[str] = None) -> dict[str, Any]:
+    """Entry i's per-file record, the same dict a row holds; `fid`: its file _id when known (entries gives it)."""
     code = doc["codes"][i]
-    lfn = f"{doc['dir']}/{name}"
-    out: dict[str, Any] = {"_id": file_prefix(doc) + name, "rse": doc["rse"], "gen": doc["gen"],
-                           "lfn": lfn, "dir": lfn.rpartition("/")[0], "state": _VALUE_OF[code],
-                           "job": doc["job"], "attempts": 1, "t": doc["t"]}
+    head = doc["dir"]
+    lfn = f"{head}/{name}"
+    out: dict[str, Any] = {"_id": fid or file_prefix(doc) + name, "rse": doc["rse"], "gen": doc["gen"],
+                           "lfn": lfn, "dir": lfn.rpartition("/")[0] if "/" in name else head,
+                           "state": _VALUE_OF[code], "job": doc["job"], "attempts": 1, "t": doc["t"]}
     if code != CODES[FileState.PLANNED]:
         out.update(error_class="", error="")
         sizes = doc.get("sizes")

@@ -209,7 +209,8 @@ class MongoLedgerView:
                                            after=after, limit=min(left or PAGE, PAGE), error_class=error_class,
                                            dirs=dirs, read_job=self._job)
             for doc in page["items"]:
-                out = _clean(doc)
+                # The page's documents are this call's own: a plain one (most) is changed in place, not copied.
+                out = doc if _PLAIN.issuperset(map(type, doc.values())) else _clean(doc)
                 out["cursor"] = out.pop("_id")
                 if out.get("error"):  # a worker's message may quote a URL with its credential
                     out["error"] = redact(out["error"])
