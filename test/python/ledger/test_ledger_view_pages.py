@@ -163,3 +163,33 @@ def test_rows_and_entries_merge_as_heapq_merge_does(ids: list[str], data: st.Dat
     assert list(records._merged(rows, iter(entries))) == want
     take = data.draw(st.integers(0, len(ids)))
     assert list(itertools.islice(records._merged(rows, iter(entries)), take)) == want[:take]
+
+
+def test_a_directory_page_reads_no_ancestor_bucket_above_the_generation_s_pack_floor(tmp_path: Path, mongo_url: str,
+                                                                                    mongo_db: Database) -> None:
+    """Above the directory asked for, only a bucket that packs can hold its files, and packs are at least the
+    generation's floor deep: a dataset's page reads no ancestor bucket; a page inside a pack still reads the pack;
+    with the floor not known (a generation given by the caller) every ancestor is read; the records are the same."""
+    ledger = Ledger(mongo_db)
+    ledger.ensure_indexes()
+    ledger.record_plan(tmp_path / "plan", make_plan(tmp_path), GEN)
+    everything = ledger.file_records()
+    dataset, packed = "/store/unmerged/Era/P1/RAW/Proc-v1/", "/store/unmerged/Era/P1/RAW/Proc-v1/000/001/"
+    assert ledger.current_generation(RSE) == (GEN, 7)  # planner.dir_floor_depth's default, as the entry records it
+    assert mongo_db.buckets.count_documents({"dir": packed.rsplit("/", 2)[0]})
+    for prefix, reads_ancestors in ((dataset, False), (packed, True), (dataset + "000/0", True)):
+        inside = [d for d in everything if d["lfn"].startswith(prefix)]
+        for generation in (None, GEN):
+            finds = Finds()
+            with MongoClient(mongo_url, event_listeners=[finds]) as client:
+                page = Ledger(client[mongo_db.name]).query_files(RSE, dir_prefix=prefix, generation=generation, limit=5)
+            assert inside and page["items"] == inside[:5]
+            ancestors_read = [f for c, f in finds.seen if c == "buckets" and "dir" in f]
+            assert bool(ancestors_read) == (reads_ancestors or generation is not None), (prefix, generation)
+        view = MongoLedgerView(mongo_db)
+        assert [r["cursor"] for r in view.files(RSE, None, None, prefix, None, None, 0)] == [d["_id"] for d in inside]
+
+
+def test_pack_floor_of_a_generation_entry() -> None:
+    assert bk.pack_floor({"gen": GEN, "packing": {"floor_depth": 7, "names": 250}}) == 7
+    assert bk.pack_floor({"gen": GEN}) == bk.pack_floor({"packing": {"floor_depth": 7, "names": 1}}) == float("inf")

@@ -3,6 +3,7 @@ together, as names relative to the bucket's directory with one outcome code per 
 Pure functions: building, reading and rewriting them."""
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 from MSUnmerged.ledger.states import FileState
@@ -19,6 +20,8 @@ NO_SIZE = -1
 # (~0.35 ms each, as much as ~400 names' bytes), and a directory of 25 files was a document of its own. No more:
 # a page reads whole buckets, and its first window (records.FIRST_BUCKETS) is sized for ~250 files a bucket.
 PACK_NAMES = 250
+# How a generation entry without `packing` was recorded: one directory a bucket.
+BEFORE_PACKING = {"names": 1}
 
 
 def bucket_id(prefix: str, directory: str, n: int) -> str:
@@ -81,6 +84,13 @@ def summary(codes: str) -> dict[str, Any]:
     """The `states` (present, sorted) and `counts` fields of a bucket with these codes (rows not counted)."""
     counts = {STATE_OF[c].value: codes.count(c) for c in CODES.values() if c in codes}
     return {"states": sorted(counts), "counts": counts}
+
+
+def pack_floor(entry: Mapping[str, Any]) -> float:
+    """The fewest path elements the directory of a bucket that packs several directories has, in the generation
+    whose entry (the RSE document's `generations`) is `entry`: inf when it packs none."""
+    packing = entry.get("packing", BEFORE_PACKING)
+    return packing.get("floor_depth", 0) if packing.get("names", 1) > 1 else math.inf
 
 
 def names(doc: Mapping[str, Any]) -> list[str]:

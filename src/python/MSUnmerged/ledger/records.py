@@ -49,13 +49,17 @@ def _matches(doc: Mapping[str, Any], flt: Mapping[str, Any]) -> bool:
     return True
 
 
-def holders(buckets: Collection, scope: Mapping[str, Any], fid: str) -> list[dict[str, Any]]:
+def holders(buckets: Collection, scope: Mapping[str, Any], fid: str, under: str = "",
+            floor: float = 0) -> list[dict[str, Any]]:
     """The buckets of the RSE generation `scope` ({rse, gen}) in the directories file _id `fid` lies in that sort
     before it: those may hold it, or files after it. Queried by the index's fields alone (rse, gen, dir):
-    SecantusDB scans the whole collection for any other field set."""
+    SecantusDB scans the whole collection for any other field set. `under`: a directory every file asked for lies
+    under, and `floor`: the generation's buckets.pack_floor; a bucket of a directory above `under` holds such files only
+    when it packs, so only directories at least `floor` elements deep are asked for above it (none: no read)."""
     path = fid.split("|", 2)[2]
     # A bucket of D sorts at or after <D>/ + SEP: below `fid` only when `fid` goes on past <D>/.
-    dirs = [d for d in ancestors(path) if len(path) > len(d) + 1]
+    dirs = [d for d in ancestors(path)
+            if len(path) > len(d) + 1 and (len(d) >= len(under) or d.count("/") + 1 >= floor)]
     if not dirs:
         return []
     return [d for d in with_retry(lambda: list(buckets.find({**scope, "dir": {"$in": dirs}})), "ancestor buckets")
@@ -153,14 +157,15 @@ def page(rows: Collection, row_flt: Optional[Mapping[str, Any]], buckets: Collec
          bucket_flt: Optional[Mapping[str, Any]], codes: str, lo: str, lo_inclusive: bool, hi: str,
          limit: int, scope: Mapping[str, Any], fence_ids: Sequence[str] = (), all_rows: bool = False,
          bucket_floor: str = "", pick: Optional[Mapping[str, Any]] = None,
-         reach: Optional[str] = None) -> list[dict[str, Any]]:
+         reach: Optional[str] = None, under: str = "", floor: float = 0) -> list[dict[str, Any]]:
     """The first `limit` records in _id order in the range: rows matching row_flt merged with bucket entries
     (buckets matching bucket_flt, codes in `codes`); a None filter leaves that side out. `all_rows`: row_flt
     selects every row of the range, so the rows read are all those that can stand for a bucket entry; `scope`:
     the RSE generation ({rse, gen}) the range lies in;
     `bucket_floor`: no bucket matching bucket_flt sorts below it. `pick` (with all_rows, for a range that holds
     few records, such as a job's span): each window's rows are read whole, the page's rows are those with
-    `pick`'s field values, and all of them stand for entries (no look-up by id).
+    `pick`'s field values, and all of them stand for entries (no look-up by id). `under` and `floor`: as holders
+    takes them (a directory every file of [lo, hi) lies under, the generation's buckets.pack_floor).
 
     Read in windows over [lo, hi) whose ends are fences (fences.Windows; the first up to `reach` when given),
     until the page is full: each query then matches one window, not the rest of the range."""
@@ -168,7 +173,7 @@ def page(rows: Collection, row_flt: Optional[Mapping[str, Any]], buckets: Collec
     pending = _Pending(codes, lo, lo_inclusive, hi)
     if with_buckets and lo > bucket_floor:
         # The buckets of lo's own ancestor directories sort before lo but may hold later files.
-        for doc in holders(buckets, scope, lo):
+        for doc in holders(buckets, scope, lo, under, floor):
             if _matches(doc, bucket_flt):
                 pending.push(doc)
     out: list[dict[str, Any]] = []
