@@ -1,13 +1,15 @@
 """CondorBackend pieces that need no pool: error classes, batch ids, state mapping, submit description."""
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from MSUnmerged.config import CondorConfig, ConfigError, JobsConfig, SiteConfig, load_config
 from MSUnmerged.jobs.backend import JobState, credential_for, job_environment
-from MSUnmerged.jobs.condor import CondorBackend, Target, classify, parse_batch_id
+from MSUnmerged.jobs.condor import CondorBackend, Target, child_env, classify, parse_batch_id
 
 
 @pytest.mark.parametrize("text,kind", [
@@ -137,3 +139,15 @@ def test_token_dir_and_credentials_validated_at_start(tmp_path: Path) -> None:
     cfg.write_text('[jobs]\ncredential = "password"\n')
     with pytest.raises(ConfigError, match="jobs.credential"):
         load_config(cfg, env={})
+
+
+def test_preflight_child_imports_this_code_whatever_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With site-packages out of the way (-S), only the child's PYTHONPATH can lead it to MSUnmerged: it must
+    be the package this process runs, not an install that points elsewhere."""
+    import MSUnmerged
+    monkeypatch.setenv("PYTHONPATH", "/nonexistent")
+    out = subprocess.run([sys.executable, "-S", "-c", "import MSUnmerged; print(MSUnmerged.__file__)"],
+                         env=child_env(), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert Path(out.stdout.strip()).resolve() == Path(MSUnmerged.__file__).resolve()
+    assert child_env()["PYTHONPATH"].endswith("/nonexistent")  # the caller's own path is kept, after ours

@@ -48,6 +48,8 @@ LEDGER_ATTR = "MSUnmergedLedger"
 REMOVE_PREFIX = "MSUnmerged: "  # RemoveReason of our own removals, to tell them from the schedd's
 SPOOLING_HOLD = 16  # HoldReasonCode while a spool=True submit waits for its input files
 SPOOL_GRACE_S = 3600  # a job still waiting for its inputs this long lost its submitter: remove it
+# The folder this MSUnmerged is imported from: the preflight child imports the same code, whatever is installed.
+CODE_ROOT = str(Path(__file__).resolve().parents[2])
 KEEP_COMPLETED_S = 10 * 24 * 3600  # completed jobs whose outputs were never retrieved leave after this
 PROJECTION = [JOB_ID_ATTR, LEDGER_ATTR, "ClusterId", "ProcId", "JobStatus", "HoldReason", "HoldReasonCode", "ExitCode",
               "ExitBySignal", "ExitSignal", "RemoveReason", "StageOutFinish", "EnteredCurrentStatus", "NumJobStarts"]
@@ -71,6 +73,12 @@ def parse_batch_id(batch_id: str) -> tuple[int, int, str]:
     if not m:
         raise ValueError(f"not an HTCondor batch id: {batch_id!r}")
     return int(m.group(1)), int(m.group(2)), m.group(3)
+
+
+def child_env() -> dict[str, str]:
+    """This process's environment, with the folder of this MSUnmerged first on the child's import path."""
+    path = [CODE_ROOT, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
 
 
 def classify(text: str, default: str = "bad_answer") -> str:
@@ -208,7 +216,7 @@ class CondorBackend:
                    "scitoken_file": self.condor.scitoken_file}
         try:
             done = subprocess.run([sys.executable, "-m", __name__], input=json.dumps(request), text=True,
-                                  capture_output=True, timeout=self.condor.ping_timeout_s)
+                                  capture_output=True, timeout=self.condor.ping_timeout_s, env=child_env())
         except subprocess.TimeoutExpired:
             raise BackendError("timeout", f"schedd {target.schedd or '(default)'} in pool "
                                           f"{target.pool or '(default)'} did not answer within "
@@ -216,7 +224,8 @@ class CondorBackend:
         try:
             answer = json.loads(done.stdout.strip().splitlines()[-1])
         except (IndexError, ValueError):
-            raise BackendError("bad_answer", f"preflight child failed (exit {done.returncode})") from None
+            last = (done.stderr.strip().splitlines() or [""])[-1][-300:]
+            raise BackendError("bad_answer", f"preflight child failed (exit {done.returncode}): {last}") from None
         if answer.get("ok"):
             return
         # The bindings' exceptions say little ("Failed to start command."); their debug log names the cause.
