@@ -6,7 +6,10 @@ import logging
 
 import pytest
 import requests
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from MSUnmerged import redact as redact_module
 from MSUnmerged.redact import REDACTED, redact, redact_logs
 from MSUnmerged.service.result import Failure, failure_of
 from MSUnmerged.sources.errors import from_exception
@@ -74,3 +77,14 @@ def test_log_records_are_redacted() -> None:
     text = out.getvalue()
     assert "SECRET" not in text and "token=<redacted> failed" in text
     assert "ValueError: bad answer from https://<redacted>@h/x" in text
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(st.sampled_from(["=", "@", "bearer ", "BeArEr\t", "BEARER", "bearer", "x://u:p@", "?token=",
+                                 "&Sig=", "/store/unmerged/a.root", " ", "İ", "ſ", "K", "é", "abc", "R", "e"]),
+                max_size=12).map("".join))
+def test_the_cheap_first_test_lets_every_secret_through(text: str) -> None:
+    """Whatever the first test returns as it is, the three substitutions would have left as it is too."""
+    whole = redact_module._BEARER.sub(lambda m: m.group(1) + REDACTED, redact_module._QUERY.sub(
+        lambda m: m.group(1) + REDACTED, redact_module._USERINFO.sub(lambda m: m.group(1) + REDACTED + "@", text)))
+    assert redact(text) == whole

@@ -18,13 +18,14 @@ SECRET_NAME_ENDINGS = ("token", "secret", "password", "passwd", "pwd", "key", "s
 _QUERY = re.compile(r"(?i)([?&;][A-Za-z0-9_.\-]*?(?:" + "|".join(SECRET_NAME_ENDINGS) + r")=)[^&;#\s'\"<>]*")
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s@?#'\"<>]+@")
 _BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9\-._~+/]+=*")
-# A cheap test first: most text (LFNs, reasons) holds none of these and is returned as it is.
-_MAYBE = re.compile(r"(?i)=|@|bearer")
 
 
 def redact(text: str) -> str:
     """`text` with URL user info, the values of secret-named query parameters and bearer tokens replaced."""
-    if not _MAYBE.search(text):
+    # A cheap test first: most text (LFNs, reasons, a page's 100 errors) holds none of these and is returned as it
+    # is. Plain `in` tests: the case-insensitive regex `=|@|bearer` did the same at ~10x the cost (3.8 us against
+    # 0.3 for a worker's error line); only ASCII letters match b, e, a, r case-insensitively, as lower() gives them.
+    if "=" not in text and "@" not in text and "bearer" not in text.lower():
         return text
     text = _USERINFO.sub(lambda m: m.group(1) + REDACTED + "@", text)
     text = _QUERY.sub(lambda m: m.group(1) + REDACTED, text)

@@ -38,3 +38,19 @@ def test_a_job_s_buckets_hold_each_file_once_under_distinct_ids(lfns: list[str],
         if len(real) > 1:  # a pack: within the size and one dataset (its directory at least `floor` deep)
             assert d["n"] <= pack and d["dir"].count("/") + 1 >= floor
             assert all(r == d["dir"] or r.startswith(d["dir"] + "/") for r in real)
+
+
+@settings(max_examples=200, deadline=None)
+@given(lfns=st.lists(lfn_st, min_size=1, max_size=40), pack=st.integers(1, 12),
+       codes=st.lists(st.sampled_from("pdwmr"), min_size=40, max_size=40))
+def test_an_entry_s_record_is_its_file_s_whole_record_whether_its_id_is_given_or_not(
+        lfns: list[str], pack: int, codes: list[str]) -> None:
+    """record(doc, i, name, fid) (what a page builds from entries) is record(doc, i, name), and holds the file's
+    LFN, its own directory (below the bucket's when packed) and its _id."""
+    for doc in bk.build(RSE, GEN, PREFIX, job_id(RSE, GEN, 1, 1), 1, lfns, 0.0, 6, pack):
+        doc = {**doc, "codes": "".join(codes[:doc["n"]]), "sizes": list(range(doc["n"]))}
+        for fid, i, name in bk.entries(doc):
+            rec = bk.record(doc, i, name, fid)
+            assert rec == bk.record(doc, i, name) and list(rec) == list(bk.record(doc, i, name))
+            assert rec["_id"] == PREFIX + rec["lfn"] and rec["lfn"] == f"{doc['dir']}/{name}"
+            assert rec["dir"] == rec["lfn"].rpartition("/")[0]

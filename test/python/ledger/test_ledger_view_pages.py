@@ -3,15 +3,20 @@ its span (no look-up by id), a directory's pages read the ancestors' buckets by 
 keeps an RSE's current generation for its time to live."""
 from __future__ import annotations
 
+import heapq
+import itertools
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pymongo import MongoClient, monitoring
 from pymongo.database import Database
 
 from MSUnmerged.ledger import Ledger, job_id
 from MSUnmerged.ledger import buckets as bk
+from MSUnmerged.ledger import records
 from MSUnmerged.ledger.view import MongoLedgerView
 from test_ledger_store import GEN, RSE, make_plan
 
@@ -145,3 +150,46 @@ def test_serve_view_keeps_a_job_document_for_its_ttl_and_never_past_it(tmp_path:
         assert list(kept.files(None, None, None, None, job, None, 5)) == [] == \
             list(fresh.files(None, None, None, None, job, None, 5))
     assert [c for c, _ in finds.seen].count("jobs") == 2
+
+
+@settings(max_examples=300, deadline=None)
+@given(ids=st.lists(st.text("ab|/-.", min_size=1, max_size=6), unique=True, max_size=30), data=st.data())
+def test_rows_and_entries_merge_as_heapq_merge_does(ids: list[str], data: st.DataObject) -> None:
+    """records._merged (a page's rows and its entries' records) gives heapq.merge's order, lazily taken."""
+    rows_of = data.draw(st.lists(st.booleans(), min_size=len(ids), max_size=len(ids)))
+    rows = sorted(({"_id": i, "row": True} for i, r in zip(ids, rows_of) if r), key=lambda d: d["_id"])
+    entries = sorted(({"_id": i} for i, r in zip(ids, rows_of) if not r), key=lambda d: d["_id"])
+    want = list(heapq.merge(rows, entries, key=lambda d: d["_id"]))
+    assert list(records._merged(rows, iter(entries))) == want
+    take = data.draw(st.integers(0, len(ids)))
+    assert list(itertools.islice(records._merged(rows, iter(entries)), take)) == want[:take]
+
+
+def test_a_directory_page_reads_no_ancestor_bucket_above_the_generation_s_pack_floor(tmp_path: Path, mongo_url: str,
+                                                                                    mongo_db: Database) -> None:
+    """Above the directory asked for, only a bucket that packs can hold its files, and packs are at least the
+    generation's floor deep: a dataset's page reads no ancestor bucket; a page inside a pack still reads the pack;
+    with the floor not known (a generation given by the caller) every ancestor is read; the records are the same."""
+    ledger = Ledger(mongo_db)
+    ledger.ensure_indexes()
+    ledger.record_plan(tmp_path / "plan", make_plan(tmp_path), GEN)
+    everything = ledger.file_records()
+    dataset, packed = "/store/unmerged/Era/P1/RAW/Proc-v1/", "/store/unmerged/Era/P1/RAW/Proc-v1/000/001/"
+    assert ledger.current_generation(RSE) == (GEN, 7)  # planner.dir_floor_depth's default, as the entry records it
+    assert mongo_db.buckets.count_documents({"dir": packed.rsplit("/", 2)[0]})
+    for prefix, reads_ancestors in ((dataset, False), (packed, True), (dataset + "000/0", True)):
+        inside = [d for d in everything if d["lfn"].startswith(prefix)]
+        for generation in (None, GEN):
+            finds = Finds()
+            with MongoClient(mongo_url, event_listeners=[finds]) as client:
+                page = Ledger(client[mongo_db.name]).query_files(RSE, dir_prefix=prefix, generation=generation, limit=5)
+            assert inside and page["items"] == inside[:5]
+            ancestors_read = [f for c, f in finds.seen if c == "buckets" and "dir" in f]
+            assert bool(ancestors_read) == (reads_ancestors or generation is not None), (prefix, generation)
+        view = MongoLedgerView(mongo_db)
+        assert [r["cursor"] for r in view.files(RSE, None, None, prefix, None, None, 0)] == [d["_id"] for d in inside]
+
+
+def test_pack_floor_of_a_generation_entry() -> None:
+    assert bk.pack_floor({"gen": GEN, "packing": {"floor_depth": 7, "names": 250}}) == 7
+    assert bk.pack_floor({"gen": GEN}) == bk.pack_floor({"packing": {"floor_depth": 7, "names": 1}}) == float("inf")

@@ -3,6 +3,7 @@ together, as names relative to the bucket's directory with one outcome code per 
 Pure functions: building, reading and rewriting them."""
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 from MSUnmerged.ledger.states import FileState
@@ -19,6 +20,8 @@ NO_SIZE = -1
 # (~0.35 ms each, as much as ~400 names' bytes), and a directory of 25 files was a document of its own. No more:
 # a page reads whole buckets, and its first window (records.FIRST_BUCKETS) is sized for ~250 files a bucket.
 PACK_NAMES = 250
+# How a generation entry without `packing` was recorded: one directory a bucket.
+BEFORE_PACKING = {"names": 1}
 
 
 def bucket_id(prefix: str, directory: str, n: int) -> str:
@@ -83,6 +86,13 @@ def summary(codes: str) -> dict[str, Any]:
     return {"states": sorted(counts), "counts": counts}
 
 
+def pack_floor(entry: Mapping[str, Any]) -> float:
+    """The fewest path elements the directory of a bucket that packs several directories has, in the generation
+    whose entry (the RSE document's `generations`) is `entry`: inf when it packs none."""
+    packing = entry.get("packing", BEFORE_PACKING)
+    return packing.get("floor_depth", 0) if packing.get("names", 1) > 1 else math.inf
+
+
 def names(doc: Mapping[str, Any]) -> list[str]:
     return str(doc["names"]).split("\n")
 
@@ -101,13 +111,14 @@ def file_prefix(doc: Mapping[str, Any]) -> str:
     return f"{bid[:bid.index('|', bid.index('|') + 1) + 1]}{doc['dir']}/"
 
 
-def record(doc: Mapping[str, Any], i: int, name: str) -> dict[str, Any]:
-    """Entry i's per-file record, the same dict a row holds."""
+def record(doc: Mapping[str, Any], i: int, name: str, fid: Optional[str] = None) -> dict[str, Any]:
+    """Entry i's per-file record, the same dict a row holds; `fid`: its file _id when known (entries gives it)."""
     code = doc["codes"][i]
-    lfn = f"{doc['dir']}/{name}"
-    out: dict[str, Any] = {"_id": file_prefix(doc) + name, "rse": doc["rse"], "gen": doc["gen"],
-                           "lfn": lfn, "dir": lfn.rpartition("/")[0], "state": _VALUE_OF[code],
-                           "job": doc["job"], "attempts": 1, "t": doc["t"]}
+    head = doc["dir"]
+    lfn = f"{head}/{name}"
+    out: dict[str, Any] = {"_id": fid or file_prefix(doc) + name, "rse": doc["rse"], "gen": doc["gen"],
+                           "lfn": lfn, "dir": lfn.rpartition("/")[0] if "/" in name else head,
+                           "state": _VALUE_OF[code], "job": doc["job"], "attempts": 1, "t": doc["t"]}
     if code != CODES[FileState.PLANNED]:
         out.update(error_class="", error="")
         sizes = doc.get("sizes")

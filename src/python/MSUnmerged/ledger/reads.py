@@ -14,6 +14,7 @@ from MSUnmerged.ledger.states import LIVE_JOB_STATES, SUBMITTED, FileState
 from MSUnmerged.worker.ids import file_id, gen_prefix
 
 RSE_BATCH = 10_000  # RSE documents per reply (a reply stays under 16 MiB whatever this says)
+CURRENT = {"generation": 1, "generations.gen": 1, "generations.packing": 1}  # what current_generation reads
 
 
 class Reads(LedgerBase):
@@ -26,25 +27,30 @@ class Reads(LedgerBase):
         docs = with_retry(lambda: list(self.rses.find(flt).batch_size(RSE_BATCH)), "rse docs")
         return sorted(docs, key=lambda d: d["_id"])
 
-    def current_generation(self, rse: str) -> Optional[float]:
-        """The RSE's current generation (None: none recorded, or no such RSE)."""
-        doc = with_retry(lambda: self.rses.find_one({"_id": rse}, {"generation": 1}), f"generation of {rse}") or {}
-        return doc.get("generation")
+    def current_generation(self, rse: str) -> tuple[Optional[float], float]:
+        """The RSE's current generation (None: none recorded, or no such RSE) and its buckets.pack_floor (0 when
+        its entry is gone: no directory ruled out)."""
+        doc = with_retry(lambda: self.rses.find_one({"_id": rse}, CURRENT), f"generation of {rse}") or {}
+        gen = doc.get("generation")
+        entry = next((g for g in doc.get("generations") or [] if g.get("gen") == gen), None)
+        return gen, (0 if entry is None else bk.pack_floor(entry))
 
     def query_files(self, rse: str, state: Optional[str] = None, job: Optional[str] = None,
                     dir_prefix: Optional[str] = None, generation: Optional[float] = None,
                     after: Optional[str] = None, limit: int = 100,
                     error_class: Optional[str] = None, dirs: bool = False,
-                    read_job: Optional[Callable[[str], Mapping[str, Any]]] = None) -> dict[str, Any]:
+                    read_job: Optional[Callable[[str], Mapping[str, Any]]] = None,
+                    pack_floor: float = 0) -> dict[str, Any]:
         """Files (dirs=True: directory records) of one RSE generation (default: current), by state, error
-        class, job or path prefix. `read_job`: how the job's document (its span) is read (default: Ledger.job).
+        class, job or path prefix. `read_job`: how the job's document (its span) is read (default: Ledger.job);
+        `pack_floor`: the generation's buckets.pack_floor when the caller knows it (0: not known).
 
         Paginated by _id: pass the answer's `next` as `after`. State "submitted" means planned
         files whose job is live in the batch system; an error class alone means failed files.
         """
         limit = max(1, min(limit, 10_000))
         if generation is None:
-            generation = self.current_generation(rse)
+            generation, pack_floor = self.current_generation(rse)
             if generation is None:
                 return {"items": [], "next": None, "generation": None}
         if error_class is not None and state is None and not dirs:
@@ -90,7 +96,8 @@ class Reads(LedgerBase):
         key = (dirs, state, error_class, job, lo, inclusive, hi, limit)
         docs = records.page(self.dirs if dirs else self.files, flt, self.buckets, bucket_flt, codes, lo, inclusive, hi,
                             limit, {"rse": rse, "gen": generation}, fence_ids, all_rows=flt.keys() == {"rse", "gen"},
-                            bucket_floor=bucket_floor, pick=pick, reach=self.fences.reached.get(key))
+                            bucket_floor=bucket_floor, pick=pick, reach=self.fences.reached.get(key),
+                            under=(dir_prefix or "").rpartition("/")[0], floor=pack_floor)
         self.fences.reached_at(key, fences.reach(fence_ids, hi, docs[-1]["_id"] if len(docs) == limit else None))
         return {"items": docs, "next": docs[-1]["_id"] if len(docs) == limit else None, "generation": generation}
 

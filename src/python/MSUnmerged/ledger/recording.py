@@ -27,8 +27,6 @@ from MSUnmerged.worker.ids import gen_key, gen_prefix, job_id
 PROTECTED_SINCE_PLANNING = "protected_since_planning"
 # Buckets per window of drop_protected's scan of a generation's rows (rows are sparse: a few percent of the files).
 ROW_WINDOW = 100
-# How a generation entry without `packing` was recorded: one directory a bucket.
-BEFORE_PACKING = {"names": 1}
 
 
 class PlanSummary(Protocol):
@@ -128,7 +126,7 @@ class Recording(Entries):
         # A repeat packs as the interrupted recording did, whatever the floor (or the code's pack size) is now: else
         # a directory could land in two buckets of its job, one from each. An entry without `packing` was written
         # before packing: one directory a bucket.
-        packing = recorded.get("packing", BEFORE_PACKING)
+        packing = recorded.get("packing", bk.BEFORE_PACKING)
         floor_depth = packing.get("floor_depth", floor_depth)
         n, spans, dirs = self._insert_buckets(rse, generation, plan_dir, plan.job_files, max_lfn_length, sealed,
                                               floor_depth, packing["names"])

@@ -181,8 +181,9 @@ class MongoLedgerView:
 
     # -- files -------------------------------------------------------------------------------
 
-    def _generation(self, rse: str) -> Optional[float]:
-        """The RSE's current generation, read again once generation_ttl_s passed."""
+    def _generation(self, rse: str) -> tuple[Optional[float], float]:
+        """The RSE's current generation and its pack floor (Ledger.current_generation), read again once
+        generation_ttl_s passed."""
         return self._read.get(("generation", rse), lambda: self.ledger.current_generation(rse))
 
     def _job(self, job: str) -> dict[str, Any]:
@@ -193,6 +194,7 @@ class MongoLedgerView:
               dir_prefix: Optional[str], job: Optional[str], after: Optional[str],
               limit: int, dirs: bool = False) -> Iterator[dict[str, Any]]:
         """Pages of Ledger.query_files (one index range each) until `limit` records or the end."""
+        pack_floor: float = 0  # not known for a job's generation: every ancestor directory's buckets are read
         if job and not rse:
             doc = self._job(job)
             if not doc:
@@ -201,16 +203,17 @@ class MongoLedgerView:
         elif not rse:
             return
         else:
-            generation = self._generation(rse)
+            generation, pack_floor = self._generation(rse)
         if generation is None:
             return
         left = limit or None
         while True:
             page = self.ledger.query_files(rse, state=state, job=job, dir_prefix=dir_prefix, generation=generation,
                                            after=after, limit=min(left or PAGE, PAGE), error_class=error_class,
-                                           dirs=dirs, read_job=self._job)
+                                           dirs=dirs, read_job=self._job, pack_floor=pack_floor)
             for doc in page["items"]:
-                out = _clean(doc)
+                # The page's documents are this call's own: a plain one (most) is changed in place, not copied.
+                out = doc if _PLAIN.issuperset(map(type, doc.values())) else _clean(doc)
                 out["cursor"] = out.pop("_id")
                 if out.get("error"):  # a worker's message may quote a URL with its credential
                     out["error"] = redact(out["error"])

@@ -33,8 +33,13 @@ DB_ERRORS = (PyMongoError, LedgerError)
 DB_DOWN = "ledger database unavailable"
 
 
+# json.dumps(obj, separators=(",", ":"), default=str) made once: the same text, without its per-call set-up nor
+# the cycle check's bookkeeping per record (answers are built here, never cyclic).
+_ENCODE = json.JSONEncoder(separators=(",", ":"), default=str, check_circular=False).encode
+
+
 def envelope(result: list[Any], **extra: Any) -> bytes:
-    return json.dumps({"result": result, **extra}, separators=(",", ":"), default=str).encode()
+    return _ENCODE({"result": result, **extra}).encode()
 
 
 def _error(status: int, message: str) -> bytes:
@@ -227,7 +232,7 @@ class DataApi:
         rec, sep = first, b""
         try:
             while rec is not None:
-                item = json.dumps(rec, separators=(",", ":"), default=str).encode()
+                item = _ENCODE(rec).encode()
                 buf.append(sep + item)
                 sep = b","
                 size += len(item)
