@@ -91,14 +91,14 @@ class CleanupJob:
         # The step's lists of strings (LFNs, protected bases, directories) by json_lines: json.dumps with an indent
         # encodes in Python, a call per string (~2 ms for a job's ~800 protected bases).
         lists = {key: value for key, value in step.items() if isinstance(value, list) and value}  # list[str] all
-        if not lists:
-            return json.dumps(manifest, indent=1, allow_nan=False).encode("ascii")
         step.update(dict.fromkeys(lists, []))
         text = json.dumps(manifest, indent=1, allow_nan=False)
-        # The only `"<key>": []` of the text, each filled in one pass: every string's own quotes are escaped, only a
-        # key has ": " next.
-        keys = re.compile('"(' + "|".join(map(re.escape, lists)) + ')": \\[\\]')
-        return keys.sub(lambda m: f'"{m[1]}": [\n{json_lines(lists[m[1]])}\n]', text).encode("ascii")
+        if lists:
+            # The only `"<key>": []` of the text, each filled in one pass: every string's own quotes are escaped,
+            # only a key has ": " next.
+            keys = re.compile('"(' + "|".join(map(re.escape, lists)) + ')": \\[\\]')
+            text = keys.sub(lambda m: f'"{m[1]}": [\n{json_lines(lists[m[1]])}\n]', text)
+        return text.encode("ascii")
 
     def write_manifest(self, path: Path) -> Path:
         path.write_bytes(self.manifest_bytes())
