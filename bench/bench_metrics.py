@@ -120,14 +120,13 @@ def render_with(src: str, url: str, scrapes: int, server: int) -> dict[str, floa
     """metrics.render timed by the code under `src`, in a child process (its own imports) on the same database: wall
     median and worst, and the CPU per scrape of the child and of the database server (pid `server`), which the
     machine's load bends less than the wall."""
-    code = ("import json, os, sys, time, statistics\n"
+    code = ("import json, sys, time, statistics\n"
             "from pymongo import MongoClient\n"
             "from MSUnmerged.config import Config\n"
             "from MSUnmerged.ledger.view import MongoLedgerView\n"
             "from MSUnmerged.rest import metrics\n"
-            "def server_cpu():\n"
-            "    fields = open(f'/proc/{sys.argv[3]}/stat').read().rsplit(')', 1)[1].split()\n"
-            "    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')\n"
+            "from procstat import cpu_s\n"
+            "server_cpu = lambda: cpu_s(sys.argv[3])\n"
             "view, config, walls = MongoLedgerView(MongoClient(sys.argv[1]).msunmerged), Config(), []\n"
             "n, cpu, served = int(sys.argv[2]), time.process_time(), server_cpu()\n"
             "for _ in range(n):\n"
@@ -136,7 +135,8 @@ def render_with(src: str, url: str, scrapes: int, server: int) -> dict[str, floa
             "                  'cpu_ms': round((time.process_time() - cpu) * 1000 / n, 1),\n"
             "                  'server_cpu_ms': round((server_cpu() - served) * 1000 / n, 1)}))\n")
     out = subprocess.run([sys.executable, "-c", code, url, str(scrapes), str(server)],
-                         env={**os.environ, "PYTHONPATH": src}, capture_output=True, text=True, check=True)
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([src, str(REPO / "bench")])},
+                         capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
 

@@ -52,6 +52,7 @@ from MSUnmerged.wiring import build_service  # noqa: E402
 from MSUnmerged.worker.ids import PID_NAME  # noqa: E402
 
 import bench_scale  # noqa: E402  (after MSUnmerged: the code of --src is the one imported)
+from procstat import cpu_s  # noqa: E402
 from seam import backend_of, runner_of  # noqa: E402
 
 PROTECTED_BASES_OF = 30_000_000  # a sample of this many files has ~4,500 protected bases, issue 29's list
@@ -62,12 +63,6 @@ def vm_hwm_mib(pid: int | str) -> float:
         if line.startswith("VmHWM:"):
             return round(int(line.split()[1]) / 1024, 1)
     raise RuntimeError(f"no VmHWM for {pid}")
-
-
-def cpu_s(pid: int | str) -> float:
-    """User + system CPU seconds of a process so far (/proc/PID/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _running(pid: str) -> bool:

@@ -37,6 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src" / "python"))
 
 import ledgersim  # noqa: E402
+from procstat import cpu_s  # noqa: E402
 
 from MSUnmerged import embedded_mongo  # noqa: E402
 from MSUnmerged.ledger import Ledger, buckets  # noqa: E402
@@ -209,15 +210,6 @@ def hammer(make_call: Callable[[], Callable[[], bool]], clients: int, seconds: f
     return {"requests": len(latencies), "errors": errors[0], "rps": round(len(latencies) / wall, 1),
             "p50_ms": round(q[49] * 1000, 1), "p99_ms": round(q[98] * 1000, 1),
             "max_ms": round(latencies[-1] * 1000, 1)}
-
-
-def cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) a process used so far; this process: os.times."""
-    if pid == os.getpid():
-        t = os.times()
-        return t.user + t.system
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def costed(pids: Mapping[str, int], run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
