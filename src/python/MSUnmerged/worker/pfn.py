@@ -9,9 +9,9 @@ an empty, '.' or '..' component, or a percent-escaped '.', '/' or '\\', is not c
 from __future__ import annotations
 
 import re
-from typing import Callable, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
-from .paths import UNMERGED
+from .paths import OTHER_NAMESPACES, UNMERGED
 
 # Mapped to find the site config's PFN of /store/unmerged/ (the name is stripped from the result).
 ROOT_PROBE = "msunmerged-root-probe"
@@ -20,7 +20,10 @@ LAYOUTS = ("standard", "site_specific")
 FIRST_USABLE = "first_usable"  # no Rucio PFN to compare: the site's first usable method
 SAME_PFN = "same_pfn"  # the first usable method speaking Rucio's scheme whose root is Rucio's PFN
 SAME_NAMESPACE = "same_namespace"  # none speaks Rucio's scheme: same host and path, its catalog names Rucio's PFN
-RUCIO_RULES = (SAME_PFN, SAME_NAMESPACE)  # Rucio vouches for the root
+# No stage-out method gives Rucio's PFN: a protocol of the site's storage.json volume of the RSE maps /store/unmerged/
+# exactly there (docs/jobs.md, "Which stage-out method").
+RUCIO_VOLUME = "rucio_volume"
+RUCIO_RULES = (SAME_PFN, SAME_NAMESPACE, RUCIO_VOLUME)  # Rucio vouches for the root
 _LOCAL = "file"  # the scheme of a local path (bare or file:)
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/?#]*)(/.*)?$")
 _ESCAPED = re.compile(r"%(2e|2f|5c)", re.IGNORECASE)
@@ -80,12 +83,64 @@ def _canonical(path: str) -> bool:
     return not _ESCAPED.search(path) and all(p not in ("", ".", "..") for p in path[1:].split("/"))
 
 
-def unmerged_root(mapper: Callable[[str], Optional[str]]) -> Optional[str]:
-    """The site config's PFN of /store/unmerged/ (ending in '/'), or None when it gives none."""
-    pfn = mapper(UNMERGED + ROOT_PROBE)
+def unmerged_root(mapper: Callable[[str], Optional[str]], area: str = UNMERGED) -> Optional[str]:
+    """The site config's PFN of /store/unmerged/ (or another `area` ending in '/'), ending in '/'; None when it
+    gives none."""
+    pfn = mapper(area + ROOT_PROBE)
     if pfn is None or not pfn.endswith("/" + ROOT_PROBE):
         return None
     return pfn[:-len(ROOT_PROBE)]
+
+
+Namespaces = List[Tuple[str, str]]  # (a namespace of OTHER_NAMESPACES, the site config's PFN of it)
+
+
+def namespace_roots(mapper: Callable[[str], Optional[str]]) -> Namespaces:
+    """The PFNs the site config gives for CMS's other namespaces (those it maps)."""
+    found = ((area, unmerged_root(mapper, area)) for area in OTHER_NAMESPACES)
+    return [(area, root) for area, root in found if root is not None]
+
+
+def _inside(pfn: str, area: str) -> bool:
+    """True when `pfn` is the directory `area` or below it (same endpoint; trailing slashes ignored)."""
+    a, b = split(normalise(pfn)), split(normalise(area))
+    if a is None or b is None or a.endpoint != b.endpoint:
+        return False
+    top = b.path.rstrip("/")
+    return a.path.rstrip("/") == top or a.path.startswith(top + "/")
+
+
+def holds_namespace(root: str, namespaces: Namespaces) -> Optional[str]:
+    """Why the PFN area `root` (a method's PFN of /store/unmerged/, or unmerged_root) must not anchor deletions:
+    it holds the site config's PFN of another namespace. None when it holds none."""
+    for area, where in namespaces:
+        if _inside(where, root):
+            return "the PFN area %s holds %s, the site config's PFN of %s" % (root, where, area)
+    return None
+
+
+def other_lfn(pfn: str, lfn: str, mapper: Callable[[str], Optional[str]], namespaces: Namespaces) -> Optional[str]:
+    """An LFN outside /store/unmerged/ whose PFN is also `pfn` (the mapping of `lfn`), or a why when `lfn` itself
+    names another namespace below /store/unmerged/ (/store/unmerged/store/data/...: a dump of a storage top);
+    None when there is neither. Candidates: `pfn` below a namespace's PFN, and each /store/... tail of its path."""
+    if lfn.startswith(UNMERGED + "store/"):
+        return "%s names a /store/ path below %s (a dump of a storage top?)" % (lfn, UNMERGED)
+    place = split(pfn)
+    if place is None:
+        return None
+    candidates = [area + place.path[len(split(normalise(where)).path.rstrip("/")) + 1:]  # type: ignore[union-attr]
+                  for area, where in namespaces if _inside(pfn, where) and not same_place(pfn, where)]
+    at = place.path.find("/store/")
+    while at >= 0:
+        candidates.append(place.path[at:])
+        at = place.path.find("/store/", at + 1)
+    for other in candidates:
+        if other.startswith(UNMERGED):
+            continue
+        got = mapper(other)
+        if got is not None and same_place(got, pfn):
+            return "PFN %s is also the site config's PFN of %s" % (pfn, other)
+    return None
 
 
 def form_problem(root: str) -> Optional[str]:
