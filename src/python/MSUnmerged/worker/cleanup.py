@@ -268,10 +268,10 @@ def choose_method(job: Job, env: Mapping[str, str], probe_lfn: Optional[str]) ->
         if catalog is None:
             reasons.append("%s: %s" % (label, protocol))  # why it cannot map
             continue
-        choice, why, held = _consider(method, catalog, protocol, tools, probe_lfn)
+        choice, why_not, held = _consider(method, catalog, protocol, tools, probe_lfn)
         held_any = held_any or held
         if choice is None:
-            reasons.append("%s: %s" % (label, why))
+            reasons.append("%s: %s%s" % (label, why_not, " (%s)" % why if why else ""))  # why: tools missing
             continue
         usable.append(choice._replace(passed=list(reasons)))
         reasons.append("%s: maps %s to %s" % (label, paths.UNMERGED, choice.root))

@@ -1,0 +1,136 @@
+"""The worker's own WebDAV client (worker/webdav.py) against real WebDAV servers: WsgiDAV, and xrootd's XrdHttp.
+The real worker (Cleanup) in this process; the attacker acts right after the PROPFIND of a batch."""
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Callable, Iterator, List
+
+import pytest
+
+from MSUnmerged.collector import parse_report
+from MSUnmerged.worker import deleters
+from MSUnmerged.worker.cleanup import Cleanup, Job
+from MSUnmerged.worker.report import ReportWriter
+from MSUnmerged.worker.webdav import WebDavDeleter
+from servers.webdav import WebDavServer
+from worker_kit import VOLUME, make_site, manifest, world_dir
+
+pytestmark = pytest.mark.integration
+
+
+class Attacked(WebDavDeleter):
+    """The WebDAV client; `attack` runs once its look at a batch of files is done, before any DELETE."""
+
+    attack: Callable[[], None] = staticmethod(lambda: None)
+
+    def inspect(self, pfns: List[str], directory: bool = False) -> List[deleters.Seen]:
+        seen = super().inspect(pfns, directory)
+        if not directory:
+            type(self).attack()
+        return seen
+
+
+class Site:
+    """A dataset of four files on a WebDAV server, and a site whose stage-out method is WebDAV (command gfal2)."""
+
+    def __init__(self, server: WebDavServer, top: Path) -> None:
+        self.server = server
+        self.base = f"/store/unmerged/Run2026A/Prim{uuid.uuid4().hex[:8]}/AOD/v1/000/380"
+        self.lfns = [f"{self.base}/f{i}.root" for i in range(4)]
+        for lfn in self.lfns:
+            self.put(lfn)
+        self.sc = make_site(top, [{"protocol": "WebDAV", "access": "global-rw", "prefix": server.url}],
+                            [{"volume": VOLUME, "protocol": "WebDAV"}])
+
+    def at(self, lfn: str) -> Path:
+        return self.server.data / lfn.lstrip("/")
+
+    def put(self, lfn: str, content: bytes = b"x") -> Path:
+        path = self.at(lfn)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+        os.utime(path, (0, 0))  # long before the scan
+        return path
+
+    def run(self, tmp_path: Path, attack: Callable[[], None] = lambda: None,
+            **step: object) -> tuple[dict[str, tuple[str, str]], dict]:
+        """(outcome, reason) per file of a job over the dataset, and the report's start line."""
+        Attacked.attack = staticmethod(attack)  # type: ignore[assignment]
+        path = tmp_path / f"report-{uuid.uuid4().hex[:6]}.jsonl"
+        writer = ReportWriter.open(str(path))
+        Cleanup(Job(manifest(self.lfns, **step)), writer, dict(os.environ, SITECONFIG_PATH=str(self.sc))).run()
+        writer.close()
+        report = parse_report(path)
+        return {f.lfn: (f.outcome, f.reason or "") for f in report.files}, report.start
+
+
+@pytest.fixture()
+def attacked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(deleters.COMMANDS, "gfal2", [Attacked])
+
+
+@pytest.fixture()
+def site(wsgidav_server: WebDavServer, attacked: None) -> Iterator[Site]:
+    top = world_dir("msunmerged-webdav-")
+    yield Site(wsgidav_server, top)
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def _probes(server: WebDavServer) -> list[str]:
+    return [p.name for p in (server.data / "store" / "unmerged").iterdir() if "probe" in p.name]
+
+
+def test_wsgidav_files_go_with_a_conditional_delete(site: Site, tmp_path: Path) -> None:
+    out, start = site.run(tmp_path)
+    assert set(out.values()) == {("deleted", "")}
+    assert not any(site.at(x).exists() for x in site.lfns)
+    assert start["method"]["deleter"] == "webdav" and "If-Match" in start["method"]["checks"]
+    assert not _probes(site.server)  # the probe collection is removed after
+
+
+def test_a_file_replaced_by_a_directory_after_the_propfind_loses_nothing_inside(site: Site, tmp_path: Path) -> None:
+    """The issue's race: the planned file becomes a collection holding inner/precious.root right after the look.
+    The DELETE carries If-Match (the file's ETag) and Depth: 0: WsgiDAV refuses it, nothing inside goes."""
+    victim = site.at(site.lfns[0])
+
+    def replace() -> None:
+        victim.unlink()
+        (victim / "inner").mkdir(parents=True)
+        (victim / "inner" / "precious.root").write_bytes(b"precious")
+
+    out, _ = site.run(tmp_path, replace)
+    assert out[site.lfns[0]] == ("refused", "modified_since_scan")
+    assert (victim / "inner" / "precious.root").read_bytes() == b"precious"
+    assert [out[x] for x in site.lfns[1:]] == [("deleted", "")] * 3  # control
+
+
+def test_a_file_rewritten_after_the_propfind_stays(site: Site, tmp_path: Path) -> None:
+    victim = site.at(site.lfns[1])
+    out, _ = site.run(tmp_path, lambda: site.put(site.lfns[1], b"new content"))
+    assert out[site.lfns[1]] == ("refused", "modified_since_scan")
+    assert victim.read_bytes() == b"new content"
+    assert [out[x] for x in site.lfns if x != site.lfns[1]] == [("deleted", "")] * 3
+
+
+def test_a_dry_run_looks_and_writes_nothing(site: Site, tmp_path: Path) -> None:
+    out, _ = site.run(tmp_path, dry_run=True)
+    assert set(out.values()) == {("dry_run", "")}
+    assert all(site.at(x).exists() for x in site.lfns) and not _probes(site.server)
+
+
+def test_xrdhttp_gives_no_etag_so_nothing_is_deleted(xrdhttp_server: tuple, attacked: None, tmp_path: Path) -> None:
+    """xrootd's HTTP door (5.5) gives no ETag and ignores If-Match: WebDAV deletion through it is refused."""
+    xrootd, server = xrdhttp_server
+    top = world_dir("msunmerged-xrdhttp-")
+    try:
+        site = Site(server, top)
+        for lfn in site.lfns:
+            xrootd.put(lfn)
+        out, _ = site.run(tmp_path)
+        assert set(out.values()) == {("refused", "unconditional_delete")}
+        assert all(site.at(x).exists() for x in site.lfns)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
