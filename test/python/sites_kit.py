@@ -220,6 +220,14 @@ CASES = [
               "srm://dcache07.unl.edu:8443/srm/v2/server?SFN=/mnt/hadoop/user/uscms01/pnfs/unl.edu/data4/cms/store/unmerged/"),
 ]
 BY_NAME = {c.name: c for c in CASES}
+# CERN (cms-sw/siteconf's published T2_CH_CERN): stage-out through XRootD at the global redirector only, while
+# Rucio deletes over the WebDAV door its CERN_EOS volume declares; no stage-out method gives that PFN, the volume
+# does (rule rucio_volume). Not in CASES: the CLI tests look at each case's files through its door.
+CERN_WEBDAV = "davs://eoscms.cern.ch:443/eos/cms/store/unmerged/"
+CERN = SiteCase("T2_CH_CERN", "T2_CH_CERN", "T2_CH_CERN",
+                {"T2_CH_CERN/JobConfig/site-local-config.xml": "T2_CH_CERN/site-local-config.xml",
+                 "T2_CH_CERN/storage.json": "T2_CH_CERN/storage.json"}, "T2_CH_CERN",
+                ("T2_CH_CERN/storage.json", "CERN_EOS", WEIGHTS), CERN_WEBDAV, ("WebDAV", "rucio_volume"))
 # Files of a real dump's shape on every site (one dataset; the planner's protected bases keep one of them).
 DATASET = "/store/unmerged/Run3Summer23DRPremix/TTtoLNu2Q/AODSIM/130X_v2"
 LFNS = [f"{DATASET}/00000/F00D{i}.root" for i in range(4)] + [f"{DATASET}/00001/BEEF.root",

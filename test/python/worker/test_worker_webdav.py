@@ -16,7 +16,8 @@ from MSUnmerged.worker.cleanup import Cleanup, Job
 from MSUnmerged.worker.report import ReportWriter
 from MSUnmerged.worker.webdav import WebDavDeleter
 from servers.webdav import WebDavServer
-from worker_kit import VOLUME, make_site, manifest, world_dir
+from sites_kit import CERN
+from worker_kit import VOLUME, files, make_site, manifest, run_worker, summary, world_dir
 
 pytestmark = pytest.mark.integration
 
@@ -132,5 +133,46 @@ def test_xrdhttp_gives_no_etag_so_nothing_is_deleted(xrdhttp_server: tuple, atta
         out, _ = site.run(tmp_path)
         assert set(out.values()) == {("refused", "unconditional_delete")}
         assert all(site.at(x).exists() for x in site.lfns)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def test_cern_as_published_is_cleaned_through_the_volume_rucio_names(wsgidav_server: WebDavServer,
+                                                                    tmp_path: Path) -> None:
+    """cms-sw/siteconf's T2_CH_CERN, unchanged but for its WebDAV door (eoscms.cern.ch:443) pointed at the local
+    WsgiDAV: the real worker deletes through the CERN_EOS volume's WebDAV protocol and records it. A Rucio PFN the
+    volume does not name is mapping_disagrees, as every CERN job was before: nothing deleted."""
+    top = world_dir("msunmerged-cern-")
+    try:
+        sc = CERN.build(top / "SITECONF")
+        published = (sc / "storage.json").read_text()
+        assert "davs://eoscms.cern.ch:443/eos/cms" in published
+        (sc / "storage.json").write_text(published.replace("davs://eoscms.cern.ch:443", wsgidav_server.url))
+        rucio = wsgidav_server.url + "/eos/cms/store/unmerged/"
+        base = f"/store/unmerged/Run2026A/Cern{uuid.uuid4().hex[:8]}/AOD/v1/000"
+        lfns = [f"{base}/f{i}.root" for i in range(3)]
+        paths = []
+        for lfn in lfns:
+            path = wsgidav_server.data / "eos" / "cms" / lfn.lstrip("/")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(b"x")
+            os.utime(path, (0, 0))
+            paths.append(path)
+
+        def job(pfn: str) -> dict:
+            man = manifest(lfns, unmerged_pfn=pfn, mapping_check="rucio")
+            man["rse"] = man["site"] = "T2_CH_CERN"
+            return man
+        rc, lines = run_worker(tmp_path / "other", job(wsgidav_server.url + "/eos/cms/store/"), sc)
+        assert rc == 3 and {x["reason"] for x in files(lines).values()} == {"mapping_disagrees"}
+        assert all(p.exists() for p in paths)
+        rc, lines = run_worker(tmp_path / "job", job(rucio), sc)
+        assert rc == 0, summary(lines)
+        method = lines[0]["start"]["method"]
+        assert (method["kind"], method["volume"], method["protocol"], method["deleter"]) == (
+            "volume", "CERN_EOS", "WebDAV", "webdav")
+        assert method["choice"]["rule"] == "rucio_volume" and method["unmerged_pfn"] == rucio
+        assert {x["outcome"] for x in files(lines).values()} == {"deleted"}
+        assert not any(p.exists() for p in paths)
     finally:
         shutil.rmtree(top, ignore_errors=True)

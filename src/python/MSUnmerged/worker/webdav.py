@@ -16,6 +16,7 @@ import email.utils
 import http.client
 import os
 import re
+import socket
 import ssl
 import xml.etree.ElementTree as ET
 from typing import Dict, List, Optional, Tuple
@@ -116,7 +117,7 @@ class WebDavDeleter(Deleter):
         try:
             code, text, data = self._request(method, pfn, headers, body)
             return code, text, data, None
-        except TimeoutError as exc:  # socket.timeout
+        except socket.timeout as exc:  # TimeoutError from python 3.10 on
             return None, "", b"", Result(TIMEOUT, "%s %s: %s" % (method, pfn, exc), True)
         except (OSError, http.client.HTTPException, ssl.SSLError) as exc:
             return None, "", b"", Result(STORAGE_ERROR, "%s %s: %s" % (method, pfn, exc or type(exc).__name__), True)
