@@ -92,51 +92,68 @@ def unmerged_root(mapper: Callable[[str], Optional[str]], area: str = UNMERGED) 
     return pfn[:-len(ROOT_PROBE)]
 
 
-Namespaces = List[Tuple[str, str]]  # (a namespace of OTHER_NAMESPACES, the site config's PFN of it)
+class Namespace(NamedTuple):
+    area: str  # one of OTHER_NAMESPACES
+    root: str  # the site config's PFN of it
+    endpoint: str  # that PFN split once (it is compared with every file's)
+    path: str  # its path without a trailing slash
+
+
+Namespaces = List[Namespace]
 
 
 def namespace_roots(mapper: Callable[[str], Optional[str]]) -> Namespaces:
-    """The PFNs the site config gives for CMS's other namespaces (those it maps)."""
-    found = ((area, unmerged_root(mapper, area)) for area in OTHER_NAMESPACES)
-    return [(area, root) for area, root in found if root is not None]
+    """The PFNs the site config gives for CMS's other namespaces (those it maps to a PFN it can split)."""
+    out = []
+    for area in OTHER_NAMESPACES:
+        root = unmerged_root(mapper, area)
+        place = split(normalise(root)) if root is not None else None
+        if root is not None and place is not None:
+            out.append(Namespace(area, root, place.endpoint, place.path.rstrip("/")))
+    return out
 
 
-def _inside(pfn: str, area: str) -> bool:
-    """True when `pfn` is the directory `area` or below it (same endpoint; trailing slashes ignored)."""
-    a, b = split(normalise(pfn)), split(normalise(area))
-    if a is None or b is None or a.endpoint != b.endpoint:
-        return False
-    top = b.path.rstrip("/")
-    return a.path.rstrip("/") == top or a.path.startswith(top + "/")
+def _inside(endpoint: str, path: str, top_endpoint: str, top: str) -> bool:
+    """True when (endpoint, path) is the directory (top_endpoint, top) or below it; paths without trailing '/'."""
+    return endpoint == top_endpoint and (path == top or path.startswith(top + "/"))
 
 
 def holds_namespace(root: str, namespaces: Namespaces) -> Optional[str]:
     """Why the PFN area `root` (a method's PFN of /store/unmerged/, or unmerged_root) must not anchor deletions:
     it holds the site config's PFN of another namespace. None when it holds none."""
-    for area, where in namespaces:
-        if _inside(where, root):
-            return "the PFN area %s holds %s, the site config's PFN of %s" % (root, where, area)
+    top = split(normalise(root))
+    for ns in namespaces:
+        if top is None or _inside(ns.endpoint, ns.path, top.endpoint, top.path.rstrip("/")):
+            return "the PFN area %s holds %s, the site config's PFN of %s" % (root, ns.root, ns.area)
     return None
 
 
 def other_lfn(pfn: str, lfn: str, mapper: Callable[[str], Optional[str]], namespaces: Namespaces) -> Optional[str]:
-    """An LFN outside /store/unmerged/ whose PFN is also `pfn` (the mapping of `lfn`), or a why when `lfn` itself
-    names another namespace below /store/unmerged/ (/store/unmerged/store/data/...: a dump of a storage top);
-    None when there is neither. Candidates: `pfn` below a namespace's PFN, and each /store/... tail of its path."""
+    """Why `pfn` (the mapping of `lfn`, normalised) must not be deleted though it is inside the unmerged root: it
+    holds or is another namespace's PFN, it is also the PFN of an LFN outside /store/unmerged/, or `lfn` names a
+    /store/ path below /store/unmerged/ (a dump of a storage top: /store/unmerged/store/data/...). None otherwise.
+    The LFNs tried: `pfn` read below each namespace's PFN, and each /store/... tail of its path."""
     if lfn.startswith(UNMERGED + "store/"):
         return "%s names a /store/ path below %s (a dump of a storage top?)" % (lfn, UNMERGED)
     place = split(pfn)
     if place is None:
         return None
-    candidates = [area + place.path[len(split(normalise(where)).path.rstrip("/")) + 1:]  # type: ignore[union-attr]
-                  for area, where in namespaces if _inside(pfn, where) and not same_place(pfn, where)]
-    at = place.path.find("/store/")
-    while at >= 0:
-        candidates.append(place.path[at:])
-        at = place.path.find("/store/", at + 1)
-    for other in candidates:
-        if other.startswith(UNMERGED):
+    endpoint, path = place.endpoint, place.path.rstrip("/")
+    below = path + "/"
+    candidates = []
+    for ns in namespaces:  # inlined _inside both ways: this runs for every file
+        if ns.endpoint != endpoint:
             continue
+        if ns.path == path or ns.path.startswith(below):  # a directory at or above another namespace's PFN
+            return "PFN %s holds %s, the site config's PFN of %s" % (pfn, ns.root, ns.area)
+        if path.startswith(ns.path + "/"):
+            candidates.append(ns.area + path[len(ns.path) + 1:])
+    at = path.find("/store/")
+    while at >= 0:
+        if not path.startswith(UNMERGED, at):
+            candidates.append(path[at:])
+        at = path.find("/store/", at + 1)
+    for other in candidates:
         got = mapper(other)
         if got is not None and same_place(got, pfn):
             return "PFN %s is also the site config's PFN of %s" % (pfn, other)

@@ -36,6 +36,7 @@ _PROPFIND = (b'<?xml version="1.0" encoding="utf-8"?><propfind xmlns="DAV:"><pro
 _NO_ETAG = '"msunmerged-matches-nothing"'
 _PROBE = ".msunmerged-if-match-probe-"  # the probe collection's name below the unmerged root (+ random hex)
 _DONE = (200, 202, 204)
+_GRID_CAS = "/etc/grid-security/certificates"  # the grid's CAs on a worker node, when X509_CERT_DIR is not set
 
 Endpoint = Tuple[str, str, Optional[int]]  # (scheme, host, port)
 
@@ -79,8 +80,9 @@ class WebDavDeleter(Deleter):
 
     def _context(self) -> ssl.SSLContext:
         ctx = ssl.create_default_context()
-        if self.env.get("X509_CERT_DIR"):
-            ctx.load_verify_locations(capath=self.env["X509_CERT_DIR"])
+        cas = self.env.get("X509_CERT_DIR") or (_GRID_CAS if os.path.isdir(_GRID_CAS) else "")
+        if cas:
+            ctx.load_verify_locations(capath=cas)
         if self.env.get(credentials.PROXY_VAR):
             ctx.load_cert_chain(self.env[credentials.PROXY_VAR])  # a proxy file holds its key and chain
         return ctx
