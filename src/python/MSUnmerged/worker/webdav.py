@@ -19,7 +19,7 @@ import re
 import socket
 import ssl
 import xml.etree.ElementTree as ET
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 from urllib.parse import quote, urlsplit
 
 from . import credentials
@@ -70,7 +70,7 @@ class WebDavDeleter(Deleter):
     mtime_step = 1.0  # getlastmodified gives whole seconds
     remote_checks = "propfind (DELETE If-Match ETag, Depth 0)"
 
-    def __init__(self, timeout: float, env: Optional[Dict[str, str]] = None) -> None:
+    def __init__(self, timeout: float, env: Optional[Mapping[str, str]] = None) -> None:
         super().__init__(timeout, env)
         self._conns: Dict[Endpoint, http.client.HTTPConnection] = {}
         self._ready: Optional[Tuple[Optional[Result]]] = None  # the probe's answer, once made
@@ -90,12 +90,13 @@ class WebDavDeleter(Deleter):
     def _request(self, method: str, pfn: str, headers: Dict[str, str], body: Optional[bytes] = None
                  ) -> Tuple[int, str, bytes]:
         """(status, "HTTP <status> <reason> from <method> <pfn>", body); OSError or HTTPException when there is no
-        answer. One connection per endpoint, made again once when the server closed it."""
+        answer. One connection per endpoint, made again once when the server closed a kept-alive one."""
         endpoint, path = _split(pfn)
         token = credentials.bearer_token(self.env)
         sent = dict(headers, **({"Authorization": "Bearer " + token} if token else {}))
-        for again in (True, False):
+        while True:
             conn = self._conns.get(endpoint)
+            again = conn is not None  # a kept-alive connection the server may have closed meanwhile: one more try
             if conn is None:
                 scheme, host, port = endpoint
                 conn = http.client.HTTPSConnection(host, port, timeout=self.timeout, context=self._context()) \
@@ -111,7 +112,6 @@ class WebDavDeleter(Deleter):
                 del self._conns[endpoint]
                 if not again:
                     raise
-        raise AssertionError("unreachable")
 
     def _call(self, method: str, pfn: str, headers: Dict[str, str],
               body: Optional[bytes] = None) -> Tuple[Optional[int], str, bytes, Optional[Result]]:
