@@ -15,14 +15,19 @@ import pytest
 from servers import Process, free_port, server_dir
 from servers.xrootd import NamespaceForward, XrootdServer, start_xrootd
 
-# WsgiDAV serving argv[1] on 127.0.0.1:argv[2], anonymous read and write.
+# WsgiDAV serving argv[1] on 127.0.0.1:argv[2], anonymous read and write; with argv[3] == "careless", behind a
+# front that drops the conditions of every request (If-Match, Depth): a server that ignores them.
 _WSGIDAV = """
 import sys
 from cheroot import wsgi
 from wsgidav.wsgidav_app import WsgiDAVApp
 app = WsgiDAVApp({"provider_mapping": {"/": sys.argv[1]}, "simple_dc": {"user_mapping": {"*": True}},
                   "verbose": 1, "logging": {"enable_loggers": []}})
-wsgi.Server(("127.0.0.1", int(sys.argv[2])), app).start()
+def careless(environ, start_response):
+    for name in ("HTTP_IF_MATCH", "HTTP_DEPTH"):
+        environ.pop(name, None)
+    return app(environ, start_response)
+wsgi.Server(("127.0.0.1", int(sys.argv[2])), careless if sys.argv[3:] == ["careless"] else app).start()
 """
 XRDHTTP_PORT = 8080
 
@@ -45,16 +50,26 @@ def _wait(url: str, proc: Process) -> None:
             time.sleep(0.1)
 
 
-@pytest.fixture(scope="session")
-def wsgidav_server() -> Iterator[WebDavServer]:
-    base = server_dir("wsgidav")
+def _wsgidav(name: str, *options: str) -> Iterator[WebDavServer]:
+    base = server_dir(name)
     data = base / "data"
     data.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    proc = Process("wsgidav", [sys.executable, "-c", _WSGIDAV, str(data), str(port)], base)
+    proc = Process(name, [sys.executable, "-c", _WSGIDAV, str(data), str(port), *options], base)
     _wait(f"http://127.0.0.1:{port}/", proc)
     yield WebDavServer(data, f"dav://127.0.0.1:{port}")
     proc.stop()
+
+
+@pytest.fixture(scope="session")
+def wsgidav_server() -> Iterator[WebDavServer]:
+    yield from _wsgidav("wsgidav")
+
+
+@pytest.fixture(scope="session")
+def careless_wsgidav_server() -> Iterator[WebDavServer]:
+    """WsgiDAV ignoring If-Match and Depth (a server that would delete a collection a file became)."""
+    yield from _wsgidav("wsgidav-careless", "careless")
 
 
 @pytest.fixture(scope="session")

@@ -122,6 +122,29 @@ def test_a_dry_run_looks_and_writes_nothing(site: Site, tmp_path: Path) -> None:
     assert all(site.at(x).exists() for x in site.lfns) and not _probes(site.server)
 
 
+def test_a_server_ignoring_the_condition_is_found_by_the_probe(careless_wsgidav_server: WebDavServer, attacked: None,
+                                                              tmp_path: Path) -> None:
+    """A server that gives ETags but ignores If-Match and Depth: the job's probe finds it before any DELETE of a
+    planned file, every file is refused unconditional_delete, nothing of the site's is deleted, the probe is gone.
+    The race that would otherwise take a directory's content is armed and never reached (no DELETE, no look)."""
+    top = world_dir("msunmerged-careless-")
+    try:
+        site = Site(careless_wsgidav_server, top)
+        victim = site.at(site.lfns[0])
+
+        def replace() -> None:
+            victim.unlink()
+            (victim / "inner").mkdir(parents=True)
+            (victim / "inner" / "precious.root").write_bytes(b"precious")
+
+        out, _ = site.run(tmp_path, replace)
+        assert set(out.values()) == {("refused", "unconditional_delete")}
+        assert all(site.at(x).is_file() for x in site.lfns)  # the probe came first: no file was even looked at
+        assert not _probes(careless_wsgidav_server)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
 def test_xrdhttp_gives_no_etag_so_nothing_is_deleted(xrdhttp_server: tuple, attacked: None, tmp_path: Path) -> None:
     """xrootd's HTTP door (5.5) gives no ETag and ignores If-Match: WebDAV deletion through it is refused."""
     xrootd, server = xrdhttp_server
