@@ -14,8 +14,9 @@ from . import credentials, defaults, deleters, paths, pfn, siteconf, storage, sw
 from .deleters import AUTH_FAILED, DELETED, DENIED, MISSING, REFUSED, Deleter, Result, Seen
 from .ids import MANIFEST_VERSION
 from .pace import Pacer
-from .report import (ABOVE_FLOOR, DIR_MOVED_SINCE_SCAN, EXCLUDED, INVALID_LFN, KEPT, MAPPING_DISAGREES, MODIFIED_SINCE_SCAN, NO_PFN,
-                     NOT_JOB_DIR, OTHER_NAMESPACE, PATH_CHANGED, PFN_OUTSIDE_UNMERGED, PROTECTED, ReportWriter)
+from .report import (ABOVE_FLOOR, DIR_MOVED_SINCE_SCAN, EXCLUDED, INVALID_LFN, KEPT, MAPPING_DISAGREES,
+                     MODIFIED_SINCE_SCAN, NO_PFN, NOT_JOB_DIR, OTHER_NAMESPACE, PATH_CHANGED, PFN_OUTSIDE_UNMERGED,
+                     PROTECTED, ReportWriter)
 
 # Exit codes (docs/jobs.md).
 EXIT_DONE = 0  # every file deleted, already missing, or (dry run) would be deleted
@@ -229,12 +230,14 @@ def _rucio_volume(job: Job, cfg: siteconf.SiteLocalConfig, env: Mapping[str, str
                                                  storage_site=cfg.site)
                 label = "%s %s" % (method.kind, method.describe())
                 tools, why = deleters.for_scheme(pfn.scheme(root), job.timeout, env)
-                choice, why, held = _consider(method, catalog, protocol, tools, probe_lfn) if tools else (None, why, False)
+                choice, why_not, held = _consider(method, catalog, protocol, tools, probe_lfn) if tools \
+                    else (None, why, False)
                 held_any = held_any or held
                 if choice is not None:
                     method.command = choice.deleter.name
-                    return choice._replace(rule=pfn.RUCIO_VOLUME, why=_WHY[pfn.RUCIO_VOLUME], passed=list(reasons)), False
-                reasons.append("%s: %s" % (label, why))
+                    return choice._replace(rule=pfn.RUCIO_VOLUME, why=_WHY[pfn.RUCIO_VOLUME],
+                                           passed=list(reasons)), False
+                reasons.append("%s: %s" % (label, why_not))
     except siteconf.SiteConfigError as exc:
         reasons.append("storage.json volume of %s: %s" % (job.rse, exc))
     return None, held_any
