@@ -6,7 +6,7 @@ import os
 import shutil
 import uuid
 from pathlib import Path
-from typing import Callable, Iterator, List
+from typing import Callable, Iterator, List, Optional
 
 import pytest
 
@@ -56,13 +56,14 @@ class Site:
         os.utime(path, (0, 0))  # long before the scan
         return path
 
-    def run(self, tmp_path: Path, attack: Callable[[], None] = lambda: None,
+    def run(self, tmp_path: Path, attack: Callable[[], None] = lambda: None, env: Optional[dict[str, str]] = None,
             **step: object) -> tuple[dict[str, tuple[str, str]], dict]:
         """(outcome, reason) per file of a job over the dataset, and the report's start line."""
         Attacked.attack = staticmethod(attack)  # type: ignore[assignment]
         path = tmp_path / f"report-{uuid.uuid4().hex[:6]}.jsonl"
         writer = ReportWriter.open(str(path))
-        Cleanup(Job(manifest(self.lfns, **step)), writer, dict(os.environ, SITECONFIG_PATH=str(self.sc))).run()
+        Cleanup(Job(manifest(self.lfns, **step)), writer,
+                dict(os.environ, SITECONFIG_PATH=str(self.sc), **(env or {}))).run()
         writer.close()
         report = parse_report(path)
         return {f.lfn: (f.outcome, f.reason or "") for f in report.files}, report.start
@@ -141,6 +142,22 @@ def test_a_server_ignoring_the_condition_is_found_by_the_probe(careless_wsgidav_
         assert set(out.values()) == {("refused", "unconditional_delete")}
         assert all(site.at(x).is_file() for x in site.lfns)  # the probe came first: no file was even looked at
         assert not _probes(careless_wsgidav_server)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def test_over_tls_with_the_jobs_token(token_wsgidav_server: WebDavServer, attacked: None, tmp_path: Path) -> None:
+    """davs:// with the site's CAs (X509_CERT_DIR) and the job's bearer token; a wrong token is auth_failed,
+    nothing deleted."""
+    top = world_dir("msunmerged-davs-")
+    try:
+        site = Site(token_wsgidav_server, top)
+        env = {"X509_CERT_DIR": str(token_wsgidav_server.ca_dir), "MSUNMERGED_CREDENTIAL": "token"}
+        out, _ = site.run(tmp_path, env=dict(env, BEARER_TOKEN="not-" + (token_wsgidav_server.token or "")))
+        assert {o for o, _ in out.values()} == {"auth_failed"} and all(site.at(x).exists() for x in site.lfns)
+        out, start = site.run(tmp_path, env=dict(env, BEARER_TOKEN=token_wsgidav_server.token or ""))
+        assert set(out.values()) == {("deleted", "")} and not any(site.at(x).exists() for x in site.lfns)
+        assert start["method"]["unmerged_pfn"].startswith("davs://127.0.0.1:")
     finally:
         shutil.rmtree(top, ignore_errors=True)
 

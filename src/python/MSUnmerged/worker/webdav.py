@@ -194,8 +194,10 @@ class WebDavDeleter(Deleter):
             return Result(REFUSED, "the WebDAV server at %s cannot be trusted with a conditional DELETE: %s" % (
                 self.root, why), reason=UNCONDITIONAL_DELETE)
         code, text, _, failed = self._call("MKCOL", home, {})
-        if failed is not None or code != 201:
-            return failed or refused("cannot make the probe collection (%s)" % text)
+        if failed is not None or code in (401, 403):  # the credential is refused: the files say so
+            return failed or _status(code, text)  # type: ignore[arg-type]
+        if code != 201:
+            return refused("cannot make the probe collection (%s)" % text)
         try:
             code, text, _, failed = self._call("PUT", inner, {"Content-Type": "application/octet-stream"}, b"")
             if failed is not None or code not in (200, 201, 204):
