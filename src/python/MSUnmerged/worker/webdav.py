@@ -133,10 +133,14 @@ class WebDavDeleter(Deleter):
         if code != 207:
             return Seen(_status(code, text))  # type: ignore[arg-type]
         try:
-            props = [p for stat in ET.fromstring(data).iter(_DAV + "propstat")
-                     if " 200 " in (stat.findtext(_DAV + "status") or "") for p in stat.iter(_DAV + "prop")]
+            answers = list(ET.fromstring(data).iter(_DAV + "response"))
         except ET.ParseError as exc:
             return Seen(Result(STORAGE_ERROR, "unreadable PROPFIND answer for %s: %s" % (pfn, exc), True))
+        if len(answers) != 1:  # Depth 0 asks for the entry alone: more is a collection's listing, none nothing
+            return Seen(Result(STORAGE_ERROR, "PROPFIND (Depth 0) of %s answered for %d entries" % (
+                pfn, len(answers)), True)) if not answers else not_a_file(pfn, "a collection (listed)")
+        props = [p for stat in answers[0].iter(_DAV + "propstat")
+                 if " 200 " in (stat.findtext(_DAV + "status") or "") for p in stat.iter(_DAV + "prop")]
         found: Dict[str, ET.Element] = {child.tag: child for prop in props for child in prop}
         kind = found.get(_DAV + "resourcetype")
         if kind is not None and kind.find(_DAV + "collection") is not None:
@@ -151,7 +155,7 @@ class WebDavDeleter(Deleter):
             mtime = email.utils.parsedate_to_datetime(when).timestamp() if when else None
         except (TypeError, ValueError) as exc:
             return Seen(Result(STORAGE_ERROR, "unreadable PROPFIND answer for %s: %s" % (pfn, exc), True))
-        return Seen(None, size, mtime, None, None, etag if etag.startswith('"') else '"%s"' % etag)
+        return Seen(None, size, mtime, etag=etag if etag.startswith('"') else '"%s"' % etag)
 
     def inspect(self, pfns: List[str], directory: bool = False) -> List[Seen]:
         if directory:
