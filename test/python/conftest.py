@@ -11,7 +11,7 @@ from sites_kit import SITE_FIXTURES
 
 # Server fixtures live in servers/<name>.py; each is listed here once.
 pytest_plugins: list[str] = ["servers.rest", "servers.condor", "servers.slurm", "servers.rucio", "servers.mongo", "servers.xrootd",
-                               "servers.alertmanager"]
+                               "servers.alertmanager", "servers.webdav"]
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "test" / "fixtures" / "wmcore"  # real samples, copied into the repository (test/fixtures/README.md)

@@ -13,7 +13,7 @@ import json
 import re
 import shutil
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from servers import REPO
 SITE_FIXTURES = REPO / "test" / "fixtures" / "sites"  # real sites' configuration files, one folder per site
 
 WEIGHTS = {"WebDAV": 1, "SRMv2": 2, "XRootD": 3}  # CMSRSE.py: read, write, delete and TPC priorities
-DEFAULT_PORTS = {"gsiftp": 2811, "root": 1094, "davs": 443, "srm": 8443}
+DEFAULT_PORTS = {"gsiftp": 2811, "root": 1094, "davs": 443, "srm": 8443, "dav": 80}
 _URL = re.compile(r"^(?P<scheme>\w+)://(?P<host>[A-Za-z0-9.-]+)(?::(?P<port>\d+))?(?P<rest>/.*)?$")
 IMPL = "rucio.rse.protocols.gfal.Default"
 
@@ -58,15 +58,34 @@ class SiteCase:
     def rucio_protocols(self) -> list[dict[str, Any]]:
         """The RSE's protocols as CMS registers them, highest deletion priority first."""
         source, volume, weights = self.storage
-        path = SITE_FIXTURES / self.tree[source] if source in self.tree else None
-        if path is not None and path.suffix == ".json":
-            entry = next(e for e in json.loads(path.read_text()) if e["rse"] == self.rse and e["volume"] == volume)
+        text = (SITE_FIXTURES / self.tree[source]).read_text() if source in self.tree else self.written[source]
+        if source.endswith(".json"):
+            entry = next(e for e in json.loads(text) if e["rse"] == self.rse and e["volume"] == volume)
             protos = entry["protocols"]
         else:
-            protos = tfc_protocols(path.read_text() if path is not None else self.written[source])
+            protos = tfc_protocols(text)
         made = [cms_protocol(p, protos, weights[p["protocol"]]) for p in protos if p["protocol"] in weights
                 and p.get("access", "global-rw") in ("global-rw", "global-ro")]
         return sorted(made, key=lambda p: p["domains"]["wan"]["read"])
+
+    def door(self) -> str:
+        """scheme://host:port of Rucio's delete PFN."""
+        m = _URL.match(self.rucio_pfn)
+        assert m is not None, self.rucio_pfn
+        return f"{m.group('scheme')}://{m.group('host')}:{m.group('port') or DEFAULT_PORTS[m.group('scheme')]}"
+
+    def behind(self, local: str) -> "SiteCase":
+        """This case with Rucio's door (a real site's host) replaced by `local` (scheme://host:port of a server
+        of the tests) in its configuration files and Rucio's PFN; everything else as published."""
+        door, tree, written = self.door(), {}, dict(self.written)
+        for dest, source in self.tree.items():
+            text = (SITE_FIXTURES / source).read_text()
+            if door in text:
+                written[dest] = text.replace(door, local)
+            else:
+                tree[dest] = source
+        assert set(written) != set(self.written), f"{door} is in no file of {self.name}"
+        return replace(self, tree=tree, written=written, rucio_pfn=self.rucio_pfn.replace(door, local))
 
 
 def tfc_protocols(xml: str) -> list[dict[str, Any]]:
@@ -220,6 +239,14 @@ CASES = [
               "srm://dcache07.unl.edu:8443/srm/v2/server?SFN=/mnt/hadoop/user/uscms01/pnfs/unl.edu/data4/cms/store/unmerged/"),
 ]
 BY_NAME = {c.name: c for c in CASES}
+# CERN (cms-sw/siteconf's published T2_CH_CERN): stage-out through XRootD at the global redirector only, while
+# Rucio deletes over the WebDAV door its CERN_EOS volume declares; no stage-out method gives that PFN, the volume
+# does (rule rucio_volume). Not in CASES: the CLI tests look at each case's files through its door.
+CERN_WEBDAV = "davs://eoscms.cern.ch:443/eos/cms/store/unmerged/"
+CERN = SiteCase("T2_CH_CERN", "T2_CH_CERN", "T2_CH_CERN",
+                {"T2_CH_CERN/JobConfig/site-local-config.xml": "T2_CH_CERN/site-local-config.xml",
+                 "T2_CH_CERN/storage.json": "T2_CH_CERN/storage.json"}, "T2_CH_CERN",
+                ("T2_CH_CERN/storage.json", "CERN_EOS", WEIGHTS), CERN_WEBDAV, ("WebDAV", "rucio_volume"))
 # Files of a real dump's shape on every site (one dataset; the planner's protected bases keep one of them).
 DATASET = "/store/unmerged/Run3Summer23DRPremix/TTtoLNu2Q/AODSIM/130X_v2"
 LFNS = [f"{DATASET}/00000/F00D{i}.root" for i in range(4)] + [f"{DATASET}/00001/BEEF.root",

@@ -9,7 +9,9 @@ nothing is refused.
 
 The sites' storage cannot run here, and a test must never reach a real site: on the jobs' PATH, `gfal-stat` is
 a stand-in for the site's door, answering as gfal-stat does for a file written before the scan and recording
-every URL it was asked about (the real gfal-rm is there too: a dry run never runs it).
+every URL it was asked about (the real gfal-rm is there too: a dry run never runs it). Sites whose Rucio door is
+WebDAV are looked at by the worker's own WebDAV client: there the door's scheme, host and port are replaced, in the
+site's files and in Rucio, by a local WsgiDAV holding the files (SiteCase.behind); the rest stays as published.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import json
 import os
 from pathlib import Path
 from typing import Any, Iterator
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -24,6 +27,7 @@ from cli_kit import cli_env, msunmerged
 from servers import run_script
 from servers.http_fakes import FakeCMSWeb
 from servers.rucio import ROOT_PASS, ROOT_USER, RucioServer
+from servers.webdav import WebDavServer
 from sites_kit import CASES, LFNS, PROTECTED, SiteCase, register
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -84,7 +88,16 @@ def _json(*args: str, env: dict[str, str]) -> Any:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_site_as_published_gets_its_jobs_to_the_storage(case: SiteCase, web: FakeCMSWeb, rucio_server: RucioServer,
-                                                        tmp_path: Path) -> None:
+                                                        wsgidav_server: WebDavServer, tmp_path: Path) -> None:
+    webdav = case.rucio_pfn.startswith("davs://")
+    if webdav:  # the worker's own WebDAV client looks: Rucio's door is the local WsgiDAV holding the files
+        case = case.behind(wsgidav_server.url)
+        below = urlsplit(case.rucio_pfn).path
+        for lfn in LFNS:
+            path = wsgidav_server.data / below.strip("/") / lfn[len("/store/unmerged/"):]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(b"x")
+            os.utime(path, (1577836800, 1577836800))  # 2020-01-01, long before any scan
     register(rucio_server.admin_client(), case)
     rucio = rucio_server.source(tmp_path)
     assert rucio.unmerged_pfn(case.rse) == case.rucio_pfn  # Rucio answers as CMS's does
@@ -104,7 +117,8 @@ def test_site_as_published_gets_its_jobs_to_the_storage(case: SiteCase, web: Fak
     for job in jobs:
         method = job["method"]
         assert (method.get("protocol") or method["kind"], method["choice"]["rule"]) == case.chosen
-        assert method["choice"]["rucio_pfn"] == case.rucio_pfn and method["deleter"] == "gfal-rm"
+        assert method["choice"]["rucio_pfn"] == case.rucio_pfn
+        assert method["deleter"] == ("webdav" if webdav else "gfal-rm")
     lines = [json.loads(x) for report in (tmp_path / "state" / "reports" / case.rse).glob("*.jsonl")
              for x in report.read_text().splitlines()]
     reported = {x["lfn"]: x for x in lines if "lfn" in x}
@@ -113,8 +127,11 @@ def test_site_as_published_gets_its_jobs_to_the_storage(case: SiteCase, web: Fak
     for lfn, line in reported.items():
         assert (line["outcome"], line["reason"]) == ("dry_run", None), line
         assert line["pfn"] == root + lfn[len("/store/unmerged/"):]
-    # The storage was asked about exactly these files, at those PFNs.
-    looked = (tmp_path / "door" / "looked-at.txt").read_text().split()
-    assert sorted(looked) == sorted(x["pfn"] for x in reported.values())
+    if webdav:  # a dry run: every file still there, and the worker wrote nothing (no probe)
+        assert all((wsgidav_server.data / urlsplit(x["pfn"]).path.strip("/")).exists() for x in reported.values())
+        assert not [p for p in (wsgidav_server.data / urlsplit(root).path.strip("/")).iterdir() if "probe" in p.name]
+    else:  # the storage was asked about exactly these files, at those PFNs
+        looked = (tmp_path / "door" / "looked-at.txt").read_text().split()
+        assert sorted(looked) == sorted(x["pfn"] for x in reported.values())
     assert {x["dir"]: x["outcome"] for x in lines if "dir" in x} and \
         {x["outcome"] for x in lines if "dir" in x} <= {"dry_run"}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -11,7 +12,8 @@ from typing import Iterator
 import pytest
 
 from servers import built_dir, run_script
-from worker_kit import manifest, posix_site, worker_pyz
+from servers.webdav import WebDavServer
+from worker_kit import VOLUME, make_site, manifest, posix_site, worker_pyz
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -56,3 +58,27 @@ def test_worker_deletes_under_python39(py39_root: Path, job: Path) -> None:
     assert outcomes == ["missing"] + ["deleted"] * 19
     assert [x["outcome"] for x in lines if "dir" in x] == ["removed"]
     assert not (storage / f"{BASE}/00000".lstrip("/")).exists()
+
+
+def test_worker_deletes_over_webdav_under_python39(py39_root: Path, job: Path, wsgidav_server: WebDavServer) -> None:
+    """The worker's WebDAV client (http.client, ssl) under Python 3.9: probe, PROPFIND, conditional DELETE."""
+    inner = f"/{job.name}"
+    sc_host = make_site(job, [{"protocol": "WebDAV", "access": "global-rw", "prefix": wsgidav_server.url}],
+                        [{"volume": VOLUME, "protocol": "WebDAV"}])
+    lfns = [f"{BASE}/py39-{job.name}/f{i}.root" for i in range(5)]
+    for lfn in lfns:
+        path = wsgidav_server.data / lfn.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x")
+        os.utime(path, (0, 0))
+    shutil.copyfile(worker_pyz(), job / "worker.pyz")
+    (job / "manifest.json").write_text(json.dumps(manifest(lfns)))
+    sc = "/" + str(sc_host.relative_to(py39_root))
+    proc = subprocess.run(["chroot", str(py39_root), "/usr/bin/env", "-i", f"SITECONFIG_PATH={sc}", "PATH=/usr/bin:/bin",
+                           "python3", f"{inner}/worker.pyz", f"{inner}/manifest.json", "--report", f"{inner}/report.jsonl"],
+                          capture_output=True, text=True, timeout=120)
+    lines = [json.loads(x) for x in (job / "report.jsonl").read_text().splitlines()]
+    assert proc.returncode == 0, (proc.stderr, lines[-1])
+    assert lines[0]["start"]["python"].startswith("3.9.") and lines[0]["start"]["method"]["deleter"] == "webdav"
+    assert [x["outcome"] for x in lines if "lfn" in x] == ["deleted"] * 5
+    assert not any((wsgidav_server.data / lfn.lstrip("/")).exists() for lfn in lfns)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Callable, Iterator, List
 
@@ -45,12 +46,12 @@ def storage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     shutil.rmtree(root, ignore_errors=True)
 
 
-def run(tmp_path: Path, attack: Callable[[], None], dry_run: bool = False) -> dict[str, tuple[str, str]]:
+def run(tmp_path: Path, attack: Callable[[], None], dry_run: bool = False, **step: float) -> dict[str, tuple[str, str]]:
     """(outcome, reason) per file of a job over LFNS, the attacker acting after the look."""
     Attacked.attack = staticmethod(attack)  # type: ignore[assignment]
     path = tmp_path / "report.jsonl"
     writer = ReportWriter.open(str(path))
-    Cleanup(Job(manifest(LFNS, dry_run=dry_run)), writer, dict(os.environ)).run()
+    Cleanup(Job(manifest(LFNS, dry_run=dry_run, **step)), writer, dict(os.environ)).run()
     writer.close()
     return {f.lfn: (f.outcome, f.reason or "") for f in parse_report(path).files}
 
@@ -102,3 +103,37 @@ def test_a_dry_run_looks_the_same_and_touches_nothing(storage: Path, tmp_path: P
     out = run(tmp_path, lambda: None, dry_run=True)
     assert set(out.values()) == {("dry_run", "")}
     assert all(at(storage, lfn).exists() for lfn in LFNS)
+
+
+def test_a_run_directory_moved_in_after_the_scan_is_refused(storage: Path, tmp_path: Path) -> None:
+    """Issue 36: after the scan, the run directory is replaced by an older one moved in from /store/data holding
+    files of the planned names. A rename keeps the files' ctime and the moved directory's mtime; its ctime moves:
+    refused dir_moved_since_scan, nothing of it deleted. The next round (its scan after the move) deletes."""
+    folder = at(storage, f"{BASE}/001")
+    older = storage / "store" / "data" / "Run2024F" / "001"
+    for lfn in LFNS:
+        os.utime(put(storage, "/store/data/Run2024F/001/" + Path(lfn).name), (0, 0))
+    os.utime(older, (0, 0))
+    time.sleep(0.05)
+    scan = time.time()
+    time.sleep(0.05)
+    os.rename(folder, folder.with_name("001.away"))
+    os.rename(older, folder)
+    out = run(tmp_path, lambda: None, scan_started=scan)
+    assert set(out.values()) == {("refused", "dir_moved_since_scan")}
+    assert all(at(storage, lfn).exists() for lfn in LFNS)
+    time.sleep(0.05)
+    out = run(tmp_path, lambda: None, scan_started=time.time())  # the next round
+    assert set(out.values()) == {("deleted", "")}
+
+
+def test_a_later_round_in_the_same_directory_still_deletes(storage: Path, tmp_path: Path) -> None:
+    """The control: after the scan, the directory's content changed (a file of it deleted by another job, a new
+    file written): its mtime moved with its ctime, the planned files go."""
+    scan = time.time()
+    time.sleep(0.05)
+    at(storage, LFNS[3]).unlink()
+    put(storage, f"{BASE}/001/new.root")
+    out = run(tmp_path, lambda: None, scan_started=scan)
+    assert [out[lfn] for lfn in LFNS[:3]] == [("deleted", "")] * 3
+    assert at(storage, f"{BASE}/001/new.root").exists()

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from MSUnmerged.worker import pfn, siteconf, storage
-from MSUnmerged.worker.cleanup import ConfigProblem, Job, MappingDisagrees, choose_method
-from sites_kit import BY_NAME, CASES, DESY_WEBDAV, FNAL_WEBDAV, LFNS, SiteCase
+from MSUnmerged.worker.cleanup import Job, MappingDisagrees, choose_method
+from sites_kit import BY_NAME, CASES, CERN, CERN_WEBDAV, DESY_WEBDAV, FNAL_WEBDAV, LFNS, SiteCase
 from worker_kit import manifest, tool_path
 
 
@@ -22,7 +22,7 @@ def _env(case: SiteCase, tmp_path: Path, tools: tuple[str, ...] = ("xrdfs", "gfa
     return {"SITECONFIG_PATH": str(case.build(tmp_path / "SITECONF")), "PATH": tool_path(tmp_path / "bin", tools)}
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("case", CASES + [CERN], ids=[c.name for c in CASES + [CERN]])
 def test_each_site_deletes_through_the_method_serving_rucios_pfn(case: SiteCase, tmp_path: Path) -> None:
     got = choose_method(_job(case, case.rucio_pfn), _env(case, tmp_path), LFNS[0])
     assert (got.method.protocol or got.method.kind, got.rule) == case.chosen, got.passed
@@ -35,12 +35,13 @@ def test_each_site_deletes_through_the_method_serving_rucios_pfn(case: SiteCase,
         assert mapped == pfn.normalise(case.rucio_pfn) + lfn[len("/store/unmerged/"):]
 
 
-def test_fnal_without_a_webdav_tool_uses_xrootd_on_the_same_namespace(tmp_path: Path) -> None:
+def test_fnal_webdav_needs_no_gfal2_tool(tmp_path: Path) -> None:
+    """FNAL's WebDAV stage-out deletes through the worker's own WebDAV client (worker/webdav.py), with or without
+    gfal2's tools on the node; its XRootD method (first) still names its WebDAV door as another protocol."""
     case = BY_NAME["T1_US_FNAL"]
     got = choose_method(_job(case, FNAL_WEBDAV), _env(case, tmp_path, ("xrdfs",)), LFNS[0])
-    assert (got.method.protocol, got.rule, got.deleter.name) == ("XRootD", "same_namespace", "xrootd")
-    assert got.root == "root://cmsdcadisk.fnal.gov//dcache/uscmsdisk/store/unmerged/"
-    assert FNAL_WEBDAV in got.doors and got.root not in got.doors  # the volume's WebDAV names Rucio's door
+    assert (got.method.protocol, got.rule, got.deleter.name) == ("WebDAV", "same_pfn", "webdav")
+    assert "XRootD" in got.passed[0] and "root://cmsdcadisk.fnal.gov//dcache/uscmsdisk/store/unmerged/" in got.passed[0]
     # Without Rucio's PFN: the site's first method, as before.
     first = choose_method(_job(case, None), _env(case, tmp_path / "b"), LFNS[0])
     assert (first.method.protocol, first.rule) == ("XRootD", "first_usable")
@@ -79,11 +80,10 @@ def test_a_published_wrong_mapping_is_never_chosen(tmp_path: Path) -> None:
     assert pfn.root_problem(alone.root, "standard", alone.rule) is not None
 
 
-def test_kit_disk_job_has_no_usable_method_without_its_tool(tmp_path: Path) -> None:
+def test_kit_disk_job_deletes_through_the_webdav_client_without_gfal2(tmp_path: Path) -> None:
     case = BY_NAME["T1_DE_KIT"]
-    with pytest.raises(ConfigProblem) as refused:
-        choose_method(_job(case, case.rucio_pfn), _env(case, tmp_path, ("xrdfs",)), LFNS[0])
-    assert "no usable stage-out method" in str(refused.value)
+    got = choose_method(_job(case, case.rucio_pfn), _env(case, tmp_path, ("xrdfs",)), LFNS[0])
+    assert (got.method.protocol, got.deleter.name) == ("WebDAV", "webdav")
 
 
 def test_kit_nfs_protocol_written_file_colon_slash(site_fixtures: Path) -> None:
@@ -95,3 +95,26 @@ def test_kit_nfs_protocol_written_file_colon_slash(site_fixtures: Path) -> None:
     assert root == "file:///grid/fzk.de/mounts/nfs4/data/cms/store/unmerged/"
     assert pfn.pfn_problem(pfn.normalise(raw), LFNS[0], root, "standard") is None
     assert pfn.same_place(root, "/grid/fzk.de/mounts/nfs4/data/cms/store/unmerged")
+
+
+def test_cern_deletes_through_the_webdav_protocol_of_the_volume_rucio_names(tmp_path: Path) -> None:
+    """cms-sw/siteconf's T2_CH_CERN stages out through XRootD at cms-xrd-global.cern.ch only: no stage-out method
+    gives Rucio's WebDAV PFN (that was mapping_disagrees). Its CERN_EOS volume's WebDAV protocol maps
+    /store/unmerged/ to exactly that PFN: the job deletes there with the worker's WebDAV client, and says so."""
+    env = _env(CERN, tmp_path)
+    cfg = siteconf.parse(siteconf.locate(env))
+    staged = [m for m in cfg.methods if m.kind == "method"]
+    assert [(m.volume, m.protocol, m.command) for m in staged] == [("CERN_EOS", "XRootD", "xrdcp")]
+    mapper, _ = storage.method_mapper(staged[0], cfg, env, "T2_CH_CERN")
+    xrootd = pfn.unmerged_root(mapper)  # type: ignore[arg-type]
+    assert xrootd == "root://cms-xrd-global.cern.ch//eos/cms/store/unmerged/"
+    assert pfn.choose([xrootd], CERN_WEBDAV)[0] is None  # the stage-out method alone disagrees with Rucio
+    got = choose_method(_job(CERN, CERN_WEBDAV), env, LFNS[0])
+    assert (got.method.kind, got.method.volume, got.method.protocol, got.rule) == ("volume", "CERN_EOS", "WebDAV",
+                                                                                 "rucio_volume")
+    assert got.deleter.name == got.method.command == "webdav"
+    assert "XRootD" in " ".join(got.passed)
+    # Another Rucio PFN (another door, or another path): still refused.
+    for rucio in ("davs://eoscms2.cern.ch:443/eos/cms/store/unmerged/", "davs://eoscms.cern.ch:443/eos/cms/store/"):
+        with pytest.raises(MappingDisagrees):
+            choose_method(_job(CERN, rucio), _env(CERN, tmp_path / rucio[-10:].replace("/", "_")), LFNS[0])

@@ -153,7 +153,7 @@ def test_kit_chained_tape_method_only_for_the_tape_rse(tmp_path: Path, siteconf_
                  "T1_DE_KIT")
     env = {"SITECONFIG_PATH": str(sc), "PATH": fake_tools}
     got = choose_method(_job("T1_DE_KIT_Tape", "T1_DE_KIT"), env, LFN)
-    assert got.method.volume == "KIT_MSS" and got.deleter.name in ("gfal2", "gfal-rm")
+    assert got.method.volume == "KIT_MSS" and got.deleter.name == "webdav"  # WebDAV: the worker's own client
     assert got.mapper(LFN) == "davs://cmswebdav-kit-tape.gridka.de:2880/pnfs/gridka.de/cms/tape/" + REL
     # A job for the disk RSE never deletes through the tape endpoint, nor through DESY's fallback.
     with pytest.raises(ConfigProblem) as err:
@@ -181,6 +181,12 @@ def test_site_mismatch_and_unknown_command(tmp_path: Path, siteconf_dir: Path, f
     xml = sc / "JobConfig" / "site-local-config.xml"
     xml.write_text(xml.read_text().replace('command="xrdcp"', 'command="frobnicate"'))
     env = {"SITECONFIG_PATH": str(sc), "PATH": str(tmp_path / "empty")}
+    # No tool on the node: only the WebDAV method, through the worker's own client, is usable.
+    got = choose_method(_job("T1_US_FNAL_Disk", "T1_US_FNAL"), env, LFN)
+    assert (got.method.protocol, got.deleter.name) == ("WebDAV", "webdav")
+    passed = " | ".join(got.passed)
+    assert "unknown stage-out command 'frobnicate'" in passed and "gfal-rm not found on PATH" in passed
+    xml.write_text(xml.read_text().replace('protocol="WebDAV"/>', 'protocol="WebDAV" command="frobnicate"/>'))
     with pytest.raises(ConfigProblem) as err:
         choose_method(_job("T1_US_FNAL_Disk", "T1_US_FNAL"), env, LFN)
     assert "unknown stage-out command 'frobnicate'" in str(err.value)

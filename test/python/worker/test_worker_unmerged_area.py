@@ -370,3 +370,47 @@ def test_real_pfn_forms_are_normalised(area: Area, tmp_path: Path, form: str) ->
     pfns = [files(lines)[x]["pfn"] for x in lfns] + [dirs(lines)[f"{BASE}/00000"]["pfn"]]
     assert all("//" not in p.replace("file:///", "/") for p in pfns), pfns
     area.check(before, {area.at(x) for x in lfns} | {area.at(f"{BASE}/00000")})
+
+
+@pytest.mark.parametrize("layout", ["site_specific", "standard_rucio"])
+def test_a_storage_top_root_holding_store_data_is_refused(area: Area, tmp_path: Path, layout: str) -> None:
+    """Issue 36: the site maps /store/unmerged/(.*) to <storage>/$1 and /store/(.*) to <storage>/store/$1. Its PFN of
+    /store/unmerged/ (the storage top) holds its PFN of /store/data/: the method is refused (other_namespace), even
+    with unmerged_root set to it, and the dump line /store/unmerged/store/data/... deletes nothing."""
+    lfn = "/store/unmerged/store/data/Run2026A/Prim9/AOD/Proc-v9/000/380/d0.root"
+    precious = put(area.storage, lfn[len("/store/unmerged"):])
+    plain = f"{BASE}/00000/f0.root"
+    put(area.storage, plain[len("/store/unmerged"):])
+    area.sc = _posix(area, {"protocol": "top", "rules": [{"lfn": "/+store/unmerged/(.*)", "pfn": f"{area.storage}/$1"},
+                                                        {"lfn": "/+store/(.*)", "pfn": f"{area.storage}/store/$1"}]})
+    step: dict[str, Any] = {"site_specific": {"pfn_layout": "site_specific", "unmerged_root": f"{area.storage}/"},
+                            "standard_rucio": {"unmerged_pfn": f"{area.storage}/", "mapping_check": "rucio"}}[layout]
+    before = snapshot(area.top)
+    rc, lines = run_worker(tmp_path / "job", manifest([lfn, plain], **step), area.sc)
+    assert rc == 3 and {(x["outcome"], x["reason"]) for x in files(lines).values()} == {("refused", "other_namespace")}
+    assert f"holds {area.storage}/store/data/" in files(lines)[lfn]["error"]
+    assert precious.exists()
+    area.check(before, set())
+
+
+def test_a_file_whose_pfn_is_another_namespaces_is_refused(area: Area, tmp_path: Path) -> None:
+    """/store/temp/ maps to the storage top and /store/unmerged/ below it: the root holds no other namespace, but
+    each file's PFN is also the PFN of a /store/temp/ LFN, and a dump line naming /store/unmerged/store/... is
+    refused whatever the mapping. The control site (no overlap) deletes."""
+    unmerged = area.storage / "unmerged"
+    lfn = f"{BASE}/00000/f0.root"
+    path = put(unmerged, lfn[len("/store/unmerged"):])
+    nested = "/store/unmerged/store/data/Run2026A/x.root"
+    put(unmerged, nested[len("/store/unmerged"):])
+    rules = [{"lfn": "/+store/unmerged/(.*)", "pfn": f"{unmerged}/$1"}]
+    area.sc = _posix(area, {"protocol": "p", "rules": rules + [{"lfn": "/+store/temp/(.*)", "pfn": f"{area.storage}/$1"}]})
+    step = {"pfn_layout": "site_specific", "unmerged_root": f"{unmerged}/"}
+    before = snapshot(area.top)
+    rc, lines = run_worker(tmp_path / "job", manifest([lfn, nested], **step), area.sc)
+    out = files(lines)
+    assert rc == 1 and {(x["outcome"], x["reason"]) for x in out.values()} == {("refused", "other_namespace")}
+    assert "also the site config's PFN of /store/temp/unmerged/" in out[lfn]["error"]
+    area.check(before, set())
+    area.sc = _posix(area, {"protocol": "p", "rules": rules})  # control: no other namespace there
+    rc, lines = run_worker(tmp_path / "control", manifest([lfn], **step), area.sc)
+    assert rc == 0 and files(lines)[lfn]["outcome"] == "deleted" and not path.exists()

@@ -10,11 +10,13 @@ from typing import Any, Mapping, Sequence
 from MSUnmerged.config import AlertsConfig
 from MSUnmerged.guards import GUARD_SCAN_STALE
 from MSUnmerged.statemachine import RSEState
-from MSUnmerged.worker.report import MAPPING_DISAGREES, NO_PFN, PFN_OUTSIDE_UNMERGED
+from MSUnmerged.worker.report import (MAPPING_DISAGREES, NO_PFN, OTHER_NAMESPACE, PFN_OUTSIDE_UNMERGED,
+                                      UNCONDITIONAL_DELETE)
 
 DAY = 86400.0
 # Error classes of files a job refused because the site's storage mapping is not to be trusted for them.
-MAPPING_CLASSES = (MAPPING_DISAGREES, PFN_OUTSIDE_UNMERGED, NO_PFN, "config_error")
+MAPPING_CLASSES = (MAPPING_DISAGREES, PFN_OUTSIDE_UNMERGED, NO_PFN, OTHER_NAMESPACE, UNCONDITIONAL_DELETE,
+                   "config_error")
 # Files left to do in the current generation (a dry run's would_delete files are done for it).
 LEFT = ("pending", "failed", "unknown")
 DONE_STATES = (RSEState.CLEAN, RSEState.DRY_RUN_DONE)

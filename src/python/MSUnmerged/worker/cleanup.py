@@ -14,8 +14,9 @@ from . import credentials, defaults, deleters, paths, pfn, siteconf, storage, sw
 from .deleters import AUTH_FAILED, DELETED, DENIED, MISSING, REFUSED, Deleter, Result, Seen
 from .ids import MANIFEST_VERSION
 from .pace import Pacer
-from .report import (ABOVE_FLOOR, EXCLUDED, INVALID_LFN, KEPT, MAPPING_DISAGREES, MODIFIED_SINCE_SCAN, NO_PFN,
-                     NOT_JOB_DIR, PATH_CHANGED, PFN_OUTSIDE_UNMERGED, PROTECTED, ReportWriter)
+from .report import (ABOVE_FLOOR, DIR_MOVED_SINCE_SCAN, EXCLUDED, INVALID_LFN, KEPT, MAPPING_DISAGREES,
+                     MODIFIED_SINCE_SCAN, NO_PFN, NOT_JOB_DIR, OTHER_NAMESPACE, PATH_CHANGED, PFN_OUTSIDE_UNMERGED,
+                     PROTECTED, ReportWriter)
 
 # Exit codes (docs/jobs.md).
 EXIT_DONE = 0  # every file deleted, already missing, or (dry run) would be deleted
@@ -157,10 +158,11 @@ class Choice(NamedTuple):
     mapper: storage.Mapper
     deleter: Deleter
     root: Optional[str]  # its PFN of /store/unmerged/
-    rule: str  # pfn.FIRST_USABLE, SAME_PFN or SAME_NAMESPACE
+    rule: str  # pfn.FIRST_USABLE, SAME_PFN, SAME_NAMESPACE or RUCIO_VOLUME
     why: str
     passed: List[str]  # the methods before it, with why each was not used
     doors: List[Optional[str]]  # the PFNs of /store/unmerged/ of the other protocols of its catalog
+    namespaces: pfn.Namespaces  # the PFNs its mapping gives for CMS's other namespaces
 
 
 def _root(mapper: storage.Mapper) -> Optional[str]:
@@ -175,16 +177,78 @@ class MappingDisagrees(ConfigProblem):
         self.first = first  # the site's first usable method: what the report's start line describes
 
 
+class OtherNamespace(ConfigProblem):
+    """Every method that could map the RSE's LFNs has a PFN of /store/unmerged/ holding another namespace's PFN
+    (exit 3, other_namespace)."""
+
+
 _WHY = {pfn.FIRST_USABLE: "the site's first usable stage-out method (no Rucio PFN to compare)",
         pfn.SAME_PFN: "the first usable method speaking Rucio's protocol whose PFN of %s is Rucio's" % paths.UNMERGED,
         pfn.SAME_NAMESPACE: "no usable method speaks Rucio's protocol; this one reaches the host and physical "
-                            "path of Rucio's PFN of %s, which another protocol of its catalog names" % paths.UNMERGED}
+                            "path of Rucio's PFN of %s, which another protocol of its catalog names" % paths.UNMERGED,
+        pfn.RUCIO_VOLUME: "no usable stage-out method maps %s to Rucio's PFN; this protocol of the site's "
+                          "storage.json volume of the RSE maps it there exactly" % paths.UNMERGED}
+
+
+def _consider(method: siteconf.StageOutMethod, catalog: storage.Catalog, protocol: str, tools: List[Deleter],
+              probe_lfn: Optional[str]) -> Tuple[Optional[Choice], str, bool]:
+    """(the method as a Choice, "", False) when one of `tools` can act on its PFNs and its PFN of /store/unmerged/
+    holds no other namespace; else (None, why not, whether it holds one)."""
+    mapper = storage.normalised(catalog, protocol)
+    root = _root(mapper)
+    sample, why = map_path(mapper, probe_lfn) if probe_lfn is not None else (root, None)
+    deleter = next((d for d in tools if sample is not None and d.accepts(sample)), None)
+    if deleter is None:
+        return None, "%s gives PFN %r, not usable by %s%s" % (probe_lfn or paths.UNMERGED, sample, "/".join(
+            d.name for d in tools), ": " + why if why else ""), False
+    namespaces = pfn.namespace_roots(lambda path: map_path(mapper, path)[0])
+    held = pfn.holds_namespace(root, namespaces) if root is not None else None
+    if held is not None:
+        return None, held, True
+    # The other protocols of its catalog: one of them may name Rucio's door of the same storage.
+    doors = [_root(storage.normalised(catalog, other)) for other in catalog.rules if other != protocol]
+    return Choice(method, mapper, deleter, root, "", "", [], doors, namespaces), "", False
+
+
+def _rucio_volume(job: Job, cfg: siteconf.SiteLocalConfig, env: Mapping[str, str], probe_lfn: Optional[str],
+                  reasons: List[str]) -> Tuple[Optional[Choice], bool]:
+    """A protocol of the site's own storage.json volume of the RSE whose PFN of /store/unmerged/ is exactly
+    Rucio's, with a deleter for it (pfn.RUCIO_VOLUME); (None, whether one held another namespace) otherwise."""
+    path = storage.storage_json_path(env, cfg.site, cfg.subsite, cfg.site)
+    held_any = False
+    try:
+        entries = storage.load_storage_json(path) if os.path.exists(path) else []
+        for entry in entries:
+            if not isinstance(entry, dict) or entry.get("site") != cfg.site or entry.get("rse") != job.rse:
+                continue
+            catalog = storage.catalog_for(entries, cfg.site, entry.get("volume"), path)  # type: ignore[arg-type]
+            for protocol in catalog.rules if catalog is not None else ():
+                root = _root(storage.normalised(catalog, protocol))  # type: ignore[arg-type]
+                if root is None or not pfn.same_place(root, job.unmerged_pfn):  # type: ignore[arg-type]
+                    continue
+                method = siteconf.StageOutMethod("volume", "", volume=str(entry.get("volume")), protocol=protocol,
+                                                 storage_site=cfg.site)
+                label = "%s %s" % (method.kind, method.describe())
+                tools, why = deleters.for_scheme(pfn.scheme(root), job.timeout, env)
+                choice, why_not, held = _consider(method, catalog, protocol, tools, probe_lfn) if tools \
+                    else (None, why, False)
+                held_any = held_any or held
+                if choice is not None:
+                    method.command = choice.deleter.name
+                    return choice._replace(rule=pfn.RUCIO_VOLUME, why=_WHY[pfn.RUCIO_VOLUME],
+                                           passed=list(reasons)), False
+                reasons.append("%s: %s" % (label, why_not))
+    except siteconf.SiteConfigError as exc:
+        reasons.append("storage.json volume of %s: %s" % (job.rse, exc))
+    return None, held_any
 
 
 def choose_method(job: Job, env: Mapping[str, str], probe_lfn: Optional[str]) -> Choice:
     """Among the site's stage-out methods (in order) that map this RSE's LFNs with a tool usable here, the one
-    to delete through: pfn.choose against Rucio's PFN of /store/unmerged/ (docs/jobs.md). ConfigProblem when
-    none is usable, MappingDisagrees when none agrees with Rucio."""
+    to delete through: pfn.choose against Rucio's PFN of /store/unmerged/; when none gives it, the site's
+    storage.json volume of the RSE where one of its protocols does (docs/jobs.md). A method whose PFN of
+    /store/unmerged/ holds another namespace is never used. ConfigProblem when none is usable (OtherNamespace when
+    only such ones are), MappingDisagrees when none agrees with Rucio."""
     try:
         cfg = siteconf.parse(siteconf.locate(env))
     except siteconf.SiteConfigError as exc:
@@ -193,10 +257,11 @@ def choose_method(job: Job, env: Mapping[str, str], probe_lfn: Optional[str]) ->
         raise ConfigProblem("this worker node belongs to site %r, the job is for %r" % (cfg.site, job.site))
     reasons: List[str] = []
     usable: List[Choice] = []
+    held_any = False
     for method in cfg.methods:
         label = "%s %s" % (method.kind, method.describe())
-        deleter, why = deleters.for_command(method.command, job.timeout, env)
-        if deleter is None:
+        tools, why = deleters.for_command(method.command, job.timeout, env)
+        if not tools:
             reasons.append("%s: %s" % (label, why))
             continue
         try:
@@ -206,25 +271,27 @@ def choose_method(job: Job, env: Mapping[str, str], probe_lfn: Optional[str]) ->
         if catalog is None:
             reasons.append("%s: %s" % (label, protocol))  # why it cannot map
             continue
-        mapper = storage.normalised(catalog, protocol)
-        if probe_lfn is not None:
-            got, why = map_path(mapper, probe_lfn)
-            if got is None or not deleter.accepts(got):
-                reasons.append("%s: %s gives PFN %r, not usable by %s%s" % (label, probe_lfn, got, deleter.name,
-                                                                         ": " + why if why else ""))
-                continue
-        root = _root(mapper)
-        # The other protocols of its catalog: one of them may name Rucio's door of the same storage.
-        doors = [_root(storage.normalised(catalog, other)) for other in catalog.rules if other != protocol]
-        usable.append(Choice(method, mapper, deleter, root, "", "", list(reasons), doors))
-        reasons.append("%s: maps %s to %s" % (label, paths.UNMERGED, root))
+        choice, why_not, held = _consider(method, catalog, protocol, tools, probe_lfn)
+        held_any = held_any or held
+        if choice is None:
+            reasons.append("%s: %s%s" % (label, why_not, " (%s)" % why if why else ""))  # why: tools missing
+            continue
+        usable.append(choice._replace(passed=list(reasons)))
+        reasons.append("%s: maps %s to %s" % (label, paths.UNMERGED, choice.root))
+    index, rule = pfn.choose([c.root for c in usable], job.unmerged_pfn, [c.doors for c in usable]) if usable \
+        else (None, "")
+    if index is not None:
+        return usable[index]._replace(rule=rule, why=_WHY[rule])
+    if job.unmerged_pfn is not None:
+        volume, held = _rucio_volume(job, cfg, env, probe_lfn, reasons)
+        if volume is not None:
+            return volume
+        held_any = held_any or held
     if not usable:
-        raise ConfigProblem("no usable stage-out method in %s: %s" % (cfg.path, " | ".join(reasons) or "none listed"))
-    index, rule = pfn.choose([c.root for c in usable], job.unmerged_pfn, [c.doors for c in usable])
-    if index is None:
-        raise MappingDisagrees("the site config's PFN of %s is %s, Rucio's is %s: %s (%s)" % (
-            paths.UNMERGED, usable[0].root, job.unmerged_pfn, rule, " | ".join(reasons)), usable[0])
-    return usable[index]._replace(rule=rule, why=_WHY[rule])
+        kind = OtherNamespace if held_any else ConfigProblem
+        raise kind("no usable stage-out method in %s: %s" % (cfg.path, " | ".join(reasons) or "none listed"))
+    raise MappingDisagrees("the site config's PFN of %s is %s, Rucio's is %s: %s (%s)" % (
+        paths.UNMERGED, usable[0].root, job.unmerged_pfn, rule, " | ".join(reasons)), usable[0])
 
 
 class _Stop:
@@ -254,6 +321,7 @@ class Cleanup:
         self.credential = credentials.NONE
         self.auth_refused = False  # the storage refused the credential: the job stopped
         self.pacer = Pacer(job.max_ops_per_s)
+        self.namespaces: pfn.Namespaces = []  # the chosen method's PFNs of CMS's other namespaces
 
     def info(self) -> Dict[str, Any]:
         return {"job_id": self.job.job_id, "rse": self.job.rse, "site": self.job.site, "dry_run": self.dry_run,
@@ -279,6 +347,9 @@ class Cleanup:
             self._describe(exc.first, None, str(exc))
             self.report.start(dict(self.info(), method=self.method))
             return self._refuse_all(EXIT_CONFIG, str(exc), REFUSED, MAPPING_DISAGREES)
+        except OtherNamespace as exc:
+            self.report.start(self.info())
+            return self._refuse_all(EXIT_CONFIG, str(exc), REFUSED, OTHER_NAMESPACE)
         except ConfigProblem as exc:
             self.report.start(self.info())
             return self._refuse_all(EXIT_CONFIG, str(exc))
@@ -286,7 +357,8 @@ class Cleanup:
         deleter.root = root or ""
         self._describe(choice, choice.rule, choice.why)
         self.report.start(dict(self.info(), method=self.method))
-        bad_root = pfn.root_problem(root, job.pfn_layout, choice.rule, job.unmerged_root)
+        self.namespaces = choice.namespaces
+        bad_root = self._root_refusal(choice)
         todo: List[Tuple[str, str]] = []
         for lfn, refusal in checked:
             got = None
@@ -296,6 +368,12 @@ class Cleanup:
                 self.report.file(str(lfn), got, REFUSED, refusal[1], 0, refusal[0])
             else:
                 todo.append((lfn, got))  # type: ignore[arg-type]
+        blocked = deleter.prepare(self.dry_run) if todo else None
+        if blocked is not None:  # the storage cannot be deleted through safely: every file gets why
+            for lfn, pfn_ in todo:
+                self.report.file(lfn, pfn_, blocked.outcome, blocked.error, 0, blocked.reason)
+            self.auth_refused = blocked.outcome == AUTH_FAILED
+            todo = []
         old = signal.signal(signal.SIGTERM, self.stop)
         try:
             self._delete(todo, deleter)
@@ -339,14 +417,28 @@ class Cleanup:
             out.append((lfn, refusal))
         return out
 
+    def _root_refusal(self, choice: Choice) -> Optional[Refusal]:
+        """Why no PFN may be acted on through this method's root (or the configured unmerged_root), or None."""
+        job = self.job
+        why = pfn.root_problem(choice.root, job.pfn_layout, choice.rule, job.unmerged_root)
+        if why is not None:
+            return PFN_OUTSIDE_UNMERGED, why
+        held = pfn.holds_namespace(job.unmerged_root, choice.namespaces) if job.unmerged_root is not None else None
+        return None if held is None else (OTHER_NAMESPACE, "unmerged_root: " + held)
+
     def _place(self, mapper: storage.Mapper, deleter: Deleter, path: str,
-               bad_root: Optional[str]) -> Tuple[Optional[str], Optional[Refusal]]:
+               bad_root: Optional[Refusal]) -> Tuple[Optional[str], Optional[Refusal]]:
         """(PFN, None) when `path` maps to a PFN safe to act on, else (PFN or None, refusal)."""
         got, why = map_path(mapper, path)
         if got is None or not deleter.accepts(got):
             return got, (NO_PFN, "no PFN usable by %s (got %r)%s" % (deleter.name, got, ": " + why if why else ""))
-        why = bad_root or pfn.pfn_problem(got, path, deleter.root, self.job.pfn_layout)
-        return got, None if why is None else (PFN_OUTSIDE_UNMERGED, why)
+        if bad_root is not None:
+            return got, bad_root
+        why = pfn.pfn_problem(got, path, deleter.root, self.job.pfn_layout)
+        if why is not None:
+            return got, (PFN_OUTSIDE_UNMERGED, why)
+        why = pfn.other_lfn(got, path, lambda lfn: map_path(mapper, lfn)[0], self.namespaces)
+        return got, None if why is None else (OTHER_NAMESPACE, why)
 
     def _excluded(self, path: str) -> bool:
         """Outside the RSE's path filters: under an excluded prefix, or (include set) under no included one."""
@@ -375,11 +467,18 @@ class Cleanup:
     def _modified(self, seen: Seen, deleter: Deleter) -> Optional[Result]:
         """A refusal when the entry may have changed after the scan the plan comes from: its mtime, or its ctime
         (which moves on a rename into place or a utime too, and cannot be set back) where the storage gives it."""
-        started = self.job.scan_started
+        started, step = self.job.scan_started, deleter.time_step()
         for what, when in (("modified", seen.mtime), ("changed", seen.ctime)):
-            if when is not None and when + deleter.time_step() > started:
+            if when is not None and when + step > started:
                 return Result(REFUSED, "%s at %.3f, after the scan started at %.3f" % (what, when, started),
                               reason=MODIFIED_SINCE_SCAN)
+        # A directory renamed or moved into place keeps its files' times and its own mtime; its ctime moves. A
+        # directory whose content changed (a later round's files, this job's deletions) moved its mtime too.
+        for where in seen.dirs:
+            if where.ctime + step > started >= where.mtime + step:
+                return Result(REFUSED, "directory %s changed at %.3f (its content last at %.3f), after the scan "
+                              "started at %.3f: renamed or moved into place?" % (
+                                  where.path, where.ctime, where.mtime, started), reason=DIR_MOVED_SINCE_SCAN)
         return None
 
     # -- deletion ---------------------------------------------------------------------------------
@@ -465,7 +564,7 @@ class Cleanup:
                 time.sleep(self.job.backoff * (2 ** (attempt - 1)))
         return [f for f in final if f is not None]
 
-    def _rmdirs(self, mapper: storage.Mapper, deleter: Deleter, lfns: List[str], bad_root: Optional[str]) -> None:
+    def _rmdirs(self, mapper: storage.Mapper, deleter: Deleter, lfns: List[str], bad_root: Optional[Refusal]) -> None:
         """Checks the given directories: a `remove_dirs` one must hold one of the job's checked files or retried
         directories (a directory job's are its only content), a `retry_dirs` one need not; then removes them."""
         job = self.job
@@ -487,7 +586,7 @@ class Cleanup:
         self._remove_dirs(mapper, deleter, valid, bad_root)
 
     def _remove_dirs(self, mapper: storage.Mapper, deleter: Deleter, valid: List[str],
-                     bad_root: Optional[str]) -> None:
+                     bad_root: Optional[Refusal]) -> None:
         """rmdir of checked directories, leaf first (whatever order they came in), each reported."""
         job = self.job
         for directory in sorted(set(valid), key=lambda d: (-paths.depth(d), d)):
@@ -514,7 +613,7 @@ class Cleanup:
                     result = deleter.rmdir(got)  # type: ignore[arg-type]
                 self.report.directory(directory, got, result.outcome, result.error, result.reason)
 
-    def _sweep(self, mapper: storage.Mapper, deleter: Deleter, lfns: List[str], bad_root: Optional[str]) -> None:
+    def _sweep(self, mapper: storage.Mapper, deleter: Deleter, lfns: List[str], bad_root: Optional[Refusal]) -> None:
         """Remove old empty directories below the dataset directories of the job's files (worker/sweep.py)."""
         job = self.job
         protected, keep = paths.PathSet(job.protected), paths.PathSet(job.keep_dirs)

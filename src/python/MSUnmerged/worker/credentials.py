@@ -147,9 +147,8 @@ def tool_env(env: Mapping[str, str], cred: Credential) -> Dict[str, str]:
     return out
 
 
-def gfal2_options(env: Mapping[str, str]) -> List[Tuple[str, str, str]]:
-    """gfal2 context string options (group, key, value) for the credential `tool_env` names."""
-    proxy = env.get(PROXY_VAR)
+def bearer_token(env: Mapping[str, str]) -> str:
+    """The bearer token `tool_env` names (BEARER_TOKEN, else the BEARER_TOKEN_FILE's content), "" when none."""
     token = env.get(TOKEN_VAR, "").strip()
     if not token and env.get(TOKEN_FILE_VAR):
         try:
@@ -157,6 +156,13 @@ def gfal2_options(env: Mapping[str, str]) -> List[Tuple[str, str, str]]:
                 token = fh.read().strip()
         except OSError:
             token = ""
+    return token
+
+
+def gfal2_options(env: Mapping[str, str]) -> List[Tuple[str, str, str]]:
+    """gfal2 context string options (group, key, value) for the credential `tool_env` names."""
+    proxy = env.get(PROXY_VAR)
+    token = bearer_token(env)
     out: List[Tuple[str, str, str]] = []
     if token:
         out.append(("BEARER", "TOKEN", token))

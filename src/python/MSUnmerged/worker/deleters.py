@@ -71,6 +71,8 @@ class Seen(NamedTuple):
     mtime: Optional[float] = None  # epoch seconds; None: the protocol does not tell
     ctime: Optional[float] = None  # inode change time, where the storage gives one
     ident: Optional[Tuple[int, int]] = None  # (device, inode) of a local file: its unlink refuses another one
+    etag: Optional[str] = None  # WebDAV: the ETag the PROPFIND gave, the condition of the DELETE
+    dirs: Tuple[localfs.DirTimes, ...] = ()  # a local file's directories below the root (localfs.look)
 
 
 def symlink_refusal(exc: localfs.SymlinkInPath) -> Result:
@@ -169,6 +171,11 @@ class Deleter:
     def problem(self) -> Optional[str]:
         return None
 
+    def prepare(self, dry_run: bool) -> Optional[Result]:
+        """Once the root is set, before the first delete: why no file may be deleted with this tool here (every
+        planned file gets that Result), or None."""
+        return None
+
     def accepts(self, pfn: str) -> bool:
         """True when this deleter can act on a PFN of this form."""
         raise NotImplementedError
@@ -213,7 +220,8 @@ def look_local(root: str, pfn: str, directory: bool = False) -> Seen:
         return Seen(from_errno(exc.errno or 0, localfs.error_text(exc, root, below), directory))
     if directory:
         return Seen(None, entry.size, entry.mtime, entry.ctime, entry.ident)
-    return seen_stat(localfs.where(root, below), entry.mode, entry.size, entry.mtime, entry.ctime, entry.ident)
+    seen = seen_stat(localfs.where(root, below), entry.mode, entry.size, entry.mtime, entry.ctime, entry.ident)
+    return seen._replace(dirs=entry.dirs)
 
 
 T = TypeVar("T")
@@ -332,6 +340,7 @@ def _tail(text: str) -> str:
 
 
 _XRD_URL = re.compile(r"^(root|xroot)s?://[^/]+")
+_HTTP_URL = re.compile(r"^(https?|davs?)://", re.IGNORECASE)
 _XRD_LINE = re.compile(r"^(?:rm|rmdir) (\S+) : \[(SUCCESS|ERROR|FATAL)\] ?(.*)$")
 # `xrdfs host` reading "stat <path>" lines: a block per found path; errors on stderr name the path.
 _XRD_STAT = re.compile(r"^(Path|Size|MTime|CTime|Flags):\s*(.*)$")
@@ -471,7 +480,8 @@ class _GfalDeleter(Deleter):
     (gfal2 has no call relative to a directory, so the delete itself goes by path: docs/jobs.md)."""
 
     def accepts(self, pfn: str) -> bool:
-        return pfn.startswith("/") or bool(re.match(r"^[a-z][a-z0-9+.-]*://", pfn))
+        # Not WebDAV: its DELETE of a collection is recursive (worker/webdav.py deletes there).
+        return pfn.startswith("/") or bool(re.match(r"^[a-z][a-z0-9+.-]*://", pfn)) and not _HTTP_URL.match(pfn)
 
     def _stat_remote(self, url: str) -> Seen:
         """A stat of one remote URL with this deleter's tool."""
@@ -638,30 +648,53 @@ class GfalRmDeleter(_GfalDeleter):
         raise NotImplementedError("gfal-rm cannot remove a directory without removing its content")
 
 
-# Stage-out command (site-local-config) -> deleters to try, in order.
-# WMCore's other copy commands delete with the tool of their protocol: SRM (srmcp, lcg-cp) through gfal2,
-# FNAL's xrdcp wrapper through xrdfs.
-COMMANDS: Dict[str, List[type]] = {
-    "gfal2": [Gfal2Deleter, GfalRmDeleter],
-    "srmv2": [Gfal2Deleter, GfalRmDeleter],
-    "srmv2-lcg": [Gfal2Deleter, GfalRmDeleter],
-    "xrdcp": [XrootdDeleter],
-    "stageout-xrdcp-fnal": [XrootdDeleter],
-    "cp": [PosixDeleter],
-    "posix": [PosixDeleter],
-}
+# Stage-out command (site-local-config) -> deleters to try, in order: the first usable one that accepts the method's
+# PFNs. WMCore's other copy commands delete with the tool of their protocol: SRM (srmcp, lcg-cp) through gfal2,
+# FNAL's xrdcp wrapper through xrdfs. WebDAV PFNs go to the worker's own client (worker/webdav.py), whose DELETE is
+# conditional and never recursive; gfal2's http plugin (davix) is not used for them.
+def _commands() -> Dict[str, List[type]]:
+    from .webdav import WebDavDeleter  # it imports this module
+    gfal = [WebDavDeleter, Gfal2Deleter, GfalRmDeleter]
+    return {"gfal2": gfal, "srmv2": gfal, "srmv2-lcg": gfal, "xrdcp": [XrootdDeleter],
+            "stageout-xrdcp-fnal": [XrootdDeleter], "cp": [PosixDeleter], "posix": [PosixDeleter]}
 
 
-def for_command(command: str, timeout: float, env: Mapping[str, str]) -> "tuple[Optional[Deleter], str]":
-    """(deleter, "") for a known, usable stage-out command; (None, reason) otherwise."""
-    kinds = COMMANDS.get(command)
-    if kinds is None:
-        return None, "unknown stage-out command %r (known: %s)" % (command, ", ".join(sorted(COMMANDS)))
-    reasons = []
+def _schemes() -> Dict[str, List[type]]:
+    from .webdav import WebDavDeleter
+    xrootd = [Gfal2Deleter, GfalRmDeleter, XrootdDeleter]
+    return {"https": [WebDavDeleter], "http": [WebDavDeleter], "root": xrootd, "roots": xrootd}
+
+
+COMMANDS: Dict[str, List[type]] = _commands()
+# The protocol of a storage.json volume's PFN (pfn.scheme) -> deleters to try, when the job deletes through the
+# volume Rucio names rather than a stage-out method (pfn.RUCIO_VOLUME).
+SCHEMES: Dict[str, List[type]] = _schemes()
+
+
+def _usable(kinds: List[type], timeout: float, env: Mapping[str, str]) -> "tuple[List[Deleter], str]":
+    found, reasons = [], []
     for kind in kinds:
         deleter = kind(timeout, env)
         why = deleter.problem()
         if why is None:
-            return deleter, ""
-        reasons.append(why)
-    return None, "; ".join(reasons)
+            found.append(deleter)
+        else:
+            reasons.append(why)
+    return found, "; ".join(reasons)
+
+
+def for_command(command: str, timeout: float, env: Mapping[str, str]) -> "tuple[List[Deleter], str]":
+    """(the usable deleters of a known stage-out command, in order, and why the others are not) -- no deleter
+    and the reason for an unknown command or one whose tools are all missing."""
+    kinds = COMMANDS.get(command)
+    if kinds is None:
+        return [], "unknown stage-out command %r (known: %s)" % (command, ", ".join(sorted(COMMANDS)))
+    return _usable(kinds, timeout, env)
+
+
+def for_scheme(scheme: str, timeout: float, env: Mapping[str, str]) -> "tuple[List[Deleter], str]":
+    """Like for_command, for a storage.json protocol's PFN scheme (pfn.scheme)."""
+    kinds = SCHEMES.get(scheme)
+    if kinds is None:
+        return [], "no deleter for %s PFNs (known: %s)" % (scheme, ", ".join(sorted(SCHEMES)))
+    return _usable(kinds, timeout, env)

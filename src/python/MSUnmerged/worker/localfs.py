@@ -27,12 +27,21 @@ class NotTheEntry(Exception):
     """At unlink time the entry is not the one looked at: another inode, or no longer a file or a link."""
 
 
+class DirTimes(NamedTuple):
+    """A directory on the way to an entry, as the walk opened it."""
+
+    path: str
+    mtime: float  # moves when an entry inside is added, removed or renamed
+    ctime: float  # moves with mtime, and alone when the directory itself is renamed or moved, chmod'ed, chown'ed
+
+
 class Entry(NamedTuple):
     size: int
     mtime: float
     ctime: float  # inode change time: moves on rename, link, chmod and utime too (it cannot be set back)
     mode: int
     ident: Tuple[int, int]  # (device, inode)
+    dirs: Tuple[DirTimes, ...] = ()  # the directories below the root on the way to it, top first
 
 
 def file_like(mode: int) -> bool:
@@ -67,8 +76,9 @@ def open_root(root: str) -> int:
         os.close(top)
 
 
-def walk(root: str, below: str) -> Tuple[int, str]:
-    """(descriptor of the parent directory, last name) of `below` ("a/b/f") under `root`.
+def walk(root: str, below: str, times: Optional[List[DirTimes]] = None) -> Tuple[int, str]:
+    """(descriptor of the parent directory, last name) of `below` ("a/b/f") under `root`; `times` gets the
+    directories opened below the root.
 
     The caller closes the descriptor. Raises SymlinkInPath or OSError (ENOENT, EACCES, ...).
     """
@@ -81,6 +91,9 @@ def walk(root: str, below: str) -> Tuple[int, str]:
             nxt = _open_dir(fd, part, shown)
             os.close(fd)
             fd = nxt
+            if times is not None:
+                st = os.fstat(fd)
+                times.append(DirTimes(shown, st.st_mtime, st.st_ctime))
     except BaseException:
         os.close(fd)
         raise
@@ -88,15 +101,17 @@ def walk(root: str, below: str) -> Tuple[int, str]:
 
 
 def look(root: str, below: str, directory: bool = False) -> Entry:
-    """lstat of `below`: a file may be a link (only the link would go), a directory may not."""
-    fd, name = walk(root, below)
+    """lstat of `below`, with the times of the directories on the way: a file may be a link (only the link would
+    go), a directory may not."""
+    times: List[DirTimes] = []
+    fd, name = walk(root, below, times)
     try:
         st = os.lstat(name, dir_fd=fd)
     finally:
         os.close(fd)
     if directory and stat.S_ISLNK(st.st_mode):
         raise SymlinkInPath("%s/%s is a symbolic link" % (root.rstrip("/"), below))
-    return Entry(st.st_size, st.st_mtime, st.st_ctime, st.st_mode, (st.st_dev, st.st_ino))
+    return Entry(st.st_size, st.st_mtime, st.st_ctime, st.st_mode, (st.st_dev, st.st_ino), tuple(times))
 
 
 def unlink(root: str, below: str, expect: Tuple[int, int]) -> None:

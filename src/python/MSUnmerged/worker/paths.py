@@ -5,6 +5,11 @@ import re
 from typing import Iterable, Optional
 
 UNMERGED = "/store/unmerged/"
+# CMS's other namespaces: deleting must never reach their PFNs (docs/jobs.md, "Other namespaces").
+OTHER_NAMESPACES = ("/store/data/", "/store/mc/", "/store/hidata/", "/store/himc/", "/store/relval/", "/store/user/",
+                    "/store/group/", "/store/temp/", "/store/backfill/", "/store/results/", "/store/express/",
+                    "/store/t0temp/", "/store/t0streamer/", "/store/streamer/", "/store/generator/", "/store/lhe/",
+                    "/store/test/", "/store/local/", "/store/integration/", "/store/accounting/")
 # The one limit on a path's length: the service's planner.max_lfn_length is validated against it.
 MAX_LFN = 4096
 # A directory is never removed above this depth floor: /store/unmerged/<x> has depth 4.

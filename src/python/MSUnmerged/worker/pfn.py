@@ -9,9 +9,9 @@ an empty, '.' or '..' component, or a percent-escaped '.', '/' or '\\', is not c
 from __future__ import annotations
 
 import re
-from typing import Callable, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
-from .paths import UNMERGED
+from .paths import OTHER_NAMESPACES, UNMERGED
 
 # Mapped to find the site config's PFN of /store/unmerged/ (the name is stripped from the result).
 ROOT_PROBE = "msunmerged-root-probe"
@@ -20,7 +20,10 @@ LAYOUTS = ("standard", "site_specific")
 FIRST_USABLE = "first_usable"  # no Rucio PFN to compare: the site's first usable method
 SAME_PFN = "same_pfn"  # the first usable method speaking Rucio's scheme whose root is Rucio's PFN
 SAME_NAMESPACE = "same_namespace"  # none speaks Rucio's scheme: same host and path, its catalog names Rucio's PFN
-RUCIO_RULES = (SAME_PFN, SAME_NAMESPACE)  # Rucio vouches for the root
+# No stage-out method gives Rucio's PFN: a protocol of the site's storage.json volume of the RSE maps /store/unmerged/
+# exactly there (docs/jobs.md, "Which stage-out method").
+RUCIO_VOLUME = "rucio_volume"
+RUCIO_RULES = (SAME_PFN, SAME_NAMESPACE, RUCIO_VOLUME)  # Rucio vouches for the root
 _LOCAL = "file"  # the scheme of a local path (bare or file:)
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/?#]*)(/.*)?$")
 _ESCAPED = re.compile(r"%(2e|2f|5c)", re.IGNORECASE)
@@ -80,12 +83,81 @@ def _canonical(path: str) -> bool:
     return not _ESCAPED.search(path) and all(p not in ("", ".", "..") for p in path[1:].split("/"))
 
 
-def unmerged_root(mapper: Callable[[str], Optional[str]]) -> Optional[str]:
-    """The site config's PFN of /store/unmerged/ (ending in '/'), or None when it gives none."""
-    pfn = mapper(UNMERGED + ROOT_PROBE)
+def unmerged_root(mapper: Callable[[str], Optional[str]], area: str = UNMERGED) -> Optional[str]:
+    """The site config's PFN of /store/unmerged/ (or another `area` ending in '/'), ending in '/'; None when it
+    gives none."""
+    pfn = mapper(area + ROOT_PROBE)
     if pfn is None or not pfn.endswith("/" + ROOT_PROBE):
         return None
     return pfn[:-len(ROOT_PROBE)]
+
+
+class Namespace(NamedTuple):
+    area: str  # one of OTHER_NAMESPACES
+    root: str  # the site config's PFN of it
+    endpoint: str  # that PFN split once (it is compared with every file's)
+    path: str  # its path without a trailing slash
+
+
+Namespaces = List[Namespace]
+
+
+def namespace_roots(mapper: Callable[[str], Optional[str]]) -> Namespaces:
+    """The PFNs the site config gives for CMS's other namespaces (those it maps to a PFN it can split)."""
+    out = []
+    for area in OTHER_NAMESPACES:
+        root = unmerged_root(mapper, area)
+        place = split(normalise(root)) if root is not None else None
+        if root is not None and place is not None:
+            out.append(Namespace(area, root, place.endpoint, place.path.rstrip("/")))
+    return out
+
+
+def _inside(endpoint: str, path: str, top_endpoint: str, top: str) -> bool:
+    """True when (endpoint, path) is the directory (top_endpoint, top) or below it; paths without trailing '/'."""
+    return endpoint == top_endpoint and (path == top or path.startswith(top + "/"))
+
+
+def holds_namespace(root: str, namespaces: Namespaces) -> Optional[str]:
+    """Why the PFN area `root` (a method's PFN of /store/unmerged/, or unmerged_root) must not anchor deletions:
+    it holds the site config's PFN of another namespace. None when it holds none."""
+    top = split(normalise(root))
+    for ns in namespaces:
+        if top is None or _inside(ns.endpoint, ns.path, top.endpoint, top.path.rstrip("/")):
+            return "the PFN area %s holds %s, the site config's PFN of %s" % (root, ns.root, ns.area)
+    return None
+
+
+def other_lfn(pfn: str, lfn: str, mapper: Callable[[str], Optional[str]], namespaces: Namespaces) -> Optional[str]:
+    """Why `pfn` (the mapping of `lfn`, normalised) must not be deleted though it is inside the unmerged root: it
+    holds or is another namespace's PFN, it is also the PFN of an LFN outside /store/unmerged/, or `lfn` names a
+    /store/ path below /store/unmerged/ (a dump of a storage top: /store/unmerged/store/data/...). None otherwise.
+    The LFNs tried: `pfn` read below each namespace's PFN, and each /store/... tail of its path."""
+    if lfn.startswith(UNMERGED + "store/"):
+        return "%s names a /store/ path below %s (a dump of a storage top?)" % (lfn, UNMERGED)
+    place = split(pfn)
+    if place is None:
+        return None
+    endpoint, path = place.endpoint, place.path.rstrip("/")
+    below = path + "/"
+    candidates = []
+    for ns in namespaces:  # inlined _inside both ways: this runs for every file
+        if ns.endpoint != endpoint:
+            continue
+        if ns.path == path or ns.path.startswith(below):  # a directory at or above another namespace's PFN
+            return "PFN %s holds %s, the site config's PFN of %s" % (pfn, ns.root, ns.area)
+        if path.startswith(ns.path + "/"):
+            candidates.append(ns.area + path[len(ns.path) + 1:])
+    at = path.find("/store/")
+    while at >= 0:
+        if not path.startswith(UNMERGED, at):
+            candidates.append(path[at:])
+        at = path.find("/store/", at + 1)
+    for other in candidates:
+        got = mapper(other)
+        if got is not None and same_place(got, pfn):
+            return "PFN %s is also the site config's PFN of %s" % (pfn, other)
+    return None
 
 
 def form_problem(root: str) -> Optional[str]:

@@ -31,8 +31,18 @@ KEPT = "kept"  # a directory that must stay (a protected or kept path at or belo
 ABOVE_FLOOR = "above_floor"  # a directory above the lowest removable level
 NO_PFN = "no_pfn"  # the site config maps it to nothing this deleter can use
 EXCLUDED = "excluded"  # outside the RSE's path filters (planner.include/exclude, jobs.sites.<RSE>.include/exclude)
+# The unmerged root holds the site config's PFN of another CMS namespace (/store/data/, ...), or the file's PFN is
+# also the PFN of an LFN outside /store/unmerged/.
+OTHER_NAMESPACE = "other_namespace"
+# A directory on the way to the file changed after the scan while its content did not (ctime only: renamed or
+# moved into place, e.g. a directory of files of the planned names moved in from /store/data/).
+DIR_MOVED_SINCE_SCAN = "dir_moved_since_scan"
+# WebDAV: the DELETE cannot be made conditional on what the look saw (no ETag, or the server ignores the
+# condition), so it could remove a directory put in the file's place with its content.
+UNCONDITIONAL_DELETE = "unconditional_delete"
 REASONS = (SYMLINK_IN_PATH, PFN_OUTSIDE_UNMERGED, MAPPING_DISAGREES, MODIFIED_SINCE_SCAN, NOT_A_FILE, PATH_CHANGED,
-           PROTECTED, INVALID_LFN, NOT_JOB_DIR, KEPT, ABOVE_FLOOR, NO_PFN, EXCLUDED)
+           PROTECTED, INVALID_LFN, NOT_JOB_DIR, KEPT, ABOVE_FLOOR, NO_PFN, EXCLUDED, OTHER_NAMESPACE,
+           DIR_MOVED_SINCE_SCAN, UNCONDITIONAL_DELETE)
 # Directory refusals that are the plan working as meant: they alone do not make a job partial.
 EXPECTED_DIR_REASONS = (PROTECTED, KEPT, EXCLUDED)
 
