@@ -311,6 +311,7 @@ def test_an_install_over_cmsweb_s_objects_changes_no_immutable_field(partition: 
             assert obj["selector"].items() <= spec["template"]["metadata"]["labels"].items()
         if key[0] == "Service":
             assert spec["selector"] == obj["selector"] and set(obj["ports"]) <= {p["port"] for p in spec["ports"]}
+    assert {obj["metadata"]["namespace"] for obj in ours.values()} == {CMSWEB["namespace"]}
     new = set(ours) - set(theirs)
     assert {kind for kind, _ in new} == {"PersistentVolumeClaim", "NetworkPolicy"}
     assert ("NetworkPolicy", cmsweb["network_policy"]["name"]) not in new
@@ -390,6 +391,53 @@ def test_the_ledger_password_is_read_from_cmsweb_s_wmcore_configuration(tmp_path
     wmcore.write_text("data.mongoDBUser = 'x'\n")
     with pytest.raises(ConfigError, match="assigns no mongoDBPassword"):
         client_options(dataclasses.replace(config, mongo=mongo))
+
+
+@pytest.fixture(scope="module")
+def kubectl() -> str:
+    """A kubectl with kustomize v4 or newer (test/scripts/kubectl.sh)."""
+    return run_script("kubectl.sh", timeout=900).strip().splitlines()[-1]
+
+
+def kustomization(**fields: Any) -> str:
+    return yaml.safe_dump({"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", **fields})
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("environment, claim", [("production", "logs-cephfs-claim-prod-dmwm"),
+                                                 ("preproduction", "logs-cephfs-claim-preprod-dmwm")])
+def test_the_argocd_form_builds_in_cmsweb_s_layout(environment: str, claim: str, kubectl: str, tmp_path: Path,
+                                                   kubernetes_validate: str) -> None:
+    """Through ArgoCD (README, "Through ArgoCD"): each partition rendered into argocd/base/reqmgr2ms-unmerged-<p>.yaml
+    and deploy/argocd/<environment>/ms-unmerged-logs.yaml as the overlay's one patch, built by kustomize as
+    ArgoCD builds CMSKubernetes: every Deployment's logs on the environment's claim, nothing else changed, and
+    the objects still pass the schemas."""
+    base, overlay = tmp_path / "argocd" / "base", tmp_path / "argocd" / "overlays" / environment
+    base.mkdir(parents=True)
+    overlay.mkdir(parents=True)
+    files = []
+    for partition in sorted(PARTITIONS):
+        files.append(f"reqmgr2ms-unmerged-{partition}.yaml")
+        (base / files[-1]).write_text("\n---\n".join(t for _, t in sorted(rendered(partition).items()) if t.strip()))
+    (base / "kustomization.yaml").write_text(kustomization(resources=files))
+    patch = REPO / "deploy" / "argocd" / environment / "ms-unmerged-logs.yaml"
+    (overlay / patch.name).write_text(patch.read_text())
+    (overlay / "kustomization.yaml").write_text(kustomization(
+        resources=["../../base"], patches=[{"path": patch.name, "target": {"kind": "Deployment", "name": "ms-unmer-.*"}}]))
+    out = subprocess.run([kubectl, "kustomize", str(overlay)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    built = [d for d in yaml.safe_load_all(out.stdout) if d]
+    plain = [d for p in sorted(PARTITIONS) for d in manifests(p)]
+    assert sorted((d["kind"], d["metadata"]["name"]) for d in built) == sorted((d["kind"], d["metadata"]["name"]) for d in plain)
+    for doc in built:
+        if doc["kind"] != "Deployment":
+            continue
+        volumes = {v["name"]: v for v in doc["spec"]["template"]["spec"]["volumes"]}
+        assert volumes["logs"] == {"name": "logs", "persistentVolumeClaim": {"claimName": claim}}
+        before = next(d for d in plain if d["kind"] == "Deployment" and d["metadata"]["name"] == doc["metadata"]["name"])
+        assert doc["spec"]["template"]["spec"]["containers"] == before["spec"]["template"]["spec"]["containers"]
+        assert doc["spec"]["selector"] == before["spec"]["selector"]
+    assert validate(built, kubernetes_validate) == []
 
 
 def test_the_dockerfile_builds_from_the_repository() -> None:
