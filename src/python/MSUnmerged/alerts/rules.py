@@ -21,7 +21,7 @@ DONE_STATES = (RSEState.CLEAN, RSEState.DRY_RUN_DONE)
 
 
 class AlertKind(enum.StrEnum):
-    """Every alert this service raises (its `alertname` label is `ms-unmerged: <kind>`)."""
+    """Every alert this service raises (its `alertname` is ALERTNAME's; the per-RSE kinds in the `alert` label)."""
 
     CYCLES_FAILING = "cycles_failing"
     RSE_NO_PROGRESS = "rse_no_progress"
