@@ -63,6 +63,11 @@ class ServiceConfig:
         """Age of the last good cycle past which the operator is alerted."""
         return float(self.alert_after_cycles * self.interval_s)
 
+    @property
+    def partition_label(self) -> str:
+        """The `partition` label of the metrics' msunmerged_info and of pushed alerts: partition, else instance."""
+        return self.partition or self.instance
+
 
 @dataclass
 class PlannerConfig:

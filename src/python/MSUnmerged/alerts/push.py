@@ -37,7 +37,7 @@ class AlertManager:
 
     def __init__(self, config: Config) -> None:
         self.cfg = config.alerts
-        self.partition = config.service.partition or config.service.instance
+        self.partition = config.service.partition_label
         self.expire_s = config.alerts.expire_cycles * config.service.interval_s
         self.hostname = socket.gethostname()
 

@@ -89,11 +89,12 @@ def rse_alerts(rse: Mapping[str, Any], cfg: AlertsConfig, now: float) -> list[Al
                          f"{since:.0f}", name, since))
     if state == RSEState.GUARDED:
         same = repeated(rse.get("events") or [], RSEState.GUARDED, reason)
-        first = same[0]["at"] if same else now
+        started = same[0]["at"] if same else None
+        first = now if started is None else started
         if len(same) >= cfg.guard_repeats or now - first > cfg.stall_days * DAY:
             out.append(Alert(AlertKind.RSE_GUARDED, f"{name}: guard {reason} refused {len(same)} times in a row",
                              f"nothing is deleted while it holds; since {(now - first) / DAY:.1f} days; last detail: "
-                             f"{rse.get('detail') or '-'}", name, same[0]["at"] if same else None))
+                             f"{rse.get('detail') or '-'}", name, started))
     if reason == GUARD_SCAN_STALE:
         out.append(Alert(AlertKind.RSE_SCAN_STALE, f"{name}: its ConMon scan is stale",
                          f"the scanner has not produced a usable dump: {rse.get('detail') or '-'}", name))

@@ -38,7 +38,7 @@ def info(config: Config) -> GaugeMetricFamily:
     absence."""
     family = GaugeMetricFamily("msunmerged_info", "1: the RSE partition this instance serves, and its version.",
                                labels=["partition", "version"])
-    family.add_metric([config.service.partition or config.service.instance, VERSION], 1.0)
+    family.add_metric([config.service.partition_label, VERSION], 1.0)
     return family
 
 
