@@ -41,6 +41,7 @@ class ConfigError(ValueError):
 @dataclass
 class ServiceConfig:
     instance: str = ""  # empty: hostname-pid
+    partition: str = ""  # the RSE partition served (t1, t2t3, ...): metrics' and alerts' `partition`; empty: instance
     state_dir: str = "~/.msunmerged"
     interval_s: int = 3600
     parallel_rses: int = 4
@@ -61,6 +62,11 @@ class ServiceConfig:
     def stale_after_s(self) -> float:
         """Age of the last good cycle past which the operator is alerted."""
         return float(self.alert_after_cycles * self.interval_s)
+
+    @property
+    def partition_label(self) -> str:
+        """The `partition` label of the metrics' msunmerged_info and of pushed alerts: partition, else instance."""
+        return self.partition or self.instance
 
 
 @dataclass
@@ -139,6 +145,7 @@ class MongoConfig:
     replica_set: str = ""
     username: str = ""
     password_file: str = ""
+    password_setting: str = ""  # empty: password_file holds the password; else its setting in a WMCore config
     generations_kept: int = 3
     cycles_kept_days: float = 30.0  # polling-cycle records; the daily aggregates are kept for ever
     embedded_port: int = 0  # 0: pick a free loopback port

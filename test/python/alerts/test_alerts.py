@@ -3,6 +3,7 @@ the service loop pushing after its cycles, the same decisions in the metrics, an
 checked by promtool against what the service exposes."""
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import re
@@ -16,6 +17,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from pymongo.database import Database
 
+from MSUnmerged import __version__
 from MSUnmerged.alerts import AlertKind, AlertManager, Notifier, evaluate
 from MSUnmerged.alerts.rules import rse_alerts
 from MSUnmerged.config import AlertsConfig, Config
@@ -38,6 +40,24 @@ def rse(name: str = "T2_AL_Site", **fields: Any) -> dict[str, Any]:
 
 def kinds(alerts: list[Any]) -> list[str]:
     return sorted(a.kind.value for a in alerts)
+
+
+def rfc3339_seconds(text: str) -> float:
+    """AlertManager's time stamp (RFC 3339, nanoseconds, Z) as epoch seconds."""
+    text = re.sub(r"(\.\d{6})\d*", r"\1", text.replace("Z", "+00:00"))
+    return datetime.datetime.fromisoformat(text).timestamp()
+
+
+RULES = REPO / "deploy" / "prometheus" / "ms-unmerged-rules.yaml"
+
+
+def rule_labels() -> dict[str, tuple[dict[str, str], set[str]]]:
+    """Each shipped rule's alertname: its fixed labels and the labels its expression keeps (its outer `by`)."""
+    out = {}
+    for rule in yaml.safe_load(RULES.read_text())["groups"][0]["rules"]:
+        kept = re.match(r"\(?\s*(?:max|min|sum) by \(([^)]*)\)", rule["expr"])
+        out[rule["alert"]] = (rule["labels"], {k.strip() for k in kept.group(1).split(",")} if kept else set())
+    return out
 
 
 def test_no_progress_for_days_with_files_left() -> None:
@@ -80,14 +100,45 @@ def test_stale_scan_and_refused_mapping() -> None:
 
 
 def test_cycles_failing_is_the_health_alert() -> None:
-    (alert,) = evaluate({"alert": "no polling cycle succeeded for 200 min"}, [], AlertsConfig(), NOW)
-    assert (alert.kind, alert.severity, alert.rse) == (AlertKind.CYCLES_FAILING, "high", "")
+    (alert,) = evaluate({"alert": "no polling cycle succeeded for 200 min", "last_good_age_s": 12000.0}, [],
+                        AlertsConfig(), NOW)
+    assert (alert.kind, alert.severity, alert.rse, alert.since) == (AlertKind.CYCLES_FAILING, "high", "", NOW - 12000)
     assert evaluate({"alert": ""}, [rse()], AlertsConfig(), NOW) == []
+
+
+def test_an_alert_starts_when_its_problem_began() -> None:
+    cfg = AlertsConfig(stall_days=3, guard_repeats=3)
+    (stuck,) = rse_alerts(rse(progress_at=NOW - 4 * DAY, counters={"pending": 10}), cfg, NOW)
+    assert stuck.since == NOW - 4 * DAY
+    events = [{"at": NOW - 3600 * i, "state": "guarded", "reason": "protected_list_shrank"} for i in (3, 2, 1)]
+    (guarded,) = rse_alerts(rse(state="guarded", reason="protected_list_shrank", events=events), cfg, NOW)
+    assert guarded.since == NOW - 3 * 3600
+    (stale,) = rse_alerts(rse(state="skipped", reason="scan_stale"), cfg, NOW)
+    assert stale.since is None  # unknown: the push starts it when first seen
+
+
+def test_a_pushed_alert_carries_the_labels_of_the_rule_for_the_same_problem() -> None:
+    """One problem, one alert in AlertManager: the push's labels are exactly those of the rule's alert (its fixed
+    labels and the labels its expression keeps), so the two merge."""
+    rules = rule_labels()
+    config = alerting_config("http://127.0.0.1:9/api/v2/alerts")
+    cfg = AlertsConfig(stall_days=3)
+    firing = evaluate({"alert": "failing", "last_good_age_s": 7200.0},
+                      [rse(progress_at=NOW - 4 * DAY, counters={"pending": 3}),
+                       rse("T2_AL_Stale", state="skipped", reason="scan_stale")], cfg, NOW)
+    body = AlertManager(config).payload(firing, [], NOW, {})
+    assert len(body) == 3
+    for pushed in body:
+        labels = pushed["labels"]
+        fixed, kept = rules[labels["alertname"]]
+        assert set(labels) == {"alertname", *fixed, *kept}, labels
+        assert {k: labels[k] for k in fixed} == fixed and labels["partition"] == "t1"
+        assert pushed["startsAt"] < pushed["endsAt"]
 
 
 def alerting_config(url: str, **service: Any) -> Config:
     config = Config()
-    config.service.instance = "ms-unmer-t1"
+    config.service.instance, config.service.partition = "ms-unmer-t1", "t1"
     config.service.interval_s, config.service.alert_after_cycles = 600, 1
     for key, value in service.items():
         setattr(config.service, key, value)
@@ -111,32 +162,43 @@ def failing_ledger(db: Database, started_ago: float) -> Ledger:
 @pytest.mark.integration
 @pytest.mark.slow
 def test_push_reaches_alertmanager_then_resolves(mongo_db: Database, alertmanager: AlertManagerServer) -> None:
+    before = time.time()
     ledger = failing_ledger(mongo_db, started_ago=3600)
     config = alerting_config(alertmanager.push_url)
     notifier = Notifier(config, MongoLedgerView(mongo_db))
     assert notifier.after_cycle() == 2
-    got = {a["labels"]["alertname"]: a for a in alertmanager.alerts(instance="ms-unmer-t1")}
-    assert set(got) == {"ms-unmerged: cycles_failing", "ms-unmerged: rse_guarded"}
-    cycles, guarded = got["ms-unmerged: cycles_failing"], got["ms-unmerged: rse_guarded"]
+    got = {a["labels"]["alertname"]: a for a in alertmanager.alerts(partition="t1")}
+    assert set(got) == {"MSUnmergedCyclesFailing", "MSUnmergedRSEStalled"}
+    cycles, guarded = got["MSUnmergedCyclesFailing"], got["MSUnmergedRSEStalled"]
     # WMCore's labels (MSCore.sendAlert / AlertManagerAPI) plus ours; its annotations.
-    assert {k: cycles["labels"][k] for k in ("severity", "tag", "service")} == \
-        {"severity": "high", "tag": "wmcore", "service": "ms-unmerged"}
+    assert cycles["labels"] == {"alertname": "MSUnmergedCyclesFailing", "severity": "high", "tag": "wmcore",
+                                "service": "ms-unmerged", "partition": "t1"}
     assert set(cycles["annotations"]) == {"hostname", "summary", "description"}
     assert "rucio_http_status" in cycles["annotations"]["description"]
-    assert guarded["labels"]["rse"] == "T1_AL_Guarded" and guarded["labels"]["severity"] == "medium"
+    assert guarded["labels"] == {"alertname": "MSUnmergedRSEStalled", "severity": "medium", "tag": "wmcore",
+                                 "service": "ms-unmerged", "partition": "t1", "rse": "T1_AL_Guarded",
+                                 "alert": "rse_guarded"}
     assert guarded["generatorURL"] == "https://cmsweb.cern.ch/ms-unmerged/rse?name=T1_AL_Guarded"
     assert guarded["status"]["state"] == "active"
+    # startsAt: when the problem began (the cycles: since the first cycle's start an hour ago; the guard: its
+    # first refusal in the run), before the push and before endsAt.
+    starts = {name: rfc3339_seconds(a["startsAt"]) for name, a in got.items()}
+    assert abs(starts["MSUnmergedCyclesFailing"] - (before - 3600)) < 60
+    assert before - 60 < starts["MSUnmergedRSEStalled"] <= time.time()
+    assert all(starts[name] < rfc3339_seconds(a["endsAt"]) for name, a in got.items())
 
-    assert notifier.after_cycle() == 2  # pushed again: still one alert each (same labels)
-    assert len(alertmanager.alerts(instance="ms-unmer-t1")) == 2
+    time.sleep(1.1)
+    assert notifier.after_cycle() == 2  # pushed again: still one alert each (same labels), started as before
+    again = {a["labels"]["alertname"]: a for a in alertmanager.alerts(partition="t1")}
+    assert len(again) == 2 and {name: rfc3339_seconds(a["startsAt"]) for name, a in again.items()} == starts
 
     ledger.end_cycle(ledger.start_cycle("ms-unmer-t1", 3, []))  # a good cycle
     ledger.set_rse_state("T1_AL_Guarded", "planned")
     assert notifier.after_cycle() == 2  # both resolved (endsAt now)
     deadline = time.monotonic() + 30
-    while alertmanager.alerts(instance="ms-unmer-t1") and time.monotonic() < deadline:
+    while alertmanager.alerts(partition="t1") and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert alertmanager.alerts(instance="ms-unmer-t1") == []
+    assert alertmanager.alerts(partition="t1") == []
     assert notifier.after_cycle() == 0  # nothing fires, nothing to resolve: nothing sent
 
 
@@ -201,6 +263,11 @@ def test_metrics_carry_the_same_decisions_from_the_start(mongo_db: Database) -> 
            for m in text_string_to_metric_families(text) for s in m.samples}
     assert got[("msunmerged_cycle_alert", ())] == 1 and got[("msunmerged_cycle_last_good_age_seconds", ())] > 3500
     assert got[("msunmerged_rse_alert", (("alert", "rse_guarded"), ("rse", "T1_AL_Guarded")))] == 1
+    info = (("partition", "t1"), ("version", __version__))
+    assert got[("msunmerged_info", info)] == 1 and empty[("msunmerged_info", info)] == 1
+    down = {(m.name, tuple(sorted(s.labels.items()))): s.value
+            for m in text_string_to_metric_families(metrics.render_down(config, True)) for s in m.samples}
+    assert down[("msunmerged_info", info)] == 1 and down[("msunmerged_ledger_up", ())] == 0
     assert "# TYPE msunmerged_rse_alert gauge" in metrics.render(MongoLedgerView(mongo_db.client["t_empty_x"]),
                                                                 config)
 
@@ -213,7 +280,7 @@ def metric_names(text: str) -> set[str]:
 @pytest.mark.integration
 def test_shipped_rules_pass_promtool_and_name_exposed_metrics(mongo_db: Database,
                                                              prometheus_tools: tuple[str, str]) -> None:
-    rules = REPO / "deploy" / "prometheus" / "ms-unmerged-rules.yaml"
+    rules = RULES
     out = subprocess.run([prometheus_tools[1], "check", "rules", str(rules)], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -244,3 +311,18 @@ def test_grafana_dashboard_queries_exposed_metrics(mongo_db: Database) -> None:
     exposed = metric_names(metrics.render(MongoLedgerView(mongo_db), alerting_config("")))
     named = {w for e in exprs for w in re.findall(r"msunmerged_[a-z_]+", e)}
     assert named <= exposed | {"msunmerged_cycle_failures_total"}, named - exposed
+    assert board["templating"]["list"][1]["query"] == "label_values(msunmerged_info, partition)"
+    assert all("msunmerged_info" in e for e in exprs)  # every panel per partition (joined to msunmerged_info)
+
+
+@pytest.mark.integration
+def test_grafana_dashboard_queries_are_promql(prometheus_tools: tuple[str, str], tmp_path: Path) -> None:
+    """promtool parses every panel's query (as a recording rule, $partition as Grafana fills it in)."""
+    board = json.loads((REPO / "deploy" / "grafana" / "ms-unmerged.json").read_text())
+    exprs = [t["expr"].replace("$partition", "t1|t2t3") for p in board["panels"] for t in p.get("targets", [])]
+    rules = tmp_path / "board.yaml"
+    rules.write_text(yaml.safe_dump({"groups": [{"name": "board", "rules": [
+        {"record": f"board:panel{i}", "expr": e} for i, e in enumerate(exprs)]}]}))
+    out = subprocess.run([prometheus_tools[1], "check", "rules", str(rules)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0 and f"{len(exprs)} rules found" in out.stdout, out.stdout + out.stderr

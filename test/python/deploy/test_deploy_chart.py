@@ -1,15 +1,15 @@
 """The CMSWEB Helm chart (deploy/helm/ms-unmerged), one release per RSE partition, and the production image.
 
-`helm` cannot be installed on this machine: Debian packages none, PyPI and npm have no helm binary, and
-building it needs the Go module proxy, which this machine cannot reach (tried: a Debian trixie chroot with its
-golang-go and GOTOOLCHAIN; the proxy's name does not resolve). So the templates are rendered by `render`
-below, which implements ONLY the template constructs the chart uses (it refuses any other, so the chart cannot
-drift past what is checked); the rendered objects are validated against the Kubernetes schemas by PyPI's
-kubernetes-validate, and the rendered configuration is loaded by the service's own `load_config`, then used
-as the service would: its batch backend pings the real HTCondor pool of the tests with the chart's token mount.
+The chart is linted and rendered by Helm itself: PyPI's helm-python-sdk (module helm_python) is Helm's Go SDK
+built as a C library, so `lint` and `Chart.load(...).render(...)` here are what `helm lint` and `helm template`
+do. The rendered objects are validated against the Kubernetes schemas by PyPI's kubernetes-validate, checked
+against what CMSWEB runs (test/fixtures/cmskubernetes/ms-unmerged.yaml, read from dmwm/CMSKubernetes), and the
+rendered configuration is loaded by the service's own `load_config`, then used as the service would: its batch
+backend pings the real HTCondor pool of the tests with the chart's token mount.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shlex
@@ -17,13 +17,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
+import helm_python as helm
 import pytest
 import yaml
 
 from MSUnmerged.config import ConfigError, Config, load_config
 from MSUnmerged.jobs.backend import credential_for, job_environment
+from MSUnmerged.ledger.connect import client_options
 from MSUnmerged.logfiles import file_name
 from MSUnmerged.sources.wmstats import WMStatsClient
 from MSUnmerged.wiring import make_router
@@ -32,16 +34,16 @@ from servers import run_script
 
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "deploy" / "helm" / "ms-unmerged"
+CMSWEB = yaml.safe_load((REPO / "test" / "fixtures" / "cmskubernetes" / "ms-unmerged.yaml").read_text())
 PARTITIONS = {"t1": "/ms-unmerged", "t2t3": "/ms-unmerged/t2t3", "t2t3us": "/ms-unmerged/t2t3us"}
-CMSWEB_SECRETS = {"proxy-secrets-ms-unmerged", "rucio-secrets", "token-secrets", "hmac-secrets"}
-# CMSWEB's production RSE expressions (dmwm/CMSKubernetes argocd/base/reqmgr2ms-unmerged-<partition>.yaml).
-PRODUCTION_EXPRESSIONS = {
-    "t1": "(cms_type=real|cms_type=int)&rse_type=DISK&tier=1",
-    "t2t3": "(((cms_type=real|cms_type=int)&rse_type=DISK&(tier=2|tier=3))\\country=US)",
-    "t2t3us": "(((cms_type=real|cms_type=int)&rse_type=DISK&(tier=2|tier=3))&country=US)",
-}
 KUBERNETES = "1.30"
-ACTION = re.compile(r"\{\{(-?)\s*(.*?)\s*(-?)\}\}", re.S)
+# What an operator gives with --set at install (README): no default points at a schedd or database of CMSWEB's.
+OPERATOR = {"condor": {"schedd": "vocms0001.cern.ch"},
+            "mongo": {"url": "mongodb://mongodb-0-service.default:27017,mongodb-1-service.default:27017/",
+                      "username": "msunmerged"}}
+KINDS = {"ConfigMap", "FilebeatConfig", "Deployment", "Service", "PersistentVolumeClaim", "NetworkPolicy"}
+
+helm.disable_logging()  # lint's warnings come back in its report
 
 
 def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -51,155 +53,22 @@ def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def scalar(value: Any) -> str:
-    """A value as Go's text/template prints it (helm reads every YAML number as a float64)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
+def values(partition: str, /, **over: Any) -> dict[str, Any]:
+    """What `helm install -f values-<partition>.yaml --set ...` gives the chart: the values file, the operator's
+    values, then `over` (Helm merges them over values.yaml itself; a null removes a default, as in Helm)."""
+    return merged(merged(yaml.safe_load((CHART / f"values-{partition}.yaml").read_text()), OPERATOR), over)
 
 
-def split_pipeline(expr: str) -> list[str]:
-    """The stages of a pipeline: split on | outside double quotes."""
-    stages, current, quoted = [], "", False
-    for ch in expr:
-        quoted = not quoted if ch == '"' else quoted
-        if ch == "|" and not quoted:
-            stages.append(current.strip())
-            current = ""
-        else:
-            current += ch
-    return stages + [current.strip()]
+def rendered(partition: str, /, name: str = "", **over: Any) -> dict[str, str]:
+    """The chart rendered by Helm for release `name` (default ms-unmer-<partition>) in namespace dmwm."""
+    with helm.Chart.load(CHART) as chart:
+        return chart.render(values(partition, **over), name=name or f"ms-unmer-{partition}", namespace="dmwm")
 
 
-class RenderError(Exception):
-    """A `required` value is missing: helm refuses the release with this message."""
-
-
-def lookup(path: str, ctx: dict[str, Any], scope: Optional[dict[str, Any]] = None) -> Any:
-    """.Values/.Chart paths, a range variable ($v) and its fields ($v.x), a "string" literal."""
-    if path.startswith('"'):
-        return json.loads(path)
-    if path.startswith("$"):
-        name, _, rest = path[1:].partition(".")
-        assert scope is not None and name in scope, f"template variable not set: {path}"
-        value, parts = scope[name], (rest.split(".") if rest else [])
-    else:
-        assert path.startswith((".Values.", ".Chart.")), f"template reference not checked here: {path}"
-        value, parts = ctx, path[1:].split(".")
-    for part in parts:
-        assert isinstance(value, dict) and part in value, f"{path}: not set in the values"
-        value = value[part]
-    return value
-
-
-def evaluate(expr: str, ctx: dict[str, Any], scope: Optional[dict[str, Any]] = None) -> Any:
-    """One pipeline of the constructs the chart uses: a value (lookup), required, toYaml; then quote,
-    squote, toJson, nindent N. Anything else is refused."""
-    stages = split_pipeline(expr)
-    first = shlex.split(stages[0], posix=False)
-    if first[0] == "toYaml" and len(first) == 2:
-        value: Any = yaml.safe_dump(lookup(first[1], ctx, scope), default_flow_style=False,
-                                    sort_keys=False).rstrip("\n")
-    elif first[0] == "required" and len(first) == 3:
-        value = lookup(first[2], ctx, scope)
-        if not value:
-            raise RenderError(json.loads(first[1]))
-    elif len(first) == 1:
-        value = lookup(first[0], ctx, scope)
-    else:
-        raise AssertionError(f"template construct not checked here: {{{{ {expr} }}}}")
-    for stage in stages[1:]:
-        name, *args = stage.split()
-        if name == "quote" and not args:
-            value = json.dumps(scalar(value), ensure_ascii=False)
-        elif name == "squote" and not args:
-            assert "'" not in scalar(value), value
-            value = f"'{scalar(value)}'"
-        elif name == "toJson" and not args:
-            value = json.dumps(value)
-        elif name == "nindent" and len(args) == 1:
-            value = "\n" + "\n".join(" " * int(args[0]) + line for line in str(value).splitlines())
-        else:
-            raise AssertionError(f"template function not checked here: {stage}")
-    return value
-
-
-RANGE = re.compile(r"range \$(\w+), \$(\w+) := (\S+)")
-
-
-def parse(template: str) -> list[Any]:
-    """The template as a tree: text, ("expr", pipeline), ["if", pipeline, then, else], ["range", k, v, what,
-    body]; `{{-` and `-}}` trim the whitespace beside them, as Go's text/template does."""
-    root: list[Any] = []
-    stack: list[tuple[list[Any], Any]] = [(root, None)]
-    pos, trim_next = 0, False
-    for m in ACTION.finditer(template):
-        text = template[pos:m.start()]
-        text = text.lstrip() if trim_next else text
-        stack[-1][0].append(text.rstrip() if m.group(1) else text)
-        action = m.group(2)
-        if action.startswith("if "):
-            node: list[Any] = ["if", action[3:].strip(), [], []]
-            stack[-1][0].append(node)
-            stack.append((node[2], node))
-        elif action == "else":
-            _, node = stack.pop()
-            assert node is not None and node[0] == "if", "else without if"
-            stack.append((node[3], node))
-        elif action.startswith("range "):
-            r = RANGE.fullmatch(action)
-            assert r, f"template construct not checked here: {{{{ {action} }}}}"
-            node = ["range", r.group(1), r.group(2), r.group(3), []]
-            stack[-1][0].append(node)
-            stack.append((node[4], node))
-        elif action == "end":
-            stack.pop()
-            assert stack, "end without if/range"
-        else:
-            stack[-1][0].append(("expr", action))
-        trim_next, pos = bool(m.group(3)), m.end()
-    tail = template[pos:]
-    stack[-1][0].append(tail.lstrip() if trim_next else tail)
-    assert len(stack) == 1, "unbalanced if/range/end"
-    return root
-
-
-def run(nodes: list[Any], ctx: dict[str, Any], scope: dict[str, Any]) -> str:
-    out = []
-    for node in nodes:
-        if isinstance(node, str):
-            out.append(node)
-        elif node[0] == "expr":
-            out.append(scalar(evaluate(node[1], ctx, scope)))
-        elif node[0] == "if":
-            out.append(run(node[2] if evaluate(node[1], ctx, scope) else node[3], ctx, scope))
-        else:  # range over a map (sorted keys, as Go does) or a list
-            _, k, v, what, body = node
-            items = lookup(what, ctx, scope)
-            pairs = sorted(items.items()) if isinstance(items, dict) else list(enumerate(items or []))
-            out += [run(body, ctx, {**scope, k: key, v: value}) for key, value in pairs]
-    return "".join(out)
-
-
-def render(template: str, ctx: dict[str, Any]) -> str:
-    return run(parse(template), ctx, {})
-
-
-def values(partition: str, **over: Any) -> dict[str, Any]:
-    """values.yaml, then values-<partition>.yaml, then `over` (as `helm -f ... --set ...`)."""
-    out = merged(yaml.safe_load((CHART / "values.yaml").read_text()),
-                 yaml.safe_load((CHART / f"values-{partition}.yaml").read_text()))
-    return merged(out, over)
-
-
-def manifests(partition: str, **over: Any) -> list[dict[str, Any]]:
-    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-    ctx = {"Values": values(partition, **over), "Chart": {"AppVersion": chart["appVersion"], "Name": chart["name"]}}
+def manifests(partition: str, /, **over: Any) -> list[dict[str, Any]]:
     docs = []
-    for template in sorted((CHART / "templates").glob("*.yaml")):
-        docs += [d for d in yaml.safe_load_all(render(template.read_text(), ctx)) if d]
+    for _, text in sorted(rendered(partition, **over).items()):
+        docs += [d for d in yaml.safe_load_all(text) if d]
     return docs
 
 
@@ -210,7 +79,14 @@ def by_kind(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return kinds
 
 
-def service_config(partition: str, tmp_path: Path, **over: Any) -> tuple[Config, dict[str, dict[str, Any]]]:
+def render_error(partition: str, /, **over: Any) -> str:
+    """The message of Helm's refusal to render."""
+    with pytest.raises(helm.HelmRenderError) as refused:
+        rendered(partition, **over)
+    return str(refused.value)
+
+
+def service_config(partition: str, tmp_path: Path, /, **over: Any) -> tuple[Config, dict[str, dict[str, Any]]]:
     """The partition's rendered objects and its configuration loaded as the service loads it, the mounted
     HTCondor token folder standing at the chart's condor.tokenDir (given here as a folder of the test)."""
     tokens = Path(over.get("condor", {}).get("tokenDir") or tmp_path / "tokens")
@@ -252,7 +128,7 @@ def validate(docs: list[dict[str, Any]], pythonpath: str) -> list[str]:
 @pytest.mark.parametrize("partition", sorted(PARTITIONS))
 def test_rendered_objects_match_the_kubernetes_schemas(partition: str, kubernetes_validate: str) -> None:
     docs = manifests(partition)
-    assert set(by_kind(docs)) == {"ConfigMap", "FilebeatConfig", "Deployment", "Service", "PersistentVolumeClaim"}
+    assert set(by_kind(docs)) == KINDS
     assert validate(docs, kubernetes_validate) == []
     with_ingress = manifests(partition, ingress={"enabled": True, "sourceRange": "188.185.101.116/32"},
                              logs={"claimName": "logs-cephfs-claim-prod-dmwm"}, filebeat={"enabled": False})
@@ -267,14 +143,65 @@ def test_schema_validation_catches_a_broken_object(kubernetes_validate: str) -> 
     assert len(validate([service], kubernetes_validate)) == 1
 
 
+@pytest.mark.parametrize("partition", [None, *sorted(PARTITIONS)])
+def test_helm_lint_strict_passes_with_and_without_a_values_file(partition: str | None) -> None:
+    """`helm lint --strict` (warnings are errors) as CI would run it: bare, and with each partition's file."""
+    report = helm.lint(CHART, values(partition) if partition else None, strict=True, namespace="dmwm",
+                       kube_version=f"v{KUBERNETES}.0")
+    assert report["errors"] == [] and [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+def test_helm_lint_finds_a_broken_chart(tmp_path: Path) -> None:
+    """Lint is not a rubber stamp: an object named after an empty value is an error."""
+    broken = Path(helm.Chart.load(CHART).save_dir(tmp_path))
+    (broken / "templates" / "extra.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata:\n"
+                                                     "  name: ms-unmer-{{ .Values.nothing }}\n")
+    assert helm.lint(broken, strict=True)["errors"]
+
+
+@pytest.mark.parametrize("over, key", [
+    ({"partition": None}, "partition"),
+    ({"condor": {"schedd": None}}, "condor.schedd"),
+    ({"condor": {"schedd": ""}}, "condor.schedd"),
+    ({"mongo": {"url": None}}, "mongo.url"),
+    ({"mongo": {"username": None}}, "mongo.username"),
+    ({"tokenFile": None}, "tokenFile"),
+    ({"intervalSeconds": None}, "intervalSeconds"),
+    ({"wmstats": {"t0Url": None}}, "wmstats.t0Url"),
+    ({"rest": {"operatorLogins": None}}, "rest.operatorLogins"),
+    ({"rest": {"operatorLogins": [1]}}, "rest.operatorLogins"),
+    ({"jobs": {"sites": {"T2_XX_A": {"schedd": None}}}}, "jobs.sites.T2_XX_A.schedd"),
+    ({"image": {"repository": ""}}, "image.repository"),
+])
+def test_an_empty_or_null_value_fails_the_render_naming_it(over: dict[str, Any], key: str) -> None:
+    """A values file that empties a key (`schedd:`, `tokenFile: ~`) stops the release with the key's name: never
+    a TOML line without a value (the pod would crash-loop) nor the text "None"."""
+    assert re.search(rf"{re.escape(key)}: ", render_error("t2t3", **over))
+
+
+def test_the_release_must_carry_cmsweb_s_name() -> None:
+    with pytest.raises(helm.HelmRenderError, match="must be ms-unmer-t1"):
+        rendered("t1", name="unmerged")
+
+
+def test_values_reach_the_service_as_written(tmp_path: Path) -> None:
+    """Numbers stay whole (Helm reads 1000000 as a float64, printed 1e+06 by default), text keeps <>&, and a
+    list of logins stays a list."""
+    requirements = 'stringListMember(TARGET.GLIDEIN_CMSSite, MY.DESIRED_Sites) && TARGET.Memory >= 2000 && "<x>"'
+    config, _ = service_config("t1", tmp_path, jobs={"submitBatch": 1000000}, condor={"requirements": requirements},
+                               rest={"operatorLogins": ["alice", "bob"]}, alerts={"stallDays": 2.5})
+    assert config.jobs.submit_batch == 1000000 and config.condor.requirements == requirements
+    assert config.rest.operator_logins == ["alice", "bob"] and config.alerts.stall_days == 2.5
+
+
 @pytest.mark.parametrize("partition, base", sorted(PARTITIONS.items()))
 def test_each_partition_as_cmsweb_runs_it(partition: str, base: str, tmp_path: Path) -> None:
     config, kinds = service_config(partition, tmp_path)
     deployment, service = kinds["Deployment"], kinds["Service"]
     pod = deployment["spec"]["template"]
     assert "Ingress" not in kinds  # CMSWEB's ing-dmwm routes, with the front ends' source addresses only
-    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
-    assert service["spec"]["selector"]["partition"] == partition == pod["metadata"]["labels"]["partition"]
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"] == {"app": f"ms-unmer-{partition}"}
+    assert pod["metadata"]["labels"] == {"app": f"ms-unmer-{partition}"}  # Prometheus copies them to every series
     assert {p["port"] for p in service["spec"]["ports"]} == {8242, 18242}
     assert pod["metadata"]["annotations"]["prometheus.io/port"] == "18242"
     containers = {c["name"]: c for c in pod["spec"]["containers"]}
@@ -287,17 +214,21 @@ def test_each_partition_as_cmsweb_runs_it(partition: str, base: str, tmp_path: P
         assert container[probe]["httpGet"]["path"].startswith(base + "/data/")
     assert container["readinessProbe"]["httpGet"]["path"] == f"{base}/data/status?detail=false"
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
-    assert {v["secret"]["secretName"] for v in volumes.values() if "secret" in v} >= CMSWEB_SECRETS
+    assert volumes["service-secrets"]["secret"]["secretName"] == f"reqmgr2ms-unmerged-{partition}-secrets"
     claim = volumes["data"]["persistentVolumeClaim"]["claimName"]
     assert claim == kinds["PersistentVolumeClaim"]["metadata"]["name"]
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
 
     # The configuration as the service loads it.
-    assert config.planner.rse_expression == PRODUCTION_EXPRESSIONS[partition] and config.rest.base == base
+    assert config.planner.rse_expression == CMSWEB["partitions"][partition]["rse_expression"]
+    assert config.rest.base == base
     assert config.rest.port == 8242 and config.rest.metrics_port == 18242
     assert config.service.state_dir == mounts["data"] and config.service.dry_run is True
-    assert config.service.instance == f"ms-unmer-{partition}" == config.alerts.service
-    assert config.mongo.url and Path(config.rest.hmac_key_file).parent.as_posix() == mounts["hmac-secrets"]
+    assert config.service.instance == f"ms-unmer-{partition}" and config.service.partition == partition
+    assert config.alerts.service == "ms-unmerged"  # the Prometheus rules' `service`: one name per outage
+    assert config.mongo.url == OPERATOR["mongo"]["url"] and config.mongo.replica_set == CMSWEB["mongodb"]["replica_set"]
+    assert Path(config.mongo.password_file).parent.as_posix() == mounts["service-secrets"]
+    assert Path(config.rest.hmac_key_file).parent.as_posix() == mounts["hmac-secrets"]
     assert Path(config.auth.proxy).parent.as_posix() == mounts["proxy-secrets"]
     assert config.rucio.auth_type == "x509_proxy"  # Rucio sees the same service proxy
     assert Path(config.auth.ca_path).parent.as_posix() == mounts["etc-grid-security"]
@@ -339,8 +270,7 @@ def test_per_site_overrides_reach_the_jobs(tmp_path: Path) -> None:
 
 
 def test_the_ingress_is_off_and_never_open_to_all() -> None:
-    with pytest.raises(RenderError, match="sourceRange"):
-        manifests("t2t3", ingress={"enabled": True})
+    assert "ingress.sourceRange" in render_error("t2t3", ingress={"enabled": True})
     ingress = by_kind(manifests("t2t3", ingress={"enabled": True, "sourceRange": "188.185.101.116/32"}))["Ingress"]
     assert ingress["metadata"]["annotations"]["nginx.ingress.kubernetes.io/whitelist-source-range"] == \
         "188.185.101.116/32"
@@ -362,18 +292,152 @@ def test_the_rendered_backend_reaches_a_real_pool_with_the_mounted_token(condor_
 
 def test_partitions_are_distinct() -> None:
     objects = [(d["kind"], d["metadata"]["name"]) for p in PARTITIONS for d in manifests(p)]
-    assert len(objects) == len(set(objects)) == 5 * len(PARTITIONS)  # no two releases own the same object
+    assert len(objects) == len(set(objects)) == len(KINDS) * len(PARTITIONS)  # no two releases own the same object
     assert len({values(p)["rseExpression"] for p in PARTITIONS}) == len(PARTITIONS)
 
 
-def test_render_refuses_constructs_it_does_not_check() -> None:
-    with pytest.raises(AssertionError, match="not checked"):
-        render("{{ .Values.x | upper }}", {"Values": {"x": "a"}})
-    with pytest.raises(AssertionError, match="not checked"):
-        render('{{ include "name" . }}', {"Values": {}})
-    assert render("{{- range $k, $v := .Values.m }}[{{ $k }}={{ $v.a | quote }}]{{- end }}",
-                  {"Values": {"m": {"b": {"a": "2"}, "a": {"a": "1"}}}}) == '[a="1"][b="2"]'
-    assert render("{{ if .Values.x }}y{{ else }}n{{ end }}", {"Values": {"x": ""}}) == "n"
+@pytest.mark.parametrize("partition", sorted(PARTITIONS))
+def test_an_install_over_cmsweb_s_objects_changes_no_immutable_field(partition: str) -> None:
+    """Side by side with what CMSWEB's ArgoCD app owns (README, "CMSWEB side by side"): the objects of the same
+    kind and name are taken over with the same selector and port; the chart's new objects clash with none."""
+    cmsweb = CMSWEB["partitions"][partition]
+    ours = {(d["kind"], d["metadata"]["name"]): d for d in manifests(partition)}
+    theirs = {(o["kind"], o["name"]): o for o in cmsweb["objects"]}
+    assert set(theirs) <= set(ours)  # each one taken over, none left to ArgoCD
+    for key, obj in theirs.items():
+        spec = ours[key].get("spec", {})
+        if key[0] == "Deployment":
+            assert spec["selector"]["matchLabels"] == obj["selector"]  # immutable
+            assert obj["selector"].items() <= spec["template"]["metadata"]["labels"].items()
+        if key[0] == "Service":
+            assert spec["selector"] == obj["selector"] and set(obj["ports"]) <= {p["port"] for p in spec["ports"]}
+    assert {obj["metadata"]["namespace"] for obj in ours.values()} == {CMSWEB["namespace"]}
+    new = set(ours) - set(theirs)
+    assert {kind for kind, _ in new} == {"PersistentVolumeClaim", "NetworkPolicy"}
+    assert ("NetworkPolicy", cmsweb["network_policy"]["name"]) not in new
+    # CMSWEB's routes and its NetworkPolicy reach the pods on the port the service listens on.
+    pod = ours[("Deployment", f"ms-unmer-{partition}")]["spec"]["template"]
+    ports = {p["containerPort"] for c in pod["spec"]["containers"] for p in c.get("ports", [])}
+    policy = cmsweb["network_policy"]
+    assert policy["pods"].items() <= pod["metadata"]["labels"].items() and policy["port"] in ports
+    for route in cmsweb["routes"]:
+        service = ours[("Service", route["service"])]["spec"]
+        assert route["port"] in {p["port"] for p in service["ports"]}
+    # Secrets: the partition's own and CMSWEB's shared ones; any other is optional (absent until created).
+    secrets = {v["secret"]["secretName"]: v["secret"].get("optional", False)
+               for v in pod["spec"]["volumes"] if "secret" in v}
+    assert {name for name, optional in secrets.items() if not optional} <= {cmsweb["secret"], *CMSWEB["shared_secrets"]}
+    image = next(c["image"] for c in pod["spec"]["containers"] if c["name"] == "ms-unmerged")
+    assert image.startswith(CMSWEB["image_registry"])
+
+
+@pytest.mark.parametrize("partition", sorted(PARTITIONS))
+def test_cmsweb_s_prometheus_may_scrape_the_metrics_port(partition: str) -> None:
+    """CMSWEB's Prometheus finds the pod by its annotations and, besides CMSWEB's own NetworkPolicy (8242 from
+    ingress-nginx only), the chart's admits it to that port."""
+    kinds = by_kind(manifests(partition))
+    pod = kinds["Deployment"]["spec"]["template"]
+    annotations = pod["metadata"]["annotations"]
+    assert set(CMSWEB["prometheus"]["annotations"]) <= set(annotations) and annotations["prometheus.io/scrape"] == "true"
+    port = int(annotations["prometheus.io/port"])
+    assert port in {p["containerPort"] for c in pod["spec"]["containers"] for p in c.get("ports", [])}
+    spec = kinds["NetworkPolicy"]["spec"]
+    assert spec["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    (rule,) = spec["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": port}]
+    (source,) = rule["from"]
+    assert source["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": CMSWEB["prometheus"]["namespace"]}
+    assert source["podSelector"]["matchLabels"] == CMSWEB["prometheus"]["pods"]
+    assert "NetworkPolicy" not in by_kind(manifests(partition, metricsNetworkPolicy={"enabled": False}))
+
+
+def test_the_claim_takes_the_cluster_s_default_class_unless_one_is_named() -> None:
+    """An explicit storageClassName "" asks for a volume of no class, which dynamic provisioning never binds."""
+    claim = by_kind(manifests("t1"))["PersistentVolumeClaim"]["spec"]
+    assert "storageClassName" not in claim
+    named = by_kind(manifests("t1", persistence={"storageClassName": "cephfs"}))["PersistentVolumeClaim"]["spec"]
+    assert named["storageClassName"] == "cephfs"
+
+
+def test_what_must_survive_a_restart_is_on_the_claim(tmp_path: Path) -> None:
+    """Plans, job work areas and the audit log (README, "State") live under service.state_dir, which is the
+    claim's mount; the logs go to their own volume, /tmp is scratch."""
+    config, kinds = service_config("t1", tmp_path)
+    pod = kinds["Deployment"]["spec"]["template"]["spec"]
+    (container,) = [c for c in pod["containers"] if c["name"] == "ms-unmerged"]
+    on_claim = [m["mountPath"] for m in container["volumeMounts"] if m["name"] == "data"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["data"]["persistentVolumeClaim"]["claimName"] == kinds["PersistentVolumeClaim"]["metadata"]["name"]
+    assert on_claim == [config.service.state_dir]
+    assert Path(config.rest.audit_log).parent.as_posix() == config.service.state_dir
+
+
+def test_the_ledger_password_is_read_from_cmsweb_s_wmcore_configuration(tmp_path: Path) -> None:
+    """The partition's secret holds WMCore's config-unmerged.py (its MongoDB settings in it); the rendered
+    configuration takes the password from it, without running it."""
+    config, _ = service_config("t2t3", tmp_path)
+    secret = tmp_path / "secrets"
+    secret.mkdir()
+    wmcore = secret / Path(config.mongo.password_file).name
+    wmcore.write_text('from WMCore.Configuration import Configuration\nconfig = Configuration()\n'
+                      'data = config.section_("views").section_("data")\ndata.mongoDBUser = "msunmerged"\n'
+                      'data.mongoDBPassword = "not-this"\ndata.mongoDBPassword = "s3cr\\"et"\n')
+    mongo = dataclasses.replace(config.mongo, password_file=str(wmcore))
+    opts = client_options(dataclasses.replace(config, mongo=mongo))
+    assert (opts["username"], opts["password"], opts["replicaSet"]) == ("msunmerged", 's3cr"et', "cms-rs")
+    wmcore.write_text("data.mongoDBPassword = PASSWORD\n")
+    with pytest.raises(ConfigError, match="mongo.password_setting.*not a string literal"):
+        client_options(dataclasses.replace(config, mongo=mongo))
+    wmcore.write_text("data.mongoDBUser = 'x'\n")
+    with pytest.raises(ConfigError, match="assigns no mongoDBPassword"):
+        client_options(dataclasses.replace(config, mongo=mongo))
+
+
+@pytest.fixture(scope="module")
+def kubectl() -> str:
+    """A kubectl with kustomize v4 or newer (test/scripts/kubectl.sh)."""
+    return run_script("kubectl.sh", timeout=900).strip().splitlines()[-1]
+
+
+def kustomization(**fields: Any) -> str:
+    return yaml.safe_dump({"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", **fields})
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("environment, claim", [("production", "logs-cephfs-claim-prod-dmwm"),
+                                                 ("preproduction", "logs-cephfs-claim-preprod-dmwm")])
+def test_the_argocd_form_builds_in_cmsweb_s_layout(environment: str, claim: str, kubectl: str, tmp_path: Path,
+                                                   kubernetes_validate: str) -> None:
+    """Through ArgoCD (README, "Through ArgoCD"): each partition rendered into argocd/base/reqmgr2ms-unmerged-<p>.yaml
+    and deploy/argocd/<environment>/ms-unmerged-logs.yaml as the overlay's one patch, built by kustomize as
+    ArgoCD builds CMSKubernetes: every Deployment's logs on the environment's claim, nothing else changed, and
+    the objects still pass the schemas."""
+    base, overlay = tmp_path / "argocd" / "base", tmp_path / "argocd" / "overlays" / environment
+    base.mkdir(parents=True)
+    overlay.mkdir(parents=True)
+    files = []
+    for partition in sorted(PARTITIONS):
+        files.append(f"reqmgr2ms-unmerged-{partition}.yaml")
+        (base / files[-1]).write_text("\n---\n".join(t for _, t in sorted(rendered(partition).items()) if t.strip()))
+    (base / "kustomization.yaml").write_text(kustomization(resources=files))
+    patch = REPO / "deploy" / "argocd" / environment / "ms-unmerged-logs.yaml"
+    (overlay / patch.name).write_text(patch.read_text())
+    (overlay / "kustomization.yaml").write_text(kustomization(
+        resources=["../../base"], patches=[{"path": patch.name, "target": {"kind": "Deployment", "name": "ms-unmer-.*"}}]))
+    out = subprocess.run([kubectl, "kustomize", str(overlay)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    built = [d for d in yaml.safe_load_all(out.stdout) if d]
+    plain = [d for p in sorted(PARTITIONS) for d in manifests(p)]
+    assert sorted((d["kind"], d["metadata"]["name"]) for d in built) == sorted((d["kind"], d["metadata"]["name"]) for d in plain)
+    for doc in built:
+        if doc["kind"] != "Deployment":
+            continue
+        volumes = {v["name"]: v for v in doc["spec"]["template"]["spec"]["volumes"]}
+        assert volumes["logs"] == {"name": "logs", "persistentVolumeClaim": {"claimName": claim}}
+        before = next(d for d in plain if d["kind"] == "Deployment" and d["metadata"]["name"] == doc["metadata"]["name"])
+        assert doc["spec"]["template"]["spec"]["containers"] == before["spec"]["template"]["spec"]["containers"]
+        assert doc["spec"]["selector"] == before["spec"]["selector"]
+    assert validate(built, kubernetes_validate) == []
 
 
 def test_the_dockerfile_builds_from_the_repository() -> None:

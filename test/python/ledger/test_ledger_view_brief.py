@@ -86,3 +86,15 @@ def test_shown_is_clean_then_redact_all() -> None:
            "nested": {"detail": "Max retries exceeded with url: /files?access_token=zzz", "k": [1, "a=b@c"]},
            "events": [{"at": 1.0, "detail": "bearer abc.def"}, "x?sig=1", ObjectId(), [1, 2]]}
     assert view_module._shown(doc) == redact_all(view_module._clean(doc))
+
+
+def test_sources_of_a_cycle_leave_out_the_ones_not_called() -> None:
+    """msunmerged_source_up: 0 failed, 1 answered, no sample for a source the cycle never called; a cycle recorded
+    by an older version (no `answered`) counts every source not failed as up, as that version did."""
+    failed = {"failures": [{"source": "rucio", "reason": "rucio_http_status"}]}
+    assert view_module.sources_of({**failed, "answered": ["internal", "ledger"]}) == \
+        {"rucio": 0, "ledger": 1, "internal": 1}
+    assert view_module.sources_of({"failures": [], "answered": ["conmon", "ledger", "rucio", "wmstats"]}) == \
+        {"rucio": 1, "conmon": 1, "wmstats": 1, "ledger": 1}
+    assert view_module.sources_of(failed) == {"rucio": 0, "conmon": 1, "wmstats": 1, "ledger": 1, "backend": 1,
+                                              "internal": 1}

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import time
 import urllib.error
 import urllib.parse
@@ -13,6 +14,7 @@ from typing import Any, Optional
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from MSUnmerged import __version__
 from MSUnmerged.rest.auth import sign
 
 from rest_kit import record_cycle, seed_rse
@@ -110,7 +112,7 @@ def test_info_answers_wmcore_shape_and_ours_beside(seeded: Any) -> None:
     status, body, _ = get(seeded, f"data/info?rse={RSE}&detail=False")
     assert status == 200
     (answer,) = body["result"]
-    assert answer["query"] == f"rse={RSE}&detail=False" and answer["microservice"] == "MSUnmerged"
+    assert answer["query"] == f"rse={RSE}&detail=False" and answer["microservice"] == "MSManager"
     (doc,) = answer["rseData"]
     c, ledger = doc["counters"], seeded.seed["counters"]
     assert doc["name"] == RSE and doc["isClean"] is False and doc["state"] == "running"
@@ -151,6 +153,15 @@ def test_info_detail_several_rses_and_all_docs(seeded: Any) -> None:
     for spelling in ("ALL_DOCS", "all_docs", "All_Docs"):
         _, body, _ = get(seeded, f"data/info?rse={spelling}")
         assert RSE in [d["name"] for d in body["result"][0]["rseData"]], spelling
+    # ALL_DOCS: WMCore's projection (four counters, no dirs) whatever detail says.
+    _, plain, _ = get(seeded, "data/info?rse=ALL_DOCS")
+    _, detailed, _ = get(seeded, "data/info?rse=ALL_DOCS&detail=true")
+    assert detailed["result"][0]["rseData"] == plain["result"][0]["rseData"]
+    assert detailed["result"][0]["query"] == "rse=ALL_DOCS&detail=True"
+    doc = next(d for d in plain["result"][0]["rseData"] if d["name"] == RSE)
+    assert set(doc) == {"name", "isClean", "rucioConMonStatus", "timestamps", "counters", "state", "reason"}
+    assert set(doc["counters"]) == {"gfalErrors", "dirsToDelete", "dirsDeletedSuccess", "dirsDeletedFail"}
+    assert doc["counters"]["dirsToDelete"] == seeded.seed["counters"]["dirs_removable"] > 0
     _, body, _ = get(seeded, f"data/info?rse={RSE}&rse=T2_XX_Unknown&rse={RSE}")
     assert [d["name"] for d in body["result"][0]["rseData"]] == [RSE, RSE]
     _, body, _ = get(seeded, "data/info?rse=T2_XX_Unknown")
@@ -208,8 +219,16 @@ def test_status_rse_type_counts_that_partition_only(seeded: Any) -> None:
     assert body["result"][0]["rse_type"] == "<b>" and body["result"][0]["total_num_rses"] == 0
 
 
+@pytest.mark.parametrize("path", ["data/info", "data/info?rse=", "data/info?detail=true&rse_type=t1"])
+def test_info_without_an_rse_answers_the_versions(seeded: Any, path: str) -> None:
+    """As WMCore's MSManager.info: no rse (or an empty one), no query, 200 with the versions alone."""
+    status, body, _ = get(seeded, path)
+    assert status == 200, body
+    assert body["result"] == [{"wmcore_version": __version__, "microservice_version": __version__,
+                               "microservice": "MSManager"}]
+
+
 @pytest.mark.parametrize("path, param", [
-    ("data/info", "rse"),
     ("data/info?rse=<script>", "rse"),
     ("data/info?rse=T2_RT_Api%0A", "rse"),
     (f"data/info?rse={RSE}&rse=bad%20name", "rse"),
@@ -227,9 +246,14 @@ def test_status_rse_type_counts_that_partition_only(seeded: Any) -> None:
     ("data/status?cycles=1000", "cycles"),
 ])
 def test_bad_parameters_get_400_naming_the_parameter(seeded: Any, path: str, param: str) -> None:
-    status, body, _ = get(seeded, path)
+    status, body, headers = get(seeded, path)
     assert status == 400, body
     assert f"parameter '{param}'" in body["error"] and body["result"] == []
+    # WMCore's error headers (REST/Error.py), which its clients read (names are case-insensitive; CherryPy
+    # title-cases them, WMCore's as ours).
+    errors = {k.lower(): v for k, v in headers.items() if k.lower().startswith("x-error-")}
+    assert errors["x-error-http"] == "400" and errors["x-error-detail"] == body["error"]
+    assert re.fullmatch(r"[0-9a-f]{32}", errors["x-error-id"])
 
 
 def test_files_by_state_paginates_with_a_cursor(seeded: Any) -> None:

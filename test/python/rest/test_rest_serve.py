@@ -51,7 +51,15 @@ out = {"info": makeHttpRequest(base + "/data/info", payload={"rse": rse, "detail
        "all": get("info", {"rse": "all_docs"}),
        # What WMCore ignores: a cache-buster, rse_type on info, detail=yes (not true for WMCore).
        "ignored": get("info", {"rse": rse, "detail": "yes", "rse_type": "t2t3", "_": "1712345678901"}),
-       "status_full": get("status", {"_": "1712345678901"})}
+       "status_full": get("status", {"_": "1712345678901"}),
+       # WMCore answers the versions alone without an RSE (MSManager.info), and ALL_DOCS without detail.
+       "no_rse": makeHttpRequest(base + "/data/info", payload={}),
+       "empty_rse": get("info", {"rse": ""}),
+       "all_detail": get("info", {"rse": "ALL_DOCS", "detail": True})}
+try:  # an error, as WMCore's client reports it (pycurl_manager.getException): the headers it carries
+    get("files", {"rse": rse, "state": "gone"})
+except Exception as exc:
+    out["error"] = {"status": exc.status, "headers": exc.headers}
 print(json.dumps(out))
 """
 
@@ -209,6 +217,16 @@ def test_wmcore_client_reads_info_and_status(served: Served, wmcore_client: str)
     assert all(isinstance(v, list) for k, v in got["detail"][0]["rseData"][0]["dirs"].items() if k != "toDeleteComplete")
     (ignored,) = got["ignored"]["result"]
     assert ignored["query"] == f"rse={DEMO_RSE}&detail=False" and "dirs" not in ignored["rseData"][0]
+    # WMCore's MSManager names itself in every answer; no RSE: the versions alone.
+    assert result[0]["microservice"] == status["microservice"] == "MSManager"
+    for versions_only in (got["no_rse"], got["empty_rse"]["result"]):
+        assert versions_only == [{"wmcore_version": status["wmcore_version"],
+                                  "microservice_version": status["microservice_version"], "microservice": "MSManager"}]
+    everything = got["all"]["result"][0]["rseData"]
+    assert got["all_detail"]["result"][0]["rseData"] == everything and all("dirs" not in d for d in everything)
+    error = {k.lower(): v for k, v in got["error"]["headers"].items()}
+    assert got["error"]["status"] == 400 and error["x-error-http"] == "400"
+    assert "parameter 'state'" in error["x-error-detail"] and len(error["x-error-id"]) == 32
     (full,) = got["status_full"]["result"]
     assert "cycles" in full and isinstance(full["error"], str)
     if full["end_time"] is not None:  # WMCore's time format (MSManager.updateTimeUTC)

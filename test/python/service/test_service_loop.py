@@ -219,13 +219,13 @@ def test_the_service_loop_pushes_after_its_cycles(tmp_path: Path, mongo_db: Data
     loop.start()
     try:
         deadline = time.monotonic() + 60
-        while not alertmanager.alerts(instance="ms-unmer-loop") and time.monotonic() < deadline:
+        while not alertmanager.alerts(partition="ms-unmer-loop") and time.monotonic() < deadline:
             time.sleep(0.5)
     finally:
         svc.stop()
         loop.join(30)
-    (alert,) = alertmanager.alerts(instance="ms-unmer-loop")
-    assert alert["labels"]["alertname"] == "ms-unmerged: cycles_failing"
+    (alert,) = alertmanager.alerts(partition="ms-unmer-loop")  # no service.partition: the instance's name
+    assert alert["labels"]["alertname"] == "MSUnmergedCyclesFailing"
     assert "rucio_bad_content" in alert["annotations"]["description"]
 
 

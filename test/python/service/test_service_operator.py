@@ -84,7 +84,8 @@ def test_a_cycle_failing_before_any_rse_is_recorded_with_its_source(tmp_path: Pa
     last = health["last_cycle"]
     assert last["ok"] is False and last["dry_run"] is False and last["rses"] == []
     assert [(f["source"], f["reason"]) for f in last["failures"]] == [("rucio", "rucio_bad_content")]
-    assert health["sources"]["rucio"] == 0 and health["sources"]["conmon"] == 1
+    # Rucio failed; ConMon, WMStats and the batch system were never called: unknown, not "up".
+    assert health["sources"] == {"rucio": 0, "ledger": 1, "internal": 1}
     # A new ledger honours the alert's delay (2 intervals = 120 s), counted from its first cycle.
     assert health["last_good_cycle_at"] is None and health["never_good"] is True and health["alert"] == ""
     assert 0 <= health["last_good_age_s"] < 60
@@ -147,3 +148,16 @@ def test_serve_records_a_cycle_that_broke_on_a_bug(tmp_path: Path, mongo_db: Dat
     doc = mongo_db.cycles.find_one({"ok": False})
     assert [(f["source"], f["reason"]) for f in doc["failures"]] == [("internal", "internal_error")]
     assert "a bug in listing the RSEs" in doc["failures"][0]["detail"]
+
+
+def test_a_good_cycle_records_the_sources_that_answered(tmp_path: Path, mongo_db: Database) -> None:
+    """source_up is 1 for the sources a cycle heard from: Rucio (its RSEs), ConMon (stats, dump), WMStats (the
+    protected list), the batch system (jobs submitted), the ledger."""
+    src = write_sources(tmp_path / "src", [RSE], files=100)
+    svc = make_service(tmp_path, mongo_db, src, interval_s=60)
+    make_site(tmp_path, src, RSE, svc.config)
+    (result,) = svc.cycle(slot=1).values()
+    assert result.submitted > 0, result
+    health = MongoLedgerView(mongo_db).health(svc.config.service.stale_after_s)
+    assert health["last_cycle"]["answered"] == ["backend", "conmon", "internal", "ledger", "rucio", "wmstats"]
+    assert health["sources"] == {s: 1 for s in history.FAILURE_SOURCES}

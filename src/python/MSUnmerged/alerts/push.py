@@ -1,8 +1,11 @@
 """Push alerts to AlertManager as WMCore's services do (MSCore.sendAlert, AlertManagerAPI): a JSON list of
-{labels: alertname, severity, tag, service, ...; annotations: hostname, summary, description; endsAt;
+{labels: alertname, severity, tag, service, ...; annotations: hostname, summary, description; startsAt; endsAt;
 generatorURL} POSTed to `alerts.alertmanager_url`. The labels are the same at every push (no per-push uuid,
-unlike WMCore's), so AlertManager keeps one alert per problem, refreshed each cycle; a problem that clears is
-resolved at once (endsAt now), one never refreshed ends by itself after `alerts.expire_cycles` intervals."""
+unlike WMCore's) and the same as the Prometheus rule's alert of the same problem (its alertname, `service`,
+`partition`, and `rse`/`alert` per RSE), so AlertManager keeps one alert per problem, refreshed each cycle;
+`startsAt` is when the problem began (the ledger's time, else when this process first saw it); a problem that
+clears is resolved at once (endsAt now), one never refreshed ends by itself after `alerts.expire_cycles`
+intervals."""
 from __future__ import annotations
 
 import datetime
@@ -13,7 +16,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from pymongo.errors import PyMongoError
 
@@ -34,27 +37,32 @@ class AlertManager:
 
     def __init__(self, config: Config) -> None:
         self.cfg = config.alerts
-        self.instance = config.service.instance
+        self.partition = config.service.partition_label
         self.expire_s = config.alerts.expire_cycles * config.service.interval_s
         self.hostname = socket.gethostname()
 
-    def payload(self, firing: Sequence[Alert], resolved: Sequence[Alert], now: float) -> list[dict[str, Any]]:
-        """The alerts as AlertManager takes them: firing ones end after expire_s unless pushed again."""
-        return [self._one(a, now + self.expire_s) for a in firing] + [self._one(a, now) for a in resolved]
+    def payload(self, firing: Sequence[Alert], resolved: Sequence[Alert], now: float,
+                started: Mapping[tuple[str, str], float]) -> list[dict[str, Any]]:
+        """The alerts as AlertManager takes them: firing ones end after expire_s unless pushed again; each starts
+        at its `since`, else at `started` (when it was first seen)."""
+        return [self._one(a, started.get(a.key, now), now + self.expire_s) for a in firing] + \
+            [self._one(a, started.get(a.key, now), now) for a in resolved]
 
-    def _one(self, alert: Alert, ends: float) -> dict[str, Any]:
-        labels = {"alertname": f"{self.cfg.service}: {alert.kind.value}", "severity": alert.severity,
-                  "tag": self.cfg.tag, "service": self.cfg.service}
-        if self.instance:
-            labels["instance"] = self.instance
+    def _one(self, alert: Alert, first_seen: float, ends: float) -> dict[str, Any]:
+        labels = {"alertname": alert.alertname, "severity": alert.severity, "tag": self.cfg.tag,
+                  "service": self.cfg.service}
+        if self.partition:
+            labels["partition"] = self.partition
         if alert.rse:
             labels["rse"] = alert.rse
+            labels["alert"] = alert.kind.value
+        starts = min(alert.since if alert.since is not None else first_seen, ends)
         link = self.cfg.page_url
         if link and alert.rse:
             link = f"{link.rstrip('/')}/rse?name={urllib.parse.quote(alert.rse, safe='')}"
         return {"labels": labels,
                 "annotations": {"hostname": self.hostname, "summary": alert.summary, "description": alert.description},
-                "endsAt": rfc3339(ends), "generatorURL": link}
+                "startsAt": rfc3339(starts), "endsAt": rfc3339(ends), "generatorURL": link}
 
     def send(self, body: list[dict[str, Any]]) -> int:
         """POST the list; returns the HTTP status. OSError (urllib's errors included) when it cannot be sent."""
@@ -75,6 +83,7 @@ class Notifier:
         self.view = view
         self.manager = manager or AlertManager(config)
         self._firing: dict[tuple[str, str], Alert] = {}
+        self._seen: dict[tuple[str, str], float] = {}  # when each firing alert was first seen
 
     def current(self, now: Optional[float] = None) -> list[Alert]:
         """The alerts firing now."""
@@ -95,14 +104,15 @@ class Notifier:
         cleared = [a for k, a in self._firing.items() if k not in firing]
         if not firing and not cleared:
             return 0
-        body = self.manager.payload(list(firing.values()), cleared, now)
+        self._seen = {**{k: now for k in firing}, **self._seen}  # kept when the push fails: the next one starts alike
+        body = self.manager.payload(list(firing.values()), cleared, now, self._seen)
         try:
             status = self.manager.send(body)
         except OSError as exc:
             log.warning("alerts: AlertManager %s did not take %d alerts: %s", self.config.alerts.alertmanager_url,
                         len(body), exc)
             return 0
-        self._firing = firing
+        self._firing, self._seen = firing, {k: t for k, t in self._seen.items() if k in firing}
         log.info("alerts: %d firing (%s), %d resolved, pushed to AlertManager (HTTP %d)", len(firing),
                  ", ".join(sorted(f"{k}{'@' + r if r else ''}" for k, r in firing)) or "none", len(cleared), status)
         return len(body)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from MSUnmerged.config import AlertsConfig
 from MSUnmerged.guards import GUARD_SCAN_STALE
@@ -23,7 +23,7 @@ DONE_STATES = (RSEState.CLEAN, RSEState.DRY_RUN_DONE)
 
 
 class AlertKind(enum.StrEnum):
-    """Every alert this service raises (its `alertname` label is `ms-unmerged: <kind>`)."""
+    """Every alert this service raises (its `alertname` is ALERTNAME's; the per-RSE kinds in the `alert` label)."""
 
     CYCLES_FAILING = "cycles_failing"
     RSE_NO_PROGRESS = "rse_no_progress"
@@ -33,20 +33,30 @@ class AlertKind(enum.StrEnum):
 
 
 SEVERITY = {AlertKind.CYCLES_FAILING: "high"}  # WMCore's levels: high, medium, low; the others are medium
+# The `alertname` of each kind: the Prometheus rule's of the same problem (deploy/prometheus/ms-unmerged-rules.yaml),
+# so that AlertManager merges a push and the rule's alert into one (same labels); the per-RSE kinds share one
+# name, told apart by their `alert` label as the rule's are.
+ALERTNAME = {AlertKind.CYCLES_FAILING: "MSUnmergedCyclesFailing"}
+RSE_ALERTNAME = "MSUnmergedRSEStalled"
 
 
 @dataclass(frozen=True)
 class Alert:
-    """One firing alert; (kind, rse) identifies it."""
+    """One firing alert; (kind, rse) identifies it. `since`: when the problem began, where the ledger says."""
 
     kind: AlertKind
     summary: str
     description: str
     rse: str = ""
+    since: Optional[float] = None
 
     @property
     def severity(self) -> str:
         return SEVERITY.get(self.kind, "medium")
+
+    @property
+    def alertname(self) -> str:
+        return ALERTNAME.get(self.kind, RSE_ALERTNAME)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -58,7 +68,9 @@ def evaluate(health: Mapping[str, Any], rses: Sequence[Mapping[str, Any]], cfg: 
     """Every alert that fires now: the health's cycle alert (LedgerView.health) and each RSE's."""
     out = []
     if health.get("alert"):
-        out.append(Alert(AlertKind.CYCLES_FAILING, "MSUnmerged polling cycles are failing", str(health["alert"])))
+        age = health.get("last_good_age_s")  # since the last good cycle (before any: the first cycle's start)
+        out.append(Alert(AlertKind.CYCLES_FAILING, "MSUnmerged polling cycles are failing", str(health["alert"]),
+                         since=now - age if isinstance(age, (int, float)) else None))
     for rse in rses:
         out += rse_alerts(rse, cfg, now)
     return out
@@ -76,14 +88,15 @@ def rse_alerts(rse: Mapping[str, Any], cfg: AlertsConfig, now: float) -> list[Al
         out.append(Alert(AlertKind.RSE_NO_PROGRESS, f"{name}: no cleanup progress for {(now - since) / DAY:.1f} days",
                          f"{left:,} files left ({', '.join(f'{k} {int(c.get(k) or 0):,}' for k in LEFT)}); "
                          f"state {state}, reason {reason or '-'}; no file done since the time stamp "
-                         f"{since:.0f}", name))
+                         f"{since:.0f}", name, since))
     if state == RSEState.GUARDED:
         same = repeated(rse.get("events") or [], RSEState.GUARDED, reason)
-        first = same[0]["at"] if same else now
+        started = same[0]["at"] if same else None
+        first = now if started is None else started
         if len(same) >= cfg.guard_repeats or now - first > cfg.stall_days * DAY:
             out.append(Alert(AlertKind.RSE_GUARDED, f"{name}: guard {reason} refused {len(same)} times in a row",
                              f"nothing is deleted while it holds; since {(now - first) / DAY:.1f} days; last detail: "
-                             f"{rse.get('detail') or '-'}", name))
+                             f"{rse.get('detail') or '-'}", name, started))
     if reason == GUARD_SCAN_STALE:
         out.append(Alert(AlertKind.RSE_SCAN_STALE, f"{name}: its ConMon scan is stale",
                          f"the scanner has not produced a usable dump: {rse.get('detail') or '-'}", name))

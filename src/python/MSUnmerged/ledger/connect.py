@@ -1,6 +1,7 @@
 """Opens the ledger database: the configured MongoDB (URL, replica set, credentials) or the embedded one."""
 from __future__ import annotations
 
+import ast
 import os
 from pathlib import Path
 from typing import Any, Optional
@@ -32,11 +33,31 @@ def client_options(config: Config) -> dict[str, Any]:
             raise ConfigError("mongo.password_file", "needed when mongo.username is set")
         path = Path(os.path.expanduser(m.password_file))
         try:
-            opts["password"] = path.read_text().strip()
+            text = path.read_text()
         except OSError as exc:
             raise ConfigError("mongo.password_file", f"cannot read {path}: {exc.strerror}") from None
+        opts["password"] = wmcore_setting(text, m.password_setting, path) if m.password_setting else text.strip()
         opts["username"] = m.username
     return opts
+
+
+def wmcore_setting(text: str, name: str, path: Path) -> str:
+    """The string assigned last to `name` (`name = "..."` or `<section>.name = "..."`) in a WMCore python
+    configuration, read without running it (CMSWEB keeps the service's credentials in it)."""
+    try:
+        tree = ast.parse(text, str(path))
+    except (SyntaxError, ValueError) as exc:
+        raise ConfigError("mongo.password_setting", f"{path} is not a python configuration: {exc}") from None
+    found: list[ast.Assign] = [node for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                             for target in node.targets
+                             if (target.id if isinstance(target, ast.Name) else
+                                 target.attr if isinstance(target, ast.Attribute) else None) == name]
+    if not found:
+        raise ConfigError("mongo.password_setting", f"{path} assigns no {name}")
+    value = max(found, key=lambda node: node.lineno).value  # the last in the file, as running it would leave it
+    if not (isinstance(value, ast.Constant) and isinstance(value.value, str)):
+        raise ConfigError("mongo.password_setting", f"{name} in {path} is not a string literal")
+    return value.value
 
 
 def open_client(config: Config) -> tuple[MongoClient, Optional[EmbeddedMongo]]:

@@ -62,7 +62,8 @@ class LedgerView(Protocol):
     def health(self, stale_after_s: float, brief: bool = False) -> dict[str, Any]:
         """How the polling goes: `last_cycle` (its `failures`, `ok`, `dry_run`; brief: without `results` and
         `rses`), `last_good_cycle_at` (None: never), `last_good_age_s` (since the last good cycle; before any,
-        since the first cycle started; None before any cycle), `never_good`, `sources` ({source: 1 up / 0 failed in the last finished cycle}),
+        since the first cycle started; None before any cycle), `never_good`, `sources` ({source: 1 answered / 0 failed
+        in the last finished cycle; a source it did not call is left out: unknown}),
         `alert` (a sentence when no cycle succeeded for `stale_after_s`, counted from the first cycle on a new
         ledger, else "")."""
 
@@ -73,12 +74,20 @@ class LedgerView(Protocol):
         """Every recorded cycle failure by (source, reason)."""
 
 
+def sources_of(cycle: dict[str, Any]) -> dict[str, int]:
+    """{source: 0 failed / 1 answered} in a finished cycle; a source it did not call is left out (a cycle recorded
+    without `answered`, by an older version, counts every source not failed as answered)."""
+    failed = {f.get("source") for f in cycle.get("failures") or []}
+    answered = cycle.get("answered")
+    return {s: int(s not in failed) for s in history.FAILURE_SOURCES
+            if s in failed or answered is None or s in answered}
+
+
 def health_of(cycles: list[dict[str, Any]], last_good: dict[str, Any], first_started: Optional[float],
               stale_after_s: float, now: float) -> dict[str, Any]:
     """LedgerView.health from the recent cycles (newest first), the last good one and the first cycle's start."""
     finished = [c for c in cycles if c.get("finished") is not None]
     last = finished[0] if finished else None
-    failed_sources = {f.get("source") for f in (last or {}).get("failures") or []}
     good_at = last_good.get("finished")
     good_at = good_at if isinstance(good_at, (int, float)) else None
     # Before any good cycle the delay runs from the first cycle (a new ledger does not alert at its first failure).
@@ -90,7 +99,7 @@ def health_of(cycles: list[dict[str, Any]], last_good: dict[str, Any], first_sta
         alert = (f"no polling cycle succeeded {what} (alert after {stale_after_s / 60:.0f} min); "
                  f"last cycle's failures: {', '.join(sorted(str(f.get('reason')) for f in last.get('failures') or [])) or 'none'}")
     return {"last_cycle": last, "last_good_cycle_at": good_at, "last_good_age_s": age, "never_good": good_at is None,
-            "sources": {s: int(s not in failed_sources) for s in history.FAILURE_SOURCES} if last else {},
+            "sources": sources_of(last) if last else {},
             "alert": alert}
 
 

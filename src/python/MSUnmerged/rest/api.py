@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import secrets
 import time
 from typing import Any, Callable, Iterator, Optional
 
@@ -43,8 +44,15 @@ def envelope(result: list[Any], **extra: Any) -> bytes:
 
 
 def _error(status: int, message: str) -> bytes:
+    """An error answer: JSON, and the headers WMCore's REST sets (REST/Error.py report_rest_error), which WMCore's
+    clients read: X-Error-HTTP, X-Error-ID, X-Error-Detail (one line, at most 200 characters)."""
     cherrypy.response.status = status
-    cherrypy.response.headers["Content-Type"] = "application/json"
+    headers = cherrypy.response.headers
+    headers["Content-Type"] = "application/json"
+    detail = message.replace("\n", "; ")
+    headers["X-Error-HTTP"] = str(status)
+    headers["X-Error-ID"] = secrets.token_hex(16)
+    headers["X-Error-Detail"] = detail if len(detail) <= 200 else detail[:197] + "..."
     return json.dumps({"result": [], "error": message}).encode()
 
 
@@ -178,9 +186,7 @@ class DataApi:
     @json_call()
     def info(self, **params: Any) -> bytes:
         """info?rse=<RSE>|ALL_DOCS[&rse=...]&detail=true|false, answered as WMCore's getStatsFromMongoDB."""
-        rses = many(params, "rse", RSE_RE)
-        if not rses:
-            raise BadParam("rse", "required")
+        rses = many(params, "rse", RSE_RE)  # none (or empty): WMCore answers the versions alone
         detail = wmcore.flag(params, "detail", False)
         # Anything else is ignored (rse_type, `_`, ...), as WMCore does.
         return self.cache.get(("info", tuple(rses), detail), lambda: envelope([wmcore.info(self.view, rses, detail)]))

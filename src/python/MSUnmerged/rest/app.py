@@ -115,7 +115,7 @@ class Root:
             with deadline(self.db_timeout_s):
                 return metrics.render(self.view, self.config, *extra).encode()
         except DB_ERRORS:
-            return metrics.render_down(self.ctx.dry_run, *extra).encode()
+            return metrics.render_down(self.config, self.ctx.dry_run, *extra).encode()
 
 
 class MetricsRoot:

@@ -9,6 +9,7 @@ from typing import Any, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from MSUnmerged import __version__ as VERSION
 from MSUnmerged.alerts.rules import evaluate
 from MSUnmerged.config import Config
 from MSUnmerged.ledger.view import LedgerView
@@ -28,6 +29,17 @@ def _value(value: Any) -> float:
 
 def _gauge(spec: tuple[str, str], value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(*spec, value=value)
+
+
+def info(config: Config) -> GaugeMetricFamily:
+    """msunmerged_info: 1, labelled with the partition served (service.partition, else the instance) and the
+    version; present in every scrape, the ledger up or not. The rules and the dashboard join it on the scrape
+    target (`* on (instance, job) group_left (partition) msunmerged_info`), and a partition's down alert is its
+    absence."""
+    family = GaugeMetricFamily("msunmerged_info", "1: the RSE partition this instance serves, and its version.",
+                               labels=["partition", "version"])
+    family.add_metric([config.service.partition_label, VERSION], 1.0)
+    return family
 
 
 # The per-RSE families in the order a scrape writes them: (name, help, the RSE counter it shows).
@@ -88,7 +100,7 @@ class LedgerFamilies:
         health = self.view.health(self.config.service.stale_after_s, brief=True)  # no cycle's per-RSE results
         w.families(self._cycles(health))
         w.families([self._alerts(health, rses)])
-        w.families([_gauge(DRY_RUN, float(self.config.service.dry_run)), _gauge(LEDGER_UP, 1.0)])
+        w.families([_gauge(DRY_RUN, float(self.config.service.dry_run)), _gauge(LEDGER_UP, 1.0), info(self.config)])
 
     def _cycles(self, health: dict[str, Any]) -> Iterator[Metric]:
         last = health["last_cycle"] or {}
@@ -142,6 +154,6 @@ def render(view: LedgerView, config: Config, *extra: Collector) -> str:
     return _text(writer, *extra)
 
 
-def render_down(dry_run: bool, *extra: Collector) -> str:
-    """What a scrape gets while the database is unreachable: the up gauge at 0, the dry-run flag, `extra`."""
-    return _text(Writer(), Families(_gauge(LEDGER_UP, 0.0), _gauge(DRY_RUN, float(dry_run))), *extra)
+def render_down(config: Config, dry_run: bool, *extra: Collector) -> str:
+    """What a scrape gets while the database is unreachable: the up gauge at 0, the dry-run flag, the info, `extra`."""
+    return _text(Writer(), Families(_gauge(LEDGER_UP, 0.0), _gauge(DRY_RUN, float(dry_run)), info(config)), *extra)

@@ -13,6 +13,10 @@ from MSUnmerged.rest.params import MAX_PAGE
 from MSUnmerged.statemachine import RSEState
 
 ALL_DOCS = "all_docs"  # data/info?rse=ALL_DOCS, compared in lower case as WMCore does
+# WMCore's Data.get names the manager class that answers: MSManager, for every microservice.
+MICROSERVICE = "MSManager"
+# The counters WMCore's ALL_DOCS answer projects (MSUnmerged.getStatsFromMongoDB), whatever `detail` says.
+ALL_DOCS_COUNTERS = ("gfalErrors", "dirsToDelete", "dirsDeletedSuccess", "dirsDeletedFail")
 # WMCore MSUnmerged counter -> the ledger counter with the same meaning and type.
 COUNTERS = {
     "totalNumFiles": "files_total",
@@ -105,23 +109,37 @@ def dirs(view: LedgerView, rse: str) -> dict[str, Any]:
     return out
 
 
+def versions() -> dict[str, Any]:
+    """What WMCore's Data.get puts in every answer."""
+    return {"wmcore_version": VERSION, "microservice_version": VERSION, "microservice": MICROSERVICE}
+
+
+def summary_doc(rse: dict[str, Any]) -> dict[str, Any]:
+    """One RSE as WMCore's ALL_DOCS answer projects it: name, isClean, rucioConMonStatus, timestamps and four
+    counters; our state and reason beside."""
+    doc = rse_doc(rse)
+    return {"name": doc["name"], "isClean": doc["isClean"], "rucioConMonStatus": doc["rucioConMonStatus"],
+            "timestamps": doc["timestamps"], "counters": {k: doc["counters"][k] for k in ALL_DOCS_COUNTERS},
+            "state": doc["state"], "reason": doc["reason"]}
+
+
 def info(view: LedgerView, names: list[str], detail: bool) -> dict[str, Any]:
-    """data/info's answer, as WMCore's getStatsFromMongoDB: the RSEs named (ALL_DOCS: every one) as WMCore's
-    documents; with detail, each with its `dirs`, latest jobs and first failed files."""
-    if any(n.lower() == ALL_DOCS for n in names):
-        found = view.rses()
-    else:
-        found = [r for r in map(view.rse, names) if r]
-    docs = [rse_doc(r) for r in found]
+    """data/info's answer, as WMCore's MSManager.info and getStatsFromMongoDB: no RSE, the versions alone; ALL_DOCS
+    (alone), every RSE's summary, whatever `detail` says; else the RSEs named as WMCore's documents, with detail
+    each with its `dirs`, latest jobs and first failed files."""
+    if not names:
+        return versions()
+    query = f"rse={names[0] if len(names) == 1 else names}&detail={detail}"
+    if len(names) == 1 and names[0].lower() == ALL_DOCS:
+        return {**versions(), "query": query, "rseData": [summary_doc(r) for r in view.rses()]}
+    docs = [rse_doc(r) for r in map(view.rse, names) if r]
     if detail:
         for doc in docs:
             doc["dirs"] = dirs(view, doc["name"])
             doc["jobs"] = view.jobs(doc["name"], None, JOBS_SHOWN)
             doc["files"] = {"deletedFail": list(view.files(doc["name"], FileState.FAILED, None, None, None, None,
                                                            FAILED_SHOWN))}
-    query = f"rse={names[0] if len(names) == 1 else names}&detail={detail}"
-    return {"wmcore_version": VERSION, "microservice_version": VERSION, "microservice": "MSUnmerged",
-            "query": query, "rseData": docs}
+    return {**versions(), "query": query, "rseData": docs}
 
 
 def cycle_error(cycle: dict[str, Any], alert: str) -> str:
@@ -141,9 +159,7 @@ def report(rses: list[dict[str, Any]], cycle: Optional[dict[str, Any]], instance
     """WMCore's UNMERGED_REPORT (DataStructs/DefaultStructs) from the ledger and the last polling cycle."""
     cycle = cycle or {}
     return {
-        "wmcore_version": VERSION,
-        "microservice_version": VERSION,
-        "microservice": "MSUnmerged",
+        **versions(),
         "status": "OK",
         "thread_id": instance,
         "start_time": report_time(cycle.get("started")),

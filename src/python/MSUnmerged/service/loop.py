@@ -21,6 +21,7 @@ from MSUnmerged.service.rses import order_rses
 from MSUnmerged.service.run import Runner
 from MSUnmerged.service.scans import StatsRead
 from MSUnmerged.sources import Sources
+from MSUnmerged.sources.answered import AnsweredSources
 from MSUnmerged.sources.errors import SourceError
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,9 @@ class Service:
         self.config = config
         self.ledger = ledger
         self.sources = sources
-        self.runner = Runner(config, ledger, sources, backend, instance, hook)
+        # The cycles' runs read the sources through this, so that each cycle records which of them answered.
+        self.answered = AnsweredSources(sources)
+        self.runner = Runner(config, ledger, self.answered, backend, instance, hook)
         self.instance = self.runner.instance
         self._pool: Optional[ThreadPoolExecutor] = None
         self._in_flight: dict[str, Future[RunResult]] = {}
@@ -79,6 +82,7 @@ class Service:
         """
         interval = self.config.service.interval_s
         slot = int(time.time() // interval) if slot is None else slot
+        self.answered.reset()
         try:
             names = list(rses) if rses is not None else self.runner.my_rses()
         except SourceError as exc:  # e.g. Rucio down: no RSE to work on, but the cycle and its failure are recorded
@@ -89,7 +93,7 @@ class Service:
         mode = "dry run" if self.config.service.dry_run else "real"
         log.info("cycle %s: start, %d RSEs (%s)", cid, len(names), mode)
         started = time.monotonic()
-        stats = StatsRead.read(self.sources)
+        stats = StatsRead.read(self.answered)
         order = self._start_order(cid, names, stats)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.config.service.parallel_rses, thread_name_prefix="rse")
@@ -139,7 +143,8 @@ class Service:
             if hold is not None and hold.over(time.monotonic(), running.values()):
                 hold, self.runner.watch = None, None
         failures = [Failure(r.source, r.reason, r.detail).entry(r.rse) for r in results.values() if r.source]
-        self.ledger.end_cycle(cid, failures=failures, unfinished=sorted(pending), dry_run=self.config.service.dry_run)
+        self.ledger.end_cycle(cid, failures=failures, unfinished=sorted(pending), dry_run=self.config.service.dry_run,
+                              answered=self._answered(results.values()))
         log.info("cycle %s: end after %.0f s: %d of %d RSEs done, %d unfinished, %d failures%s", cid,
                  time.monotonic() - started, len(results), len(names), len(pending), len(failures),
                  f" ({', '.join(sorted({f['reason'] for f in failures}))})" if failures else "")
@@ -172,10 +177,19 @@ class Service:
         log.info("cycle %s: largest first: %s%s", cid, ", ".join(sizes), ", ..." if len(order) > 3 else "")
         return order
 
+    def _answered(self, results: Iterable[RunResult]) -> list[str]:
+        """The sources the cycle heard from: those its runs' reads answered (AnsweredSources), the ledger and the
+        service itself (the cycle is recorded), the batch system where a run submitted, collected, removed or
+        polled jobs."""
+        heard = self.answered.answered() | {"ledger", "internal"}
+        if any(r.submitted or r.collected or r.removed_jobs or r.action == RunAction.POLL for r in results):
+            heard.add("backend")
+        return sorted(heard)
+
     def _record_failed_cycle(self, slot: int, failure: Failure) -> None:
         """A cycle that could not start records a cycle document with no RSE and the failure."""
         self.ledger.end_cycle(self.ledger.start_cycle(self.instance, slot, []), failures=[failure.entry()],
-                              dry_run=self.config.service.dry_run)
+                              dry_run=self.config.service.dry_run, answered=self._answered(()))
 
     def serve(self) -> None:
         """Run cycles every service.interval_s until stop(); jobs are collected and topped up in between."""
