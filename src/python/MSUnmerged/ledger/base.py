@@ -91,6 +91,11 @@ class LedgerBase:
         update = state_update(state, reason, detail, **fields)
         with_retry(lambda: self.rses.update_one({"_id": rse}, update, upsert=True), f"set state {rse}")
 
+    def set_running_detail(self, rse: str, detail: str) -> None:
+        """The `detail` of an RSE still running (the top-up between cycles: how many jobs are in flight now)."""
+        with_retry(lambda: self.rses.update_one({"_id": rse, "state": "running"}, {"$set": {"detail": detail}}),
+                   f"detail of {rse}")
+
     def trim_events(self) -> int:
         """RSE documents written with more than EVENTS_KEPT events (older code kept 50) cut to their last EVENTS_KEPT
         (at start-up); returns how many."""

@@ -17,7 +17,7 @@ from MSUnmerged.config import Config
 from MSUnmerged.jobs.backend import BatchBackend, JobState
 from MSUnmerged.ledger import LIVE_JOB_STATES, Leases, Ledger, with_retry
 from MSUnmerged.service.jobkeeper import JobKeeper
-from MSUnmerged.service.result import failure_of
+from MSUnmerged.service.result import failure_of, jobs_detail
 from MSUnmerged.sources import Sources
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,7 @@ class Drainer:
                     n = submitted[rse] = self.jobs.submit_planned(rse, gen, protected)
                 if collected or n:
                     self.ledger.refresh_counters(rse)
+                    self.ledger.set_running_detail(rse, jobs_detail(len(self.jobs.live(rse))))
             except Exception as exc:  # one RSE's trouble is the next cycle's to record; the others go on
                 failure = failure_of(exc)
                 log.warning("%s: between cycles: %s: %s", rse, failure.reason, failure.detail)
