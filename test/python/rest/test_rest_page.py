@@ -83,7 +83,7 @@ def test_rse_page_lists_failed_files_as_text(page_app: Any, chromium: str, tmp_p
     dom = render(chromium, url, tmp_path)
     assert "<img" not in dom and "<script" not in dom.lower() and "<b>" not in dom
     assert "/store/unmerged/x/y/z/f0.root" in dom and "&lt;b&gt;class&lt;/b&gt;" in dom
-    directories = dom[dom.index("<h2>Directories</h2>"):dom.index("<h2>Failed files")]
-    for outcome in ("not_empty", "refused", "refused: &lt;b&gt;class&lt;/b&gt;"):
+    directories = dom[dom.index("<h2>Directory outcomes</h2>"):dom.index("<h2>Failed files")]
+    for outcome in ("not empty", "refused", "refused: &lt;b&gt;class&lt;/b&gt;"):  # in words; raw names in JSON
         assert f"<td>{outcome}</td>" in directories
     assert f"<title>MSUnmerged {html.escape(EVIL_RSE, quote=False)}</title>" in dom
