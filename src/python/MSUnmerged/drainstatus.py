@@ -12,7 +12,7 @@ import enum
 import math
 from typing import Any, Mapping, Optional, Sequence
 
-# Counts of an RSE's processed files kept on its document (`drained`: [time, files with an outcome]) for the rate.
+# Counts of an RSE's processed files kept on its document (`drained`: {"t": time, "n": files with an outcome}).
 SAMPLES_KEPT = 12
 FINAL_STATES = ("clean", "done_with_errors", "dry_run_done")  # statemachine.RSEState's ends of a dump
 
@@ -39,11 +39,11 @@ def next_cycle(now: float, interval_s: float) -> float:
     return (math.floor(now / interval_s) + 1) * interval_s
 
 
-def rate(samples: Sequence[Sequence[float]]) -> Optional[float]:
+def rate(samples: Sequence[Mapping[str, float]]) -> Optional[float]:
     """Files per second from the first to the last sample (idle time between included); None before two."""
     if len(samples) < 2:
         return None
-    (t0, n0), (t1, n1) = samples[0][:2], samples[-1][:2]
+    t0, n0, t1, n1 = samples[0]["t"], samples[0]["n"], samples[-1]["t"], samples[-1]["n"]
     if t1 <= t0 or n1 <= n0:
         return None if t1 <= t0 else 0.0
     return (n1 - n0) / (t1 - t0)

@@ -78,14 +78,16 @@ def rate(d: dict[str, Any]) -> str:
     return "-" if r is None else f"{r:,.2f} files/s" if r < 10 else f"{r:,.0f} files/s"
 
 
-def expected_end(d: dict[str, Any], now: float) -> str:
-    """When a drain is expected to end: `done`, `unknown (no rate yet)`, or the time and how long from now."""
+def expected_end(d: dict[str, Any], now: float, short: bool = False) -> str:
+    """When a drain is expected to end: `done`, `unknown (no rate yet)`, or the time and how long from now
+    (`short`: the time of day alone when it is within the next 20 hours, for the RSE table)."""
     if not d.get("backlog_files"):
         return "done"
     end = d.get("expected_end")
     if not isinstance(end, (int, float)):
         return "unknown (no rate yet)"
-    return f"{when(end)} (in {span(max(0.0, end - now))})"
+    at = time.strftime("%H:%M UTC", time.gmtime(end)) if short and end - now < 20 * 3600 else when(end)
+    return f"{at} (in {span(max(0.0, end - now))})"
 
 
 def next_slice(d: dict[str, Any], now: float) -> str:

@@ -71,7 +71,7 @@ def test_counts_keep_the_drain_samples_and_the_slices_not_released(tmp_path: Pat
     c = ledger.refresh_counters(RSE)
     assert (c["slice"], c["slices"], c["unreleased_files"], c["unreleased_jobs"], c["pending"]) == (1, 3, 500, 3, 900)
     doc = ledger.rse(RSE)
-    assert [n for _, n in doc["drained"]] == [0]  # the first count of the generation
+    assert [x["n"] for x in doc["drained"]] == [0]  # the first count of the generation
     ledger.refresh_counters(RSE)
     assert len(ledger.rse(RSE)["drained"]) == 1  # counted again with nothing done: no sample
     first = job_id(RSE, GEN, 1, 1)
@@ -81,7 +81,7 @@ def test_counts_keep_the_drain_samples_and_the_slices_not_released(tmp_path: Pat
     ledger.close_job(first, JobState.FINISHED)
     ledger.refresh_counters(RSE)
     doc = ledger.rse(RSE)
-    assert [n for _, n in doc["drained"]] == [0, 200] and rate(doc["drained"]) > 0
+    assert [x["n"] for x in doc["drained"]] == [0, 200] and rate(doc["drained"]) > 0
     view = MongoLedgerView(mongo_db).rse(RSE)
     d = drain(view, time.time(), 3600)
     assert d["waiting"] == Waiting.FOR_TOP_UP and d["backlog_files"] == 700 and d["next_slice_files"] == 400
@@ -89,7 +89,7 @@ def test_counts_keep_the_drain_samples_and_the_slices_not_released(tmp_path: Pat
     # A new generation starts the samples again.
     ledger.record_plan(tmp_path / "b", make_plan(tmp_path, "b", files=300), GEN + 100)
     ledger.refresh_counters(RSE)
-    assert [n for _, n in ledger.rse(RSE)["drained"]] == [0]
+    assert [x["n"] for x in ledger.rse(RSE)["drained"]] == [0]
 
 
 def test_directories_given_up_and_removed_by_directory_jobs_are_told_apart(tmp_path: Path,

@@ -35,10 +35,10 @@ def drain_sample(doc: Mapping[str, Any], gen: float, now: float, processed: int)
     them, a later one is added when the files with an outcome changed; None: nothing to add."""
     samples = doc.get("drained") or []
     if gen != doc.get("counted_gen") or not samples:
-        return {"$each": [[now, processed]], "$slice": -1}
-    if samples[-1][1] == processed:
+        return {"$each": [{"t": now, "n": processed}], "$slice": -1}
+    if samples[-1].get("n") == processed:
         return None
-    return {"$each": [[now, processed]], "$slice": -SAMPLES_KEPT}
+    return {"$each": [{"t": now, "n": processed}], "$slice": -SAMPLES_KEPT}
 
 
 class Counters(LedgerBase):

@@ -41,7 +41,8 @@ body{font:14px/1.4 system-ui,sans-serif;margin:1em 2em;color:#222}
 .totals{display:flex;flex-wrap:wrap;gap:.5em 1.5em;margin:.5em 0}.totals div{min-width:7em}
 .totals b{display:block;font-size:1.3em}form.filter{margin:.5em 0}form.filter label{margin-right:.8em}
 .pager a,.pager span{margin-right:.8em}th a{color:inherit}
-@media (max-width:700px){body{margin:.5em}td,th{padding:.2em .3em}table{font-size:13px}}
+@media (max-width:700px){body{margin:.5em}td,th{padding:.2em .3em}table{font-size:13px}.wide{display:none}}
+td.now{min-width:14em}@media (max-width:700px){td.now{min-width:10.5em}}
 h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.5em}
 table{border-collapse:collapse;margin:.5em 0}
 th,td{border:1px solid #ccc;padding:.25em .6em;text-align:left;vertical-align:top}
@@ -230,7 +231,7 @@ def drain_cell(d: dict[str, Any], now: float) -> str:
     lines = [f'<span class="w-{esc(d["waiting"])}" title="{esc(d["why"])}">{esc(WAITING_WORDS[d["waiting"]])}</span>']
     if d["backlog_files"]:
         lines.append(f'{d["backlog_files"]:,} left · {esc(rate(d))}')
-        lines.append(f"end: {esc(expected_end(d, now))}")
+        lines.append(f"ends {esc(expected_end(d, now, short=True))}")
     if next_slice(d, now):
         lines.append(f'<span class="muted">next: {esc(next_slice(d, now))}</span>')
     return "<br>".join(lines)
@@ -301,21 +302,23 @@ def index_page(view: LedgerView, ctx: Context, params: Optional[dict[str, Any]] 
         rows.append([
             td(f'<a href="{esc(base)}/rse?name={url_arg(r["name"])}">{esc(r["name"])}</a>'),
             state_cell(r.get("state")),
-            td(reason_link(r.get("reason"), ctx)),
-            td(esc(when(r.get("generation"))), cls="t"),
-            td(esc(when(r.get("updated"))), cls="t"),
-            td(number(c.get("to_delete", 0)), numeric=True),
-            td(number(c.get("deleted", 0)), numeric=True),
+            td(reason_link(r.get("reason"), ctx), cls="wide"),
+            td(esc(when(r.get("generation"))), cls="t wide"),
+            td(esc(when(r.get("updated"))), cls="t wide"),
+            td(number(c.get("to_delete", 0)), numeric=True, cls="wide"),
+            td(number(c.get("deleted", 0)), numeric=True, cls="wide"),
             td(number(c.get("failed", 0)), numeric=True),
-            td(top_errors(c)),
-            td(bar(c) + (f'<br><span class="muted">{esc(cycle_share(c))}</span>' if cycle_share(c) else "")),
-            td(drain_cell(drains[r["name"]], now)),
+            td(top_errors(c), cls="wide"),
+            td(bar(c) + (f'<br><span class="muted">{esc(cycle_share(c))}</span>' if cycle_share(c) else "")
+               + "<br>" + drain_cell(drains[r["name"]], now), cls="now"),
         ])
     sortable = {"RSE": "name", "state": "state", "last update": "updated", "to delete": "to_delete",
                 "deleted": "deleted", "failed": "failed"}
     headers = ["RSE", "state", "reason", "last dump", "last update", "to delete", "deleted", "failed",
-               "top error classes", "progress", "now and expected end"]
-    head = "".join(f"<th>{sort_header(h, sortable[h], sel, base) if h in sortable else esc(h)}</th>" for h in headers)
+               "top error classes", "progress, now and expected end"]
+    wide = {"reason", "last dump", "last update", "to delete", "deleted", "top error classes"}  # hidden on a phone
+    head = "".join(("<th class=\"wide\">" if h in wide else "<th>")
+                   + (sort_header(h, sortable[h], sel, base) if h in sortable else esc(h)) + "</th>" for h in headers)
     body = "".join("<tr>" + "".join(row) + "</tr>" for row in rows) or \
         f'<tr><td colspan="{len(headers)}" class="muted">{"no RSE in the ledger yet" if not rses else "no RSE matches"}</td></tr>'
     first = (sel.page - 1) * sel.per + 1 if shown else 0
