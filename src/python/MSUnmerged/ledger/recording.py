@@ -146,7 +146,8 @@ class Recording(Entries):
             {"_id": rse}, {"$set": {"generation": generation, "state": RSEState.PLANNED, "reason": "", "detail": "",
                                     "updated": time.time(), "protected_count": baseline},
                            "$unset": {"recording": ""}}), "finish recording")
-        self.supersede(rse, generation)
+        if any(g["gen"] < generation for g in doc.get("generations", [])):  # a first plan has none to supersede
+            self.supersede(rse, generation)
         self.prune_generations(rse, pruned)  # after the generation is recorded whole
         return n
 
