@@ -98,3 +98,14 @@ def next_slice(d: dict[str, Any], now: float) -> str:
     timing = f"at {when(at)} (in {span(max(0.0, at - now))})" if isinstance(at, (int, float)) else \
         "after the released files are done (time unknown: no rate yet)"
     return f"slice {d.get('slice', 0) + 1} of {d['slices']} ({d['next_slice_files']:,} files) {timing}"
+
+
+def job_slice(job: dict[str, Any]) -> str:
+    """The throttle's slice a job belongs to; "retry" for a later round's job (no slice), "-" unthrottled."""
+    return str(job["slice"]) if job.get("slice") else "retry" if job.get("round", 1) > 1 else "-"
+
+
+def job_work(job: dict[str, Any]) -> str:
+    """A job's files, and the directories a directory job retries."""
+    dirs = len(job.get("retry_dirs") or [])
+    return f"{job.get('files', 0):,} files" + (f" + {dirs:,} directories" if dirs else "")

@@ -16,8 +16,8 @@ from MSUnmerged.ledger.history import totals_by_day as history_totals
 from MSUnmerged.ledger.states import FileState
 from MSUnmerged.ledger.view import LedgerView
 from MSUnmerged.drainstatus import drain, total
-from MSUnmerged.present import (WAITING_WORDS, cycle_share, expected_end, next_slice, rate, shares, shares_label, size,
-                                when)
+from MSUnmerged.present import (WAITING_WORDS, cycle_share, expected_end, job_slice, job_work, next_slice, rate, shares,
+                                shares_label, size, when)
 from MSUnmerged.rest import charts
 from MSUnmerged.rest.charts import esc
 from MSUnmerged.sources.errors import KINDS as SOURCE_KINDS
@@ -411,13 +411,6 @@ def _int(v: Any) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) else 0
 
 
-def job_files(j: dict[str, Any]) -> str:
-    """A job's work: its files, or the directories a directory job retries."""
-    dirs = len(j.get("retry_dirs") or [])
-    files = number(j.get("files", 0))
-    return f"{files} files" + (f" + {dirs:,} directories" if dirs else "")
-
-
 def rse_page(view: LedgerView, ctx: Context, name: str) -> Optional[str]:
     """The page of one RSE, or None when the ledger does not know it."""
     base = ctx.base
@@ -445,8 +438,8 @@ def rse_page(view: LedgerView, ctx: Context, name: str) -> Optional[str]:
                      for k, v in sorted((c.get("jobs_by_state") or {}).items())]
     jobs = view.jobs(name, None, 50)
     job_rows = [[td(f"<code>{esc(j.get('id'))}</code>"), state_cell(j.get("state")),
-                 td(esc(j.get("slice") or ("retry" if j.get("round", 1) > 1 else "-")), numeric=True),
-                 td(esc(j.get("backend"))), td(esc(j.get("site"))), td(job_files(j), numeric=True),
+                 td(esc(job_slice(j)), numeric=True),
+                 td(esc(j.get("backend"))), td(esc(j.get("site"))), td(esc(job_work(j)), numeric=True),
                  td(esc(when(j.get("submitted_at"))), cls="t"), td(esc(when(j.get("finished_at"))), cls="t"),
                  td(esc(j.get("exit_code")) or '<span class="muted">-</span>', numeric=True),
                  td(esc(j.get("reason")))] for j in jobs]
