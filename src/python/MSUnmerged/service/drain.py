@@ -51,16 +51,17 @@ class Drainer:
             if self._stop.is_set() or not self.leases.acquire(rse):
                 continue  # a cycle or another instance works on it now
             try:
-                collected = self.jobs.poll(rse)
-                gen = self.ledger.rse(rse).get("generation")
-                n = 0
-                if gen is not None and self.jobs.ready(rse, gen):
-                    protected = self.sources.protected() if protected is None else protected
-                    self.jobs.protection(rse, protected)  # GuardTripped: an untrusted list submits nothing
-                    n = submitted[rse] = self.jobs.submit_planned(rse, gen, protected)
-                if collected or n:
-                    self.ledger.refresh_counters(rse)
-                    self.ledger.set_running_detail(rse, jobs_detail(len(self.jobs.live(rse))))
+                collected, n = self.jobs.poll(rse), 0
+                try:
+                    gen = self.ledger.rse(rse).get("generation")
+                    if gen is not None and self.jobs.ready(rse, gen):
+                        protected = self.sources.protected() if protected is None else protected
+                        self.jobs.protection(rse, protected)  # GuardTripped: an untrusted list submits nothing
+                        n = submitted[rse] = self.jobs.submit_planned(rse, gen, protected)
+                finally:  # what was collected is counted also when nothing more could be submitted
+                    if collected or n:
+                        self.ledger.refresh_counters(rse)
+                        self.ledger.set_running_detail(rse, jobs_detail(len(self.jobs.live(rse))))
             except Exception as exc:  # one RSE's trouble is the next cycle's to record; the others go on
                 failure = failure_of(exc)
                 log.warning("%s: between cycles: %s: %s", rse, failure.reason, failure.detail)
