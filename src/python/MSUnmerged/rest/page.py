@@ -13,7 +13,7 @@ from typing import Any, Iterable, Optional, Sequence
 from MSUnmerged import sites
 from MSUnmerged.config import Config
 from MSUnmerged.ledger.history import totals_by_day as history_totals
-from MSUnmerged.ledger.states import FileState
+from MSUnmerged.ledger.states import FileState, JobState
 from MSUnmerged.ledger.view import LedgerView
 from MSUnmerged.drainstatus import drain, total
 from MSUnmerged.present import (WAITING_WORDS, cycle_share, expected_end, job_slice, job_work, next_slice, rate, shares,
@@ -371,6 +371,7 @@ JOB_WORDS = {"planned": "planned (not submitted yet)", "submitting": "being subm
              "running": "running", "held": "held", "finished": "finished", "failed": "failed (batch system)",
              "removed": "removed by the service", "vanished": "vanished from the batch system",
              "superseded": "superseded by a newer dump (never submitted)"}
+assert set(JOB_WORDS) == {s.value for s in JobState}
 
 
 def facts_table(rows: Sequence[tuple[str, str]], ident: str = "") -> str:
