@@ -10,6 +10,7 @@ from pymongo.database import Database
 
 from MSUnmerged.ledger import fences
 from MSUnmerged.ledger.retry import with_retry
+from MSUnmerged.statemachine import RSEState
 
 # Skips and failures kept in the RSE document: the ones every reader shows (REST API, page, CLI, alerts). Each
 # scrape reads every RSE document whole (SecantusDB loads a document whole whatever the projection), so no more:
@@ -91,10 +92,13 @@ class LedgerBase:
         update = state_update(state, reason, detail, **fields)
         with_retry(lambda: self.rses.update_one({"_id": rse}, update, upsert=True), f"set state {rse}")
 
-    def set_running_detail(self, rse: str, detail: str) -> None:
-        """The `detail` of an RSE still running (the top-up between cycles: how many jobs are in flight now)."""
-        with_retry(lambda: self.rses.update_one({"_id": rse, "state": "running"}, {"$set": {"detail": detail}}),
-                   f"detail of {rse}")
+    def set_jobs_state(self, rse: str, live: int, detail: str) -> None:
+        """An RSE working through its jobs (running or planned) after the top-up between cycles: `running` while
+        `live` jobs are in the batch system, `planned` once none is (as a cycle leaves it), `detail` saying so."""
+        state = RSEState.RUNNING if live else RSEState.PLANNED
+        with_retry(lambda: self.rses.update_one(
+            {"_id": rse, "state": {"$in": [RSEState.RUNNING.value, RSEState.PLANNED.value]}},
+            {"$set": {"state": state.value, "detail": detail, "updated": time.time()}}), f"state of {rse}")
 
     def trim_events(self) -> int:
         """RSE documents written with more than EVENTS_KEPT events (older code kept 50) cut to their last EVENTS_KEPT

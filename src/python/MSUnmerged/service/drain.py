@@ -61,7 +61,8 @@ class Drainer:
                 finally:  # what was collected is counted also when nothing more could be submitted
                     if collected or n:
                         self.ledger.refresh_counters(rse)
-                        self.ledger.set_running_detail(rse, jobs_detail(len(self.jobs.live(rse))))
+                        live = len(self.jobs.live(rse))
+                        self.ledger.set_jobs_state(rse, live, jobs_detail(live))
             except Exception as exc:  # one RSE's trouble is the next cycle's to record; the others go on
                 failure = failure_of(exc)
                 log.warning("%s: between cycles: %s: %s", rse, failure.reason, failure.detail)
