@@ -127,9 +127,17 @@ def test_status_and_jobs_tell_the_drain_and_the_truth_of_each_job(cli_env: Datab
     row = next(line for line in out.splitlines() if line.startswith(RSE))
     assert "waiting_for_slot" in row and "0.04 files/s" in row
     assert "total: 4 files left at 0.04 files/s, expected end " in out
+    old_dir = "/store/unmerged/a/b/old"  # tried 1 + jobs.retries (2) times, and one more still to try
+    cli_env.pending_dirs.insert_many([
+        {"_id": f"{RSE}|{old_dir}", "rse": RSE, "dir": old_dir, "since": 1.0, "tries": 3,
+         "state": "permission_denied", "error": "EACCES"},
+        {"_id": f"{RSE}|{old_dir}2", "rse": RSE, "dir": old_dir + "2", "since": 1.0, "tries": 2, "state": "not_empty"}])
     assert main(["status", "--rse", RSE]) == EXIT_OK
     out = capsys.readouterr().out
     assert "waiting_for_slot: 1 jobs queued in the batch system, none running" in out
+    assert "directories given up on (1, tried 3 times)" in out and old_dir + "2" not in out
+    given = next(line for line in out.splitlines() if old_dir in line)
+    assert given.split()[1:] == ["permission_denied", "EACCES", "3"]
     assert "50% deleted" not in out and "25% deleted · 25% failed · 50% pending" in out
     assert main(["jobs", "--rse", RSE]) == EXIT_OK
     out = capsys.readouterr().out

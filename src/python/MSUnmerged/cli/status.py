@@ -31,8 +31,10 @@ def header(config: Config, health: dict[str, Any]) -> str:
 def run(args: argparse.Namespace, config: Config) -> int:
     with ledger_view(config) as view:
         health = view.health(config.service.stale_after_s)
+        given_up: list[dict[str, Any]] = []
         if args.rse:
             rses = [known_rse(view, args.rse)]
+            given_up = view.given_up_dirs(args.rse, 1 + config.jobs.retries)
         else:
             rses = view.rses()
     if args.json:
@@ -55,6 +57,10 @@ def run(args: argparse.Namespace, config: Config) -> int:
         rows += [(k, size(v) if k.startswith("bytes") and isinstance(v, int) else v)
                  for k, v in sorted(counters.items())]
         table(rows, ("", "value"))
+        if given_up:
+            print(f"directories given up on ({len(given_up)}, tried {1 + config.jobs.retries} times):")
+            table([(g.get("dir"), g.get("state"), g.get("error") or "", g.get("tries")) for g in given_up],
+                  ("directory", "last outcome", "why", "tries"))
         return EXIT_OK
     rows = []
     for r, d in zip(rses, drains):
