@@ -1,8 +1,9 @@
 """The operator page tells when the backlog will be gone and shows failures at a glance (issue 39), at fleet scale
 (151 RSEs) in headless Chromium, desktop and phone: rate, expected end and next slice per RSE and in total, why an
 RSE waits, progress bars split into deleted / failed / pending, failures on their own chart with their numbers
-written, the RSE page grouped and labelled for people. The RSE documents are written as the ledger writes them
-(counters, drain samples, the generation's slices); the same drain is in data/status and /metrics."""
+written, the RSE page grouped and labelled for people. The RSE documents are hand-written in the shape the
+ledger's `refresh_counters` leaves them (counters, drain samples, the generation's slices: the ledger's own writing
+of these is tested in test/python/ledger/test_ledger_job_view.py); the same drain is in data/status and /metrics."""
 from __future__ import annotations
 
 import json
@@ -13,15 +14,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
 
-import cherrypy
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pymongo import MongoClient
 
-from MSUnmerged.config import Config
 from MSUnmerged.ledger import history
-from MSUnmerged.ledger.view import MongoLedgerView
-from MSUnmerged.rest import app as rest
+from rest_kit import mounted
 from test_rest_page import render
 from test_rest_page_fleet import screenshot
 
@@ -80,13 +78,7 @@ def fleet(rest_app: Any, mongo_client: MongoClient) -> Iterator[str]:
         history.record_job(db, BAD, f"{BAD}:old:{back}", history.day_of(now - back * 86400),
                            {"states": {"deleted": deleted}, "bytes_freed": deleted * 3_000_000,
                             "failed_by_class": {"permission_denied": failed} if failed else {}})
-    config = Config()
-    config.rest.base = BASE
-    rest.mount(config, MongoLedgerView(db))
-    try:
-        yield rest_app.url.rsplit(rest_app.config.rest.base, 1)[0] + BASE
-    finally:
-        del cherrypy.tree.apps[BASE]
+    yield from mounted(rest_app, db, BASE)
 
 
 def row_of(dom: str, rse: str) -> str:
