@@ -51,7 +51,7 @@ def collect(ledger: Ledger, job_ids: Sequence[str]) -> int:
         ledger.record_outcomes(jid, outcomes_for(lfns))
         ledger.record_dirs(jid, [{"dir": d, "state": DirState.REMOVED.value}
                                  for d in sorted({lfn.rsplit("/", 1)[0] for lfn in lfns})])
-        ledger.close_job(jid, JobState.COLLECTED.value, "bench: worker report without some files")
+        ledger.close_job(jid, JobState.FINISHED.value, "bench: worker report without some files")
         n += len(lfns)
     return n
 

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import time
 
-from MSUnmerged.present import cycle_share, progress, size, when
+from MSUnmerged.present import (WAITING_WORDS, cycle_share, expected_end, next_slice, rate, shares, shares_label, size,
+                                span, when)
+from MSUnmerged.drainstatus import Waiting
 
 
 def test_when() -> None:
@@ -17,11 +19,26 @@ def test_size() -> None:
         ["0 B", "999 B", "1.0 kB", "1.2 MB", "5.0 TB", "7,000.0 TB"]
 
 
-def test_progress() -> None:
-    assert progress({}) == (0.0, "-")
-    assert progress({"to_delete": 4, "pending": 1}) == (0.75, "75%")
-    frac, label = progress({"to_delete": 4, "would_delete": 4})
-    assert frac == 0.0 and label == "0% (dry run: 4 would be deleted)"
+def test_shares_split_failures_from_deletions() -> None:
+    assert shares_label({}) == "-"
+    # 1,700 planned, 1,400 failed: not a full bar that looks like a clean one.
+    c = {"to_delete": 1700, "deleted": 250, "missing": 50, "failed": 1300, "unknown": 100}
+    assert shares(c) == {"deleted": 300, "would_delete": 0, "failed": 1400, "skipped_protected": 0, "pending": 0}
+    assert shares_label(c) == "18% deleted · 82% failed"
+    assert shares_label({"to_delete": 1000, "deleted": 995, "pending": 5}) == "100% deleted · <1% pending"
+    assert shares_label({"to_delete": 4, "would_delete": 4}) == "100% would delete"
+
+
+def test_drain_words() -> None:
+    assert set(WAITING_WORDS) == {w.value for w in Waiting}  # every reason has its words
+    assert [span(s) for s in (45, 600, 7200, 4 * 86400)] == ["45 s", "10 min", "2.0 h", "4.0 d"]
+    assert rate({"rate_files_s": None}) == "-" and rate({"rate_files_s": 133.3}) == "133 files/s"
+    assert expected_end({"backlog_files": 0}, 0) == "done"
+    assert expected_end({"backlog_files": 5, "expected_end": None}, 0) == "unknown (no rate yet)"
+    assert expected_end({"backlog_files": 5, "expected_end": 7200.0}, 0) == f"{when(7200.0)} (in 2.0 h)"
+    d = {"slices": 4, "slice": 1, "next_slice_files": 6000, "next_slice_at": 3600.0}
+    assert next_slice(d, 0) == f"slice 2 of 4 (6,000 files) at {when(3600.0)} (in 60 min)"
+    assert next_slice({"slices": 0}, 0) == ""
 
 
 def test_cycle_share() -> None:

@@ -104,3 +104,46 @@ def test_clean_shows_the_plan_and_applies_only_when_told(offline_env: Database,
     jobs = list(offline_env.jobs.find({"rse": DEMO_RSE}))
     assert jobs and all(j["state"] in ("queued", "running", "finished") for j in jobs)
     assert len(Ledger(offline_env).file_records(DEMO_RSE)) == sum(j["files"] for j in jobs)
+
+
+def test_status_and_jobs_tell_the_drain_and_the_truth_of_each_job(cli_env: Database,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 39: `status` says what an RSE's backlog does, at what rate and until when; `jobs` shows each job's
+    slice and why it waits; an older dump's unsubmitted jobs read `superseded`."""
+    ledger = Ledger(cli_env)
+    doc = ledger.rse(RSE)
+    running = [j["_id"] for j in ledger.jobs_in(RSE, ["running"])]
+    ledger.set_job_state(running[0], "queued", "waiting for a free local slot (jobs.local_parallel at once)")
+    cli_env.jobs.update_one({"_id": running[0]}, {"$set": {"slice": 2}})
+    cli_env.jobs.insert_one({"_id": f"{RSE}:old:1-1", "rse": RSE, "gen": doc["generation"] - 1000, "round": 1,
+                             "n": 1, "state": "superseded", "files": 7, "reason": "superseded by the plan of dump X"})
+    now = time.time()
+    cli_env.rses.update_one({"_id": RSE}, {"$set": {"drained": [{"t": now - 100, "n": 0}, {"t": now, "n": 4}]}})
+    ledger.refresh_job_counts(RSE)
+    assert main(["status"]) == EXIT_OK
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.startswith("RSE"))
+    assert all(word in header for word in ("backlog", "rate", "expected end", "now"))
+    row = next(line for line in out.splitlines() if line.startswith(RSE))
+    assert "waiting_for_slot" in row and "0.04 files/s" in row
+    assert "total: 4 files left at 0.04 files/s, expected end " in out
+    old_dir = "/store/unmerged/a/b/old"  # tried 1 + jobs.retries (2) times, and one more still to try
+    cli_env.pending_dirs.insert_many([
+        {"_id": f"{RSE}|{old_dir}", "rse": RSE, "dir": old_dir, "since": 1.0, "tries": 3,
+         "state": "permission_denied", "error": "EACCES"},
+        {"_id": f"{RSE}|{old_dir}2", "rse": RSE, "dir": old_dir + "2", "since": 1.0, "tries": 2, "state": "not_empty"}])
+    assert main(["status", "--rse", RSE]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "waiting_for_slot: 1 jobs queued in the batch system, none running" in out
+    assert "directories given up on (1, tried 3 times)" in out and old_dir + "2" not in out
+    given = next(line for line in out.splitlines() if old_dir in line)
+    assert given.split()[1:] == ["permission_denied", "EACCES", "3"]
+    assert "50% deleted" not in out and "25% deleted · 25% failed · 50% pending" in out
+    assert main(["jobs", "--rse", RSE]) == EXIT_OK
+    out = capsys.readouterr().out
+    queued = next(line for line in out.splitlines() if line.startswith(running[0]))
+    assert " 2 " in queued and "waiting for a free local slot" in queued
+    old = next(line for line in out.splitlines() if line.startswith(f"{RSE}:old:1-1"))
+    assert "superseded" in old and "7 files" in old
+    assert main(["jobs", "--state", "superseded", "--json"]) == EXIT_OK
+    assert [j["id"] for j in json.loads(capsys.readouterr().out)["result"]] == [f"{RSE}:old:1-1"]

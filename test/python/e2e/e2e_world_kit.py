@@ -290,7 +290,7 @@ def diagnose() -> str:
     try:
         for doc in w.db().rses.find({}, {"state": 1, "reason": 1, "detail": 1, "generation": 1}):
             lines.append(str(doc))
-        for doc in w.db().jobs.find({"state": {"$nin": ["collected"]}}, {"state": 1, "reason": 1}):
+        for doc in w.db().jobs.find({"state": {"$nin": ["finished"]}}, {"state": 1, "reason": 1}):
             lines.append(str(doc))
         lines.append("--- condor:")
         lines.append(w.condor("condor_q", "-allusers", "-constraint", 'regexp("^T2_XE_", MSUnmergedJobId)', "-af",

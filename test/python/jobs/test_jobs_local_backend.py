@@ -342,3 +342,30 @@ def test_a_starter_killed_right_after_the_fork_leaves_the_worker_known(tmp_path:
     states = wait_for(again, ids, timeout=120)
     assert states[job_id].state == JobState.FINISHED and states[job_id].exit_code == 0, states
     assert not any((storage / "store").rglob("*.root"))
+
+
+def test_slots_go_in_submission_order_across_sites_and_a_waiting_job_says_why(tmp_path: Path) -> None:
+    """docs/jobs.md: a free slot goes to the job that has waited longest, whichever site's backend holds it. A big
+    RSE's jobs submitted after a small RSE's job (its top-up) wait behind it, and a queued job's status says what
+    it waits for (issue 39: the small RSE's job waited 35 s while the big one's later jobs ran)."""
+    storage, sc = make_site(tmp_path)
+    cfg = Config()
+    cfg.jobs.local_parallel = 1
+    jobs = jobs_with_files(storage, 7, 20)
+    big, small = (LocalBackend(cfg, tmp_path / "work", siteconfig=str(sc)) for _ in range(2))
+    ids = big.submit(jobs[:2])  # the first runs, the second waits
+    ids.update(small.submit(jobs[2:3]))
+    waiting = small.poll({jobs[2].job_id: ids[jobs[2].job_id]})[jobs[2].job_id]
+    assert waiting.state is JobState.QUEUED and "waiting for a free local slot" in waiting.reason
+    ids.update(big.submit(jobs[3:]))  # the big RSE's top-up: later than the small RSE's job
+    reports = [big.job_dir(j.job_id) / "report.jsonl" for j in jobs]
+    deadline = time.monotonic() + 180
+    while not all(r.exists() and parse_report(r).complete for r in reports):
+        assert time.monotonic() < deadline, "queued jobs were never started"
+        time.sleep(0.05)
+    started = [parse_report(r).start["time"] for r in reports]
+    assert started == sorted(started), "jobs started out of submission order"
+    for backend, mine in ((big, jobs[:2] + jobs[3:]), (small, jobs[2:3])):
+        states = wait_for(backend, {j.job_id: ids[j.job_id] for j in mine}, timeout=60)
+        assert {s.state for s in states.values()} == {JobState.FINISHED}
+        backend.close()

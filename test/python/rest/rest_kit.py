@@ -4,7 +4,9 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
+
+import cherrypy
 
 from pymongo.database import Database
 
@@ -13,6 +15,8 @@ from MSUnmerged.config import Config
 from MSUnmerged.jobs.spec import ProtectedBases, make_job
 from MSUnmerged.jobs.backend import JobState
 from MSUnmerged.ledger import FileState, Ledger
+from MSUnmerged.ledger.view import MongoLedgerView
+from MSUnmerged.rest import app as rest
 from MSUnmerged.samplesite import DEMO_RSE, fill_storage, rescan, write_site
 from MSUnmerged.sources.offline import DUMPS_DIR, RSES_FILE, OfflineSources, dump_file
 
@@ -84,3 +88,15 @@ def offline_site(work: Path) -> tuple[Path, Path, Path]:
     fill_storage(storage, dump)
     rescan(sources, DEMO_RSE)  # the scan starts after the site's files are made, as a real one would
     return sources, storage, write_site(work, storage)
+
+
+def mounted(rest_app: Any, db: Database, base: str) -> Iterator[str]:
+    """A fixture's body: the app mounted again at `base` on the session's server, over `db`; yields its URL, unmounts
+    after."""
+    config = Config()
+    config.rest.base = base
+    rest.mount(config, MongoLedgerView(db))
+    try:
+        yield rest_app.url.rsplit(rest_app.config.rest.base, 1)[0] + base
+    finally:
+        del cherrypy.tree.apps[base]

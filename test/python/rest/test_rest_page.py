@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import html
+import re
 import subprocess
 import time
 import urllib.parse
@@ -62,7 +63,10 @@ def test_index_shows_the_rse_table(page_app: Any, chromium: str, tmp_path: Path)
     row = dom[dom.index(f">{GOOD_RSE}</a>"):]
     row = row[:row.index("</tr>")]
     assert "clean" in row and ">50<" in row and ">28<" in row and ">12<" in row  # to delete, deleted, failed
-    assert "permission_denied: 8" in row and "timeout: 4" in row and "80%" in row
+    assert "permission_denied: 8" in row and "timeout: 4" in row
+    # The bar is split: 28 deleted, 12 failed, 10 pending of 50, each part in its colour and in words.
+    assert "56% deleted · 24% failed · 20% pending" in row
+    assert re.search(r'class="part-deleted" style="width:56.00%', row) and 'class="part-failed" style="width:24.00%' in row
     assert (tmp_path / "page.png").stat().st_size > 1000
 
 
@@ -79,7 +83,7 @@ def test_rse_page_lists_failed_files_as_text(page_app: Any, chromium: str, tmp_p
     dom = render(chromium, url, tmp_path)
     assert "<img" not in dom and "<script" not in dom.lower() and "<b>" not in dom
     assert "/store/unmerged/x/y/z/f0.root" in dom and "&lt;b&gt;class&lt;/b&gt;" in dom
-    directories = dom[dom.index("<h2>Directories</h2>"):dom.index("<h2>Failed files")]
-    for outcome in ("not_empty", "refused", "refused: &lt;b&gt;class&lt;/b&gt;"):
+    directories = dom[dom.index("<h2>Directory outcomes</h2>"):dom.index("<h2>Failed files")]
+    for outcome in ("not empty", "refused", "refused: &lt;b&gt;class&lt;/b&gt;"):  # in words; raw names in JSON
         assert f"<td>{outcome}</td>" in directories
     assert f"<title>MSUnmerged {html.escape(EVIL_RSE, quote=False)}</title>" in dom

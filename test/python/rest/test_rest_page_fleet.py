@@ -9,15 +9,11 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-import cherrypy
 import pytest
 from pymongo import MongoClient
 
-from MSUnmerged.config import Config
 from MSUnmerged.ledger import history
-from MSUnmerged.ledger.view import MongoLedgerView
-from MSUnmerged.rest import app as rest
-from rest_kit import seed_rse
+from rest_kit import mounted, seed_rse
 from test_rest_page import render
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -45,13 +41,7 @@ def fleet(rest_app: Any, mongo_client: MongoClient, tmp_path_factory: pytest.Tem
     for back, deleted in ((9, 741_181), (8, 12_000), (2, 500_000)):  # a gap of five days between
         history.record_job(db, name(1), f"{name(1)}:old:{back}", history.day_of(time.time() - back * 86400),
                            {"states": {"deleted": deleted}, "bytes_freed": deleted * 3_000_000, "failed_by_class": {}})
-    config = Config()
-    config.rest.base = BASE
-    rest.mount(config, MongoLedgerView(db))
-    try:
-        yield rest_app.url.rsplit(rest_app.config.rest.base, 1)[0] + BASE
-    finally:
-        del cherrypy.tree.apps[BASE]
+    yield from mounted(rest_app, db, BASE)
 
 
 def rows(dom: str) -> list[str]:

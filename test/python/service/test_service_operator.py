@@ -14,7 +14,7 @@ from MSUnmerged.jobs.local import LocalBackend
 from MSUnmerged.jobs.router import RoutingBackend
 from MSUnmerged.ledger import Ledger, history
 from MSUnmerged.ledger.cycles import CYCLES_META
-from MSUnmerged.present import progress
+from MSUnmerged.present import shares, shares_label
 from MSUnmerged.ledger.view import MongoLedgerView
 from MSUnmerged.sources.errors import SourceError
 from MSUnmerged.sources.offline import RSES_FILE, STATS_FILE
@@ -38,7 +38,7 @@ def test_dry_run_is_dry_run_done_then_real_mode_deletes_the_same_generation(tmp_
     # Every job was collected within --wait: the RSE is settled, not `running`, and says it was a dry run.
     assert (first.state, doc["state"], doc["reason"]) == ("dry_run_done", "dry_run_done", "dry_run")
     assert c["would_delete"] == c["to_delete"] > 0 and c["deleted"] == 0
-    assert progress(c)[0] == 0.0 and "dry run" in progress(c)[1]
+    assert shares(c)["deleted"] == 0 and shares_label(c) == "100% would delete"  # not a full bar of deletions
     assert files_left(tmp_path / "storage" / RSE) == before  # nothing deleted
     jobs = list(mongo_db.jobs.find({"rse": RSE}))
     assert {j["backend"] for j in jobs} == {"local"}  # the batch system, not the router

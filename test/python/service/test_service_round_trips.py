@@ -87,7 +87,7 @@ def test_a_new_small_rse_run_reads_its_document_three_times_and_counts_once(
     doc = svc.ledger.rse(RSE)
     counts = doc["counters"]["jobs_by_state"]
     assert sum(counts.values()) == 1 and counts == {db.jobs.find_one({"rse": RSE})["state"]: 1}
-    assert (doc["state"], doc["detail"]) == ("running", "1 jobs submitted") and doc["started"] >= doc["counted_at"] - 60
+    assert (doc["state"], doc["detail"]) == ("running", "1 jobs in the batch system") and doc["started"] >= doc["counted_at"] - 60
     assert "recording" not in doc and doc["protected_count"] == doc["generations"][0]["baseline_count"]
     svc.stop()
 

@@ -87,6 +87,11 @@ def test_between_cycles_the_drainer_collects_and_tops_up(tmp_path: Path, mongo_d
     planned = mongo_db.jobs.count_documents({"rse": RSE})
     assert first.submitted == 2 and planned >= 5
     drainer = Drainer(svc.config, svc.ledger, svc.sources, svc.runner.jobs.backend, "test-1", lambda: [RSE])
+
+    def detail_is_current() -> None:  # issue 39: not "2 jobs submitted" while the top-up submits more
+        live = mongo_db.jobs.count_documents({"rse": RSE, "state": {"$in": ["submitting", "queued", "running"]}})
+        doc = mongo_db.rses.find_one({"_id": RSE})
+        assert (doc["state"], doc["detail"]) == ("running" if live else "planned", f"{live} jobs in the batch system")
     try:
         assert svc.runner.leases.acquire(RSE)  # a cycle works on the RSE: left alone
         assert drainer.once() == {}
@@ -98,12 +103,14 @@ def test_between_cycles_the_drainer_collects_and_tops_up(tmp_path: Path, mongo_d
                 mongo_db.jobs.count_documents({"rse": RSE, "state": "running"}):
             assert time.monotonic() < deadline
             drainer.once()
+            detail_is_current()
             time.sleep(0.2)
         assert mongo_db.jobs.count_documents({"rse": RSE, "state": "planned"}) == planned - 2  # guard: none more
         (src / PROTECTED_FILE).write_text(json.dumps(prot))
         while mongo_db.jobs.count_documents({"rse": RSE, "state": {"$ne": "finished"}}):
             assert time.monotonic() < deadline + 120
             drainer.once()
+            detail_is_current()
             time.sleep(0.2)
     finally:
         drainer.stop()

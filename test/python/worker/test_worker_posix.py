@@ -304,3 +304,17 @@ def test_a_line_naming_a_directory_or_a_fifo_is_not_a_file(site: tuple[Path, Pat
     assert "is a directory, not a file" in out[lfns[0]]["error"] and "is a fifo" in out[lfns[2]]["error"]
     assert [out[x]["outcome"] for x in lfns[3:]] == ["dry_run" if dry_run else "deleted"] * 2
     assert inside.exists() and fifo.exists() and plain.exists() == dry_run and link.is_symlink() == dry_run
+
+
+def test_a_job_whose_files_all_became_protected_is_done_not_partial(site: tuple[Path, Path], tmp_path: Path) -> None:
+    """Files refused because they became protected after planning are the check working (the ledger records them
+    skipped_protected): exit 0, not 1 "partial" (issue 39). Any other refusal beside them still makes it partial."""
+    storage, sc = site
+    lfns = [f"{BASE}/00000/p{i}.root" for i in range(3)]
+    for lfn in lfns:
+        put(storage, lfn)
+    rc, lines = run_worker(tmp_path / "job", manifest(lfns, protected=[f"{BASE}/00000"]), sc)
+    assert rc == 0 and {x["reason"] for x in files(lines).values()} == {"protected"}
+    assert summary(lines)["summary"]["files"] == {"refused": 3} and all((storage / x.lstrip("/")).exists() for x in lfns)
+    rc, lines = run_worker(tmp_path / "job2", manifest([*lfns, "/store/data/x.root"], protected=[f"{BASE}/00000"]), sc)
+    assert rc == 1 and files(lines)["/store/data/x.root"]["reason"] == "invalid_lfn"

@@ -9,6 +9,7 @@ from MSUnmerged.cli.ledgercli import known_rse, ledger_view, print_json
 from MSUnmerged.cli.output import moment, table, truncated
 from MSUnmerged.config import Config
 from MSUnmerged.ledger.view import JOB_STATES
+from MSUnmerged.present import job_slice, job_work
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -36,9 +37,9 @@ def run(args: argparse.Namespace, config: Config) -> int:
     if args.json:
         print_json(jobs)
     else:
-        table([(j["id"], j.get("state"), j.get("site"), j.get("files", 0), method_of(j), moment(j.get("submitted_at")),
-                moment(j.get("finished_at"))) for j in jobs],
-              ("job", "state", "site", "files", "method", "submitted", "finished"))
+        table([(j["id"], j.get("state"), job_slice(j), j.get("site"), job_work(j), method_of(j),
+                moment(j.get("submitted_at")), moment(j.get("finished_at")), j.get("reason") or "") for j in jobs],
+              ("job", "state", "slice", "site", "work", "method", "submitted", "finished", "why"))
     if more:
         truncated(f"{limit:,} jobs", "raise --limit, or narrow with --rse/--state")
     return EXIT_OK

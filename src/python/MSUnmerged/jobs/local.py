@@ -8,8 +8,10 @@ goes to worker.log, its pid to worker.pid (file names: worker/ids.py). Workers s
 they run `jobs.local_nice` below it, with Python isolated and without its site module (WORKER_PYTHON_FLAGS).
 At most `jobs.local_parallel` run at once from one work folder in the process, whatever their site (the
 router makes one backend per site, and a partition of many sites must not start that many per site on one
-host); the rest wait in submission order and each backend's supervisor thread starts them as slots free up,
-between the service's cycles too (it ends when nothing waits; a submit starts it again; `close` ends it for good).
+host); the rest wait in submission order, across sites too (a slot goes to the job waiting longest, whichever site's
+backend holds it), and each backend's supervisor thread starts its own as slots free up, between the service's cycles
+too (it ends when nothing waits; a submit starts it again; `close` ends it for good). A waiting job's status says so
+(WAIT_REASON).
 Everything needed to answer `poll` and `find` after a restart is on disk: a queued job's manifest, the pid file of
 a running worker and the report's final summary line, which holds the worker's exit code.
 """
@@ -61,7 +63,11 @@ _preflight_lock = threading.Lock()
 # taken, the process being started): each backend counts the others' too, and the workers of a backend nobody
 # polls any more still free their slot when they end.
 _running: dict[Path, dict[str, Optional[subprocess.Popen]]] = {}
+# Jobs waiting for a slot per work folder, in submission order across the process's backends: a backend starts its
+# next job only when no job submitted before it waits for the same free slots (docs/jobs.md).
+_waiting: dict[Path, list[str]] = {}
 _lock = threading.Lock()
+WAIT_REASON = "waiting for a free local slot (jobs.local_parallel at once; slots go in submission order across RSEs)"
 
 
 def _file_key(path: Path) -> FileKey:
@@ -175,8 +181,7 @@ class LocalBackend:
             env = {**self._environment(job.rse, jdir), "MSUNMERGED_WORKER": str(worker)}
             job.write_manifest(jdir / MANIFEST_NAME)
             (jdir / ENV_NAME).write_text(json.dumps(env))
-            if name not in self._queue:
-                self._queue.append(name)
+            self._enqueue(name)
             out[job.job_id] = BATCH_PREFIX + name
         self._pump()
         return out
@@ -195,6 +200,23 @@ class LocalBackend:
             self._supervisor = threading.Thread(target=self._supervise, name="local-jobs", daemon=True)
             self._supervisor.start()
 
+    def _enqueue(self, name: str) -> None:
+        """The job waits for a slot, behind every job submitted before it from this work folder."""
+        if name not in self._queue:
+            self._queue.append(name)
+        with _lock:
+            waiting = _waiting.setdefault(self.work_dir, [])
+            if name not in waiting:
+                waiting.append(name)
+
+    def _unqueue(self, names: Sequence[str]) -> None:
+        """These jobs no longer wait here (removed, or left on disk for the next backend)."""
+        with _lock:
+            waiting = _waiting.get(self.work_dir, [])
+            for name in names:
+                if name in waiting:
+                    waiting.remove(name)
+
     def _supervise(self) -> None:
         """Start waiting jobs as running ones end, until none waits or the backend is closed."""
         while not self._closed.wait(PUMP_INTERVAL_S):
@@ -210,19 +232,25 @@ class LocalBackend:
         self._closed.set()
         with self._lock:  # a pump under way ends first; none starts after it
             supervisor = self._supervisor
+            self._unqueue(self._queue)  # they stay queued on disk, no longer ahead of the other backends' jobs
         if supervisor is not None:
             supervisor.join()
 
     def _take_slot(self, name: str) -> bool:
         """Take a slot for the job when fewer than `parallel` workers run from this work folder, whichever site's
-        backend started them (checked and taken at once: backends of other sites start theirs meanwhile)."""
+        backend started them, and no job submitted before it waits for the slots free now (checked and taken at
+        once: backends of other sites start theirs meanwhile)."""
         with _lock:
             procs = _running.setdefault(self.work_dir, {})
             for ended in [n for n, proc in procs.items() if proc is not None and proc.poll() is not None]:
                 del procs[ended]
-            if len(procs) >= self.parallel:
+            waiting = _waiting.setdefault(self.work_dir, [])
+            ahead = waiting.index(name) if name in waiting else 0
+            if len(procs) + ahead >= self.parallel:
                 return False
             procs[name] = None
+            if name in waiting:
+                waiting.remove(name)
             return True
 
     def _forget(self, name: str) -> Optional[subprocess.Popen]:
@@ -267,7 +295,7 @@ class LocalBackend:
         if name in self._removed:
             return JobStatus(job_id, JobState.REMOVED, batch_id, "removed")
         if name in self._queue:
-            return JobStatus(job_id, JobState.QUEUED, batch_id)
+            return JobStatus(job_id, JobState.QUEUED, batch_id, WAIT_REASON)
         proc = self._procs.get(name)
         if proc is not None:
             return JobStatus(job_id, JobState.RUNNING, batch_id)
@@ -286,7 +314,7 @@ class LocalBackend:
                 return JobStatus(job_id, JobState.RUNNING, batch_id)
             return JobStatus(job_id, JobState.FAILED, batch_id, "its starter stopped before starting the worker")
         if (jdir / MANIFEST_NAME).exists():
-            self._queue.append(name)  # queued by an earlier instance that stopped before starting it
+            self._enqueue(name)  # queued by an earlier instance that stopped before starting it
             self._pump()
             return self._status(job_id, batch_id)
         return JobStatus(job_id, JobState.VANISHED, batch_id, "no such local job")
@@ -316,6 +344,7 @@ class LocalBackend:
         jdir = self.work_dir / name
         if name in self._queue:
             self._queue.remove(name)
+            self._unqueue([name])
             self._removed.add(name)
             return
         proc = self._forget(name)

@@ -10,6 +10,7 @@ from pymongo.database import Database
 
 from MSUnmerged.ledger import fences
 from MSUnmerged.ledger.retry import with_retry
+from MSUnmerged.statemachine import RSEState
 
 # Skips and failures kept in the RSE document: the ones every reader shows (REST API, page, CLI, alerts). Each
 # scrape reads every RSE document whole (SecantusDB loads a document whole whatever the projection), so no more:
@@ -90,6 +91,14 @@ class LedgerBase:
         """Set the RSE's state with the reason; a skip or failure is also kept in `events`."""
         update = state_update(state, reason, detail, **fields)
         with_retry(lambda: self.rses.update_one({"_id": rse}, update, upsert=True), f"set state {rse}")
+
+    def set_jobs_state(self, rse: str, live: int, detail: str) -> None:
+        """An RSE working through its jobs (running or planned) after the top-up between cycles: `running` while
+        `live` jobs are in the batch system, `planned` once none is (as a cycle leaves it), `detail` saying so."""
+        state = RSEState.RUNNING if live else RSEState.PLANNED
+        with_retry(lambda: self.rses.update_one(
+            {"_id": rse, "state": {"$in": [RSEState.RUNNING.value, RSEState.PLANNED.value]}},
+            {"$set": {"state": state.value, "detail": detail, "updated": time.time()}}), f"state of {rse}")
 
     def trim_events(self) -> int:
         """RSE documents written with more than EVENTS_KEPT events (older code kept 50) cut to their last EVENTS_KEPT

@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping, Optional, Sequence
 
+from MSUnmerged.drainstatus import SAMPLES_KEPT
 from MSUnmerged.ledger import buckets as bk
 from MSUnmerged.ledger import slices
 from MSUnmerged.ledger.base import LedgerBase, with_state
@@ -27,6 +28,17 @@ def _first_try_matches(extra: Mapping[str, Any]) -> bool:
         if not all(ops[op](1, v) for op, v in (cond if isinstance(cond, dict) else {"$eq": cond}).items()):
             return False
     return True
+
+
+def drain_sample(doc: Mapping[str, Any], gen: float, now: float, processed: int) -> Optional[dict[str, Any]]:
+    """The `$push` of a count to the RSE's `drained` samples (drainstatus.rate): the first of a generation replaces
+    them, a later one is added when the files with an outcome changed; None: nothing to add."""
+    samples = doc.get("drained") or []
+    if gen != doc.get("counted_gen") or not samples:
+        return {"$each": [{"t": now, "n": processed}], "$slice": -1}
+    if samples[-1].get("n") == processed:
+        return None
+    return {"$each": [{"t": now, "n": processed}], "$slice": -SAMPLES_KEPT}
 
 
 class Counters(LedgerBase):
@@ -115,8 +127,14 @@ class Counters(LedgerBase):
                 refused_by_reason[reason or "unclassified"] = refused_by_reason.get(reason or "unclassified", 0) + r["n"]
             if dir_failed(dstate, reason):
                 dirs_failed += r["n"]
-        summaries = [j.get("summary") or {} for j in with_retry(lambda: list(self.jobs.find(
-            {"rse": rse, "gen": gen}, {"summary.bytes_freed": 1, "summary.failed_by_message": 1})), "job summaries")]
+        jobs = with_retry(lambda: list(self.jobs.find({"rse": rse, "gen": gen}, {
+            "summary.bytes_freed": 1, "summary.failed_by_message": 1, "files": 1, "round": 1})), "job summaries")
+        summaries = [j.get("summary") or {} for j in jobs]
+        # Directory jobs (no file, a later round: pending_dirs.plan_jobs) remove earlier dumps' directories too.
+        dir_jobs = [j["_id"] for j in jobs if not j.get("files") and j.get("round", 1) > 1]
+        removed_by_dir_jobs = with_retry(lambda: self.dirs.count_documents(
+            {"rse": rse, "gen": gen, "state": DirState.REMOVED.value, "job": {"$in": dir_jobs}}), "dirs retried") \
+            if dir_jobs else 0
         bytes_freed = sum(j.get("bytes_freed", 0) for j in summaries)
         failed_by_message: dict[str, int] = {}
         for j in summaries:
@@ -130,15 +148,21 @@ class Counters(LedgerBase):
                     "invalid": entry.get("invalid", {}), "dirs_removable": entry.get("dirs_removable", 0),
                     "bytes_freed": bytes_freed, "protected_count": entry.get("protected_count", 0),
                     "dirs_removed": dirs_by_state.get(DirState.REMOVED, 0),
+                    "dirs_removed_by_dir_jobs": removed_by_dir_jobs,
                     "dirs_refused": dirs_by_state.get(DirState.REFUSED, 0),
                     "dirs_failed": dirs_failed,
                     "dirs_by_state": dirs_by_state, "dirs_refused_by_reason": refused_by_reason,
                     "jobs_by_state": self._job_counts(rse), **slices.cycle_counters(entry)}
+        if entry.get("slice_sizes"):
+            counters["unreleased_jobs"] = slices.unreleased_jobs(self, rse, gen, entry)
         now = time.time()
         done = sum(counters[s.value] for s in PROGRESS_STATES)
         # Progress: a new generation, or more files done than at the last count (the stall alert reads it).
         progress = {"progress_at": now} if gen != doc.get("counted_gen") or done != doc.get("counted_done") else {}
         update, upsert = with_state({"counters": counters, "counted_at": now, "counted_gen": gen,
                                      "counted_done": done, **progress}, state)
+        drained = drain_sample(doc, gen, now, counters["to_delete"] - counters["pending"])
+        if drained is not None:
+            update.setdefault("$push", {})["drained"] = drained
         with_retry(lambda: self.rses.update_one({"_id": rse}, update, upsert=upsert), "counters")
         return counters

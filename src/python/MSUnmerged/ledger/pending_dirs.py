@@ -54,6 +54,13 @@ def due(ledger: LedgerBase, rse: str, max_tries: int) -> list[dict[str, Any]]:
                                    .sort("_id", 1)), f"pending directories of {rse}")
 
 
+def given_up(ledger: LedgerBase, rse: str, max_tries: int, limit: int = 200) -> list[dict[str, Any]]:
+    """The RSE's entries out of tries (the service no longer retries them), by directory: `dir`, `since`,
+    `tries`, and the last outcome (`state`, `error`) that says why."""
+    return with_retry(lambda: list(ledger.db[COLLECTION].find({"rse": rse, "tries": {"$gte": max_tries}})
+                                   .sort("_id", 1).limit(limit)), f"directories given up on {rse}")
+
+
 def plan_jobs(ledger: LedgerBase, rse: str, generation: float, max_tries: int, per_job: int,
               removable: Callable[[str], bool]) -> list[str]:
     """Directory jobs (planned, in the current generation) for the RSE's entries with tries left, unless one is

@@ -146,8 +146,19 @@ class Recording(Entries):
             {"_id": rse}, {"$set": {"generation": generation, "state": RSEState.PLANNED, "reason": "", "detail": "",
                                     "updated": time.time(), "protected_count": baseline},
                            "$unset": {"recording": ""}}), "finish recording")
+        if any(g["gen"] < generation for g in doc.get("generations", [])):  # a first plan has none to supersede
+            self.supersede(rse, generation)
         self.prune_generations(rse, pruned)  # after the generation is recorded whole
         return n
+
+    def supersede(self, rse: str, generation: float) -> int:
+        """The older generations' jobs never submitted (their slices not released, their room never came) end
+        `superseded`: only the current generation's jobs are ever submitted. Returns how many."""
+        reason = f"superseded by the plan of dump {gen_key(generation)} before it was submitted"
+        return with_retry(lambda: self.jobs.update_many(
+            {"rse": rse, "gen": {"$lt": generation}, "state": JobState.PLANNED},
+            {"$set": {"state": JobState.SUPERSEDED, "reason": reason, "finished_at": time.time()}}),
+            "supersede jobs").modified_count
 
     def _forget_other_plan(self, rse: str, generation: float, earlier: Mapping[str, Any]) -> None:
         """The records of an interrupted recording of another plan of this generation, its entry included; refused

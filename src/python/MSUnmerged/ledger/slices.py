@@ -57,9 +57,19 @@ def release_next(ledger: LedgerBase, rse: str, generation: float) -> dict[str, A
 
 def cycle_counters(entry: Mapping[str, Any]) -> dict[str, int]:
     """What the RSE's counters say of the throttle: `cycle_files` (the files of the slice released last),
-    `slice` (slices released) and `slices` (in all); nothing when the generation is not throttled."""
+    `slice` (slices released), `slices` (in all) and `unreleased_files` (in the slices not released yet); nothing
+    when the generation is not throttled."""
     sizes = entry.get("slice_sizes") or []
     if not sizes:
         return {}
     done = min(released(entry), len(sizes))
-    return {"cycle_files": sizes[done - 1] if done else 0, "slice": done, "slices": len(sizes)}
+    return {"cycle_files": sizes[done - 1] if done else 0, "slice": done, "slices": len(sizes),
+            "unreleased_files": sum(sizes[done:])}
+
+
+def unreleased_jobs(ledger: LedgerBase, rse: str, generation: float, entry: Mapping[str, Any]) -> int:
+    """The generation's planned jobs whose slice is not released yet (0 when it is not throttled)."""
+    if not entry.get("slice_sizes"):
+        return 0
+    return with_retry(lambda: ledger.jobs.count_documents({"rse": rse, "gen": generation, "state": JobState.PLANNED,
+                                                           "slice": {"$gt": released(entry)}}), "unreleased jobs")

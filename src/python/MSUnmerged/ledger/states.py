@@ -29,16 +29,16 @@ class JobState(str, enum.Enum):
     QUEUED = "queued"
     RUNNING = "running"
     HELD = "held"
-    FINISHED = "finished"  # the worker exited; its report decides each file's outcome
+    FINISHED = "finished"  # the worker exited (or nothing was left to send); its report decides each file's outcome
     FAILED = "failed"  # the batch system gave up on it (removed, killed, time limit, ...)
     REMOVED = "removed"  # we removed it (revalidation, policy)
     VANISHED = "vanished"  # unknown to the batch system, no report: files get outcome "unknown"
-    COLLECTED = "collected"  # report handed to the collector, job removed from the queue
+    SUPERSEDED = "superseded"  # never submitted: a newer dump's plan replaced its generation
 
     @property
     def terminal(self) -> bool:
         return self in (JobState.FINISHED, JobState.FAILED, JobState.REMOVED, JobState.VANISHED,
-                        JobState.COLLECTED)
+                        JobState.SUPERSEDED)
 
 
 # Directory states are the worker's directory outcomes.
@@ -71,3 +71,5 @@ def dir_failed(state: str, reason: str) -> bool:
 # Job states: JobState.PLANNED before intent, then what the batch system reports.
 LIVE_JOB_STATES = (JobState.SUBMITTING, JobState.QUEUED, JobState.RUNNING, JobState.HELD)
 BACKEND_JOB_STATES = (JobState.QUEUED, JobState.RUNNING, JobState.HELD)
+# Stored by code before issue 39 for a job with no file left to send: one final state now (ensure_indexes rewrites).
+OLD_FINAL_STATES = {"collected": JobState.FINISHED}

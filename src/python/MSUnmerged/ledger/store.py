@@ -43,6 +43,7 @@ from MSUnmerged.ledger.reads import Reads
 from MSUnmerged.ledger.recording import Recording
 from MSUnmerged.ledger.retry import with_retry
 from MSUnmerged.ledger.rounds import Rounds
+from MSUnmerged.ledger.states import OLD_FINAL_STATES
 
 
 class Ledger(Recording, Rounds, Outcomes, Counters, Cycles, Reads):
@@ -92,3 +93,5 @@ class Ledger(Recording, Rounds, Outcomes, Counters, Cycles, Reads):
             bucket_indexes()
         with_retry(make, "create indexes")
         self.trim_events()  # start-up: a ledger written by older code gets this code's RSE documents
+        for old, new in OLD_FINAL_STATES.items():  # and its jobs this code's one final state
+            with_retry(lambda: self.jobs.update_many({"state": old}, {"$set": {"state": new}}), "old job states")

@@ -9,7 +9,7 @@ from typing import Any, Iterator, Optional, Protocol
 from bson.int64 import Int64
 from pymongo.database import Database
 
-from MSUnmerged.ledger import history
+from MSUnmerged.ledger import history, pending_dirs
 from MSUnmerged.ledger.base import EVENTS_KEPT
 from MSUnmerged.ledger.states import RETRIABLE, SUBMITTED, DirState, FileState, JobState
 from MSUnmerged.ledger.store import Ledger
@@ -72,6 +72,9 @@ class LedgerView(Protocol):
 
     def failure_totals(self) -> dict[tuple[str, str], int]:
         """Every recorded cycle failure by (source, reason)."""
+
+    def given_up_dirs(self, rse: str, max_tries: int) -> list[dict[str, Any]]:
+        """Directories the service stopped retrying on this RSE (pending_dirs.given_up), with their last outcome."""
 
 
 def sources_of(cycle: dict[str, Any]) -> dict[str, int]:
@@ -268,6 +271,10 @@ class MongoLedgerView:
 
     def failure_totals(self) -> dict[tuple[str, str], int]:
         return history.cycle_failure_totals(self.db)
+
+    def given_up_dirs(self, rse: str, max_tries: int) -> list[dict[str, Any]]:
+        return [_shown({k: v for k, v in d.items() if k != "_id"}) for d in pending_dirs.given_up(self.ledger, rse,
+                                                                                                  max_tries)]
 
     def plan_preview(self, rse: str, limit: int) -> dict[str, Any]:
         """The current generation's plan entry and the files still to delete (planned or to retry)."""

@@ -15,6 +15,8 @@ from pymongo.errors import PyMongoError
 from MSUnmerged import sites
 from MSUnmerged.config import Config
 from MSUnmerged.dbwatch import DatabaseWatch
+from MSUnmerged.drainstatus import drain
+from MSUnmerged.drainstatus import total as drain_total
 from MSUnmerged.ledger.retry import LedgerError, deadline
 from MSUnmerged.ledger.states import SUBMITTED
 from MSUnmerged.ledger.view import DIR_STATES, FILE_STATES, JOB_STATES, LedgerView
@@ -169,6 +171,8 @@ class DataApi:
         by_state: dict[str, int] = {}
         for r in rses:
             by_state[r["state"]] = by_state.get(r["state"], 0) + 1
+        now = time.time()
+        drains = {r["name"]: drain(r, now, self.config.service.interval_s) for r in rses}
         return {
             **report,
             "service": "MSUnmerged",
@@ -178,6 +182,7 @@ class DataApi:
             "time": round(time.time(), 3),
             "uptime_s": round(time.time() - STARTED, 1),
             "rses": {"total": len(rses), "by_state": by_state},
+            "drain": {"total": drain_total(list(drains.values())), "rses": drains},
             "cycles": recent[:n_cycles],
             "health": health,
             "triggers": self.queue.summary() if self.queue else {"enabled": False},

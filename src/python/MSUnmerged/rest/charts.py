@@ -3,6 +3,7 @@ Content-Security-Policy stays as it is). Every text goes through `esc`; every `<
 from __future__ import annotations
 
 import html
+import math
 import time
 from typing import Any, Mapping, Optional, Sequence
 
@@ -13,7 +14,7 @@ WIDTH, HEIGHT, PAD = 640, 170, 36
 COLOURS = {"deleted": "#3a7", "missing": "#9c9", "would_delete": "#89b", "failed": "#c33", "unknown": "#e93",
            "pending": "#ccc", "skipped_protected": "#a7c", "bytes_freed": "#247"}
 STATE_SERIES = ("deleted", "missing", "would_delete", "failed", "unknown", "pending", "skipped_protected")
-DAILY_SERIES = ("deleted", "would_delete", "failed")
+DAILY_SERIES = ("deleted", "would_delete")  # failures: failures_chart, on their own scale
 
 
 def esc(value: Any) -> str:
@@ -55,26 +56,63 @@ def day_range(first: str, last: str) -> list[str]:
             for i in range(int(round((end - start) / 86400)) + 1)]
 
 
+def ticks(top: float, n: int = 4) -> list[float]:
+    """Round values from 0 up to `top` for an axis (1, 2 or 5 times a power of ten apart), about `n` of them."""
+    if top <= 0:
+        return [0.0]
+    raw = top / n
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    step = max(step, 1.0)
+    return [i * step for i in range(int(top // step) + 1)]
+
+
+def _span(days: Sequence[Mapping[str, Any]], n_days: int) -> list[str]:
+    """Every day the chart shows: the span ends today and is `n_days` long (0: the data's own span)."""
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    first = time.strftime("%Y-%m-%d", time.gmtime(time.time() - (n_days - 1) * 86400)) if n_days else days[0]["day"]
+    return day_range(min(first, days[0]["day"]), max(today if n_days else days[-1]["day"], days[-1]["day"]))
+
+
+def _day_axes(span: Sequence[str], top: float, left: float, right: float, base_y: float, plot_h: float,
+              unit: str) -> list[str]:
+    """The axes of a per-day chart: y ticks with grid lines (the top one, `top`, labelled exactly, class axis-top),
+    a date under every few days (about six), the unit on top."""
+    top_y = base_y - plot_h
+    parts = [f'<line x1="{left:.1f}" y1="{base_y}" x2="{WIDTH - right:.1f}" y2="{base_y}" stroke="#999"/>',
+             f'<line x1="{left:.1f}" y1="{top_y}" x2="{left:.1f}" y2="{base_y}" stroke="#ccc"/>']
+    for t in ticks(top):
+        y = base_y - plot_h * t / top
+        if t and y < top_y + 12:  # the top label says it
+            continue
+        if t:
+            parts.append(f'<line x1="{left:.1f}" y1="{y:.1f}" x2="{WIDTH - right:.1f}" y2="{y:.1f}" stroke="#eee"/>')
+        parts.append(_text(left - 4, y + 4, f"{t:,.0f}", "end", "tick"))
+    parts += [_text(left - 4, top_y + 4, f"{top:,.0f}", "end", "axis-top"), _text(4, PAD - 10, unit)]
+    step = (WIDTH - left - right) / len(span)
+    every = max(1, -(-len(span) // 6))
+    for i in range(0, len(span), every):
+        parts.append(_text(left + i * step, base_y + 14, span[i][5:], cls="day-tick"))
+    return parts
+
+
 def daily_chart(days: Sequence[Mapping[str, Any]], label: str, n_days: int = 0) -> str:
-    """Stacked bars per day (deleted, would delete, failed; files per day on the left axis) and a line of
-    bytes freed per day (right axis, only when any were freed). Every day of the span has its slot: a day
-    without data is a gap, never closed up. `n_days`: the span ends today and is this long (else the data's)."""
+    """Stacked bars per day (deleted, would delete; files per day on the left axis) and a line of bytes freed per
+    day (right axis, only when any were freed); failures have their own chart (failures_chart). Every day of the
+    span has its slot: a day without data is a gap, never closed up. `n_days`: the span ends today and is this long
+    (else the data's)."""
     if not days:
         return f'<p class="muted">{esc(label)}: no outcomes recorded yet.</p>'
     by_day = {d["day"]: d for d in days}
-    today = time.strftime("%Y-%m-%d", time.gmtime())
-    first = time.strftime("%Y-%m-%d", time.gmtime(time.time() - (n_days - 1) * 86400)) if n_days else days[0]["day"]
-    span = day_range(min(first, days[0]["day"]), max(today if n_days else days[-1]["day"], days[-1]["day"]))
+    span = _span(days, n_days)
     top = max(1, max(sum(d.get(k, 0) for k in DAILY_SERIES) for d in days))
     top_bytes = max(d.get("bytes_freed", 0) for d in days)
-    top_label = f"{top:,}"
-    left = max(PAD, label_width(top_label))
+    left = max(PAD, label_width(f"{top:,}"))
     right = max(PAD, label_width(size(top_bytes))) if top_bytes else PAD
     plot_h = HEIGHT - 2 * PAD
     step = (WIDTH - left - right) / len(span)
     base_y = PAD + plot_h
-    parts = [f'<line x1="{left:.1f}" y1="{base_y}" x2="{WIDTH - right:.1f}" y2="{base_y}" stroke="#999"/>',
-             f'<line x1="{left:.1f}" y1="{PAD}" x2="{left:.1f}" y2="{base_y}" stroke="#ccc"/>']
+    parts = _day_axes(span, top, left, right, base_y, plot_h, "files / day")
     line: list[str] = []
     segments: list[list[str]] = [line]
     for i, day in enumerate(span):
@@ -103,11 +141,37 @@ def daily_chart(days: Sequence[Mapping[str, Any]], label: str, n_days: int = 0) 
                              f'at most {esc(size(top_bytes))}</title></polyline>')
         parts += [_text(WIDTH - right + 4, PAD + 4, size(top_bytes)), _text(WIDTH - right + 4, base_y, "0 B"),
                   _text(WIDTH - 4, PAD - 10, "bytes freed / day", "end")]
-    parts += [_text(left - 4, PAD + 4, top_label, "end", "axis-top"), _text(left - 4, base_y, "0", "end"),
-              _text(4, PAD - 10, "files / day"),
-              _text(left, base_y + 14, span[0]), _text(WIDTH - right, base_y + 14, span[-1], "end"),
-              _legend([*DAILY_SERIES, *(("bytes_freed",) if top_bytes else ())], 14, left)]
+    parts.append(_legend([*DAILY_SERIES, *(("bytes_freed",) if top_bytes else ())], 14, left))
     return _svg("history", label, HEIGHT, "".join(parts))
+
+
+def failures_chart(days: Sequence[Mapping[str, Any]], label: str, n_days: int = 0) -> str:
+    """Failed files per day on their own scale (a day of 1,400 failures is not a sliver beside a million
+    deletions), each bar with its number written above it (no hovering needed, phones included)."""
+    failed = [d for d in days if d.get("failed")]
+    if not failed:
+        return f'<p class="muted" id="no-failures">{esc(label)}: no failed file in these days.</p>'
+    by_day = {d["day"]: d for d in days}
+    span = _span(days, n_days)
+    top = max(d["failed"] for d in failed)
+    left = max(PAD, label_width(f"{top:,}"))
+    plot_h = HEIGHT - 2 * PAD - 10  # room above the tallest bar for its number
+    base_y = HEIGHT - PAD
+    step = (WIDTH - left - PAD) / len(span)
+    parts = _day_axes(span, top, left, PAD, base_y, plot_h, "failed files / day")
+    for i, day in enumerate(span):
+        n = (by_day.get(day) or {}).get("failed", 0)
+        if not n:
+            continue
+        x, h = left + i * step, max(1.0, plot_h * n / top)
+        classes = ", ".join(f"{k}: {v:,}" for k, v in sorted(((by_day[day].get("failed_by_class") or {}).items()),
+                                                              key=lambda kv: -kv[1])[:5])
+        parts.append(f'<rect class="bar-failed" x="{x + 1:.1f}" y="{base_y - h:.1f}" '
+                     f'width="{max(1.0, step - 2):.1f}" height="{h:.1f}" fill="{COLOURS["failed"]}"><title>{esc(day)}: '
+                     f'{n:,} failed{esc(" (" + classes + ")" if classes else "")}</title></rect>'
+                     f'<text class="bar-number" x="{x + step / 2:.1f}" y="{base_y - h - 3:.1f}" font-size="10" '
+                     f'fill="#800" text-anchor="middle">{n:,}</text>')
+    return _svg("failures", label, HEIGHT, "".join(parts))
 
 
 def states_chart(rses: Sequence[Mapping[str, Any]]) -> str:

@@ -12,6 +12,7 @@ from prometheus_client.registry import Collector
 from MSUnmerged import __version__ as VERSION
 from MSUnmerged.alerts.rules import evaluate
 from MSUnmerged.config import Config
+from MSUnmerged.drainstatus import Waiting, drain
 from MSUnmerged.ledger.view import LedgerView
 from MSUnmerged.rest.api import STARTED
 from MSUnmerged.rest.exposition import Families, Writer
@@ -54,6 +55,18 @@ UPDATED = ("msunmerged_rse_updated_timestamp_seconds", "Last change of the RSE's
 PROGRESSED = ("msunmerged_rse_progress_timestamp_seconds",
               "Last time more files of the RSE were done (or a new generation began).")
 JOBS = ("msunmerged_jobs", "Cleanup jobs by RSE and state (as of the RSE's last run).")
+# The per-RSE drain (drainstatus.drain): (name, help, its field); a sample only where the value is known.
+DRAIN = (("msunmerged_backlog_files", "Files of the current generation planned and not yet done.", "backlog_files"),
+         ("msunmerged_unreleased_files", "Files in slices of a throttled plan not released yet.", "unreleased_files"),
+         ("msunmerged_slices_released", "Slices of a throttled plan released so far.", "slice"),
+         ("msunmerged_slices", "Slices of a throttled plan in all.", "slices"),
+         ("msunmerged_drain_rate_files_per_second", "Files done per second over the RSE's recent counts.",
+          "rate_files_s"),
+         ("msunmerged_drain_expected_end_timestamp_seconds", "When the RSE's backlog is expected to be done.",
+          "expected_end"),
+         ("msunmerged_next_slice_timestamp_seconds", "When the next slice of a throttled plan is expected to be "
+          "released.", "next_slice_at"))
+WAITING = ("msunmerged_rse_waiting", "1 for what the RSE's backlog does now (drainstatus.Waiting), 0 for the others.")
 STATES = tuple(map(str, RSEState))
 
 
@@ -97,6 +110,17 @@ class LedgerFamilies:
         for name, c, _ in rows:
             for job_state, n in sorted((c.get("jobs_by_state") or {}).items()):  # counted per RSE (issue 29)
                 w.sample(sample, _value(n), name, w.pair("state", str(job_state)))
+        now = time.time()
+        drains = [(name, drain(rse, now, self.config.service.interval_s)) for name, _, rse in rows]
+        for family, doc, key in DRAIN:
+            sample = w.family(family, doc)
+            for name, d in drains:
+                if isinstance(d.get(key), (int, float)):
+                    w.sample(sample, float(d[key]), name)
+        sample = w.family(*WAITING)
+        for name, d in drains:
+            for known in Waiting:
+                w.sample(sample, float(known == d["waiting"]), name, w.pair("waiting", known.value))
         health = self.view.health(self.config.service.stale_after_s, brief=True)  # no cycle's per-RSE results
         w.families(self._cycles(health))
         w.families([self._alerts(health, rses)])

@@ -13,9 +13,11 @@ from typing import Any, Iterable, Optional, Sequence
 from MSUnmerged import sites
 from MSUnmerged.config import Config
 from MSUnmerged.ledger.history import totals_by_day as history_totals
-from MSUnmerged.ledger.states import FileState
+from MSUnmerged.ledger.states import FileState, JobState
 from MSUnmerged.ledger.view import LedgerView
-from MSUnmerged.present import cycle_share, progress, size, when
+from MSUnmerged.drainstatus import drain, total
+from MSUnmerged.present import (WAITING_WORDS, cycle_share, expected_end, job_slice, job_work, next_slice, rate, shares,
+                                shares_label, size, when)
 from MSUnmerged.rest import charts
 from MSUnmerged.rest.charts import esc
 from MSUnmerged.sources.errors import KINDS as SOURCE_KINDS
@@ -39,14 +41,17 @@ body{font:14px/1.4 system-ui,sans-serif;margin:1em 2em;color:#222}
 .totals{display:flex;flex-wrap:wrap;gap:.5em 1.5em;margin:.5em 0}.totals div{min-width:7em}
 .totals b{display:block;font-size:1.3em}form.filter{margin:.5em 0}form.filter label{margin-right:.8em}
 .pager a,.pager span{margin-right:.8em}th a{color:inherit}
-@media (max-width:700px){body{margin:.5em}td,th{padding:.2em .3em}table{font-size:13px}}
+@media (max-width:700px){body{margin:.5em}td,th{padding:.2em .3em}table{font-size:13px}.wide{display:none}}
+td.now{min-width:14em}@media (max-width:700px){td.now{min-width:10.5em}}
 h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.5em}
 table{border-collapse:collapse;margin:.5em 0}
 th,td{border:1px solid #ccc;padding:.25em .6em;text-align:left;vertical-align:top}
 th{background:#f0f0f0}td.n{text-align:right;font-variant-numeric:tabular-nums}
 .st-clean{color:#060}.st-failed,.st-error{color:#b00;font-weight:bold}.st-skipped{color:#a60}
-.muted{color:#777}.bar{width:8em;height:.8em;background:#eee;display:inline-block;vertical-align:middle}
-.bar span{display:block;height:100%;background:#48a}
+.muted{color:#777}.bar{width:8em;height:.8em;background:#eee;display:inline-flex;vertical-align:middle}
+.bar span{display:block;height:100%}.nowrap{white-space:nowrap}
+.w-waiting_for_slot,.w-held,.w-waiting_for_top_up{color:#a60}.w-working{color:#060}
+table.facts th{width:16em;font-weight:normal;background:#f7f7f7}
 code{word-break:break-all}td.t{white-space:nowrap}
 .banner{padding:.5em 1em;margin:.5em 0;border-radius:4px;font-weight:bold}
 .dry-run{background:#fff4c2;border:1px solid #d9b200}.alert{background:#fde2e2;border:1px solid #b00;color:#800}
@@ -62,11 +67,13 @@ class Context:
     dry_run: bool = True
     stale_after_s: float = 3 * 3600.0
     operations_url: str = ""  # docs/operations.md as published; empty: reasons are not links
+    interval_s: float = 3600.0  # service.interval_s: when the next cycle starts (drainstatus)
+    max_dir_tries: int = 4  # 1 + jobs.retries: a directory retried this often is given up
 
     @classmethod
     def from_config(cls, config: Config) -> "Context":
         return cls(config.rest.base.rstrip("/"), config.service.dry_run, config.service.stale_after_s,
-                   config.rest.operations_url)
+                   config.rest.operations_url, config.service.interval_s, 1 + config.jobs.retries)
 
 
 def reason_anchor(reason: str) -> str:
@@ -136,8 +143,13 @@ def state_cell(state: Any) -> str:
 
 
 def bar(counters: dict[str, Any]) -> str:
-    frac, label = progress(counters)
-    return f'<span class="bar"><span style="width:{frac * 100:.1f}%"></span></span> {esc(label)}'
+    """The planned files as one bar split by outcome (present.shares), each part in its chart colour, and in words."""
+    parts = shares(counters)
+    whole = sum(parts.values())
+    segs = "".join(f'<span class="part-{k}" style="width:{n * 100 / whole:.2f}%;background:{charts.COLOURS[k]}" '
+                   f'title="{n:,} {esc(k.replace("_", " "))}"></span>' for k, n in parts.items() if n) if whole else ""
+    return f'<span class="bar">{segs}</span> {esc(shares_label(counters))}'
+
 
 
 def health_section(view: LedgerView, ctx: Context) -> str:
@@ -214,6 +226,27 @@ class Selection:
             ("sort", "name"), ("page", "1"), ("per", "50"))})
 
 
+def drain_cell(d: dict[str, Any], now: float) -> str:
+    """What an RSE's backlog does now and when it ends (drainstatus.drain), in words."""
+    lines = [f'<span class="w-{esc(d["waiting"])}" title="{esc(d["why"])}">{esc(WAITING_WORDS[d["waiting"]])}</span>']
+    if d["backlog_files"]:
+        lines.append(f'{d["backlog_files"]:,} left · {esc(rate(d))}')
+        lines.append(f"ends {esc(expected_end(d, now, short=True))}")
+    if next_slice(d, now):
+        lines.append(f'<span class="muted">next: {esc(next_slice(d, now))}</span>')
+    return "<br>".join(lines)
+
+
+def drain_section(drains: list[dict[str, Any]], now: float) -> str:
+    """The fleet's drain: files left, files per second, the expected end, RSEs by what they wait for."""
+    t = total(drains)
+    waits = ", ".join(f"{esc(WAITING_WORDS[k])}: {v:,}" for k, v in t["by_waiting"].items() if v) or "none"
+    unknown = f" ({t['unknown_end']:,} RSEs without a rate yet)" if t["unknown_end"] else ""
+    return (f'<p id="drain">Backlog: <b>{t["backlog_files"]:,}</b> files left ({t["unreleased_files"]:,} in slices '
+            f'not released yet) at <b>{esc(rate(t))}</b>; expected end: <b>{esc(expected_end(t, now))}</b>{esc(unknown)}.'
+            f' RSEs: {waits}.</p>')
+
+
 def totals_section(rses: list[dict[str, Any]]) -> str:
     """The fleet at a glance: RSEs by state, files to delete, done, failed, bytes freed."""
     by_state: dict[str, int] = {}
@@ -256,6 +289,8 @@ def sort_header(label: str, key: str, sel: Selection, base: str) -> str:
 def index_page(view: LedgerView, ctx: Context, params: Optional[dict[str, Any]] = None) -> str:
     base = ctx.base
     rses = view.rses()
+    now = time.time()
+    drains = {r["name"]: drain(r, now, ctx.interval_s) for r in rses}
     sel = Selection.from_query(params or {})
     chosen = sel.apply(rses)
     pages = max(1, -(-len(chosen) // sel.per))
@@ -267,20 +302,23 @@ def index_page(view: LedgerView, ctx: Context, params: Optional[dict[str, Any]] 
         rows.append([
             td(f'<a href="{esc(base)}/rse?name={url_arg(r["name"])}">{esc(r["name"])}</a>'),
             state_cell(r.get("state")),
-            td(reason_link(r.get("reason"), ctx)),
-            td(esc(when(r.get("generation"))), cls="t"),
-            td(esc(when(r.get("updated"))), cls="t"),
-            td(number(c.get("to_delete", 0)), numeric=True),
-            td(number(c.get("deleted", 0)), numeric=True),
+            td(reason_link(r.get("reason"), ctx), cls="wide"),
+            td(esc(when(r.get("generation"))), cls="t wide"),
+            td(esc(when(r.get("updated"))), cls="t wide"),
+            td(number(c.get("to_delete", 0)), numeric=True, cls="wide"),
+            td(number(c.get("deleted", 0)), numeric=True, cls="wide"),
             td(number(c.get("failed", 0)), numeric=True),
-            td(top_errors(c)),
-            td(bar(c) + (f'<br><span class="muted">{esc(cycle_share(c))}</span>' if cycle_share(c) else "")),
+            td(top_errors(c), cls="wide"),
+            td(bar(c) + (f'<br><span class="muted">{esc(cycle_share(c))}</span>' if cycle_share(c) else "")
+               + "<br>" + drain_cell(drains[r["name"]], now), cls="now"),
         ])
     sortable = {"RSE": "name", "state": "state", "last update": "updated", "to delete": "to_delete",
                 "deleted": "deleted", "failed": "failed"}
     headers = ["RSE", "state", "reason", "last dump", "last update", "to delete", "deleted", "failed",
-               "top error classes", "progress"]
-    head = "".join(f"<th>{sort_header(h, sortable[h], sel, base) if h in sortable else esc(h)}</th>" for h in headers)
+               "top error classes", "progress, now and expected end"]
+    wide = {"reason", "last dump", "last update", "to delete", "deleted", "top error classes"}  # hidden on a phone
+    head = "".join(("<th class=\"wide\">" if h in wide else "<th>")
+                   + (sort_header(h, sortable[h], sel, base) if h in sortable else esc(h)) + "</th>" for h in headers)
     body = "".join("<tr>" + "".join(row) + "</tr>" for row in rows) or \
         f'<tr><td colspan="{len(headers)}" class="muted">{"no RSE in the ledger yet" if not rses else "no RSE matches"}</td></tr>'
     first = (sel.page - 1) * sel.per + 1 if shown else 0
@@ -291,16 +329,87 @@ def index_page(view: LedgerView, ctx: Context, params: Optional[dict[str, Any]] 
              + f"<span>page {sel.page} of {pages}</span></p>")
     states = {str(r.get("state")) for r in rses}
     body_html = (f"<h1>MSUnmerged: /store/unmerged cleanup</h1>{health_section(view, ctx)}"
-                 + totals_section(rses)
+                 + totals_section(rses) + drain_section(list(drains.values()), now)
                  + f'<p><a href="{esc(base)}/data/status">status JSON</a> · <a href="{esc(base)}/metrics">metrics</a></p>'
                  + filter_form(sel, states, base) + pager
                  + f'<div class="scroll"><table id="rses"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
                  + "<h2>Files by state (the RSEs of this page)</h2>" + charts.states_chart(shown)
-                 + "<h2>Deletions and freed space per day</h2>"
-                 + charts.daily_chart(history_totals(view.history(None, HISTORY_DAYS)), "All RSEs, per day",
-                                      HISTORY_DAYS)
+                 + daily_charts(history_totals(view.history(None, HISTORY_DAYS)), "All RSEs")
                  + "<h2>Polling cycles</h2>" + charts.timeline_chart(view.cycles(TIMELINE_CYCLES)))
     return document("MSUnmerged", body_html, ctx)
+
+
+def daily_charts(days: list[dict[str, Any]], who: str) -> str:
+    """Deletions and freed space per day, then failed files per day on their own scale."""
+    return ("<h2>Deletions and freed space per day</h2>" + charts.daily_chart(days, f"{who}, per day", HISTORY_DAYS)
+            + '<h2 id="failures">Failed files per day</h2>'
+            + charts.failures_chart(days, f"{who}, failed files per day", HISTORY_DAYS))
+
+
+# An RSE's counters for people: (section, counter, words). Counters not listed show under "Other counters" by their
+# raw name; the raw names stay in data/info and data/status.
+FACTS = (
+    ("Files of this dump", "to_delete", "planned for deletion"), ("Files of this dump", "deleted", "deleted"),
+    ("Files of this dump", "missing", "already gone at the site"),
+    ("Files of this dump", "would_delete", "would be deleted (dry run)"), ("Files of this dump", "failed", "failed"),
+    ("Files of this dump", "unknown", "outcome unknown (retried)"), ("Files of this dump", "pending", "pending"),
+    ("Files of this dump", "skipped_protected", "protected since planning (kept)"),
+    ("Files of this dump", "bytes_freed", "space freed"),
+    ("Left out by the plan", "protected", "files under protected paths"),
+    ("Left out by the plan", "excluded", "files outside the path filters"),
+    ("Left out by the plan", "protected_count", "protected paths (WMStats list)"),
+    ("Directories", "dirs_removable", "removable per the plan"), ("Directories", "dirs_removed", "removed"),
+    ("Directories", "dirs_removed_by_dir_jobs", "of which by directory jobs (earlier dumps' directories)"),
+    ("Directories", "dirs_refused", "refused by the worker"), ("Directories", "dirs_failed", "failed (storage errors)"),
+    ("Throttle", "slice", "slices released"), ("Throttle", "slices", "slices in all"),
+    ("Throttle", "cycle_files", "files of the slice released last"),
+    ("Throttle", "unreleased_files", "files in slices not released yet"),
+    ("Throttle", "unreleased_jobs", "jobs in slices not released yet"),
+)
+# Job states for people (ledger/states.py JobState).
+JOB_WORDS = {"planned": "planned (not submitted yet)", "submitting": "being submitted", "queued": "queued",
+             "running": "running", "held": "held", "finished": "finished", "failed": "failed (batch system)",
+             "removed": "removed by the service", "vanished": "vanished from the batch system",
+             "superseded": "superseded by a newer dump (never submitted)"}
+assert set(JOB_WORDS) == {s.value for s in JobState}
+
+
+def facts_table(rows: Sequence[tuple[str, str]], ident: str = "") -> str:
+    """A two-column table of labelled values (already-escaped HTML)."""
+    body = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
+    ident_attr = f' id="{ident}"' if ident else ""
+    return f'<div class="scroll"><table class="facts"{ident_attr}><tbody>{body}</tbody></table></div>'
+
+
+def counter_sections(c: dict[str, Any]) -> str:
+    """The RSE's counters grouped and in words (FACTS); dictionaries (per class, per state) have their own tables."""
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for group, key, words in FACTS:
+        if key in c:
+            v = c[key]
+            shown = f"{number(v)} ({esc(size(v))})" if key == "bytes_freed" and v else number(v)
+            groups.setdefault(group, []).append((esc(words), shown))
+    if "dirs_removed" in c and "dirs_removable" in c:
+        groups["Directories"].append(("how they add up", esc(dir_note(c))))
+    known = {key for _, key, _ in FACTS}
+    other = [(f"<code>{esc(k)}</code>", number(v)) for k, v in sorted(c.items())
+             if k not in known and not isinstance(v, (dict, list))]
+    if other:
+        groups["Other counters"] = other
+    return "".join(f"<h2>{esc(g)}</h2>" + facts_table(rows, "facts-" + g.split()[0].lower())
+                   for g, rows in groups.items())
+
+
+def dir_note(c: dict[str, Any]) -> str:
+    """Why removed directories may outnumber the plan's removable ones."""
+    removed, removable, retried = (_int(c.get(k)) for k in ("dirs_removed", "dirs_removable", "dirs_removed_by_dir_jobs"))
+    return (f"{removed:,} removed = {removed - retried:,} by this dump's jobs (of the {removable:,} the plan gave as "
+            f"removable, plus empty ones their sweep found below them) + {retried:,} by directory jobs retrying "
+            "directories earlier dumps left")
+
+
+def _int(v: Any) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) else 0
 
 
 def rse_page(view: LedgerView, ctx: Context, name: str) -> Optional[str]:
@@ -310,43 +419,63 @@ def rse_page(view: LedgerView, ctx: Context, name: str) -> Optional[str]:
     if r is None:
         return None
     c = r.get("counters") or {}
-    facts = [("state", esc(r.get("state"))), ("reason", reason_link(r.get("reason"), ctx)),
-             ("generation (dump end_time)", esc(when(r.get("generation")))),
-             ("planned", esc(when((r.get("plan") or {}).get("planned")))), ("last update", esc(when(r.get("updated")))),
-             ("detail", esc(r.get("detail")) or "-"), ("progress", bar(c))]
+    now = time.time()
+    d = drain(r, now, ctx.interval_s)
+    now_facts = [("state", f"{esc(r.get('state'))} · {reason_link(r.get('reason'), ctx)}"),
+                 ("now", f'<span class="w-{esc(d["waiting"])}">{esc(WAITING_WORDS[d["waiting"]])}</span>: '
+                         f'{esc(d["why"])}'),
+                 ("detail", esc(r.get("detail")) or "-"), ("progress", bar(c)),
+                 ("files left", f'{d["backlog_files"]:,}'), ("rate (recent counts)", esc(rate(d))),
+                 ("expected end", esc(expected_end(d, now)))]
+    if next_slice(d, now):
+        now_facts.append(("next slice", esc(next_slice(d, now))))
     if cycle_share(c):
-        facts.append(("throttle", esc(cycle_share(c))))
-    facts += [(esc(k), f"{number(v)} ({esc(size(v))})" if k == "bytes_freed" and v else number(v))
-              for k, v in sorted(c.items()) if not isinstance(v, (dict, list))]
-    facts.append(("errors by class", top_errors(c, 20)))
+        now_facts.append(("throttle", esc(cycle_share(c))))
+    now_facts += [("next cycle", esc(when(d["next_cycle_at"]))),
+                  ("dump (generation)", esc(when(r.get("generation")))),
+                  ("planned", esc(when((r.get("plan") or {}).get("planned")))), ("last update", esc(when(r.get("updated")))),
+                  ("errors by class", top_errors(c, 20))]
+    jobs_by_state = [(esc(JOB_WORDS.get(str(k), str(k))), number(v))
+                     for k, v in sorted((c.get("jobs_by_state") or {}).items())]
     jobs = view.jobs(name, None, 50)
-    job_rows = [[td(f"<code>{esc(j.get('id'))}</code>"), state_cell(j.get("state")), td(esc(j.get("backend"))),
-                 td(esc(j.get("site"))), td(number(j.get("files", 0)), numeric=True),
+    job_rows = [[td(f"<code>{esc(j.get('id'))}</code>"), state_cell(j.get("state")),
+                 td(esc(job_slice(j)), numeric=True),
+                 td(esc(j.get("backend"))), td(esc(j.get("site"))), td(esc(job_work(j)), numeric=True),
                  td(esc(when(j.get("submitted_at"))), cls="t"), td(esc(when(j.get("finished_at"))), cls="t"),
                  td(esc(j.get("exit_code")) or '<span class="muted">-</span>', numeric=True),
                  td(esc(j.get("reason")))] for j in jobs]
     events = [[td(esc(when(e.get("at"))), cls="t"), state_cell(e.get("state")), td(reason_link(e.get("reason"), ctx)),
                td(esc(e.get("detail")))] for e in reversed(r.get("events") or [])]
-    dirs = [(esc(k), number(v)) for k, v in sorted((c.get("dirs_by_state") or {}).items())]
+    dirs = [(esc(k.replace("_", " ")), number(v)) for k, v in sorted((c.get("dirs_by_state") or {}).items())]
     dirs += [(f"refused: {esc(k)}", number(v)) for k, v in sorted((c.get("dirs_refused_by_reason") or {}).items())]
+    given_up = view.given_up_dirs(name, ctx.max_dir_tries)
+    given_rows = [[td(f"<code>{esc(g.get('dir'))}</code>"), td(esc(str(g.get("state", "")).replace("_", " "))),
+                   td(esc(g.get("error")) or '<span class="muted">-</span>'), td(number(g.get("tries", 0)), numeric=True),
+                   td(esc(when(g.get("since"))), cls="t")] for g in given_up]
     failed = list(view.files(name, FileState.FAILED, None, None, None, None, 200))
     file_rows = [[td(f"<code>{esc(f.get('lfn'))}</code>"), td(esc(f.get("error_class"))),
                   td(esc(f.get("error"))), td(number(f.get("attempts", 0)), numeric=True),
                   td(f"<code>{esc(f.get('job'))}</code>")] for f in failed]
-    body = (f'<p><a href="{esc(base)}/">all RSEs</a></p><h1>{esc(name)}</h1>'
-            + table(["", "value"], [[td(k), td(v)] for k, v in facts])
+    body = (f'<p><a href="{esc(base)}/">all RSEs</a> · <a href="{esc(base)}/data/info?rse={url_arg(name)}&amp;'
+            f'detail=true">this RSE as JSON (raw field names)</a></p><h1>{esc(name)}</h1>'
+            + "<h2>Now</h2>" + facts_table(now_facts, "facts-now")
+            + counter_sections(c)
+            + "<h2>Jobs by state</h2>" + facts_table(jobs_by_state or [("-", "no jobs")], "facts-jobs")
             + "<h2>Files by state</h2>" + charts.states_chart([r])
-            + "<h2>Deletions and freed space per day</h2>"
-            + charts.daily_chart(history_totals(view.history(name, HISTORY_DAYS)), f"{name}, per day", HISTORY_DAYS)
+            + daily_charts(history_totals(view.history(name, HISTORY_DAYS)), name)
             + "<h2>Recent jobs</h2>"
-            + table(["job", "state", "backend", "site", "files", "submitted", "finished", "exit code", "reason"],
+            + table(["job", "state", "slice", "backend", "site", "work", "submitted", "finished", "exit code", "reason"],
                     job_rows, "no jobs")
             + "<h2>Recent skips and failures</h2>"
             + table(["when", "state", "reason", "detail"], events, "none recorded")
-            + "<h2>Directories</h2>"
+            + "<h2>Directory outcomes</h2>"
             + table(["outcome", "directories"], [[td(k), td(v, numeric=True)] for k, v in dirs], "no outcome yet")
             + f'<p><a href="{esc(base)}/data/dirs?rse={url_arg(name)}&amp;state=refused">refused directories as JSON</a>'
               "</p>"
+            + f'<h2 id="given-up">Directories given up on ({len(given_up):,})</h2>'
+            + '<p class="muted">Removable directories not removed after every try (jobs.retries): the service no longer '
+              "retries them; the last outcome says why.</p>"
+            + table(["directory", "last outcome", "why", "tries", "first planned"], given_rows, "none")
             + f"<h2>Failed files (first {len(failed)})</h2>"
             + table(["LFN", "error class", "message", "attempts", "job"], file_rows, "no failed files")
             + f'<p><a href="{esc(base)}/data/files?rse={url_arg(name)}&amp;state=failed&amp;stream=true">'

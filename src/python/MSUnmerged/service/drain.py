@@ -17,7 +17,7 @@ from MSUnmerged.config import Config
 from MSUnmerged.jobs.backend import BatchBackend, JobState
 from MSUnmerged.ledger import LIVE_JOB_STATES, Leases, Ledger, with_retry
 from MSUnmerged.service.jobkeeper import JobKeeper
-from MSUnmerged.service.result import failure_of
+from MSUnmerged.service.result import failure_of, jobs_detail
 from MSUnmerged.sources import Sources
 
 log = logging.getLogger(__name__)
@@ -51,15 +51,18 @@ class Drainer:
             if self._stop.is_set() or not self.leases.acquire(rse):
                 continue  # a cycle or another instance works on it now
             try:
-                collected = self.jobs.poll(rse)
-                gen = self.ledger.rse(rse).get("generation")
-                n = 0
-                if gen is not None and self.jobs.ready(rse, gen):
-                    protected = self.sources.protected() if protected is None else protected
-                    self.jobs.protection(rse, protected)  # GuardTripped: an untrusted list submits nothing
-                    n = submitted[rse] = self.jobs.submit_planned(rse, gen, protected)
-                if collected or n:
-                    self.ledger.refresh_counters(rse)
+                collected, n = self.jobs.poll(rse), 0
+                try:
+                    gen = self.ledger.rse(rse).get("generation")
+                    if gen is not None and self.jobs.ready(rse, gen):
+                        protected = self.sources.protected() if protected is None else protected
+                        self.jobs.protection(rse, protected)  # GuardTripped: an untrusted list submits nothing
+                        n = submitted[rse] = self.jobs.submit_planned(rse, gen, protected)
+                finally:  # what was collected is counted also when nothing more could be submitted
+                    if collected or n:
+                        self.ledger.refresh_counters(rse)
+                        live = len(self.jobs.live(rse))
+                        self.ledger.set_jobs_state(rse, live, jobs_detail(live))
             except Exception as exc:  # one RSE's trouble is the next cycle's to record; the others go on
                 failure = failure_of(exc)
                 log.warning("%s: between cycles: %s: %s", rse, failure.reason, failure.detail)

@@ -171,7 +171,7 @@ class JobKeeper:
                 lfns = lfns_of[doc["_id"]]
                 retry = doc.get("retry_dirs") or []  # a directory job (ledger/pending_dirs.py) holds no file
                 if not lfns and not retry:
-                    self.ledger.close_job(doc["_id"], JobState.COLLECTED, "no files left")
+                    self.ledger.close_job(doc["_id"], JobState.FINISHED, "no files left")
                     continue
                 site = site or self._site(rse)
                 jobs.append(make_job(doc["_id"], rse, site, lfns, removable[doc["gen"]], bases, self.config,
@@ -183,8 +183,9 @@ class JobKeeper:
         self.leases.check(rse)  # fencing: never submit for an RSE another instance took over
         ids = self.backend.submit(jobs)
         self._sent[rse] = self._sent.get(rse, 0) + len(ids)
-        log.info("%s: submitted %d jobs (%d files) to %s for site %s", rse, len(ids),
-                 sum(len(j.step.lfns) for j in jobs), backend_name(self.backend, rse), jobs[0].site)
+        log.info("%s: submitted %d jobs (%d files, %d directories to retry) to %s for site %s", rse, len(ids),
+                 sum(len(j.step.lfns) for j in jobs), sum(len(j.step.retry_dirs) for j in jobs),
+                 backend_name(self.backend, rse), jobs[0].site)
         self.hook("submitted", rse)
         self.ledger.mark_all_submitted(ids)
         self.hook("marked", rse)
@@ -230,8 +231,8 @@ class JobKeeper:
             status = statuses.get(job["_id"]) or JobStatus(job["_id"], JobState.VANISHED, job["batch_id"])
             if status.state.terminal:
                 n += self._collect(job, status)
-            elif status.state is not JobState(job["state"]):
-                self.ledger.set_job_state(job["_id"], status.state, status.reason)
+            elif status.state is not JobState(job["state"]) or status.reason != job.get("reason", ""):
+                self.ledger.set_job_state(job["_id"], status.state, status.reason)  # e.g. why it waits
         if n:
             self.hook("collected", rse)
         return n

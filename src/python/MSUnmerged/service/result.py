@@ -53,6 +53,11 @@ class RunResult:
         return asdict(self)
 
 
+def jobs_detail(live: int) -> str:
+    """An RSE's `detail` while its jobs run: how many are in the batch system now (the cycle and the top-up)."""
+    return f"{live} jobs in the batch system"
+
+
 def describe(res: RunResult) -> str:
     """One log line's worth of a result: the RSE, what was done, its state and why, the job counts."""
     parts = [f"{res.rse}: {res.action}"]

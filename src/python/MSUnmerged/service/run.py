@@ -31,7 +31,7 @@ from MSUnmerged.ledger import (RETRIABLE, FileState, LeaseLost, Leases, Ledger, 
                                 pending_dirs, slices)
 from MSUnmerged.ledger.base import state_update
 from MSUnmerged.service.jobkeeper import JobKeeper
-from MSUnmerged.service.result import INTERNAL_ERROR, LEASE_LOST, Hook, RunAction, RunResult, failure_of
+from MSUnmerged.service.result import INTERNAL_ERROR, LEASE_LOST, Hook, RunAction, RunResult, failure_of, jobs_detail
 from MSUnmerged.service.rses import InstanceRSEs, UnknownRSE
 from MSUnmerged.service.scans import StatsRead, scan_of
 from MSUnmerged.sitelimits import limits_for
@@ -172,7 +172,7 @@ class Runner:
             removed, dropped = self.jobs.revalidate(rse)
             live = self.jobs.live(rse)
         if live:
-            detail = f"{len(live)} jobs in the batch system"
+            detail = jobs_detail(len(live))
             self._refresh_counters(rse, state_update(RSEState.RUNNING, detail=detail))
             return RunResult(rse, RunAction.POLL, RSEState.RUNNING, JOBS_RUNNING, detail,
                              collected=collected, removed_jobs=removed, dropped_protected=dropped)
@@ -226,7 +226,7 @@ class Runner:
         # No job is live (read above, under the lease): max_in_flight's room needs no read of them.
         result.submitted = self.jobs.submit_planned(rse, decision.generation, protected, entry, live=0)
         result.state = RSEState.RUNNING if result.submitted else RSEState.PLANNED
-        submitted = {"detail": f"{result.submitted} jobs submitted", "started": time.time()}
+        submitted = {"detail": jobs_detail(result.submitted), "started": time.time()}
         state: Optional[dict[str, Any]] = None  # written with the counters below, unless the run waits for its jobs
         if wait_s <= 0 or not result.submitted:
             state = state_update(result.state, **submitted)

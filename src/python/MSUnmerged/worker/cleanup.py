@@ -655,9 +655,10 @@ class Cleanup:
     def _finish(self, code: Optional[int] = None) -> int:
         files, dirs = self.report.files, self.report.dirs
         if code is None:
-            # Directories refused because they must stay (protected, kept) are the plan working.
-            bad = sum(n for k, n in files.items() if k not in GOOD_FILE) + sum(dirs[k] for k in BAD_DIR) \
-                + self.report.unexpected_dir_refusals
+            # Files refused as protected and directories refused because they must stay (protected, kept) are the
+            # plan working.
+            bad = sum(n for k, n in files.items() if k not in GOOD_FILE) - self.report.protected_files \
+                + sum(dirs[k] for k in BAD_DIR) + self.report.unexpected_dir_refusals
             code = EXIT_AUTH if self.auth_refused else EXIT_PARTIAL if bad or self.stop.reason else EXIT_DONE
         if self.stop.reason:
             self.errors.append(self.stop.reason)

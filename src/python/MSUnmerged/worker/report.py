@@ -57,6 +57,7 @@ class ReportWriter:
         self.files: Dict[str, int] = {k: 0 for k in FILE_OUTCOMES}
         self.dirs: Dict[str, int] = {k: 0 for k in DIR_OUTCOMES}
         self.unexpected_dir_refusals = 0
+        self.protected_files = 0  # files refused as protected: the worker doing its job, not a failure
 
     @classmethod
     def open(cls, path: str) -> "ReportWriter":
@@ -73,6 +74,8 @@ class ReportWriter:
              reason: Optional[str] = None, size: Optional[int] = None) -> None:
         assert reason is None or reason in REASONS, reason
         self.files[outcome] += 1
+        if outcome == "refused" and reason == PROTECTED:
+            self.protected_files += 1
         self._write(_dumps({"lfn": lfn, "pfn": pfn, "outcome": outcome, "error": error, "attempts": attempts,
                             "reason": reason, "size": size}))
 
