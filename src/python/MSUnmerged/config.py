@@ -271,9 +271,9 @@ class RestConfig:
     base: str = "/ms-unmerged"
     hmac_key_file: str = ""
     operator_roles: list[str] = field(default_factory=lambda: ["admin:group:dmwm", "operator:group:dmwm"])
-    # Who may trigger `apply` (and, when set, any trigger), whatever their roles: the front end also signs
-    # cms-authz-* headers a client sent itself, so a role header alone can be forged through it. Empty: no
-    # `apply` trigger is accepted (closed by default); `plan` triggers go by operator_roles.
+    # Who may trigger (any mode), beside holding an operator role: the front end also signs cms-authz-* headers
+    # a client sent itself, so a role header alone can be forged through it. Empty: every trigger is refused
+    # (closed by default).
     operator_logins: list[str] = field(default_factory=list)
     trigger_rate_per_min: int = 6
     audit_log: str = ""

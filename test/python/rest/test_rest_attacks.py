@@ -22,10 +22,12 @@ from typing import Any, Iterator
 import pytest
 from pymongo import MongoClient
 
+from MSUnmerged.config import Config
 from MSUnmerged.guards import UNKNOWN_RSE
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.ledger.requestids import RequestIds
 from MSUnmerged.ledger.view import MongoLedgerView
+from MSUnmerged.rest.auth import CLOSED
 from MSUnmerged.rest.triggers import TriggerRefused
 
 from rest_kit import seed_rse
@@ -72,18 +74,21 @@ def key_file(tmp_path: Path, case: str) -> str:
 # -- 1. closed by default ----------------------------------------------------------------------------
 
 
-def test_apply_is_closed_without_operator_logins(attacked: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["apply", "plan"])
+def test_triggers_are_closed_without_operator_logins(attacked: Any, tmp_path: Path, mode: str) -> None:
     """Before: with the default (empty) rest.operator_logins, a CMS user who added `cms-authz-operator`
-    herself (signed by the front end like any header) got 202 for apply, as did any operator."""
-    app = attacked.mount("/ms-unmerged-closed", hmac_key_file=key_file(tmp_path, "operator"))
-    assert not attacked.config.rest.operator_logins  # the default
+    herself (signed by the front end like any header) got 202 for apply, as did any operator (issue 26);
+    then `plan` stayed open by role (issue 38): anyone could queue plans ahead of an operator's apply."""
+    app = attacked.mount(f"/ms-unmerged-closed-{mode}", hmac_key_file=key_file(tmp_path, "operator"),
+                         operator_logins=[])
+    assert Config().rest.operator_logins == []  # the default
     for case in ("self_made_role", "operator"):
-        status, body = trigger(app, signed(case), "apply")
+        status, body = trigger(app, signed(case), mode, request_id=f"closed-{mode}-{case}-{uuid.uuid4().hex}")
         assert status == 403 and "rest.operator_logins" in body["error"], (case, body)
-    status, body = trigger(app, signed("operator"), "plan")  # plan triggers go by role: interop holds
-    assert status == 202 and body["result"][0]["user"] == "jmuller", body
-    denied = [a for a in audit_lines(attacked) if a.get("mode") == "apply" and a["outcome"] == "denied"]
-    assert {a["login"] for a in denied} >= {"eve", "jmuller"}
+    denied = [a for a in audit_lines(attacked) if a.get("reason") == CLOSED and
+              a.get("request_id", "").startswith(f"closed-{mode}-")]
+    assert {a["login"] for a in denied} == {"eve", "jmuller"}
+    assert app.root.data.queue.recent() == []
 
 
 def test_apply_only_for_listed_logins(attacked: Any, tmp_path: Path) -> None:

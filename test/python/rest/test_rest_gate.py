@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from MSUnmerged.config import RestConfig
-from MSUnmerged.rest.auth import AuthError, KeyFile, TriggerGate, sign
+from MSUnmerged.rest.auth import CLOSED, AuthError, KeyFile, TriggerGate, sign
 from MSUnmerged.rest.params import BadParam
 from MSUnmerged.rest.triggers import TriggerMode
 
@@ -100,13 +100,19 @@ def test_an_unknown_mode_is_refused_naming_the_wire_values(gate: TriggerGate) ->
     assert [line["outcome"] for line in audit(gate)] == ["refused"]
 
 
-def test_apply_closed_without_operator_logins(gate: TriggerGate) -> None:
-    gate.rest.operator_logins = []
+def test_plan_is_the_default_mode(gate: TriggerGate) -> None:
     plan = gate.admit(signed(OPERATOR), JSON, "10.0.0.1", {}, Body({"rse": "T2_A", "request_id": "req-00000001"}))
-    assert plan.mode is TriggerMode.PLAN  # the default when no mode is sent
-    with pytest.raises(AuthError, match="operator_logins"):
-        gate.admit(signed(OPERATOR), JSON, "10.0.0.1", {}, Body({"rse": "T2_A", "mode": "apply",
-                                                                   "request_id": "req-00000002"}))
+    assert plan.mode is TriggerMode.PLAN  # when no mode is sent
+
+
+@pytest.mark.parametrize("mode", list(TriggerMode))
+def test_every_mode_closed_without_operator_logins(gate: TriggerGate, mode: TriggerMode) -> None:
+    gate.rest.operator_logins = []
+    body = Body({"rse": "T2_A", "mode": mode, "request_id": "req-00000002"})
+    with pytest.raises(AuthError, match="rest.operator_logins") as refused:
+        gate.admit(signed(OPERATOR), JSON, "10.0.0.1", {}, body)
+    assert refused.value.status == 403 and not body.read  # decided by the headers alone
+    assert audit(gate)[-1]["reason"] == CLOSED
 
 
 def test_rate_limit_per_user_is_audited(gate: TriggerGate) -> None:

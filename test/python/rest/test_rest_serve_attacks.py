@@ -55,6 +55,7 @@ metrics_port = {self.metrics_port}
 hmac_key_file = "{key}"
 audit_log = "{work / 'audit.jsonl'}"
 cache_ttl_s = 0
+operator_logins = ["olivia", "rita", "sam"]
 {rest}
 """)
         self.url = f"http://127.0.0.1:{self.port}/ms-unmerged"
@@ -221,15 +222,22 @@ def metric(served: Serve, name: str) -> Optional[float]:
 
 def test_serve_restarts_its_embedded_database(served: Serve) -> None:
     """Before: when the embedded database died, serve neither started it again nor told its liveness
-    probe: every answer was 503 from then on."""
+    probe: every answer was 503 from then on. Then (issue 38) the killed server stayed a zombie until serve
+    exited: serve's watch revives it through another EmbeddedMongo than the one that started it."""
     body = {"rse": DEMO_RSE, "mode": "plan", "request_id": uuid.uuid4().hex}
     headers = operator_headers(served.key, "sam")
     assert post(served, "data/trigger", body, headers)[0] == 202
     before = served.db_pid()
     os.kill(before, signal.SIGKILL)
+    wait_for("the killed database reaped", lambda: not Path(f"/proc/{before}").exists(), 30)  # not a zombie
     wait_for("status answering again", lambda: served.db_pid() != before and get(served, "data/status")[0] == 200, 60)
     assert metric(served, "msunmerged_embedded_db_restarts_total") == 1.0
     assert post(served, "data/trigger", body, headers)[0] == 409  # the ledger outlived its server
+    again = served.db_pid()
+    os.kill(again, signal.SIGKILL)  # the restarted one too: started by the watch's EmbeddedMongo
+    wait_for("the restarted database reaped", lambda: not Path(f"/proc/{again}").exists(), 30)
+    wait_for("status answering again", lambda: served.db_pid() != again and get(served, "data/status")[0] == 200, 60)
+    assert metric(served, "msunmerged_embedded_db_restarts_total") == 2.0
     assert get(served, "data/health?probe=live")[0] == 200
 
 

@@ -22,6 +22,11 @@ def chromium() -> str:
     return run_script("chromium.sh", timeout=1200).strip().splitlines()[-1]
 
 
+# The logins the REST tests' operators trigger as (rest.operator_logins of the session's app).
+TEST_OPERATORS = ("alice", "bob", "carol", "erin", "eve", "frank", "fuzzer", "ivan", "jmuller", "judy", "kate",
+                  "olga", "oscar", "rita", "tina")
+
+
 @pytest.fixture(scope="session")
 def hmac_key(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("rest-auth") / "hmac.key"
@@ -89,6 +94,7 @@ def rest_app(mongo_client: MongoClient, hmac_key: Path, tmp_path_factory: pytest
     config.rest.audit_log = str(tmp_path_factory.mktemp("rest-audit") / "audit.jsonl")
     config.rest.cache_ttl_s = 0.0
     config.rest.trigger_rate_per_min = 3
+    config.rest.operator_logins = list(TEST_OPERATORS)  # triggers are closed while it is empty
     config.rest.thread_pool = 8  # small, so that the slow-client test can hold every thread
     config.rest.max_connections_per_client = 4  # (from several addresses: the cap is below the threads)
     config.rest.socket_timeout_s = 1.5

@@ -295,7 +295,7 @@ class DataApi:
         except DB_ERRORS:  # the request_id cannot be claimed: nothing is queued (503 from json_call)
             self.gate.record(ask, "refused", reason=DB_DOWN)
             raise
-        self.gate.record(ask, "accepted", id=record["id"])
+        self.gate.record(ask, "accepted", id=record["id"], merged_into=record["merged_into"])
         cherrypy.response.status = 202
         return envelope([record])
 

@@ -180,7 +180,7 @@ def mount(config: Config, view: LedgerView, triggers: Optional[TriggerQueue] = N
     if problem:
         log.error("%s: every trigger will be refused until rest.hmac_key_file holds the CMSWEB key", problem)
     if not config.rest.operator_logins:
-        log.warning("rest.operator_logins is empty: every apply trigger is refused (plan triggers go by role)")
+        log.warning("rest.operator_logins is empty: every trigger is refused until it names the operators")
     access_log_follows_level(cherrypy.tree.mount(root, root.base, {"/": {**APP_CONFIG, "tools.trailing_slash.on": True}}))
     return root
 

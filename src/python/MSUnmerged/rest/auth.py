@@ -42,6 +42,7 @@ AUTHENTICATED = "ok"  # compared case-insensitively: `ok` from the Go front end,
 MIN_KEY_BYTES = 16
 _NOT_KEY_MATERIAL = b" \t\n\r\x0b\x0c\x00"
 ASKED = ("rse", "mode", "request_id")  # what a trigger asks, audited as claimed until the request is parsed
+CLOSED = "triggers closed: rest.operator_logins empty"  # the audited reason while no operator is named
 
 
 class AuthError(Exception):
@@ -253,8 +254,8 @@ class TriggerAsk:
 
 class TriggerGate:
     """Who may start an RSE now, decided in this order: the same origin, a JSON body, headers that verify, an
-    operator role, rest.operator_logins, a valid request (rse, mode, a request_id), `apply` only once
-    rest.operator_logins names who may; then a rate limit per user. Everything the headers decide is decided
+    operator role, a login in rest.operator_logins (empty: every trigger refused), a valid request (rse, mode,
+    a request_id); then a rate limit per user. Everything the headers decide is decided
     before the body is read; every refusal and every outcome is audited."""
 
     def __init__(self, rest: RestConfig, keyfile: KeyFile) -> None:
@@ -290,7 +291,10 @@ class TriggerGate:
         if not has_role(user, self.rest.operator_roles):
             raise refuse("no operator role",
                          AuthError("an operator role is required: " + ", ".join(self.rest.operator_roles)))
-        if self.rest.operator_logins and user.login not in self.rest.operator_logins:
+        if not self.rest.operator_logins:
+            raise refuse(CLOSED, AuthError("triggers are refused until rest.operator_logins names the logins "
+                                           "that may trigger"))
+        if user.login not in self.rest.operator_logins:
             raise refuse("login not in rest.operator_logins",
                          AuthError("this login may not trigger (rest.operator_logins)"))
         try:
@@ -302,9 +306,6 @@ class TriggerGate:
         except (BadParam, AuthError) as exc:
             raise refuse(str(exc), exc, "refused") from None
         what.update(rse=rse, mode=mode, request_id=request_id)
-        if mode is TriggerMode.APPLY and not self.rest.operator_logins:
-            raise refuse("apply closed: rest.operator_logins empty", AuthError(
-                "apply triggers are refused until rest.operator_logins names the logins that may apply"))
         return TriggerAsk(user, rse, mode, request_id, what)
 
     def rate_limited(self, ask: TriggerAsk) -> Optional[float]:
