@@ -126,18 +126,12 @@ class KeyFile:
         return None
 
     def key(self) -> bytes:
-        """The key's raw bytes (any trailing newline included, as the front end reads them)."""
+        """The key's raw bytes (any trailing newline included, as the front end reads them); AuthError, logged,
+        when there is no usable key."""
         if not self.path:
             raise AuthError("no HMAC key configured (rest.hmac_key_file): authenticated calls are refused")
         try:
-            st = os.stat(self.path)
-            stamp = (st.st_mtime_ns, st.st_size)
-            with self._lock:
-                if stamp != self._stamp:
-                    with open(self.path, "rb") as fh:
-                        self._key = fh.read()
-                    self._stamp = stamp
-                key = self._key
+            key = self._read()
         except OSError as exc:
             log.error("HMAC key file %s unreadable: %s", self.path, exc.strerror)
             raise AuthError("HMAC key unavailable: authenticated calls are refused") from None
@@ -147,10 +141,39 @@ class KeyFile:
             raise AuthError(f"HMAC key {weakness}: authenticated calls are refused")
         return key
 
+    def usable(self) -> Optional[bytes]:
+        """The key, or None when there is none usable (not logged: for counting callers, rest/limits.py)."""
+        try:
+            key = self._read() if self.path else b""
+        except OSError:
+            return None
+        return None if key_weakness(key) else key
+
+    def _read(self) -> bytes:
+        st = os.stat(self.path)
+        stamp = (st.st_mtime_ns, st.st_size)
+        with self._lock:
+            if stamp != self._stamp:
+                with open(self.path, "rb") as fh:
+                    self._key = fh.read()
+                self._stamp = stamp
+            return self._key
+
 
 def claimed(headers: Mapping[str, bytes]) -> dict[str, str]:
     """The identity the headers claim, verified or not (for the audit of denials)."""
     return {k: headers.get(f"cms-authn-{k}", b"").decode("utf-8", "replace")[:200] for k in ("login", "dn")}
+
+
+def verified_status(headers: Mapping[str, bytes]) -> bool:
+    """The front end says it authenticated the user (`cms-auth-status: ok`, any case)."""
+    return headers.get(STATUS_HEADER, b"").decode("latin-1").strip().lower() == AUTHENTICATED
+
+
+def signature_ok(headers: Mapping[str, bytes], key: bytes) -> bool:
+    """`cms-authn-hmac` is the front end's signature, with `key`, of the other signed headers."""
+    expected = hmac.new(key, signed_message(headers), hashlib.sha1).hexdigest()
+    return hmac.compare_digest(expected.encode(), headers.get(HMAC_HEADER, b"").strip().lower())
 
 
 def user_from_headers(headers: Mapping[str, bytes], keyfile: KeyFile) -> User:
@@ -158,10 +181,9 @@ def user_from_headers(headers: Mapping[str, bytes], keyfile: KeyFile) -> User:
     status = headers.get(STATUS_HEADER)
     if status is None or HMAC_HEADER not in headers:
         raise AuthError("authentication headers missing")
-    if status.decode("latin-1").strip().lower() != AUTHENTICATED:
+    if not verified_status(headers):
         raise AuthError(f"not authenticated ({STATUS_HEADER}: {status.decode('latin-1')[:20]})")
-    expected = hmac.new(keyfile.key(), signed_message(headers), hashlib.sha1).hexdigest()
-    if not hmac.compare_digest(expected.encode(), headers[HMAC_HEADER].strip().lower()):
+    if not signature_ok(headers, keyfile.key()):
         raise AuthError("authentication headers signature mismatch")
     text = {k: v.decode("utf-8", "replace") for k, v in headers.items() if is_signed(k)}
     user = User(login=text.get("cms-authn-login", ""), name=text.get("cms-authn-name", ""),
