@@ -276,3 +276,24 @@ def test_secrets_in_source_urls_are_never_shown(attacked: Any, mongo_url: str, t
     for text in [*map(str, shown), cli.stdout]:
         assert "cmsweb.example" in text and ("<redacted>" in text or "&lt;redacted&gt;" in text)  # the page escapes
         assert not any(secret in text for secret in SECRETS), text[:3000]
+
+
+# -- 7. refused attempts bounded (issue 38) -------------------------------------------------------------
+
+
+def test_a_flood_of_refused_triggers_is_bounded(attacked: Any, tmp_path: Path) -> None:
+    """Before: 3,200 refused triggers in 5.2 s wrote 704 kB of audit, each line without the forwarded-for chain.
+    Now past rest.refusals_per_min a caller (here mallory, verified by the front end's signature but no operator)
+    is answered 429 and not audited, and each audited line carries X-Forwarded-For."""
+    app = attacked.mount("/ms-unmerged-flood", refusals_per_min=5)
+    key = attacked.key.read_bytes()
+    before = len(audit_lines(attacked))
+    chain = "188.184.9.9, 10.100.3.4"
+    answers = [request(app, "POST", "data/trigger", {**JSON, **operator_headers(key, "mallory"), "X-Forwarded-For": chain},
+                       json.dumps({"rse": RSE, "request_id": uuid.uuid4().hex}).encode())[0] for _ in range(40)]
+    assert answers == [403] * 5 + [429] * 35, answers
+    lines = audit_lines(attacked)[before:]
+    assert len(lines) == 5 and all(a["login"] == "mallory" and a["forwarded_for"] == chain for a in lines), lines
+    assert {a["caller"] for a in lines} == {"login:mallory"}
+    status, body = trigger(app, operator_headers(key, "ivan"))  # another user behind the same node keeps its share
+    assert status == 202, body

@@ -23,7 +23,7 @@ def chromium() -> str:
 
 
 # The logins the REST tests' operators trigger as (rest.operator_logins of the session's app).
-TEST_OPERATORS = ("alice", "bob", "carol", "erin", "eve", "frank", "fuzzer", "ivan", "jmuller", "judy", "kate",
+TEST_OPERATORS = ("alice", "bob", "carol", "erin", "frank", "fuzzer", "ivan", "jmuller", "judy", "kate",
                   "olga", "oscar", "rita", "tina")
 
 
