@@ -143,7 +143,7 @@ BODY = st.one_of(st.binary(max_size=200), TEXT.map(str.encode), DEEP_OR_HUGE,
 def test_deep_or_huge_bodies_are_400(fuzzed: Any, body: bytes) -> None:
     """Before: a body nested 3,000 levels deep was a 500 (RecursionError, rest/params.py caught only
     ValueError)."""
-    app = fuzzed.mount(f"/ms-unmerged-deep-{uuid.uuid4().hex[:6]}", trigger_rate_per_min=1000)
+    app = fuzzed.mount(f"/ms-unmerged-deep-{uuid.uuid4().hex[:6]}", trigger_rate_per_min=1000, refusals_per_min=1000)
     headers = {**JSON, **operator_headers(fuzzed.key.read_bytes(), "fuzzer")}
     status, answer = request(app, "POST", "data/trigger", headers, body)
     assert status == 400 and answer["error"].startswith("parameter 'body'"), answer
@@ -151,7 +151,7 @@ def test_deep_or_huge_bodies_are_400(fuzzed: Any, body: bytes) -> None:
 
 def test_no_trigger_body_or_query_makes_a_5xx(fuzzed: Any) -> None:
     """An operator's trigger with any body and query: parsed after the headers let the operator in."""
-    app = fuzzed.mount("/ms-unmerged-fuzz", trigger_rate_per_min=1000)
+    app = fuzzed.mount("/ms-unmerged-fuzz", trigger_rate_per_min=1000, refusals_per_min=1000)
     headers = {**JSON, **operator_headers(fuzzed.key.read_bytes(), "fuzzer")}
 
     @FUZZ
