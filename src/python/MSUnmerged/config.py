@@ -293,6 +293,9 @@ class RestConfig:
     # Per caller (the verified front-end login or DN, else the address; rest/limits.py): requests in progress,
     # of them streamed answers, and request starts a second (token bucket of caller_burst); more: 429.
     max_requests_per_caller: int = 8
+    # Requests in progress of all callers known only by their address together (direct clients: probes,
+    # scrapers, anyone reaching the pod): the rest of the threads stay for the front end's verified users.
+    max_requests_unverified: int = 32
     max_streams_per_caller: int = 2
     caller_requests_per_s: float = 20.0
     caller_burst: int = 40
@@ -491,6 +494,8 @@ def _validate(cfg: Config) -> None:
          "must be between 1 and 100000")
     need(1 <= cfg.rest.max_requests_per_caller < cfg.rest.thread_pool, "rest.max_requests_per_caller",
          "must be >= 1 and below rest.thread_pool (else one caller can hold every thread)")
+    need(cfg.rest.max_requests_per_caller <= cfg.rest.max_requests_unverified < cfg.rest.thread_pool,
+         "rest.max_requests_unverified", "must be between rest.max_requests_per_caller and rest.thread_pool - 1")
     need(1 <= cfg.rest.max_streams_per_caller <= cfg.rest.max_requests_per_caller, "rest.max_streams_per_caller",
          "must be between 1 and rest.max_requests_per_caller")
     need(cfg.rest.caller_requests_per_s > 0, "rest.caller_requests_per_s", "must be > 0")

@@ -46,7 +46,8 @@ def test_streams_are_known_from_the_target(target: bytes, stream: bool) -> None:
 
 
 def limits(**keys: object) -> CallerLimits:
-    rest = RestConfig(max_requests_per_caller=3, max_streams_per_caller=1, caller_requests_per_s=2.0, caller_burst=5)
+    rest = RestConfig(max_requests_per_caller=3, max_streams_per_caller=1, caller_requests_per_s=2.0, caller_burst=5,
+                      max_requests_unverified=4)
     for k, v in keys.items():
         setattr(rest, k, v)
     return CallerLimits(rest)
@@ -67,9 +68,21 @@ def test_requests_and_streams_in_progress_per_caller() -> None:
 
 def test_request_starts_per_second_with_bursts() -> None:
     shares = limits(max_requests_per_caller=100)
-    started = [shares.admit("addr:10.0.0.1", False, now=0.0) for _ in range(6)]
+    started = [shares.admit("login:carol", False, now=0.0) for _ in range(6)]
     assert [isinstance(s, Slot) for s in started] == [True] * 5 + [False]
     assert started[-1].retry_after == 1 and "rest.caller_requests_per_s" in started[-1].reason
-    assert isinstance(shares.admit("addr:10.0.0.1", False, now=0.5), Slot)  # 2 a second: one more after 0.5 s
-    assert isinstance(shares.admit("addr:10.0.0.1", False, now=0.5), Refusal)
-    assert isinstance(shares.admit("addr:10.0.0.2", False, now=0.5), Slot)
+    assert isinstance(shares.admit("login:carol", False, now=0.5), Slot)  # 2 a second: one more after 0.5 s
+    assert isinstance(shares.admit("login:carol", False, now=0.5), Refusal)
+    assert isinstance(shares.admit("login:dave", False, now=0.5), Slot)
+
+
+def test_unverified_callers_share_one_part_of_the_threads() -> None:
+    """Direct clients from many addresses (each within its own share) together hold at most
+    rest.max_requests_unverified requests: the other threads stay for the front end's verified users."""
+    shares = limits()
+    held = [shares.admit(f"addr:10.0.0.{n}", False, now=0.0) for n in range(6)]
+    assert [isinstance(s, Slot) for s in held] == [True] * 4 + [False] * 2
+    assert "rest.max_requests_unverified" in held[-1].reason
+    assert isinstance(shares.admit("login:alice", False, now=0.0), Slot)  # a verified user is not held back
+    shares.done(held[0])
+    assert isinstance(shares.admit("addr:10.0.0.9", False, now=0.0), Slot)

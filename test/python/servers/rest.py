@@ -98,6 +98,7 @@ def rest_app(mongo_client: MongoClient, hmac_key: Path, tmp_path_factory: pytest
     config.rest.thread_pool = 8  # small, so that the slow-client test can hold every thread
     config.rest.max_connections_per_client = 4  # (from several addresses: the cap is below the threads)
     config.rest.max_requests_per_caller = 4
+    config.rest.max_requests_unverified = 6
     config.rest.caller_requests_per_s = 1000.0  # the tests' own many requests (one caller: 127.0.0.1) are not limited
     config.rest.caller_burst = 1000
     config.rest.socket_timeout_s = 1.5

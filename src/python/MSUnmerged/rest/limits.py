@@ -3,8 +3,10 @@ it may start now. Behind the CMSWEB front end every user arrives from the same f
 caller is the authenticated login (or DN) when the front end's signed headers verify, the client address
 otherwise. A caller may have at most `rest.max_requests_per_caller` requests in progress (a streamed answer
 until its last byte), of them `rest.max_streams_per_caller` `stream=true` answers, and start
-`rest.caller_requests_per_s` requests a second on average (bursts of `rest.caller_burst`); beyond, 429 with
-Retry-After."""
+`rest.caller_requests_per_s` requests a second on average (bursts of `rest.caller_burst`); and all callers the
+front end did not verify together (direct clients, from however many addresses) at most
+`rest.max_requests_unverified` requests in progress, so that the other threads stay for the front end's users;
+beyond, 429 with Retry-After."""
 from __future__ import annotations
 
 import collections
@@ -22,6 +24,7 @@ from MSUnmerged.rest.auth import HMAC_HEADER, KeyFile, signature_ok, verified_st
 MAX_TRACKED = 10_000
 # The environ key under which the request's caller (`caller_of`) reaches the application.
 CALLER = "msunmerged.caller"
+UNVERIFIED = "addr:"  # the prefix of a caller known only by its address
 
 
 def caller_of(headers: Mapping[str, bytes], remote: str, keyfile: KeyFile) -> str:
@@ -33,7 +36,7 @@ def caller_of(headers: Mapping[str, bytes], remote: str, keyfile: KeyFile) -> st
             who = headers.get(f"cms-authn-{kind}", b"").decode("utf-8", "replace").strip()
             if who:
                 return f"{kind}:{who[:200]}"
-    return f"addr:{remote}"
+    return f"{UNVERIFIED}{remote}"
 
 
 def is_stream(target: bytes) -> bool:
@@ -67,6 +70,8 @@ class CallerLimits:
     def __init__(self, rest: RestConfig) -> None:
         self.max_requests = rest.max_requests_per_caller
         self.max_streams = rest.max_streams_per_caller
+        self.max_unverified = rest.max_requests_unverified
+        self._unverified = 0  # requests in progress of all unverified callers
         self.rate = rest.caller_requests_per_s
         self.burst = float(rest.caller_burst)
         self._busy: collections.Counter[str] = collections.Counter()
@@ -81,6 +86,10 @@ class CallerLimits:
             if self._busy[caller] >= self.max_requests:
                 return Refusal(f"{self.max_requests} requests of this caller in progress "
                                "(rest.max_requests_per_caller)", 1)
+            unverified = caller.startswith(UNVERIFIED)
+            if unverified and self._unverified >= self.max_unverified:
+                return Refusal(f"{self.max_unverified} requests of callers the front end did not authenticate in "
+                               "progress (rest.max_requests_unverified)", 1)
             if stream and self._streams[caller] >= self.max_streams:
                 return Refusal(f"{self.max_streams} streamed answers of this caller in progress "
                                "(rest.max_streams_per_caller)", 1)
@@ -94,6 +103,7 @@ class CallerLimits:
                 self._forget_idle(now)
             self._buckets[caller] = (tokens - 1.0, now)
             self._busy[caller] += 1
+            self._unverified += unverified
             if stream:
                 self._streams[caller] += 1
         return Slot(caller, stream)
@@ -102,6 +112,7 @@ class CallerLimits:
         """The request of `slot` ended (answered, failed or cut)."""
         with self._lock:
             _decrement(self._busy, slot.caller)
+            self._unverified -= slot.caller.startswith(UNVERIFIED)
             if slot.stream:
                 _decrement(self._streams, slot.caller)
 
