@@ -47,12 +47,17 @@ def redact(text: str) -> str:
 
 
 def substitute(text: str) -> str:
-    """Every substitution of `redact`, without its cheap first test."""
-    text = _USERINFO.sub(lambda m: m.group(1) + REDACTED + "@", text)
-    text = _COOKIES.sub(lambda m: m.group(1) + REDACTED, text)
-    text = _SCHEME.sub(lambda m: m.group(1) + REDACTED, text)
+    """Every substitution of `redact`, without its cheap first test; each pattern only where its literal part is
+    (a URL with a secret: 5.4 us before the forms of issue 38, 14 with all five patterns run, 8 with these tests)."""
+    low = text.lower()
+    if "@" in text:
+        text = _USERINFO.sub(lambda m: m.group(1) + REDACTED + "@", text)
+    if "cookie" in low:
+        text = _COOKIES.sub(lambda m: m.group(1) + REDACTED, text)
+    if "bearer" in low or "basic" in low:
+        text = _SCHEME.sub(lambda m: m.group(1) + REDACTED, text)
     text = _NAMED.sub(lambda m: m.group(1) + REDACTED, text)
-    return _JWT.sub(REDACTED, text)
+    return _JWT.sub(REDACTED, text) if "eyJ" in text else text
 
 
 def secret_header(name: str) -> bool:
