@@ -287,12 +287,12 @@ def front_end(case: str) -> dict[str, str]:
 
 
 def exchange(port: int, path: str, headers: dict[str, str], method: str = "GET", body: bytes = b"",
-             read: bool = True) -> tuple[int, dict[str, str], bytes]:
-    """One request from the front-end node's address (127.0.0.1), its headers sent as the front end sends them
-    (UTF-8 values); (status, headers, body) of the answer, read whole when `read`."""
+             read: bool = True, source: str = "127.0.0.1") -> tuple[int, dict[str, str], bytes]:
+    """One request from `source` (by default the front-end node's address), its headers sent as the front end
+    sends them (UTF-8 values); (status, headers, body) of the answer, read whole when `read`."""
     lines = [f"{method} {path} HTTP/1.1", "Host: x", "Connection: close", f"Content-Length: {len(body)}",
              *(f"{k}: {v}" for k, v in headers.items())]
-    with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+    with socket.create_connection(("127.0.0.1", port), timeout=60, source_address=(source, 0)) as s:
         s.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("utf-8") + body)
         answer = b""
         while chunk := s.recv(65536):
@@ -325,7 +325,8 @@ def test_one_user_behind_the_front_end_does_not_starve_another(behind_front_end:
                                      front_end("self_made_role"))
 
 
-def one_user_does_not_starve_another(served: Serve, port: int, greedy: dict[str, str], other: dict[str, str]) -> None:
+def one_user_does_not_starve_another(served: Serve, port: int, greedy: dict[str, str], other: dict[str, str],
+                                     sources: tuple[str, str] = ("127.0.0.1", "127.0.0.1")) -> None:
     """`greedy`'s 6 slow trigger bodies (held until the deadline) and 40 concurrent requests (status, and streams
     read only at their end), sent to `port`, leave `other`'s status answered 200 every time, while `greedy` gets
     200s and 429s: its share (rest.max_requests_per_caller, 8) and no more."""
@@ -339,7 +340,7 @@ def one_user_does_not_starve_another(served: Serve, port: int, greedy: dict[str,
         # The greedy user's requests, over and over: status, and streams it reads only at the end.
         path = f"{base}/files?rse={DEMO_RSE}&stream=true" if n % 4 == 0 else f"{base}/status"
         while not stop.is_set():
-            status, headers, _ = exchange(port, path, greedy)
+            status, headers, _ = exchange(port, path, greedy, source=sources[0])
             with lock:
                 statuses.append(status)
                 if status == 429:
@@ -347,14 +348,14 @@ def one_user_does_not_starve_another(served: Serve, port: int, greedy: dict[str,
 
     with Tricklers() as slow:
         for _ in range(6):  # the greedy operator's slow trigger bodies: each holds a thread until the deadline
-            slow.open(port, "127.0.0.1", *slow_body(served, greedy))
+            slow.open(port, sources[0], *slow_body(served, greedy))
         threads = [threading.Thread(target=hammer, args=(n,), daemon=True) for n in range(40)]
         for t in threads:
             t.start()
         answered = []
         end = time.monotonic() + 8  # within rest.request_deadline_s: the slow bodies are all still held
         while time.monotonic() < end:
-            status, _, body = exchange(port, f"{base}/status?detail=false", other)
+            status, _, body = exchange(port, f"{base}/status?detail=false", other, source=sources[1])
             answered.append(status)
             time.sleep(0.2)
         stop.set()
@@ -364,6 +365,12 @@ def one_user_does_not_starve_another(served: Serve, port: int, greedy: dict[str,
     assert 429 in statuses and 200 in statuses, sorted(set(statuses))  # the greedy user got its share, no more
     assert set(statuses) <= {200, 429}, sorted(set(statuses))
     assert retry_after and all(v.isdigit() and int(v) >= 1 for v in retry_after), retry_after[:5]
+
+
+def test_one_direct_client_does_not_starve_another(behind_front_end: Serve) -> None:
+    """Without the front end each address is a caller: one address's 40 concurrent requests and slow bodies leave
+    another's status answered."""
+    one_user_does_not_starve_another(behind_front_end, behind_front_end.port, {}, {}, ("127.0.0.20", "127.0.0.21"))
 
 
 @pytest.fixture(scope="module")
