@@ -242,7 +242,7 @@ class GuardedServer(cheroot.wsgi.Server):
         self.per_client = rest.max_connections_per_client
         self.keyfile = KeyFile(rest.hmac_key_file)
         self.callers = CallerLimits(rest)
-        self.refused = 0  # connections or requests answered 429 (per address or per caller), 408 before a thread
+        self.refused = 0  # connections or requests answered 429 (per address or per caller)
         self._open: collections.Counter[str] = collections.Counter()
         self._warned: dict[str, float] = {}
         self._lock = threading.Lock()
