@@ -84,9 +84,17 @@ def start_serve(env: Mapping[str, str], log: Path, cache_ttl: float = 2.0,
     code of `src` (default: this checkout's src/python); its polling loop's live sources are unreachable here, so
     it idles."""
     port = free_port()
-    env = {**os.environ, **env, "MSUNMERGED_REST__CACHE_TTL_S": str(cache_ttl),
-           "MSUNMERGED_REST__MAX_CONNECTIONS_PER_CLIENT": "48",  # every client of the generator is on 127.0.0.1
-           "MSUNMERGED_SERVICE__LOG_LEVEL": "WARNING", "PYTHONPATH": src or str(REPO / "src" / "python")}
+    code = src or str(REPO / "src" / "python")
+    # Every client of the generator is one caller (127.0.0.1, unauthenticated): its limits are lifted, where the
+    # code has them (rest/limits.py; older code refuses their keys).
+    limited = (Path(code) / "MSUnmerged" / "rest" / "limits.py").exists()
+    caller = {} if not limited else {"MSUNMERGED_REST__MAX_REQUESTS_PER_CALLER": "48",
+                             "MSUNMERGED_REST__MAX_REQUESTS_UNVERIFIED": "48",
+                             "MSUNMERGED_REST__CALLER_REQUESTS_PER_S": "1000000",
+                             "MSUNMERGED_REST__CALLER_BURST": "1000000"}
+    env = {**os.environ, **env, **caller, "MSUNMERGED_REST__CACHE_TTL_S": str(cache_ttl),
+           "MSUNMERGED_REST__MAX_CONNECTIONS_PER_CLIENT": "48",
+           "MSUNMERGED_SERVICE__LOG_LEVEL": "WARNING", "PYTHONPATH": code}
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "MSUnmerged.cli", "serve", "--port", str(port)], env=env,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)

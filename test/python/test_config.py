@@ -76,7 +76,10 @@ def test_file_and_environment(tmp_path):
     ("", {"MSUNMERGED_JOBS__MAX_OPS_PER_S": "-0.5"}, "jobs.max_ops_per_s"),
     ("", {"MSUNMERGED_JOBS__TOP_UP_S": "0"}, "jobs.top_up_s"),
     ("[rest]\nrequest_deadline_s = 0\n", {}, "rest.request_deadline_s"),
-    ("[rest]\nthread_pool = 16\nmax_connections_per_client = 16\n", {}, "rest.max_connections_per_client"),
+    ("[rest]\nthread_pool = 16\nmax_requests_per_caller = 16\n", {}, "rest.max_requests_per_caller"),
+    ("[rest]\nmax_streams_per_caller = 9\n", {}, "rest.max_streams_per_caller"),
+    ("[rest]\ncaller_requests_per_s = 0\n", {}, "rest.caller_requests_per_s"),
+    ("[rest]\naudit_log_max_bytes = 100\n", {}, "rest.audit_log_max_bytes"),
     ("[rest]\nmax_connections_per_client = 0\n", {}, "rest.max_connections_per_client"),
     ("[rest]\ndb_dead_s = 5\n", {}, "rest.db_dead_s"),
     # An RSE document keeps its last 10 events (ledger.base.EVENTS_KEPT): more repeats could never be counted.

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds a signer from dmwm/cmsauth's own Go code (the CMSWEB front end's: SetCMSHeaders + GetHmac), for
-# the vectors in test/fixtures/cmsauth/ (see its README). Nothing of cmsauth is kept in this repository:
+# the vectors in test/fixtures/cmsauth/ (see its README), and a front end: a reverse proxy signing as CMSWEB's
+# auth-proxy-server does. Nothing of cmsauth is kept in this repository:
 #   cmsauth-signer.sh            prints the path of the built signer (built once into test/.servers/cmsauth)
+#   cmsauth-signer.sh front-end  prints the path of the built front end (built with the signer)
 # The source is a clone of https://github.com/dmwm/cmsauth at COMMIT, or the folder $CMSAUTH_SRC (a checkout
 # of it, where github.com cannot be reached). utils.go needs github.com/vkuznet/x509proxy, which cannot be
 # fetched here: its one function using it, TlsCerts (client certificates, nothing to do with signing), is
@@ -10,12 +12,19 @@
 # request.json: {"key_file": PATH, "path": URL path, "headers": {the client's own headers},
 #                "user": {name, cern_upn, dn, ...}, "cric": {sorted DN: {"DN": ..., "Roles": {role: [scope]}}}}
 # headers.json: every request header after SetCMSHeaders, as the back end receives them ({name: value}).
+#   front-end LISTEN BACKEND_URL KEY_FILE USERS_JSON
+# USERS_JSON: {"<name>": {"user": {...}, "cric": {...}}}. A client names its user in `X-Test-User` (standing for
+# the certificate or token the real front end checks; removed before forwarding); any other header it sends is
+# forwarded and signed with the rest, as by the real one; an unknown name: 401. Proxied by Go's
+# httputil.ReverseProxy (it appends the client to X-Forwarded-For and streams bodies as they come).
 set -euo pipefail
 COMMIT=ce1b94285adf22ba6d20ee122969164e8ce60355
 HERE="$(cd "$(dirname "$0")/../.." && pwd)"
 OUT="$HERE/test/.servers/cmsauth"
 BIN="$OUT/signer-$COMMIT"
-if [ -x "$BIN" ]; then echo "$BIN"; exit 0; fi
+FRONT_END="$OUT/front-end-$COMMIT"
+if [ "${1:-}" = front-end ]; then WANTED="$FRONT_END"; else WANTED="$BIN"; fi
+if [ -x "$BIN" ] && [ -x "$FRONT_END" ]; then echo "$WANTED"; exit 0; fi
 command -v go >/dev/null || {
     apt-get -o DPkg::Lock::Timeout=600 update -qq
     DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends golang-go
@@ -49,7 +58,8 @@ module msunmerged/cmsauthsigner
 
 go 1.19
 EOF
-cat > "$BUILD/main.go" <<'EOF'
+mkdir -p "$BUILD/signer" "$BUILD/frontend"
+cat > "$BUILD/signer/main.go" <<'EOF'
 package main
 
 import (
@@ -92,5 +102,56 @@ func main() {
 	}
 }
 EOF
-(cd "$BUILD" && GOFLAGS=-mod=mod GOPROXY=off GOCACHE="$OUT/gocache" GOPATH="$OUT/gopath" go build -o "$BIN" .)
-echo "$BIN"
+cat > "$BUILD/frontend/main.go" <<'EOF'
+package main
+
+import (
+	"encoding/json"
+	"log"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+
+	"msunmerged/cmsauthsigner/cmsauth"
+)
+
+type identity struct {
+	User map[string]interface{}       `json:"user"`
+	Cric map[string]cmsauth.CricEntry `json:"cric"`
+}
+
+func main() {
+	listen, backend, keyFile, usersFile := os.Args[1], os.Args[2], os.Args[3], os.Args[4]
+	target, err := url.Parse(backend)
+	if err != nil {
+		log.Fatal(err)
+	}
+	data, err := os.ReadFile(usersFile)
+	if err != nil {
+		log.Fatal(err)
+	}
+	var users map[string]identity
+	if err := json.Unmarshal(data, &users); err != nil {
+		log.Fatal(err)
+	}
+	var auth cmsauth.CMSAuth
+	auth.Init(keyFile)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.Transport = &http.Transport{MaxIdleConnsPerHost: 100}
+	http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		id, ok := users[r.Header.Get("X-Test-User")]
+		r.Header.Del("X-Test-User")
+		if !ok {
+			http.Error(w, "unknown user", http.StatusUnauthorized)
+			return
+		}
+		auth.SetCMSHeaders(r, id.User, cmsauth.CricRecords(id.Cric), false)
+		proxy.ServeHTTP(w, r)
+	})
+	log.Fatal(http.ListenAndServe(listen, nil))
+}
+EOF
+export GOFLAGS=-mod=mod GOPROXY=off GOCACHE="$OUT/gocache" GOPATH="$OUT/gopath"
+(cd "$BUILD" && go build -o "$BIN" ./signer && go build -o "$FRONT_END" ./frontend)
+echo "$WANTED"

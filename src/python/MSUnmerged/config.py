@@ -278,19 +278,34 @@ class RestConfig:
     base: str = "/ms-unmerged"
     hmac_key_file: str = ""
     operator_roles: list[str] = field(default_factory=lambda: ["admin:group:dmwm", "operator:group:dmwm"])
-    # Who may trigger `apply` (and, when set, any trigger), whatever their roles: the front end also signs
-    # cms-authz-* headers a client sent itself, so a role header alone can be forged through it. Empty: no
-    # `apply` trigger is accepted (closed by default); `plan` triggers go by operator_roles.
+    # Who may trigger (any mode), beside holding an operator role: the front end also signs cms-authz-* headers
+    # a client sent itself, so a role header alone can be forged through it. Empty: every trigger is refused
+    # (closed by default).
     operator_logins: list[str] = field(default_factory=list)
     trigger_rate_per_min: int = 6
+    # Refused trigger attempts (denied, refused) audited per caller in any 60 s; more are answered 429 with
+    # Retry-After, unaudited but counted in the caller's next audit line (`suppressed`).
+    refusals_per_min: int = 12
     audit_log: str = ""
+    audit_log_max_bytes: int = 10 * 1024 * 1024  # the audit file is rotated at this size (<file>.1, .2, ...)
+    audit_log_files: int = 5  # rotated audit files kept beside the current one
     thread_pool: int = 64  # request threads, a fixed number; the status and info answers are cached
     queue_size: int = 64  # accepted connections waiting for a thread; beyond it new ones wait in the kernel
     socket_timeout_s: float = 10.0  # a client silent this long mid-request is dropped, freeing its thread
     request_deadline_s: float = 10.0  # a request's line, headers and body must all arrive within this (else 408)
-    # Open connections from one address; more are answered 503 at once, so that one client never holds
-    # every thread (in CMSWEB the front end is the client: keep it well above its concurrency).
-    max_connections_per_client: int = 16
+    # Open connections from one address; more are answered 429 at once. They hold no thread until a request's
+    # headers are all here; in CMSWEB each front-end node is one address for all its users: keep it well above
+    # the node's concurrency (the limits per caller below share the threads out).
+    max_connections_per_client: int = 256
+    # Per caller (the verified front-end login or DN, else the address; rest/limits.py): requests in progress,
+    # of them streamed answers, and request starts a second (token bucket of caller_burst); more: 429.
+    max_requests_per_caller: int = 8
+    # Requests in progress of all callers known only by their address together (direct clients: probes,
+    # scrapers, anyone reaching the pod): the rest of the threads stay for the front end's verified users.
+    max_requests_unverified: int = 32
+    max_streams_per_caller: int = 2
+    caller_requests_per_s: float = 20.0
+    caller_burst: int = 40
     max_body_bytes: int = 65536  # larger request bodies are refused (413) before any authentication
     # status/info answers are rebuilt, and an RSE's current generation and a job's document (what per-file pages
     # start from) are read again, at most this often (0: never cached)
@@ -482,8 +497,19 @@ def _validate(cfg: Config) -> None:
     need(1 <= cfg.rest.queue_size <= 10000, "rest.queue_size", "must be between 1 and 10000")
     need(0 < cfg.rest.socket_timeout_s <= 300, "rest.socket_timeout_s", "must be in (0, 300]")
     need(0 < cfg.rest.request_deadline_s <= 300, "rest.request_deadline_s", "must be in (0, 300]")
-    need(1 <= cfg.rest.max_connections_per_client < cfg.rest.thread_pool, "rest.max_connections_per_client",
-         "must be >= 1 and below rest.thread_pool (else one client can hold every thread)")
+    need(1 <= cfg.rest.max_connections_per_client <= 100_000, "rest.max_connections_per_client",
+         "must be between 1 and 100000")
+    need(1 <= cfg.rest.max_requests_per_caller < cfg.rest.thread_pool, "rest.max_requests_per_caller",
+         "must be >= 1 and below rest.thread_pool (else one caller can hold every thread)")
+    need(cfg.rest.max_requests_per_caller <= cfg.rest.max_requests_unverified < cfg.rest.thread_pool,
+         "rest.max_requests_unverified", "must be between rest.max_requests_per_caller and rest.thread_pool - 1")
+    need(1 <= cfg.rest.max_streams_per_caller <= cfg.rest.max_requests_per_caller, "rest.max_streams_per_caller",
+         "must be between 1 and rest.max_requests_per_caller")
+    need(cfg.rest.caller_requests_per_s > 0, "rest.caller_requests_per_s", "must be > 0")
+    need(cfg.rest.caller_burst >= 1, "rest.caller_burst", "must be >= 1")
+    need(cfg.rest.refusals_per_min >= 1, "rest.refusals_per_min", "must be >= 1")
+    need(cfg.rest.audit_log_max_bytes >= 65536, "rest.audit_log_max_bytes", "must be >= 65536")
+    need(0 <= cfg.rest.audit_log_files <= 100, "rest.audit_log_files", "must be between 0 and 100")
     need(cfg.rest.db_dead_s == 0 or cfg.rest.db_dead_s >= 10, "rest.db_dead_s", "must be 0 (off) or >= 10")
     need(1024 <= cfg.rest.max_body_bytes <= 16 * 1024 * 1024, "rest.max_body_bytes",
          "must be between 1024 and 16 MiB")

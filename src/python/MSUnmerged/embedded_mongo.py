@@ -26,6 +26,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import IO, Any, Iterator, Optional
@@ -153,6 +154,9 @@ class EmbeddedMongo:
         with open(self.log_file, "ab") as out:
             self.proc = subprocess.Popen(command(self.port, self.db_dir), stdout=out, stderr=subprocess.STDOUT,
                                          start_new_session=True)
+        # Reaped the moment it ends, whoever notices (serve's watch revives it through another EmbeddedMongo of
+        # the same folder, which never held this Popen): else a killed server stays a zombie until we exit.
+        threading.Thread(target=self.proc.wait, name=f"msunmerged-reap-{self.proc.pid}", daemon=True).start()
         deadline = time.monotonic() + timeout
         while not _listens(self.port):
             if self.proc.poll() is not None:

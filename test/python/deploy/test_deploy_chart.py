@@ -284,7 +284,9 @@ def test_the_rendered_backend_reaches_a_real_pool_with_the_mounted_token(condor_
     """The chart's HTCondor values and token mount, loaded as the service loads them, reach a real schedd:
     the preflight authenticates with the mounted IDTOKEN at WRITE level."""
     tokens = condor_pool.token_dir("submitter")
-    config, _ = service_config("t1", tmp_path, condor={"pool": condor_pool.pool, "tokenDir": str(tokens)})
+    schedd = condor_pool.run("condor_status", "-schedd", "-af", "Name", timeout=20).split()[0]  # the chart requires one
+    config, _ = service_config("t1", tmp_path, condor={"pool": condor_pool.pool, "schedd": schedd,
+                                                      "tokenDir": str(tokens)})
     router = make_router(config)
     assert type(router.for_rse(condor_pool.site)).__name__ == "CondorBackend"
     router.preflight(condor_pool.site)  # raises BackendError when the pool refuses or cannot be reached

@@ -22,10 +22,12 @@ from typing import Any, Iterator
 import pytest
 from pymongo import MongoClient
 
+from MSUnmerged.config import Config
 from MSUnmerged.guards import UNKNOWN_RSE
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.ledger.requestids import RequestIds
 from MSUnmerged.ledger.view import MongoLedgerView
+from MSUnmerged.rest.auth import CLOSED
 from MSUnmerged.rest.triggers import TriggerRefused
 
 from rest_kit import seed_rse
@@ -72,18 +74,21 @@ def key_file(tmp_path: Path, case: str) -> str:
 # -- 1. closed by default ----------------------------------------------------------------------------
 
 
-def test_apply_is_closed_without_operator_logins(attacked: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["apply", "plan"])
+def test_triggers_are_closed_without_operator_logins(attacked: Any, tmp_path: Path, mode: str) -> None:
     """Before: with the default (empty) rest.operator_logins, a CMS user who added `cms-authz-operator`
-    herself (signed by the front end like any header) got 202 for apply, as did any operator."""
-    app = attacked.mount("/ms-unmerged-closed", hmac_key_file=key_file(tmp_path, "operator"))
-    assert not attacked.config.rest.operator_logins  # the default
+    herself (signed by the front end like any header) got 202 for apply, as did any operator (issue 26);
+    then `plan` stayed open by role (issue 38): anyone could queue plans ahead of an operator's apply."""
+    app = attacked.mount(f"/ms-unmerged-closed-{mode}", hmac_key_file=key_file(tmp_path, "operator"),
+                         operator_logins=[])
+    assert Config().rest.operator_logins == []  # the default
+    before = len(audit_lines(attacked))
     for case in ("self_made_role", "operator"):
-        status, body = trigger(app, signed(case), "apply")
+        status, body = trigger(app, signed(case), mode)
         assert status == 403 and "rest.operator_logins" in body["error"], (case, body)
-    status, body = trigger(app, signed("operator"), "plan")  # plan triggers go by role: interop holds
-    assert status == 202 and body["result"][0]["user"] == "jmuller", body
-    denied = [a for a in audit_lines(attacked) if a.get("mode") == "apply" and a["outcome"] == "denied"]
-    assert {a["login"] for a in denied} >= {"eve", "jmuller"}
+    denied = audit_lines(attacked)[before:]
+    assert [(a["login"], a["reason"]) for a in denied] == [("eve", CLOSED), ("jmuller", CLOSED)]
+    assert app.root.data.queue.recent() == []
 
 
 def test_apply_only_for_listed_logins(attacked: Any, tmp_path: Path) -> None:
@@ -271,3 +276,24 @@ def test_secrets_in_source_urls_are_never_shown(attacked: Any, mongo_url: str, t
     for text in [*map(str, shown), cli.stdout]:
         assert "cmsweb.example" in text and ("<redacted>" in text or "&lt;redacted&gt;" in text)  # the page escapes
         assert not any(secret in text for secret in SECRETS), text[:3000]
+
+
+# -- 7. refused attempts bounded (issue 38) -------------------------------------------------------------
+
+
+def test_a_flood_of_refused_triggers_is_bounded(attacked: Any, tmp_path: Path) -> None:
+    """Before: 3,200 refused triggers in 5.2 s wrote 704 kB of audit, each line without the forwarded-for chain.
+    Now past rest.refusals_per_min a caller (here mallory, verified by the front end's signature but no operator)
+    is answered 429 and not audited, and each audited line carries X-Forwarded-For."""
+    app = attacked.mount("/ms-unmerged-flood", refusals_per_min=5)
+    key = attacked.key.read_bytes()
+    before = len(audit_lines(attacked))
+    chain = "188.184.9.9, 10.100.3.4"
+    answers = [request(app, "POST", "data/trigger", {**JSON, **operator_headers(key, "mallory"), "X-Forwarded-For": chain},
+                       json.dumps({"rse": RSE, "request_id": uuid.uuid4().hex}).encode())[0] for _ in range(40)]
+    assert answers == [403] * 5 + [429] * 35, answers
+    lines = audit_lines(attacked)[before:]
+    assert len(lines) == 5 and all(a["login"] == "mallory" and a["forwarded_for"] == chain for a in lines), lines
+    assert {a["caller"] for a in lines} == {"login:mallory"}
+    status, body = trigger(app, operator_headers(key, "ivan"))  # another user behind the same node keeps its share
+    assert status == 202, body

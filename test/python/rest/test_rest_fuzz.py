@@ -53,7 +53,8 @@ RAW = st.sampled_from(["%ff%fe", "%", "%zz", "%00", "%c3%28", "a=b=c", "&&", "=x
 
 
 # Values that are wrong for most parameters, each tried on every parameter with the others valid.
-HOSTILE = ["", "zz", " ", "\n", "-1", "1e999", "NaN", "0x1f", "\x00", "%", "é", "a" * 5000, "true\n",
+HOSTILE = ["", "zz", " ", "\n", "-1", "1e999", "NaN", "0x1f", "\x00", "%", "é", "a" * 5000, "true\n", "9" * 5000,
+           "-" + "1" * 4400, "1e99999999", "1" + "0" * 400,
            f"{RSE}|1.000|", f"{RSE}|x|/store/unmerged/", "|||", "/store/unmerged/../x", "[]", "{}"]
 
 
@@ -118,16 +119,39 @@ def test_a_malformed_cursor_is_400(fuzzed: Any) -> None:
     assert status == 400 and "parameter 'after'" in body["error"], body
 
 
-BODY = st.one_of(st.binary(max_size=200), TEXT.map(str.encode),
+def nested(opener: bytes, closer: bytes, inner: bytes = b"") -> st.SearchStrategy[bytes]:
+    """`opener` n times, `inner`, `closer` n times: JSON nested n deep (up to ~30,000, within rest.max_body_bytes)."""
+    return st.integers(1, 30_000).map(lambda n: opener * n + inner + closer * n)
+
+
+# Bodies nested deep (Python's JSON parser raises RecursionError past ~1,000 levels) and numbers with more
+# digits than Python converts (ValueError past 4,300) or than a float holds.
+DEEP_OR_HUGE = st.one_of(nested(b"[", b"]"), nested(b'{"a":', b"}", b"1"), nested(b'{"rse":[', b"]}"),
+                         st.integers(1, 60_000).map(lambda n: b'{"rse": ' + b"9" * n + b"}"),
+                         st.integers(1, 60_000).map(lambda n: b"-" + b"1" * n),
+                         st.integers(300, 100_000).map(lambda n: b'{"request_id": 1e%d}' % n))
+BODY = st.one_of(st.binary(max_size=200), TEXT.map(str.encode), DEEP_OR_HUGE,
                  st.dictionaries(TEXT, TEXT | st.integers() | st.none() | st.lists(TEXT, max_size=2),
                                  max_size=4).map(lambda d: json.dumps(d).encode()),
                  st.fixed_dictionaries({"rse": st.sampled_from([RSE]) | TEXT, "mode": st.sampled_from(["plan"]) | TEXT,
                                         "request_id": st.just("") | TEXT}).map(lambda d: json.dumps(d).encode()))
 
 
+@pytest.mark.parametrize("body", [b"[" * 3000 + b"]" * 3000, b'{"rse":' * 3000 + b"1" + b"}" * 3000,
+                                  b'{"rse": ' + b"9" * 5000 + b"}", b'{"rse": "x", "request_id": 1e999}'],
+                         ids=["array-3000-deep", "object-3000-deep", "5000-digits", "infinite-float"])
+def test_deep_or_huge_bodies_are_400(fuzzed: Any, body: bytes) -> None:
+    """Before: a body nested 3,000 levels deep was a 500 (RecursionError, rest/params.py caught only
+    ValueError)."""
+    app = fuzzed.mount(f"/ms-unmerged-deep-{uuid.uuid4().hex[:6]}", trigger_rate_per_min=1000, refusals_per_min=1000)
+    headers = {**JSON, **operator_headers(fuzzed.key.read_bytes(), "fuzzer")}
+    status, answer = request(app, "POST", "data/trigger", headers, body)
+    assert status == 400 and answer["error"].startswith("parameter 'body'"), answer
+
+
 def test_no_trigger_body_or_query_makes_a_5xx(fuzzed: Any) -> None:
     """An operator's trigger with any body and query: parsed after the headers let the operator in."""
-    app = fuzzed.mount("/ms-unmerged-fuzz", trigger_rate_per_min=1000)
+    app = fuzzed.mount("/ms-unmerged-fuzz", trigger_rate_per_min=1000, refusals_per_min=1000)
     headers = {**JSON, **operator_headers(fuzzed.key.read_bytes(), "fuzzer")}
 
     @FUZZ

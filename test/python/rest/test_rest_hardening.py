@@ -61,7 +61,8 @@ JSON = {"Content-Type": "application/json"}
 
 
 def audit_lines(app: Any) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in app.audit.read_text().splitlines()]
+    """The audit file's lines (none before the first is written)."""
+    return [json.loads(line) for line in app.audit.read_text().splitlines()] if app.audit.exists() else []
 
 
 @pytest.fixture(scope="module")
@@ -205,15 +206,24 @@ class BrokenView(MongoLedgerView):
         raise RuntimeError("a bug")
 
 
-def test_signed_headers_never_logged(hard: Any, caplog: pytest.LogCaptureFixture) -> None:
-    """Before: on a 500, CherryPy logged every request header, the signed cms-authn-hmac included."""
+# Credentials a client may send, each in a header of its own (issue 38: Cookie and X-Rucio-Auth-Token were dumped).
+CREDENTIAL_HEADERS = {"Authorization": "Basic QUxJQ0U6UzNDUkVULXB3", "Cookie": "session=S3CRET-cookie; theme=dark",
+                      "X-Rucio-Auth-Token": "root-root-webui-S3CRET-rucio", "X-Api-Key": "S3CRET-apikey",
+                      "X-Note": "retry with password=S3CRET-inline, eyJhbGciOiJIUzI1NiJ9.eyJTM0NSRVQ.S3CRET-jwt"}
+
+
+def test_credentials_never_logged(hard: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """Before: on a 500, CherryPy logged every request header, the signed cms-authn-hmac included; then
+    (issue 38) Cookie, X-Rucio-Auth-Token, Basic credentials and a password in any header were written in clear."""
     app = mount(hard, "/ms-unmerged-broken", BrokenView(hard.db))
-    headers = {**operator_headers(hard.key.read_bytes()), "X-Trace": "visible"}
+    headers = {**operator_headers(hard.key.read_bytes()), "X-Trace": "visible", **CREDENTIAL_HEADERS}
     with caplog.at_level(logging.INFO):
         status, _ = request(app, "GET", "data/status", headers)
     assert status == 500
     assert "x-trace: visible" in caplog.text.lower() and "<redacted>" in caplog.text
     assert headers["cms-authn-hmac"] not in caplog.text and "Alice Operator" not in caplog.text
+    assert "S3CRET" not in caplog.text and "QUxJQ0U6UzNDUkVULXB3" not in caplog.text
+    assert "cookie: <redacted>" in caplog.text.lower() and "x-note: retry with password=<redacted>" in caplog.text.lower()
 
 
 # -- the ledger database away --------------------------------------------------------------------

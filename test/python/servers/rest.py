@@ -22,6 +22,11 @@ def chromium() -> str:
     return run_script("chromium.sh", timeout=1200).strip().splitlines()[-1]
 
 
+# The logins the REST tests' operators trigger as (rest.operator_logins of the session's app).
+TEST_OPERATORS = ("alice", "bob", "carol", "erin", "frank", "fuzzer", "ivan", "jmuller", "judy", "kate",
+                  "olga", "oscar", "rita", "tina")
+
+
 @pytest.fixture(scope="session")
 def hmac_key(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("rest-auth") / "hmac.key"
@@ -89,8 +94,13 @@ def rest_app(mongo_client: MongoClient, hmac_key: Path, tmp_path_factory: pytest
     config.rest.audit_log = str(tmp_path_factory.mktemp("rest-audit") / "audit.jsonl")
     config.rest.cache_ttl_s = 0.0
     config.rest.trigger_rate_per_min = 3
+    config.rest.operator_logins = list(TEST_OPERATORS)  # triggers are closed while it is empty
     config.rest.thread_pool = 8  # small, so that the slow-client test can hold every thread
     config.rest.max_connections_per_client = 4  # (from several addresses: the cap is below the threads)
+    config.rest.max_requests_per_caller = 4
+    config.rest.max_requests_unverified = 6
+    config.rest.caller_requests_per_s = 1000.0  # the tests' own many requests (one caller: 127.0.0.1) are not limited
+    config.rest.caller_burst = 1000
     config.rest.socket_timeout_s = 1.5
     mongo_client.drop_database("msunmerged_rest_test")
     db = mongo_client["msunmerged_rest_test"]

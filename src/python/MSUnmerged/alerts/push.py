@@ -24,6 +24,7 @@ from MSUnmerged.alerts.rules import Alert, evaluate
 from MSUnmerged.config import Config
 from MSUnmerged.ledger.retry import LedgerError
 from MSUnmerged.ledger.view import LedgerView
+from MSUnmerged.redact import redact
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,9 @@ class AlertManager:
         if link and alert.rse:
             link = f"{link.rstrip('/')}/rse?name={urllib.parse.quote(alert.rse, safe='')}"
         return {"labels": labels,
-                "annotations": {"hostname": self.hostname, "summary": alert.summary, "description": alert.description},
+                # Redacted here too: a detail quoted from the ledger of an older version may hold a credential.
+                "annotations": {"hostname": self.hostname, "summary": redact(alert.summary),
+                                "description": redact(alert.description)},
                 "startsAt": rfc3339(starts), "endsAt": rfc3339(ends), "generatorURL": link}
 
     def send(self, body: list[dict[str, Any]]) -> int:

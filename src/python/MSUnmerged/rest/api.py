@@ -22,6 +22,7 @@ from MSUnmerged.ledger.states import SUBMITTED
 from MSUnmerged.ledger.view import DIR_STATES, FILE_STATES, JOB_STATES, LedgerView
 from MSUnmerged.rest import wmcore
 from MSUnmerged.rest.auth import AuthError, KeyFile, TriggerGate, User, user_from_headers
+from MSUnmerged.rest.limits import CALLER
 from MSUnmerged.rest.params import CURSOR_RE, ERROR_CLASS_RE, JOB_RE, MAX_PAGE, RSE_RE, BadParam, boolean, integer, \
     many, no_more, one
 from MSUnmerged.rest.server import RAW_HEADERS  # cheroot folds '_' into '-' in names: the raw ones are there
@@ -79,6 +80,8 @@ def json_call(method: str = "GET") -> Callable[[Callable[..., Any]], Callable[..
             except BadParam as exc:
                 return _error(400, str(exc))
             except AuthError as exc:
+                if exc.retry_after is not None:
+                    cherrypy.response.headers["Retry-After"] = str(exc.retry_after)
                 return _error(exc.status, str(exc))
             except DB_ERRORS as exc:
                 log.warning("database error in %s: %s", fn.__name__, exc)
@@ -290,7 +293,7 @@ class DataApi:
         the trigger's gate (rest/auth.py); each request_id once (the queue); audited."""
         request = cherrypy.request
         ask = self.gate.admit(request_headers(), request.headers.get("Content-Type", ""), request.remote.ip, params,
-                              read_body)
+                              read_body, request.wsgi_environ.get(CALLER, "") if request.wsgi_environ else "")
         if self.queue is None:
             return _error(503, "this instance runs no service loop: triggers are disabled")
         wait = self.gate.rate_limited(ask)
@@ -306,7 +309,7 @@ class DataApi:
         except DB_ERRORS:  # the request_id cannot be claimed: nothing is queued (503 from json_call)
             self.gate.record(ask, "refused", reason=DB_DOWN)
             raise
-        self.gate.record(ask, "accepted", id=record["id"])
+        self.gate.record(ask, "accepted", id=record["id"], merged_into=record["merged_into"])
         cherrypy.response.status = 202
         return envelope([record])
 

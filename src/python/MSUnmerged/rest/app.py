@@ -14,7 +14,7 @@ from MSUnmerged.config import Config
 from MSUnmerged.dbwatch import DatabaseWatch
 from MSUnmerged.ledger.retry import deadline
 from MSUnmerged.ledger.view import LedgerView
-from MSUnmerged.redact import REDACTED
+from MSUnmerged.redact import REDACTED, redact, secret_header
 from MSUnmerged.rest import metrics, page
 from MSUnmerged.rest.api import DB_ERRORS, DataApi
 from MSUnmerged.rest.auth import is_signed, parse_role
@@ -39,9 +39,11 @@ def _error_page(status: str, message: str, traceback: str, version: str) -> str:
 
 
 def log_redacted_headers() -> None:
-    """On an error answer, log the request headers as CherryPy would, but never the signed ones
-    (cms-authn-*/cms-authz-*): they are a credential that never expires."""
-    lines = [f"  {k}: {REDACTED if is_signed(k.lower()) else v}" for k, v in cherrypy.serving.request.header_list]
+    """On an error answer, log the request headers as CherryPy would, but never a credential: the signed ones
+    (cms-authn-*/cms-authz-*, a credential that never expires), Authorization, Cookie, X-Rucio-Auth-Token and
+    any header named like a secret are shown REDACTED, and every other value goes through `redact`."""
+    lines = [f"  {k}: {REDACTED if is_signed(k.lower()) or secret_header(k) else redact(v)}"
+             for k, v in cherrypy.serving.request.header_list]
     cherrypy.log("\nRequest Headers:\n" + "\n".join(lines), "HTTP")
 
 
@@ -180,7 +182,7 @@ def mount(config: Config, view: LedgerView, triggers: Optional[TriggerQueue] = N
     if problem:
         log.error("%s: every trigger will be refused until rest.hmac_key_file holds the CMSWEB key", problem)
     if not config.rest.operator_logins:
-        log.warning("rest.operator_logins is empty: every apply trigger is refused (plan triggers go by role)")
+        log.warning("rest.operator_logins is empty: every trigger is refused until it names the operators")
     access_log_follows_level(cherrypy.tree.mount(root, root.base, {"/": {**APP_CONFIG, "tools.trailing_slash.on": True}}))
     return root
 

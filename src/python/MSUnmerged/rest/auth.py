@@ -42,14 +42,18 @@ AUTHENTICATED = "ok"  # compared case-insensitively: `ok` from the Go front end,
 MIN_KEY_BYTES = 16
 _NOT_KEY_MATERIAL = b" \t\n\r\x0b\x0c\x00"
 ASKED = ("rse", "mode", "request_id")  # what a trigger asks, audited as claimed until the request is parsed
+MAX_SUPPRESSED = 10_000  # callers whose unaudited refusals are counted at most
+CLOSED = "triggers closed: rest.operator_logins empty"  # the audited reason while no operator is named
 
 
 class AuthError(Exception):
-    """The request may not do this; `status` is the HTTP status to answer with."""
+    """The request may not do this; `status` is the HTTP status to answer with, `retry_after` (seconds) the
+    Retry-After of a 429."""
 
-    def __init__(self, message: str, status: int = 403) -> None:
+    def __init__(self, message: str, status: int = 403, retry_after: Optional[int] = None) -> None:
         super().__init__(message)
         self.status = status
+        self.retry_after = retry_after
 
 
 @dataclass
@@ -125,18 +129,12 @@ class KeyFile:
         return None
 
     def key(self) -> bytes:
-        """The key's raw bytes (any trailing newline included, as the front end reads them)."""
+        """The key's raw bytes (any trailing newline included, as the front end reads them); AuthError, logged,
+        when there is no usable key."""
         if not self.path:
             raise AuthError("no HMAC key configured (rest.hmac_key_file): authenticated calls are refused")
         try:
-            st = os.stat(self.path)
-            stamp = (st.st_mtime_ns, st.st_size)
-            with self._lock:
-                if stamp != self._stamp:
-                    with open(self.path, "rb") as fh:
-                        self._key = fh.read()
-                    self._stamp = stamp
-                key = self._key
+            key = self._read()
         except OSError as exc:
             log.error("HMAC key file %s unreadable: %s", self.path, exc.strerror)
             raise AuthError("HMAC key unavailable: authenticated calls are refused") from None
@@ -146,10 +144,39 @@ class KeyFile:
             raise AuthError(f"HMAC key {weakness}: authenticated calls are refused")
         return key
 
+    def usable(self) -> Optional[bytes]:
+        """The key, or None when there is none usable (not logged: for counting callers, rest/limits.py)."""
+        try:
+            key = self._read() if self.path else b""
+        except OSError:
+            return None
+        return None if key_weakness(key) else key
+
+    def _read(self) -> bytes:
+        st = os.stat(self.path)
+        stamp = (st.st_mtime_ns, st.st_size)
+        with self._lock:
+            if stamp != self._stamp:
+                with open(self.path, "rb") as fh:
+                    self._key = fh.read()
+                self._stamp = stamp
+            return self._key
+
 
 def claimed(headers: Mapping[str, bytes]) -> dict[str, str]:
     """The identity the headers claim, verified or not (for the audit of denials)."""
     return {k: headers.get(f"cms-authn-{k}", b"").decode("utf-8", "replace")[:200] for k in ("login", "dn")}
+
+
+def verified_status(headers: Mapping[str, bytes]) -> bool:
+    """The front end says it authenticated the user (`cms-auth-status: ok`, any case)."""
+    return headers.get(STATUS_HEADER, b"").decode("latin-1").strip().lower() == AUTHENTICATED
+
+
+def signature_ok(headers: Mapping[str, bytes], key: bytes) -> bool:
+    """`cms-authn-hmac` is the front end's signature, with `key`, of the other signed headers."""
+    expected = hmac.new(key, signed_message(headers), hashlib.sha1).hexdigest()
+    return hmac.compare_digest(expected.encode(), headers.get(HMAC_HEADER, b"").strip().lower())
 
 
 def user_from_headers(headers: Mapping[str, bytes], keyfile: KeyFile) -> User:
@@ -157,10 +184,9 @@ def user_from_headers(headers: Mapping[str, bytes], keyfile: KeyFile) -> User:
     status = headers.get(STATUS_HEADER)
     if status is None or HMAC_HEADER not in headers:
         raise AuthError("authentication headers missing")
-    if status.decode("latin-1").strip().lower() != AUTHENTICATED:
+    if not verified_status(headers):
         raise AuthError(f"not authenticated ({STATUS_HEADER}: {status.decode('latin-1')[:20]})")
-    expected = hmac.new(keyfile.key(), signed_message(headers), hashlib.sha1).hexdigest()
-    if not hmac.compare_digest(expected.encode(), headers[HMAC_HEADER].strip().lower()):
+    if not signature_ok(headers, keyfile.key()):
         raise AuthError("authentication headers signature mismatch")
     text = {k: v.decode("utf-8", "replace") for k, v in headers.items() if is_signed(k)}
     user = User(login=text.get("cms-authn-login", ""), name=text.get("cms-authn-name", ""),
@@ -204,8 +230,8 @@ class RateLimiter:
         self._events: dict[str, collections.deque[float]] = collections.defaultdict(collections.deque)
         self._lock = threading.Lock()
 
-    def allow(self, key: str, now: Optional[float] = None) -> tuple[bool, float]:
-        """(allowed, seconds until the next event would be allowed)."""
+    def allow(self, key: str, now: Optional[float] = None, record: bool = True) -> tuple[bool, float]:
+        """(allowed, seconds until the next event would be allowed); the event counted when allowed and `record`."""
         now = time.monotonic() if now is None else now
         with self._lock:
             events = self._events[key]
@@ -213,27 +239,53 @@ class RateLimiter:
                 events.popleft()
             if len(events) >= self.per_minute:
                 return False, self.window_s - (now - events[0])
-            events.append(now)
+            if record:
+                events.append(now)
+            elif not events:
+                del self._events[key]  # keys seen only for a look are not kept
             return True, 0.0
 
 
 class Audit:
-    """Append-only JSON lines of who asked for what, to a file (rest.audit_log, mode 0600) and the log."""
+    """Append-only JSON lines of who asked for what, to the log (MSUnmerged.audit) and a file (rest.audit_log,
+    mode 0600) rotated by size: `<file>.1` ... `<file>.<files>`, the oldest dropped."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, max_bytes: int, files: int) -> None:
         self.path = path
+        self.max_bytes = max_bytes
+        self.files = files
         self._lock = threading.Lock()
 
     def write(self, **record: object) -> None:
         record = {"time": round(time.time(), 3), **record}
         line = json.dumps(record, sort_keys=True, default=str)
         audit_log.info(line)
-        if self.path:
-            with self._lock:
+        if not self.path:
+            return
+        data = (line + "\n").encode("utf-8")
+        with self._lock:
+            for _ in range(2):  # the second time into a fresh file, after rotating a full one
                 fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-                with os.fdopen(fd, "a", encoding="utf-8") as fh:
+                try:
+                    size = os.fstat(fd).st_size
+                    if size and size + len(data) > self.max_bytes:
+                        self._rotate()
+                        continue
                     os.fchmod(fd, 0o600)  # also an audit log created before with a wider mode
-                    fh.write(line + "\n")
+                    os.write(fd, data)
+                    return
+                finally:
+                    os.close(fd)
+
+    def _rotate(self) -> None:
+        """<file>.N-1 -> <file>.N, ..., <file> -> <file>.1 (with no file kept, <file> is emptied)."""
+        if not self.files:
+            os.truncate(self.path, 0)
+            return
+        for n in range(self.files - 1, 0, -1):
+            if os.path.exists(f"{self.path}.{n}"):
+                os.replace(f"{self.path}.{n}", f"{self.path}.{n + 1}")
+        os.replace(self.path, f"{self.path}.1")
 
 
 @dataclass
@@ -253,24 +305,41 @@ class TriggerAsk:
 
 class TriggerGate:
     """Who may start an RSE now, decided in this order: the same origin, a JSON body, headers that verify, an
-    operator role, rest.operator_logins, a valid request (rse, mode, a request_id), `apply` only once
-    rest.operator_logins names who may; then a rate limit per user. Everything the headers decide is decided
-    before the body is read; every refusal and every outcome is audited."""
+    operator role, a login in rest.operator_logins (empty: every trigger refused), a valid request (rse, mode,
+    a request_id); then a rate limit per user. Everything the headers decide is decided
+    before the body is read; every outcome is audited, and refusals up to rest.refusals_per_min per caller: a
+    caller past it is answered 429 at once, its attempts counted (`suppressed`) in its next audited line."""
 
     def __init__(self, rest: RestConfig, keyfile: KeyFile) -> None:
         self.rest = rest
         self.keyfile = keyfile
         self.limiter = RateLimiter(rest.trigger_rate_per_min)
-        self.audit = Audit(rest.audit_log)
+        self.refusals = RateLimiter(rest.refusals_per_min)
+        self.suppressed: collections.Counter[str] = collections.Counter()  # per caller, since its last line
+        self.audit = Audit(rest.audit_log, rest.audit_log_max_bytes, rest.audit_log_files)
 
     def admit(self, headers: Mapping[str, bytes], content_type: str, remote: str, params: dict[str, Any],
-              read_body: Callable[[int], bytes]) -> TriggerAsk:
+              read_body: Callable[[int], bytes], caller: str = "") -> TriggerAsk:
         """The request admitted, or AuthError / BadParam (audited). `headers`: lower-case names, raw values;
-        `read_body(limit)` is called only once the headers passed."""
-        what: dict[str, Any] = {"remote": remote, **claimed(headers)}
+        `read_body(limit)` is called only once the headers passed; `caller`: who the server counts the request
+        for (rest/limits.py; default: the address)."""
+        caller = caller or f"addr:{remote}"
+        allowed, wait = self.refusals.allow(caller, record=False)
+        if not allowed:
+            if len(self.suppressed) >= MAX_SUPPRESSED:
+                self.suppressed.clear()  # a bound on memory: the counts are only ever a report
+            self.suppressed[caller] += 1
+            raise AuthError(f"more than {self.rest.refusals_per_min} refused trigger attempts in a minute "
+                            f"(rest.refusals_per_min); retry in {wait:.0f} s", 429, int(wait) + 1)
+        what: dict[str, Any] = {"remote": remote, "caller": caller, **claimed(headers)}
+        forwarded = headers.get("x-forwarded-for")
+        if forwarded is not None:  # the chain as the front end passed it on (not verified: what it says)
+            what["forwarded_for"] = forwarded.decode("latin-1")[:500]
 
         def refuse(reason: str, error: Exception, outcome: str = "denied") -> Exception:
-            self.audit.write(action="trigger", outcome=outcome, reason=reason, **what)
+            self.refusals.allow(caller)
+            more = {"suppressed": self.suppressed.pop(caller)} if caller in self.suppressed else {}
+            self.audit.write(action="trigger", outcome=outcome, reason=reason, **more, **what)
             return error
 
         # Before the body is read only the query string says what is asked: audited as claimed, like the identity.
@@ -290,7 +359,10 @@ class TriggerGate:
         if not has_role(user, self.rest.operator_roles):
             raise refuse("no operator role",
                          AuthError("an operator role is required: " + ", ".join(self.rest.operator_roles)))
-        if self.rest.operator_logins and user.login not in self.rest.operator_logins:
+        if not self.rest.operator_logins:
+            raise refuse(CLOSED, AuthError("triggers are refused until rest.operator_logins names the logins "
+                                           "that may trigger"))
+        if user.login not in self.rest.operator_logins:
             raise refuse("login not in rest.operator_logins",
                          AuthError("this login may not trigger (rest.operator_logins)"))
         try:
@@ -302,9 +374,6 @@ class TriggerGate:
         except (BadParam, AuthError) as exc:
             raise refuse(str(exc), exc, "refused") from None
         what.update(rse=rse, mode=mode, request_id=request_id)
-        if mode is TriggerMode.APPLY and not self.rest.operator_logins:
-            raise refuse("apply closed: rest.operator_logins empty", AuthError(
-                "apply triggers are refused until rest.operator_logins names the logins that may apply"))
         return TriggerAsk(user, rse, mode, request_id, what)
 
     def rate_limited(self, ask: TriggerAsk) -> Optional[float]:

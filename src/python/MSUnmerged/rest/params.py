@@ -87,10 +87,13 @@ def no_more(params: dict[str, Any]) -> None:
 
 
 def json_object(body: bytes) -> dict[str, str]:
-    """A JSON object of strings (an empty body: {}); BadParam otherwise."""
+    """A flat JSON object of strings (an empty body: {}); BadParam otherwise, whatever the body holds (its size
+    is bounded by rest.max_body_bytes before it gets here)."""
     try:
         data = json.loads(body or b"{}")
-    except ValueError:  # also bytes that are not UTF-8
+    except RecursionError:  # arrays or objects nested thousands deep: refused like any other nesting
+        raise BadParam("body", "nested too deeply: expected a JSON object of strings") from None
+    except ValueError:  # also bytes that are not UTF-8, and integers of more digits than Python converts
         raise BadParam("body", "not valid JSON") from None
     if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
         raise BadParam("body", "expected a JSON object of strings")

@@ -38,6 +38,7 @@ class TriggerState(enum.StrEnum):
     RUNNING = "running"
     DONE = "done"
     FAILED = "failed"  # run() raised; `error` says what
+    MERGED = "merged"  # the same RSE and mode was pending: that trigger (`merged_into`) does the work
 
 
 PENDING = (TriggerState.QUEUED, TriggerState.RUNNING)
@@ -67,7 +68,8 @@ class TriggerQueue:
         self._thread.start()
 
     def submit(self, rse: str, mode: TriggerMode, user: str, request_id: str) -> dict[str, Any]:
-        """Queue a trigger; returns its record (an existing one when the same RSE/mode is pending).
+        """Queue a trigger; returns its record, with its own id: MERGED into the pending one (`merged_into`) when
+        the same RSE and mode is queued or running, nothing run twice.
         TriggerRefused, with nothing queued, when `check` refuses the RSE or the request_id was used; the
         id is claimed only once the RSE is admitted, so a refused trigger may be sent again as it was.
         ValueError, before anything, for a mode that is not a TriggerMode."""
@@ -76,14 +78,17 @@ class TriggerQueue:
         if not self.claim(request_id):
             raise TriggerRefused(409, REPLAYED, f"request_id {request_id!r} was already used: send a fresh one")
         with self._lock:
-            for rec in self._recent:
-                if rec["rse"] == rse and rec["mode"] == mode and rec["state"] in PENDING:
-                    return dict(rec)
+            pending = next((r for r in self._recent if r["rse"] == rse and r["mode"] == mode
+                            and r["state"] in PENDING), None)
+            now = round(time.time(), 3)
             rec = {"id": next(self._ids), "rse": rse, "mode": mode, "user": user, "request_id": request_id,
-                   "state": TriggerState.QUEUED, "queued": round(time.time(), 3), "started": None,
-                   "finished": None, "error": None}
+                   "state": TriggerState.QUEUED, "queued": now, "started": None, "finished": None, "error": None,
+                   "merged_into": None}
+            if pending is not None:
+                rec.update(state=TriggerState.MERGED, merged_into=pending["id"], finished=now)
             self._recent.append(rec)
-        self._queue.put(rec)
+        if pending is None:
+            self._queue.put(rec)
         return dict(rec)
 
     def _work(self) -> None:
