@@ -175,6 +175,7 @@ class LocalBackend:
             env = {**self._environment(job.rse, jdir), "MSUNMERGED_WORKER": str(worker)}
             job.write_manifest(jdir / MANIFEST_NAME)
             (jdir / ENV_NAME).write_text(json.dumps(env))
+            self._removed.discard(name)  # removed before it started, and submitted again (re-issued)
             if name not in self._queue:
                 self._queue.append(name)
             out[job.job_id] = BATCH_PREFIX + name

@@ -24,6 +24,7 @@ READ_JOBS = 25
 class StepFiles(Protocol):
     lfns: Sequence[str]
     dry_run: bool
+    protected_until: Optional[float]
 
 
 class JobIntent(Protocol):
@@ -71,11 +72,13 @@ class Rounds(Entries):
         return found
 
     def record_job_intent(self, jobs: Sequence[JobIntent], backend: str = "") -> None:
-        """Before submitting: the jobs go from planned to submitting (with site and backend)."""
+        """Before submitting: the jobs go from planned to submitting (with site, backend, and until when their
+        manifests' protected list may be used)."""
         now = time.time()
         ops = [UpdateOne({"_id": j.job_id, "state": JobState.PLANNED},
                          {"$set": {"state": JobState.SUBMITTING, "site": j.site, "backend": backend,
-                                   "files": len(j.step.lfns), "dry_run": j.step.dry_run, "intent_at": now}})
+                                   "files": len(j.step.lfns), "dry_run": j.step.dry_run, "intent_at": now,
+                                   "protected_until": j.step.protected_until}})
                for j in jobs]
         if ops:
             with_retry(lambda: self.jobs.bulk_write(ops, ordered=False), "record intent")

@@ -3,9 +3,12 @@ and more of their released jobs submitted as their `max_in_flight` leaves room, 
 RSE keeps its storage busy without waiting for the next cycle.
 
 It works an RSE only under the RSE's lease, as its own lease owner ("<instance>-drain"): an RSE a cycle works on
-is left to the cycle. What it submits passes the same checks as a cycle's submission: the protected list is read
-fresh (the shrink guard refuses an untrusted one: nothing is submitted) and goes into every job's manifest, where
-the worker checks each file against it again. It never plans, releases a slice or starts a retry round.
+is left to the cycle. The jobs still waiting are re-checked as a cycle does (JobKeeper.revalidate: removed when a
+file became protected, re-issued when their manifest's list is getting old), also after a restart whose first cycle
+found its RSEs done for the slot. What it submits passes the same checks as a cycle's submission: the protected
+list is read fresh (the shrink guard refuses an untrusted one: nothing is submitted) and goes into every job's
+manifest, where the worker checks each file against it again. It never plans, releases a slice or starts a retry
+round.
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from typing import Callable, Optional, Sequence
 from MSUnmerged.config import Config
 from MSUnmerged.jobs.backend import BatchBackend, JobState
 from MSUnmerged.ledger import LIVE_JOB_STATES, Leases, Ledger, with_retry
-from MSUnmerged.service.jobkeeper import JobKeeper
+from MSUnmerged.service.jobkeeper import Fetched, JobKeeper
 from MSUnmerged.service.result import failure_of
 from MSUnmerged.sources import Sources
 
@@ -46,19 +49,25 @@ class Drainer:
     def once(self) -> dict[str, int]:
         """One pass over the RSEs with jobs; returns the jobs submitted per RSE."""
         submitted: dict[str, int] = {}
-        protected: Optional[list[str]] = None
+        fetched: list[Fetched] = []  # the pass's protected list, fetched when first needed
+
+        def fetch() -> Fetched:
+            if not fetched:
+                fetched.append(self.jobs.fetch_protected())
+            return fetched[0]
         for rse in self.with_jobs():
             if self._stop.is_set() or not self.leases.acquire(rse):
                 continue  # a cycle or another instance works on it now
             try:
                 collected = self.jobs.poll(rse)
+                removed, _ = self.jobs.revalidate(rse, fetch)  # the jobs still waiting, against the pass's list
                 gen = self.ledger.rse(rse).get("generation")
                 n = 0
                 if gen is not None and self.jobs.ready(rse, gen):
-                    protected = self.sources.protected() if protected is None else protected
+                    protected, at = fetch()
                     self.jobs.protection(rse, protected)  # GuardTripped: an untrusted list submits nothing
-                    n = submitted[rse] = self.jobs.submit_planned(rse, gen, protected)
-                if collected or n:
+                    n = submitted[rse] = self.jobs.submit_planned(rse, gen, protected, at)
+                if collected or removed or n:
                     self.ledger.refresh_counters(rse)
             except Exception as exc:  # one RSE's trouble is the next cycle's to record; the others go on
                 failure = failure_of(exc)

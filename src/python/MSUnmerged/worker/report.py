@@ -31,8 +31,10 @@ KEPT = "kept"  # a directory that must stay (a protected or kept path at or belo
 ABOVE_FLOOR = "above_floor"  # a directory above the lowest removable level
 NO_PFN = "no_pfn"  # the site config maps it to nothing this deleter can use
 EXCLUDED = "excluded"  # outside the RSE's path filters (planner.include/exclude, jobs.sites.<RSE>.include/exclude)
+# (not_attempted) the manifest's protected list is older than jobs.max_protection_age_s: no try, the job is re-issued
+PROTECTION_EXPIRED = "protection_expired"
 REASONS = (SYMLINK_IN_PATH, PFN_OUTSIDE_UNMERGED, MAPPING_DISAGREES, MODIFIED_SINCE_SCAN, NOT_A_FILE, PATH_CHANGED,
-           PROTECTED, INVALID_LFN, NOT_JOB_DIR, KEPT, ABOVE_FLOOR, NO_PFN, EXCLUDED)
+           PROTECTED, INVALID_LFN, NOT_JOB_DIR, KEPT, ABOVE_FLOOR, NO_PFN, EXCLUDED, PROTECTION_EXPIRED)
 # Directory refusals that are the plan working as meant: they alone do not make a job partial.
 EXPECTED_DIR_REASONS = (PROTECTED, KEPT, EXCLUDED)
 
