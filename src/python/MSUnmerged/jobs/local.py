@@ -28,7 +28,7 @@ from typing import Mapping, Optional, Sequence
 
 from MSUnmerged.config import Config
 from MSUnmerged.jobs.backend import (BackendError, JobState, JobStatus, credential_for, deliver_report,
-                                     job_environment, remove_queued, write_private)
+                                     job_environment, write_private)
 from MSUnmerged.jobs.spec import CleanupJob
 from MSUnmerged.jobs.workerpkg import build_worker
 from MSUnmerged.worker.ids import (CLAIM_NAME, ENV_NAME, LOG_NAME, MANIFEST_NAME, PID_NAME, REPORT_NAME, WORKER_NAME,
@@ -287,9 +287,10 @@ class LocalBackend:
                 return JobStatus(job_id, JobState.RUNNING, batch_id)
             return JobStatus(job_id, JobState.FAILED, batch_id, "its starter stopped before starting the worker")
         if (jdir / MANIFEST_NAME).exists():
-            self._queue.append(name)  # queued by an earlier instance that stopped before starting it
-            self._pump()
-            return self._status(job_id, batch_id)
+            # Queued by an earlier instance that stopped before starting it: queued here, started by the next pump,
+            # so that the caller may remove it first (a restart's revalidation, remove_pending).
+            self._queue.append(name)
+            return JobStatus(job_id, JobState.QUEUED, batch_id)
         return JobStatus(job_id, JobState.VANISHED, batch_id, "no such local job")
 
     def find(self, job_ids: Sequence[str]) -> dict[str, str]:
@@ -302,9 +303,13 @@ class LocalBackend:
         return deliver_report(report, dest)
 
     def remove_pending(self, batch_ids: Mapping[str, str], reason: str) -> list[str]:
-        """Exact: under the lock the supervisor takes, a job reported queued cannot start before it is removed."""
+        """Exact: under the lock the supervisor takes, and with no pump in between (none starts), a job seen queued
+        cannot start before it is removed."""
         with self._lock:
-            return remove_queued(self, batch_ids, reason)
+            queued = [j for j, b in batch_ids.items() if self._status(j, b).state is JobState.QUEUED]
+            for job_id in queued:
+                self._remove(batch_ids[job_id])
+            return queued
 
     def remove(self, job_id: str, batch_id: str, reason: str) -> None:
         """Queued: dropped. Running: SIGTERM (the worker stops, reports the rest not attempted), then

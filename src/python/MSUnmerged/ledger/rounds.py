@@ -98,8 +98,10 @@ class Rounds(Entries):
             with_retry(lambda: self.jobs.bulk_write(ops, ordered=False), "mark submitted")
 
     def requeue_job(self, job_id_: str, reason: str) -> None:
-        """A job the batch system gave up on before it ever started: back to planned, its files still assigned to
-        it with their tries unchanged (a submission that never ran is not a try); `requeued` counts these."""
+        """A job the batch system gave up on before it ever started, one revalidation removed before it started, or
+        one whose worker left its files because its protected list was too old: back to planned, its files still
+        assigned to it with their tries unchanged (a submission that deleted nothing is not a try); `requeued`
+        counts these."""
         with_retry(lambda: self.jobs.update_one(
             {"_id": job_id_, "state": {"$in": list(BACKEND_JOB_STATES)}},
             {"$set": {"state": JobState.PLANNED, "reason": reason, "polled_at": time.time()},

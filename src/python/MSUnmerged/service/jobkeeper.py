@@ -34,7 +34,6 @@ from MSUnmerged.worker.report import PROTECTION_EXPIRED
 
 log = logging.getLogger(__name__)
 
-REVALIDATED = "removed_before_start"  # error class of the files of a job removed by revalidation
 Fetched = tuple[Sequence[str], float]  # a protected list and when it was fetched (the fetch's start)
 # A submission's first batch holds at most this many jobs: an RSE's first jobs go out after building these few
 # (their files read back from the ledger, their manifests written), not a whole `jobs.submit_batch`.
@@ -299,13 +298,14 @@ class JobKeeper:
 
     def revalidate(self, rse: str, fetch: Optional[Callable[[], Fetched]] = None) -> tuple[int, int]:
         """Queued jobs are checked against a protected list fetched now (`fetch`, else fetch_protected) before they
-        start: a job holding a file the list covers is removed; one whose manifest has less than half of
-        jobs.max_protection_age_s left is removed and re-issued with a fresh manifest (`renew`).
+        start: a job holding a file the list covers, or whose manifest has less than half of
+        jobs.max_protection_age_s left (`renew`), is removed and planned again, its files' tries unchanged; the
+        next submission sends it with a fresh manifest.
 
-        A removed job's newly protected files become skipped_protected, the others unknown (re-planned by the
-        next round). A job that started meanwhile stays: the backend removes only jobs not started, and the
-        worker re-checks protection itself, and deletes nothing once its list is too old. Returns (jobs removed,
-        files dropped).
+        A removed job's newly protected files become skipped_protected (protected_since_planning) first. A job
+        that started meanwhile stays: the backend removes only jobs not started, and the worker re-checks
+        protection itself, and deletes nothing once its list is too old. Returns (jobs removed for newly protected
+        files, files dropped).
         """
         waiting = [j for j in self.ledger.jobs_in(rse, (JobState.QUEUED, JobState.HELD)) if j.get("batch_id")]
         if not waiting:
@@ -324,8 +324,7 @@ class JobKeeper:
         for jid in removed:
             n = self.ledger.drop_protected(rse, gens[jid], protection, job=jid)
             dropped += n
-            self.ledger.close_job(jid, JobState.REMOVED, f"revalidation: {n} files became protected",
-                                  error_class=REVALIDATED)
+            self.ledger.requeue_job(jid, f"revalidation: {n} files became protected: the others sent again")
         log.info("%s: revalidation removed %d of %d queued jobs (%d files now protected)", rse, len(removed),
                  len(hit), dropped)
         return len(removed), dropped
