@@ -98,7 +98,8 @@ def classify(text: str, default: str = "bad_answer") -> str:
         return "unreachable"
     # A schedd restarting (after a crash, an upgrade) closes connections it had accepted: SECMAN:2011 "Connection
     # closed during command authorization", or the socket reset under the bindings.
-    if "SECMAN:2011" in text or any(words in text.lower() for words in CONNECTION_CLOSED):
+    # SECMAN:2003: its connection failed to open.
+    if "SECMAN:2011" in text or "SECMAN:2003" in text or any(words in text.lower() for words in CONNECTION_CLOSED):
         return "unreachable"
     return default
 
