@@ -312,9 +312,9 @@ class JobKeeper:
             return 0, 0
         protected, fetched = (fetch or self.fetch_protected)()
         protection, _ = self.protection(rse, protected)
+        lfns_of = self.ledger.jobs_lfns([j["_id"] for j in waiting])  # a few queries, not one a job
         hit = {j["_id"]: j["batch_id"] for j in waiting
-               if any(protection.holds_below(name.encode("utf-8", "surrogateescape"))
-                      for name in self.ledger.job_lfns(j["_id"]))}
+               if any(protection.holds_below(name.encode("utf-8", "surrogateescape")) for name in lfns_of[j["_id"]])}
         self.renew(rse, [j for j in waiting if j["_id"] not in hit], fetched)
         if not hit:
             return 0, 0
