@@ -11,7 +11,9 @@ router makes one backend per site, and a partition of many sites must not start 
 host); the rest wait in submission order and each backend's supervisor thread starts them as slots free up,
 between the service's cycles too (it ends when nothing waits; a submit starts it again; `close` ends it for good).
 Everything needed to answer `poll` and `find` after a restart is on disk: a queued job's manifest, the pid file of
-a running worker and the report's final summary line, which holds the worker's exit code.
+a running worker and the report's final summary line, which holds the worker's exit code. A job an earlier service
+left queued is queued again by the first `poll` that asks about it and started by a later pump, so that the
+revalidation after that poll may remove it first (`remove_pending` starts nothing).
 """
 from __future__ import annotations
 
