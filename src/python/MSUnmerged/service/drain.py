@@ -26,6 +26,27 @@ from MSUnmerged.sources import Sources
 log = logging.getLogger(__name__)
 
 
+class PassList:
+    """A pass's protected list: fetched when first needed, then the same for every RSE of the pass; a failure too
+    (WMStats down or hanging is asked once a pass, not once an RSE)."""
+
+    def __init__(self, fetch: Callable[[], Fetched]) -> None:
+        self._fetch = fetch
+        self._got: Optional[Fetched] = None
+        self._failed: Optional[Exception] = None
+
+    def __call__(self) -> Fetched:
+        if self._failed is not None:
+            raise self._failed
+        if self._got is None:
+            try:
+                self._got = self._fetch()
+            except Exception as exc:
+                self._failed = exc
+                raise
+        return self._got
+
+
 class Drainer:
     """Collects and tops up the jobs of this instance's RSEs between cycles."""
 
@@ -49,12 +70,7 @@ class Drainer:
     def once(self) -> dict[str, int]:
         """One pass over the RSEs with jobs; returns the jobs submitted per RSE."""
         submitted: dict[str, int] = {}
-        fetched: list[Fetched] = []  # the pass's protected list, fetched when first needed
-
-        def fetch() -> Fetched:
-            if not fetched:
-                fetched.append(self.jobs.fetch_protected())
-            return fetched[0]
+        fetch = PassList(self.jobs.fetch_protected)
         for rse in self.with_jobs():
             if self._stop.is_set() or not self.leases.acquire(rse):
                 continue  # a cycle or another instance works on it now
