@@ -156,3 +156,12 @@ def test_files_left_for_an_expired_protected_list_keep_no_outcome_and_the_job_st
     got = Collector(sink).collect("j", [L + x for x in "abcd"], parse_report(path),
                                   JobStatus("j", JobState.FINISHED, "1"))
     assert got.reissued == 0 and "j" in sink.closed
+    # A directory job refused for it: its directories say so.
+    path.write_text("\n".join([
+        line(start={"job_id": "d", "report_version": 2}),
+        v2(dir=L.rstrip("/"), outcome="not_attempted", reason="protection_expired", error="old"),
+        line(summary={"error": "old"}, exit_code=2),
+    ]) + "\n")
+    got = Collector(sink).collect("d", [], parse_report(path), JobStatus("d", JobState.FINISHED, "1"),
+                                  other_dirs=lambda d: True)
+    assert got.reissued == 1 and "d" not in sink.closed

@@ -236,7 +236,8 @@ class Collected:
     dirs: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     reason: str = ""
-    reissued: int = 0  # files left for PROTECTION_EXPIRED: no outcome recorded, the job not closed (re-issued)
+    # Files (and directories) left for PROTECTION_EXPIRED: no file outcome recorded, the job not closed (re-issued).
+    reissued: int = 0
 
 
 def _accepted(lines: Iterable[Any], path: Callable[[Any], str], allowed: Optional[Callable[[str], bool]], what: str,
@@ -286,7 +287,8 @@ class Collector:
             # A file left because the manifest's protected list was too old gets no outcome: it stays planned in
             # the job, its tries unchanged, and the job is not closed but re-issued (service/jobkeeper.py).
             left = [f.outcome == "not_attempted" and f.reason == PROTECTION_EXPIRED for f in report.files]
-            out.reissued = sum(left)
+            # A directory job (no file) refused for it says so on its directories.
+            out.reissued = sum(left) + sum(d.reason == PROTECTION_EXPIRED for d in report.dirs)
             outcomes = _accepted([f for f, expired in zip(report.files, left) if not expired], lambda f: f.lfn,
                                  allowed.__contains__ if allowed is not None else None, f"a file of job {job_id}",
                                  out.problems, lambda f: ledger_outcome(f, report.exit_code))

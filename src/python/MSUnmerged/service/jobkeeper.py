@@ -266,8 +266,8 @@ class JobKeeper:
             got = self.collector.collect(job["_id"], lfns, report, status, self._other_dirs(job, lfns, report),
                                          lambda: self._given_dirs(job, lfns))
             if got.reissued:  # its protected list grew too old at the site: the rest goes out with a fresh one
-                log.warning("%s: job %s: %d files left with %s: planned again", job["rse"], job["_id"],
-                            got.reissued, PROTECTION_EXPIRED)
+                log.warning("%s: job %s: %d files or directories left with %s: planned again", job["rse"],
+                            job["_id"], got.reissued, PROTECTION_EXPIRED)
                 self.ledger.requeue_job(job["_id"], f"{PROTECTION_EXPIRED}: {got.reason}")
             elif job.get("retry_dirs"):
                 pending_dirs.settle(self.ledger, job, held_dirs((), job["retry_dirs"]))
