@@ -131,3 +131,37 @@ def test_report_v1_still_read_and_unknown_versions_refused(tmp_path: Path) -> No
     r = parse_report(path)
     assert not r.files and [p.split(":")[0] for p in r.problems] == ["line 1", "line 2"]
     assert all("report version 3 is not understood" in p for p in r.problems)
+
+
+def test_files_left_for_an_expired_protected_list_keep_no_outcome_and_the_job_stays_open(tmp_path: Path) -> None:
+    """protection_expired (the manifest's list past jobs.max_protection_age_s): those files are not recorded (they
+    stay planned, their tries unchanged) and the job is not closed: its keeper re-issues it."""
+    path = tmp_path / "r.jsonl"
+    path.write_text("\n".join([
+        line(start={"job_id": "j", "report_version": 2}),
+        v2(lfn=L + "a", outcome="deleted", attempts=1, size=3),
+        v2(lfn=L + "b", outcome="not_attempted", attempts=0, size=None, reason="protection_expired", error="old"),
+        v2(lfn=L + "c", outcome="not_attempted", attempts=0, size=None, reason="protection_expired", error="old"),
+        v2(lfn=L + "d", outcome="not_attempted", attempts=0, size=None, error="deadline passed during the job"),
+        line(summary={"error": "old"}, exit_code=1),
+    ]) + "\n")
+    sink = MemorySink()
+    got = Collector(sink).collect("j", [L + x for x in "abcd"], parse_report(path),
+                                  JobStatus("j", JobState.FINISHED, "1"))
+    assert got.reissued == 2 and not got.problems
+    assert set(sink.outcomes["j"]) == {L + "a", L + "d"} and sink.outcomes["j"][L + "a"]["state"] == "deleted"
+    assert "j" not in sink.closed
+    # Without such a line the job is closed as before.
+    path.write_text(path.read_text().replace("protection_expired", "mapping_disagrees"))
+    got = Collector(sink).collect("j", [L + x for x in "abcd"], parse_report(path),
+                                  JobStatus("j", JobState.FINISHED, "1"))
+    assert got.reissued == 0 and "j" in sink.closed
+    # A directory job refused for it: its directories say so.
+    path.write_text("\n".join([
+        line(start={"job_id": "d", "report_version": 2}),
+        v2(dir=L.rstrip("/"), outcome="not_attempted", reason="protection_expired", error="old"),
+        line(summary={"error": "old"}, exit_code=2),
+    ]) + "\n")
+    got = Collector(sink).collect("d", [], parse_report(path), JobStatus("d", JobState.FINISHED, "1"),
+                                  other_dirs=lambda d: True)
+    assert got.reissued == 1 and "d" not in sink.closed

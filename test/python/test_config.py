@@ -75,6 +75,9 @@ def test_file_and_environment(tmp_path):
     ("", {"MSUNMERGED_JOBS__MAX_IN_FLIGHT": "-1"}, "jobs.max_in_flight"),
     ("", {"MSUNMERGED_JOBS__MAX_OPS_PER_S": "-0.5"}, "jobs.max_ops_per_s"),
     ("", {"MSUNMERGED_JOBS__TOP_UP_S": "0"}, "jobs.top_up_s"),
+    # Every cycle re-checks the waiting jobs: a bound shorter than a cycle lets every job that waits one expire.
+    ("[service]\ninterval_s = 7200\n[jobs]\nmax_protection_age_s = 3600\n", {}, "jobs.max_protection_age_s"),
+    ("", {"MSUNMERGED_JOBS__MAX_PROTECTION_AGE_S": "600"}, "jobs.max_protection_age_s"),
     ("[rest]\nrequest_deadline_s = 0\n", {}, "rest.request_deadline_s"),
     ("[rest]\nthread_pool = 16\nmax_requests_per_caller = 16\n", {}, "rest.max_requests_per_caller"),
     ("[rest]\nmax_streams_per_caller = 9\n", {}, "rest.max_streams_per_caller"),

@@ -18,7 +18,7 @@ from MSUnmerged.jobs.backend import JobState, JobStatus
 from MSUnmerged.ledger.states import FileState
 from MSUnmerged.worker.cleanup import EXIT_CONFIG, REFUSED_PROTECTED
 from MSUnmerged.worker.paths import ancestors
-from MSUnmerged.worker.report import DIR_OUTCOMES, FILE_OUTCOMES, PROTECTED, REASONS
+from MSUnmerged.worker.report import DIR_OUTCOMES, FILE_OUTCOMES, PROTECTED, PROTECTION_EXPIRED, REASONS
 
 # Worker outcome -> (ledger state, error class). A v2 line's `reason` becomes the error class.
 LEDGER_STATE = {
@@ -236,6 +236,8 @@ class Collected:
     dirs: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     reason: str = ""
+    # Files (and directories) left for PROTECTION_EXPIRED: no file outcome recorded, the job not closed (re-issued).
+    reissued: int = 0
 
 
 def _accepted(lines: Iterable[Any], path: Callable[[Any], str], allowed: Optional[Callable[[str], bool]], what: str,
@@ -271,7 +273,8 @@ class Collector:
     def collect(self, job_id: str, lfns: Optional[Iterable[str]], report: Optional[Report],
                 status: JobStatus, other_dirs: Optional[Callable[[str], bool]] = None,
                 given_dirs: Callable[[], Iterable[str]] = tuple) -> Collected:
-        """Record the report's outcomes (only for files of this job when `lfns` is given), then close.
+        """Record the report's outcomes (only for files of this job when `lfns` is given), then close (unless
+        files were left for PROTECTION_EXPIRED: `reissued`).
 
         A directory line is accepted for a directory of the job's files, or one `other_dirs` allows (the
         job's retried directories and those holding them, those its sweep may reach). `given_dirs`: the
@@ -281,8 +284,14 @@ class Collector:
         said: set[str] = set()
         if report is not None:
             allowed = set(lfns) if lfns is not None else None
-            outcomes = _accepted(report.files, lambda f: f.lfn, allowed.__contains__ if allowed is not None else None,
-                                 f"a file of job {job_id}", out.problems, lambda f: ledger_outcome(f, report.exit_code))
+            # A file left because the manifest's protected list was too old gets no outcome: it stays planned in
+            # the job, its tries unchanged, and the job is not closed but re-issued (service/jobkeeper.py).
+            left = [f.outcome == "not_attempted" and f.reason == PROTECTION_EXPIRED for f in report.files]
+            # A directory job (no file) refused for it says so on its directories.
+            out.reissued = sum(left) + sum(d.reason == PROTECTION_EXPIRED for d in report.dirs)
+            outcomes = _accepted([f for f, expired in zip(report.files, left) if not expired], lambda f: f.lfn,
+                                 allowed.__contains__ if allowed is not None else None, f"a file of job {job_id}",
+                                 out.problems, lambda f: ledger_outcome(f, report.exit_code))
             dirs = None if allowed is None or not report.dirs else {d for lfn in allowed for d in ancestors(lfn)}
             dir_ok = None if dirs is None else (lambda d: d in dirs or other_dirs is not None and other_dirs(d))
             dir_outcomes = _accepted(report.dirs, lambda d: d.dir, dir_ok,
@@ -313,7 +322,8 @@ class Collector:
         if out.problems:
             reasons.append(f"{len(out.problems)} report lines rejected, first: {out.problems[0]}")
         out.reason = "; ".join(reasons)
-        self.sink.close_job(job_id, out.state, out.reason, **batch_facts(status, report))
+        if not out.reissued:
+            self.sink.close_job(job_id, out.state, out.reason, **batch_facts(status, report))
         return out
 
 

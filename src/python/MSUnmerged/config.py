@@ -212,6 +212,9 @@ class JobsConfig:
     max_ops_per_s: float = job_defaults.MAX_OPS_PER_S
     look_before_delete: bool = job_defaults.LOOK_BEFORE_DELETE
     top_up_s: float = 60.0  # `serve`: collect finished jobs and submit more up to the limits this often
+    # A job's manifest may be used this long after its protected list was fetched: the worker deletes nothing
+    # later, and the service re-issues a waiting job before then (docs/jobs.md, "Protection no older than a bound").
+    max_protection_age_s: float = job_defaults.MAX_PROTECTION_AGE_S
     sites: dict[str, SiteConfig] = field(default_factory=dict)  # per-RSE overrides
 
     def for_rse(self, rse: str) -> SiteConfig:
@@ -542,6 +545,9 @@ def _validate_limits(cfg: Config) -> None:
     need(j.max_in_flight >= 0, "jobs.max_in_flight", "must be >= 0 (0: no limit)")
     need(j.max_ops_per_s >= 0, "jobs.max_ops_per_s", "must be >= 0 (0: unpaced)")
     need(j.top_up_s >= 1, "jobs.top_up_s", "must be >= 1")
+    # Each cycle re-checks the waiting jobs: a shorter bound would let every job that waits one cycle expire.
+    need(j.max_protection_age_s >= cfg.service.interval_s, "jobs.max_protection_age_s",
+         f"must be >= service.interval_s ({cfg.service.interval_s}): each cycle re-checks the jobs that wait")
     caps = [("planner.max_files_per_cycle", p.max_files_per_cycle)]
     caps += [(f"jobs.sites.{rse}.max_files_per_cycle", s.max_files_per_cycle) for rse, s in j.sites.items()
              if s.max_files_per_cycle is not None]

@@ -19,6 +19,15 @@ from MSUnmerged.jobs.condor import CondorBackend, Target, child_env, classify, p
     ("CEDAR:6001:Failed to connect to <127.0.0.1:9>", "unreachable"),
     ("Failed communication with collector.", "unreachable"),
     ("SECMAN:2007:Failed to end classad message.", "timeout"),
+    # A schedd restarting after a crash closes the connections it had accepted (issue 36).
+    ("SECMAN:2011:Connection closed during command authorization. Probably due to an unknown command.",
+     "unreachable"),
+    ("Failed to query schedd: SECMAN:2011 Connection closed", "unreachable"),
+    ("SECMAN:2003:TCP connection to schedd <127.0.0.1:9618?sock=schedd> failed.", "unreachable"),
+    ("recv(fd=9): Connection reset by peer", "unreachable"),
+    ("send: Broken pipe", "unreachable"),
+    # A denial stays a denial whatever else the message says.
+    ('SECMAN:2010:Received "DENIED" from server; connection closed', "auth_denied"),
     ("something else", "bad_answer"),
 ])
 def test_classify(text: str, kind: str) -> None:

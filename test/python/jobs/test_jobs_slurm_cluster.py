@@ -137,9 +137,12 @@ def test_cancelled_jobs_recorded_with_reason(slurm_cluster, transport, tmp_path,
                           array_parallel=2)
     batch_ids = backend.submit(jobs)
     running, outside, pending, outside_pending = (j.job_id for j in jobs)
-    wait_until(backend, {j: batch_ids[j] for j in (running, outside)}, lambda s: s.state == JobState.RUNNING, 60)
+    # Running, and their job script started (its `started` marker written: Slurm says RUNNING a moment before).
+    wait_until(backend, {j: batch_ids[j] for j in (running, outside)},
+               lambda s: s.state == JobState.RUNNING and bool(s.started), 60)
     statuses = backend.poll(batch_ids)
     assert statuses[pending].state == statuses[outside_pending].state == JobState.QUEUED
+    assert statuses[pending].started is False
 
     # Pending tasks first: cancelling a running one frees a slot, and a pending task started in it would no
     # longer be pending when cancelled.
@@ -154,6 +157,9 @@ def test_cancelled_jobs_recorded_with_reason(slurm_cluster, transport, tmp_path,
     assert (statuses[pending].state, statuses[pending].reason) == (JobState.REMOVED, "revalidation: dump superseded")
     assert (statuses[outside].state, statuses[outside].reason) == (JobState.FAILED, "cancelled outside MSUnmerged")
     assert statuses[outside_pending].state == JobState.VANISHED
+    # The job script's `started` marker: the pending ones never ran (no try of their files), the running ones did.
+    assert statuses[pending].never_ran and statuses[outside_pending].never_ran
+    assert statuses[running].started is statuses[outside].started is True and not statuses[outside].never_ran
     assert all((root / lfn.lstrip("/")).exists() for job in jobs for lfn in job.step.lfns)
     assert backend.fetch_report(running, batch_ids[running], tmp_path / "r") is None
 

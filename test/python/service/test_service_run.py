@@ -176,7 +176,9 @@ def test_revalidation_removes_queued_jobs_with_newly_protected_files(tmp_path: P
     (src / PROTECTED_FILE).write_text(json.dumps({"result": prot["result"] + newly}))
     second = svc.runner.run_once(RSE)
     assert second.action == "poll" and second.removed_jobs == 1 and second.dropped_protected > 0
-    assert mongo_db.jobs.find_one({"_id": queued})["state"] == "removed"
+    # Removed before it started and planned again (its other files' tries unchanged): sent again without them.
+    assert (mongo_db.jobs.find_one({"_id": queued})["state"], mongo_db.jobs.find_one({"_id": queued})["requeued"]) \
+        == ("planned", 1)
     assert mongo_db.jobs.find_one({"_id": running})["state"] in ("running", "queued")  # started: left alone
     for _ in range(6):
         if svc.runner.run_once(RSE, wait_s=60).action == "finish":
@@ -186,10 +188,11 @@ def test_revalidation_removes_queued_jobs_with_newly_protected_files(tmp_path: P
     assert kept and all(lfn.startswith(newly[1] + "/") for lfn in kept)
     left = files_left(tmp_path / "storage" / RSE)
     assert kept <= left  # never deleted
-    # The removed job's other files were planned again in a later round and deleted there.
+    # The removed job's other files were sent again in it and deleted there, in their first try.
     rest = queued_files - kept
     assert rest and not rest & left
-    assert {d["state"] for d in Ledger(mongo_db).file_records() if d["lfn"] in rest} == {"deleted"}
+    assert {(d["state"], d.get("attempts", 1)) for d in Ledger(mongo_db).file_records() if d["lfn"] in rest} == {("deleted", 1)}
+    assert mongo_db.jobs.find_one({"_id": queued})["state"] == "finished"
     assert not [d for d in Ledger(mongo_db).file_records() if d["state"] in ("planned", "unknown", "failed")]
     # The running job was not touched by revalidation: the worker decided (its manifest predates the change).
     assert mongo_db.jobs.find_one({"_id": running})["state"] == "finished"

@@ -146,6 +146,52 @@ def test_deadline_in_the_past_refuses_the_whole_job(site: tuple[Path, Path], tmp
     assert "deadline passed" in summary(lines)["summary"]["error"]
 
 
+def test_a_protected_list_past_its_bound_deletes_nothing(site: tuple[Path, Path], tmp_path: Path) -> None:
+    """The manifest's protected list may be used until `protected_until` (jobs.max_protection_age_s): a job that
+    starts later (its service stopped past the bound) refuses every file, not_attempted with protection_expired."""
+    storage, sc = site
+    lfns = [f"{BASE}/00000/f{i}.root" for i in range(3)]
+    paths = [put(storage, lfn) for lfn in lfns]
+    fetched = time.time() - 120
+    rc, lines = run_worker(tmp_path / "job", manifest(lfns, remove_dirs=[f"{BASE}/00000"], protected_at=fetched,
+                                                      protected_until=fetched + 60), sc)
+    assert rc == 2 and all(p.exists() for p in paths)
+    assert {(x["outcome"], x["reason"], x["attempts"]) for x in files(lines).values()} == \
+        {("not_attempted", "protection_expired", 0)}
+    assert {(d["outcome"], d["reason"]) for d in dirs(lines).values()} == {("not_attempted", "protection_expired")}
+    assert "may be used until" in summary(lines)["summary"]["error"]
+    # Control: the same files with a list still in its bound are deleted.
+    rc, lines = run_worker(tmp_path / "control", manifest(lfns, protected_at=time.time(),
+                                                          protected_until=time.time() + 60), sc)
+    assert rc == 0 and not any(p.exists() for p in paths)
+
+
+def test_a_protected_list_that_expires_during_the_job_stops_it(site: tuple[Path, Path], tmp_path: Path) -> None:
+    """Checked before each batch: files after the bound are left not_attempted (protection_expired)."""
+    storage, sc = site
+    lfns = [f"{BASE}/00000/f{i:02d}.root" for i in range(12)]
+    for lfn in lfns:
+        put(storage, lfn)
+    # Paced at 4 operations a second (a look and an unlink a file): two files a second; the list expires after 2 s.
+    rc, lines = run_worker(tmp_path / "job", manifest(lfns, max_ops_per_s=4, protected_until=time.time() + 2), sc)
+    out = files(lines)
+    left = [lfn for lfn in lfns if out[lfn]["outcome"] == "not_attempted"]
+    assert rc == 1 and left and len(left) < len(lfns)
+    assert {out[lfn]["reason"] for lfn in left} == {"protection_expired"}
+    assert all((storage / lfn.lstrip("/")).exists() for lfn in left)
+    assert {out[lfn]["outcome"] for lfn in lfns if lfn not in left} == {"deleted"}
+
+
+def test_a_manifest_without_protected_until_is_refused(site: tuple[Path, Path], tmp_path: Path) -> None:
+    storage, sc = site
+    path = put(storage, f"{BASE}/00000/f.root")
+    man = manifest([f"{BASE}/00000/f.root"])
+    del man["task"]["steps"][0]["protected_until"]
+    rc, lines = run_worker(tmp_path / "job", man, sc)
+    assert rc == 2 and path.exists()
+    assert "protected_until is missing" in summary(lines)["summary"]["error"]
+
+
 def test_unknown_command_is_a_configuration_error(tmp_path: Path) -> None:
     root = world_dir("msunmerged-posix-")
     storage = root / "storage"

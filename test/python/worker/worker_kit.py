@@ -94,6 +94,7 @@ def manifest(lfns: list[str], remove_dirs: Sequence[str] = (), protected: Sequen
               "file_timeout_s": 10.0, "retries": 1, "backoff_s": 0.05, "max_consecutive_denied": 20}
     if "scan_started" not in step:
         params["scan_started"] = time.time()
+    params["protected_until"] = time.time() + 3600  # its protected list may be used for an hour (unless `step` says)
     params.update(step)
     return {"version": MANIFEST_VERSION, "job_id": f"{RSE}:1:1", "rse": RSE, "site": SITE, "generation": 1.0,
             "deadline": time.time() + 3600 if deadline is None else deadline,

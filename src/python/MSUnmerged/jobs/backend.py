@@ -79,10 +79,11 @@ class BatchBackend(Protocol):
 
 
 def remove_queued(backend: BatchBackend, batch_ids: Mapping[str, str], reason: str) -> list[str]:
-    """remove_pending by polling: the jobs reported QUEUED now are removed. Exact for the local backend (it
-    holds the lock its supervisor starts jobs under); on Slurm a task that starts between the two is stopped
-    while running (its report still says what it did)."""
-    queued = [j for j, s in backend.poll(batch_ids).items() if s.state is JobState.QUEUED]
+    """remove_pending by polling: the jobs reported QUEUED now, or HELD and known never to have started (a Slurm
+    task pending on a drained node), are removed. On Slurm a task that starts between the two is stopped while
+    running (its report still says what it did); the local backend has its own, exact."""
+    queued = [j for j, s in backend.poll(batch_ids).items()
+              if s.state is JobState.QUEUED or s.state is JobState.HELD and s.started is False]
     for job_id in queued:
         backend.remove(job_id, batch_ids[job_id], reason)
     return queued

@@ -81,6 +81,10 @@ def child_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
 
 
+# How a connection the schedd closed reads in the bindings' messages (lower case).
+CONNECTION_CLOSED = ("connection closed", "connection reset by peer", "broken pipe")
+
+
 def classify(text: str, default: str = "bad_answer") -> str:
     """Map an HTCondor error message (or the bindings' debug log) onto a BackendError kind."""
     if "SECMAN:2010" in text or '"DENIED"' in text or "PERMISSION DENIED" in text:
@@ -91,6 +95,11 @@ def classify(text: str, default: str = "bad_answer") -> str:
         return "timeout"
     if ("CEDAR:6001" in text or "Failed to connect" in text or "communication with collector" in text
             or "Unable to locate" in text or "Unable to find" in text):
+        return "unreachable"
+    # A schedd restarting (after a crash, an upgrade) closes connections it had accepted: SECMAN:2011 "Connection
+    # closed during command authorization", or the socket reset under the bindings.
+    # SECMAN:2003: its connection failed to open.
+    if "SECMAN:2011" in text or "SECMAN:2003" in text or any(words in text.lower() for words in CONNECTION_CLOSED):
         return "unreachable"
     return default
 

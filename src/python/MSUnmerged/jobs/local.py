@@ -13,7 +13,9 @@ backend holds it), and each backend's supervisor thread starts its own as slots 
 too (it ends when nothing waits; a submit starts it again; `close` ends it for good). A waiting job's status says so
 (WAIT_REASON).
 Everything needed to answer `poll` and `find` after a restart is on disk: a queued job's manifest, the pid file of
-a running worker and the report's final summary line, which holds the worker's exit code.
+a running worker and the report's final summary line, which holds the worker's exit code. A job an earlier service
+left queued is queued again by the first `poll` that asks about it and started by a later pump, so that the
+revalidation after that poll may remove it first (`remove_pending` starts nothing).
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from typing import Mapping, Optional, Sequence
 
 from MSUnmerged.config import Config
 from MSUnmerged.jobs.backend import (BackendError, JobState, JobStatus, credential_for, deliver_report,
-                                     job_environment, remove_queued, write_private)
+                                     job_environment, write_private)
 from MSUnmerged.jobs.spec import CleanupJob
 from MSUnmerged.jobs.workerpkg import build_worker
 from MSUnmerged.worker.ids import (CLAIM_NAME, ENV_NAME, LOG_NAME, MANIFEST_NAME, PID_NAME, REPORT_NAME, WORKER_NAME,
@@ -181,6 +183,7 @@ class LocalBackend:
             env = {**self._environment(job.rse, jdir), "MSUNMERGED_WORKER": str(worker)}
             job.write_manifest(jdir / MANIFEST_NAME)
             (jdir / ENV_NAME).write_text(json.dumps(env))
+            self._removed.discard(name)  # removed before it started, and submitted again (re-issued)
             self._enqueue(name)
             out[job.job_id] = BATCH_PREFIX + name
         self._pump()
@@ -314,8 +317,9 @@ class LocalBackend:
                 return JobStatus(job_id, JobState.RUNNING, batch_id)
             return JobStatus(job_id, JobState.FAILED, batch_id, "its starter stopped before starting the worker")
         if (jdir / MANIFEST_NAME).exists():
-            self._enqueue(name)  # queued by an earlier instance that stopped before starting it
-            self._pump()
+            # Queued by an earlier instance that stopped before starting it: queued here, started by the next pump,
+            # so that the caller may remove it first (a restart's revalidation, remove_pending).
+            self._enqueue(name)
             return self._status(job_id, batch_id)
         return JobStatus(job_id, JobState.VANISHED, batch_id, "no such local job")
 
@@ -329,9 +333,13 @@ class LocalBackend:
         return deliver_report(report, dest)
 
     def remove_pending(self, batch_ids: Mapping[str, str], reason: str) -> list[str]:
-        """Exact: under the lock the supervisor takes, a job reported queued cannot start before it is removed."""
+        """Exact: under the lock the supervisor takes, and with no pump in between (none starts), a job seen queued
+        cannot start before it is removed."""
         with self._lock:
-            return remove_queued(self, batch_ids, reason)
+            queued = [j for j, b in batch_ids.items() if self._status(j, b).state is JobState.QUEUED]
+            for job_id in queued:
+                self._remove(batch_ids[job_id])
+            return queued
 
     def remove(self, job_id: str, batch_id: str, reason: str) -> None:
         """Queued: dropped. Running: SIGTERM (the worker stops, reports the rest not attempted), then

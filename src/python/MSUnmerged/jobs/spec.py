@@ -25,6 +25,10 @@ class DeleteFilesStep:
     remove_dirs: list[str] = field(default_factory=list)  # may be removed once empty, leaf first
     keep_dirs: list[str] = field(default_factory=list)  # its directories that are or hold a protected base: kept
     protected: list[str] = field(default_factory=list)  # protected bases relevant to these files: refuse under them
+    # When the protected list was fetched, and until when it may be used (jobs.max_protection_age_s): the worker
+    # deletes nothing later.
+    protected_at: Optional[float] = None
+    protected_until: Optional[float] = None
     dry_run: bool = True
     file_timeout_s: float = defaults.FILE_TIMEOUT_S
     retries: int = defaults.RETRIES
@@ -46,6 +50,12 @@ class DeleteFilesStep:
     look_before_delete: bool = defaults.LOOK_BEFORE_DELETE
     name: str = "DeleteFiles"
     type: str = "DeleteFiles"
+
+    def __post_init__(self) -> None:
+        """A step made without a fetch time (tests, tools) holds a list given now, for the default bound."""
+        self.protected_at = time.time() if self.protected_at is None else self.protected_at
+        if self.protected_until is None:
+            self.protected_until = self.protected_at + defaults.MAX_PROTECTION_AGE_S
 
 
 # The manifest's "resources": its key -> the CleanupJob field it holds.
@@ -195,10 +205,12 @@ protected_bases: PreparedByList[ProtectedBases] = PreparedByList(ProtectedBases)
 def make_job(job_id: str, rse: str, site: str, lfns: list[str], removable: set[str],
              protected: ProtectedBases, config: Config, generation: float = 0.0,
              now: Optional[float] = None, unmerged_pfn: Optional[str] = None,
-             scan_started: Optional[float] = None, retry_dirs: Sequence[str] = ()) -> CleanupJob:
+             scan_started: Optional[float] = None, retry_dirs: Sequence[str] = (),
+             protected_at: Optional[float] = None) -> CleanupJob:
     """One CleanupJob from a chunk of planned files, with the job settings of `config` and the RSE's limits.
 
-    `protected`: the protected list, prepared once for all the jobs made from it;
+    `protected`: the protected list, prepared once for all the jobs made from it; `protected_at`: when that list
+    was fetched (the job deletes nothing after it plus jobs.max_protection_age_s; None: now, a list just fetched);
     `unmerged_pfn`: Rucio's PFN of /store/unmerged/ for `rse` (None offline: only the site config's
     own mapping is checked); `scan_started`: the start time of the scan the plan comes from;
     `retry_dirs`: directories of earlier plans still to remove (a job may hold no file, only these).
@@ -207,7 +219,10 @@ def make_job(job_id: str, rse: str, site: str, lfns: list[str], removable: set[s
     limits = limits_for(config, rse)
     dirs = held_dirs(lfns, retry_dirs)
     bases, keep = protected.for_job(lfns, dirs)
+    now = time.time() if now is None else now
+    protected_at = now if protected_at is None else protected_at
     step = DeleteFilesStep(lfns=lfns, remove_dirs=job_dirs(dirs, removable), keep_dirs=keep, protected=bases,
+                           protected_at=protected_at, protected_until=protected_at + j.max_protection_age_s,
                            dry_run=config.service.dry_run, file_timeout_s=j.file_timeout_s, retries=j.retries,
                            max_consecutive_denied=j.max_consecutive_denied, unmerged_pfn=unmerged_pfn,
                            mapping_check="rucio" if unmerged_pfn is not None else "site_config_only",
@@ -217,6 +232,6 @@ def make_job(job_id: str, rse: str, site: str, lfns: list[str], removable: set[s
                            max_ops_per_s=limits.max_ops_per_s, look_before_delete=limits.look_before_delete,
                            **limits.filters())
     return CleanupJob(job_id=job_id, rse=rse, site=site, step=step, generation=generation,
-                      deadline=(time.time() if now is None else now) + j.deadline_h * 3600,
+                      deadline=now + j.deadline_h * 3600,
                       request_memory_mb=j.request_memory_mb, request_disk_mb=j.request_disk_mb,
                       max_runtime_s=j.max_runtime_s)

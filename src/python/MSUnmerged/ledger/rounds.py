@@ -24,6 +24,7 @@ READ_JOBS = 25
 class StepFiles(Protocol):
     lfns: Sequence[str]
     dry_run: bool
+    protected_until: Optional[float]
 
 
 class JobIntent(Protocol):
@@ -71,11 +72,13 @@ class Rounds(Entries):
         return found
 
     def record_job_intent(self, jobs: Sequence[JobIntent], backend: str = "") -> None:
-        """Before submitting: the jobs go from planned to submitting (with site and backend)."""
+        """Before submitting: the jobs go from planned to submitting (with site, backend, and until when their
+        manifests' protected list may be used)."""
         now = time.time()
         ops = [UpdateOne({"_id": j.job_id, "state": JobState.PLANNED},
                          {"$set": {"state": JobState.SUBMITTING, "site": j.site, "backend": backend,
-                                   "files": len(j.step.lfns), "dry_run": j.step.dry_run, "intent_at": now}})
+                                   "files": len(j.step.lfns), "dry_run": j.step.dry_run, "intent_at": now,
+                                   "protected_until": j.step.protected_until}})
                for j in jobs]
         if ops:
             with_retry(lambda: self.jobs.bulk_write(ops, ordered=False), "record intent")
@@ -95,8 +98,10 @@ class Rounds(Entries):
             with_retry(lambda: self.jobs.bulk_write(ops, ordered=False), "mark submitted")
 
     def requeue_job(self, job_id_: str, reason: str) -> None:
-        """A job the batch system gave up on before it ever started: back to planned, its files still assigned to
-        it with their tries unchanged (a submission that never ran is not a try); `requeued` counts these."""
+        """A job the batch system gave up on before it ever started, one revalidation removed before it started, or
+        one whose worker left its files because its protected list was too old: back to planned, its files still
+        assigned to it with their tries unchanged (a submission that deleted nothing is not a try); `requeued`
+        counts these."""
         with_retry(lambda: self.jobs.update_one(
             {"_id": job_id_, "state": {"$in": list(BACKEND_JOB_STATES)}},
             {"$set": {"state": JobState.PLANNED, "reason": reason, "polled_at": time.time()},

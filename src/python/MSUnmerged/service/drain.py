@@ -3,9 +3,12 @@ and more of their released jobs submitted as their `max_in_flight` leaves room, 
 RSE keeps its storage busy without waiting for the next cycle.
 
 It works an RSE only under the RSE's lease, as its own lease owner ("<instance>-drain"): an RSE a cycle works on
-is left to the cycle. What it submits passes the same checks as a cycle's submission: the protected list is read
-fresh (the shrink guard refuses an untrusted one: nothing is submitted) and goes into every job's manifest, where
-the worker checks each file against it again. It never plans, releases a slice or starts a retry round.
+is left to the cycle. The jobs still waiting are re-checked as a cycle does (JobKeeper.revalidate: removed when a
+file became protected, re-issued when their manifest's list is getting old), also after a restart whose first cycle
+found its RSEs done for the slot. What it submits passes the same checks as a cycle's submission: the protected
+list is read fresh (the shrink guard refuses an untrusted one: nothing is submitted) and goes into every job's
+manifest, where the worker checks each file against it again. It never plans, releases a slice or starts a retry
+round.
 """
 from __future__ import annotations
 
@@ -16,11 +19,32 @@ from typing import Callable, Optional, Sequence
 from MSUnmerged.config import Config
 from MSUnmerged.jobs.backend import BatchBackend, JobState
 from MSUnmerged.ledger import LIVE_JOB_STATES, Leases, Ledger, with_retry
-from MSUnmerged.service.jobkeeper import JobKeeper
+from MSUnmerged.service.jobkeeper import Fetched, JobKeeper
 from MSUnmerged.service.result import failure_of, jobs_detail
 from MSUnmerged.sources import Sources
 
 log = logging.getLogger(__name__)
+
+
+class PassList:
+    """A pass's protected list: fetched when first needed, then the same for every RSE of the pass; a failure too
+    (WMStats down or hanging is asked once a pass, not once an RSE)."""
+
+    def __init__(self, fetch: Callable[[], Fetched]) -> None:
+        self._fetch = fetch
+        self._got: Optional[Fetched] = None
+        self._failed: Optional[Exception] = None
+
+    def __call__(self) -> Fetched:
+        if self._failed is not None:
+            raise self._failed
+        if self._got is None:
+            try:
+                self._got = self._fetch()
+            except Exception as exc:
+                self._failed = exc
+                raise
+        return self._got
 
 
 class Drainer:
@@ -46,20 +70,21 @@ class Drainer:
     def once(self) -> dict[str, int]:
         """One pass over the RSEs with jobs; returns the jobs submitted per RSE."""
         submitted: dict[str, int] = {}
-        protected: Optional[list[str]] = None
+        fetch = PassList(self.jobs.fetch_protected)
         for rse in self.with_jobs():
             if self._stop.is_set() or not self.leases.acquire(rse):
                 continue  # a cycle or another instance works on it now
             try:
-                collected, n = self.jobs.poll(rse), 0
+                collected, removed, n = self.jobs.poll(rse), 0, 0
                 try:
+                    removed, _ = self.jobs.revalidate(rse, fetch)  # the jobs still waiting, against the pass's list
                     gen = self.ledger.rse(rse).get("generation")
                     if gen is not None and self.jobs.ready(rse, gen):
-                        protected = self.sources.protected() if protected is None else protected
+                        protected, at = fetch()
                         self.jobs.protection(rse, protected)  # GuardTripped: an untrusted list submits nothing
-                        n = submitted[rse] = self.jobs.submit_planned(rse, gen, protected)
+                        n = submitted[rse] = self.jobs.submit_planned(rse, gen, protected, at)
                 finally:  # what was collected is counted also when nothing more could be submitted
-                    if collected or n:
+                    if collected or removed or n:
                         self.ledger.refresh_counters(rse)
                         live = len(self.jobs.live(rse))
                         self.ledger.set_jobs_state(rse, live, jobs_detail(live))

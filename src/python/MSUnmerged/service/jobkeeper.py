@@ -8,6 +8,7 @@ idempotent against the ledger too.
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
@@ -29,10 +30,11 @@ from MSUnmerged.sitelimits import limits_for
 from MSUnmerged.sites import resolve_site
 from MSUnmerged.sources import Sources
 from MSUnmerged.worker.paths import depth
+from MSUnmerged.worker.report import PROTECTION_EXPIRED
 
 log = logging.getLogger(__name__)
 
-REVALIDATED = "removed_before_start"  # error class of the files of a job removed by revalidation
+Fetched = tuple[Sequence[str], float]  # a protected list and when it was fetched (the fetch's start)
 # A submission's first batch holds at most this many jobs: an RSE's first jobs go out after building these few
 # (their files read back from the ledger, their manifests written), not a whole `jobs.submit_batch`.
 FIRST_BATCH = 50
@@ -73,21 +75,28 @@ class JobKeeper:
         baseline = self.ledger.protected_baseline(rse) if doc is None else baseline_of(doc.get("generations", []))
         return check_protection(protected, baseline, self.config.guards.max_protected_shrink), baseline
 
+    def fetch_protected(self) -> Fetched:
+        """The protected list read now, with the time it was asked for: what a job's manifest may rely on until
+        that time plus jobs.max_protection_age_s."""
+        at = time.time()
+        return self.sources.protected(), at
+
     def live(self, rse: str) -> list[dict[str, Any]]:
         """The RSE's jobs submitted or being submitted and not yet collected."""
         return self.ledger.jobs_in(rse, LIVE_JOB_STATES)
 
     # -- submission ----------------------------------------------------------------------------
 
-    def submit_planned(self, rse: str, generation: float, protected: Sequence[str],
+    def submit_planned(self, rse: str, generation: float, protected: Sequence[str], fetched: float,
                        entry: Optional[dict[str, Any]] = None, live: Optional[int] = None) -> int:
         """Submit the generation's planned jobs of the released slices (ledger/slices.py), as many as the RSE's
         `max_in_flight` leaves room for, in batches (batch_bounds): for each batch intent first, then submit,
-        then mark (see `reconcile`). Returns how many were submitted. `entry`: the generation's entry, when the
-        caller has just read it (slices.release_next); `live`: see `room`."""
+        then mark (see `reconcile`). Returns how many were submitted. `fetched`: when `protected` was fetched
+        (fetch_protected); `entry`: the generation's entry, when the caller has just read it
+        (slices.release_next); `live`: see `room`."""
         entry = self.ledger.generation_entry(rse, generation) if entry is None else entry
-        return self._submit_batches(rse, self.ready(rse, generation, entry, live), protected, intent=True,
-                                    entries={generation: entry})
+        return self._submit_batches(rse, self.ready(rse, generation, entry, live), (protected, fetched),
+                                    intent=True, entries={generation: entry})
 
     def ready(self, rse: str, generation: float, entry: Optional[dict[str, Any]] = None,
               live: Optional[int] = None) -> list[dict[str, Any]]:
@@ -129,20 +138,20 @@ class JobKeeper:
         missing = [j for j in pending if j["_id"] not in found]
         if not missing:
             return
-        protected = self.sources.protected()
-        protection, _ = self.protection(rse, protected)
+        fetched = self.fetch_protected()
+        protection, _ = self.protection(rse, fetched[0])
         for gen in {doc["gen"] for doc in missing}:
             self.ledger.drop_protected(rse, gen, protection)
         log.info("%s: resubmitting %d jobs whose submission was not confirmed", rse, len(missing))
-        self._submit_batches(rse, missing, protected, intent=False)
+        self._submit_batches(rse, missing, fetched, intent=False)
 
-    def _submit_batches(self, rse: str, docs: Sequence[dict[str, Any]], protected: Sequence[str],
+    def _submit_batches(self, rse: str, docs: Sequence[dict[str, Any]], fetched: Fetched,
                         intent: bool, entries: Optional[dict[float, dict[str, Any]]] = None) -> int:
         """Build and submit the jobs of these documents one batch at a time; `intent`: record it first (jobs
         still planned), else they are `submitting` already; `entries`: generation entries just read. The storage
         credential and the backend are checked before the first batch."""
         n, checked = 0, False
-        for jobs in self._batches(rse, docs, protected, entries or {}):
+        for jobs in self._batches(rse, docs, fetched, entries or {}):
             if not checked:  # missing or expiring, refused or unreachable: BackendError, nothing recorded or submitted
                 credential_for(self.config.jobs, rse).check()
                 self.backend.preflight(rse)
@@ -153,7 +162,7 @@ class JobKeeper:
             n += self._submit(rse, jobs)
         return n
 
-    def _batches(self, rse: str, docs: Sequence[dict[str, Any]], protected: Sequence[str],
+    def _batches(self, rse: str, docs: Sequence[dict[str, Any]], fetched: Fetched,
                  entries: dict[float, dict[str, Any]]) -> Iterator[list[CleanupJob]]:
         """The jobs of these job documents with the files they still hold planned, a batch at a time (batch_bounds),
         each batch built when asked for; a job with no file left is closed. The protected list, removable
@@ -162,7 +171,7 @@ class JobKeeper:
         entries = {gen: entries[gen] if gen in entries else self.ledger.generation_entry(rse, gen) for gen in gens}
         removable = {gen: self.removable(rse, gen, entries[gen]) for gen in gens}
         checks = {gen: self._checks(rse, gen, entries[gen]) for gen in gens}
-        bases = protected_bases(protected)
+        bases = protected_bases(fetched[0])
         site = ""  # asked once, for the first job that has files (it may ask Rucio)
         for start, end in batch_bounds(len(docs), self.config.jobs.submit_batch):
             jobs = []
@@ -175,7 +184,8 @@ class JobKeeper:
                     continue
                 site = site or self._site(rse)
                 jobs.append(make_job(doc["_id"], rse, site, lfns, removable[doc["gen"]], bases, self.config,
-                                     generation=doc["gen"], retry_dirs=retry, **checks[doc["gen"]]))
+                                     generation=doc["gen"], retry_dirs=retry, protected_at=fetched[1],
+                                     **checks[doc["gen"]]))
             if jobs:
                 yield jobs
 
@@ -239,7 +249,9 @@ class JobKeeper:
 
     def _collect(self, job: dict[str, Any], status: JobStatus) -> bool:
         """Report -> per-file outcomes -> job closed (unreported files: unknown) -> job removed; True. A job that
-        never started and left no report is planned again instead, its files' tries unchanged; False."""
+        never started and left no report is planned again instead, its files' tries unchanged; False. So is a job
+        whose worker left files because its protected list was too old (PROTECTION_EXPIRED), once the others'
+        outcomes are recorded; True."""
         dest = self.config.state_dir / "reports" / job["rse"] / f"{job['_id'].replace(':', '_')}.jsonl"
         dest.parent.mkdir(parents=True, exist_ok=True)
         path = self.backend.fetch_report(job["_id"], job["batch_id"], dest)
@@ -254,7 +266,11 @@ class JobKeeper:
             # this job, so a late report never overwrites a retry's outcome.
             got = self.collector.collect(job["_id"], lfns, report, status, self._other_dirs(job, lfns, report),
                                          lambda: self._given_dirs(job, lfns))
-            if job.get("retry_dirs"):
+            if got.reissued:  # its protected list grew too old at the site: the rest goes out with a fresh one
+                log.warning("%s: job %s: %d files or directories left with %s: planned again", job["rse"],
+                            job["_id"], got.reissued, PROTECTION_EXPIRED)
+                self.ledger.requeue_job(job["_id"], f"{PROTECTION_EXPIRED}: {got.reason}")
+            elif job.get("retry_dirs"):
                 pending_dirs.settle(self.ledger, job, held_dirs((), job["retry_dirs"]))
             if got.problems:
                 log.warning("%s: job %s: %s", job["rse"], job["_id"], got.reason)
@@ -281,20 +297,26 @@ class JobKeeper:
         given = job_dirs(held_dirs(lfns, retried), self.removable(job["rse"], job["gen"]))
         return given + sorted(set(retried) - set(given))
 
-    def revalidate(self, rse: str) -> tuple[int, int]:
-        """Queued jobs holding a file the fresh protected list covers are removed before they start.
+    def revalidate(self, rse: str, fetch: Optional[Callable[[], Fetched]] = None) -> tuple[int, int]:
+        """Queued jobs are checked against a protected list fetched now (`fetch`, else fetch_protected) before they
+        start: a job holding a file the list covers, or whose manifest has less than half of
+        jobs.max_protection_age_s left (`renew`), is removed and planned again, its files' tries unchanged; the
+        next submission sends it with a fresh manifest.
 
-        Their newly protected files become skipped_protected, the others unknown (re-planned by the next
-        round). A job that started meanwhile stays: the backend removes only jobs not started, and the
-        worker re-checks protection itself. Returns (jobs removed, files dropped).
+        A removed job's newly protected files become skipped_protected (protected_since_planning) first. A job
+        that started meanwhile stays: the backend removes only jobs not started, and the worker re-checks
+        protection itself, and deletes nothing once its list is too old. Returns (jobs removed for newly protected
+        files, files dropped).
         """
         waiting = [j for j in self.ledger.jobs_in(rse, (JobState.QUEUED, JobState.HELD)) if j.get("batch_id")]
         if not waiting:
             return 0, 0
-        protection, _ = self.protection(rse, self.sources.protected())
+        protected, fetched = (fetch or self.fetch_protected)()
+        protection, _ = self.protection(rse, protected)
+        lfns_of = self.ledger.jobs_lfns([j["_id"] for j in waiting])  # a few queries, not one a job
         hit = {j["_id"]: j["batch_id"] for j in waiting
-               if any(protection.holds_below(name.encode("utf-8", "surrogateescape"))
-                      for name in self.ledger.job_lfns(j["_id"]))}
+               if any(protection.holds_below(name.encode("utf-8", "surrogateescape")) for name in lfns_of[j["_id"]])}
+        self.renew(rse, [j for j in waiting if j["_id"] not in hit], fetched)
         if not hit:
             return 0, 0
         gens = {j["_id"]: j["gen"] for j in waiting}
@@ -303,8 +325,23 @@ class JobKeeper:
         for jid in removed:
             n = self.ledger.drop_protected(rse, gens[jid], protection, job=jid)
             dropped += n
-            self.ledger.close_job(jid, JobState.REMOVED, f"revalidation: {n} files became protected",
-                                  error_class=REVALIDATED)
+            self.ledger.requeue_job(jid, f"revalidation: {n} files became protected: the others sent again")
         log.info("%s: revalidation removed %d of %d queued jobs (%d files now protected)", rse, len(removed),
                  len(hit), dropped)
         return len(removed), dropped
+
+    def renew(self, rse: str, waiting: Sequence[dict[str, Any]], fetched: float) -> int:
+        """Of these waiting jobs (none holding a file the list fetched at `fetched` covers), those whose manifest's
+        protected list may be used for less than half of jobs.max_protection_age_s more are removed (if not started)
+        and planned again, their files' tries unchanged: the next submission gives them a fresh manifest. Returns
+        how many."""
+        half = self.config.jobs.max_protection_age_s / 2
+        stale = {j["_id"]: j["batch_id"] for j in waiting if (j.get("protected_until") or 0.0) - fetched < half}
+        if not stale:
+            return 0
+        removed = self.backend.remove_pending(stale, "re-issued with a fresh protected list")
+        for jid in removed:
+            self.ledger.requeue_job(jid, "re-issued: its manifest's protected list was getting old")
+        if removed:
+            log.info("%s: %d waiting jobs re-issued with a fresh protected list", rse, len(removed))
+        return len(removed)

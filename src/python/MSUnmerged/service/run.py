@@ -192,7 +192,7 @@ class Runner:
         if decision.action is Action.FINISH:
             return self._retry_dirs(rse, self._finish(rse, result, decision))
 
-        protected = self.sources.protected()
+        protected, fetched = self.jobs.fetch_protected()
         try:
             protection, baseline = self.jobs.protection(rse, protected, doc)
         except GuardTripped as guard:
@@ -224,7 +224,7 @@ class Runner:
         self.jobs.plan_directory_jobs(rse, decision.generation, protection)
         entry = slices.release_next(self.ledger, rse, decision.generation)  # a throttled plan: this cycle's slice
         # No job is live (read above, under the lease): max_in_flight's room needs no read of them.
-        result.submitted = self.jobs.submit_planned(rse, decision.generation, protected, entry, live=0)
+        result.submitted = self.jobs.submit_planned(rse, decision.generation, protected, fetched, entry, live=0)
         result.state = RSEState.RUNNING if result.submitted else RSEState.PLANNED
         submitted = {"detail": jobs_detail(result.submitted), "started": time.time()}
         state: Optional[dict[str, Any]] = None  # written with the counters below, unless the run waits for its jobs
@@ -236,7 +236,7 @@ class Runner:
                 time.sleep(0.2)
                 result.collected += self.jobs.poll(rse)
                 # More of the released jobs as the RSE's max_in_flight leaves room.
-                result.submitted += self.jobs.submit_planned(rse, decision.generation, protected)
+                result.submitted += self.jobs.submit_planned(rse, decision.generation, protected, fetched)
             if not self.jobs.live(rse):  # every job collected: say where the RSE stands
                 settled = self._decide(rse, self.ledger.rse(rse), scan)
                 if settled.action is Action.FINISH:
@@ -268,13 +268,13 @@ class Runner:
         if not pending_dirs.due(self.ledger, rse, 1 + self.config.jobs.retries):
             return result
         try:
-            protected = self.sources.protected()
+            protected, fetched = self.jobs.fetch_protected()
             protection, _ = self.jobs.protection(rse, protected)
         except (SourceError, GuardTripped) as exc:
             log.warning("%s: directories still to remove wait for a later cycle: %s", rse, exc)
             return result
         if self.jobs.plan_directory_jobs(rse, result.generation, protection):  # reached with no job live
-            result.submitted = self.jobs.submit_planned(rse, result.generation, protected, live=0)
+            result.submitted = self.jobs.submit_planned(rse, result.generation, protected, fetched, live=0)
         return result
 
     def _guarded(self, rse: str, result: RunResult, reason: str, detail: str) -> RunResult:
@@ -373,6 +373,7 @@ class Runner:
             self.leases.release(rse)
 
     def _apply(self, plan_dir: Path, plan: planner.Plan, sealed: seal.Seal, protected: list[str]) -> RunResult:
+        given = time.time()
         rse = plan.rse
         generation = sealed.generation if sealed.generation is not None else plan.created
         result = RunResult(rse, RunAction.APPLY, generation=generation)
@@ -405,7 +406,8 @@ class Runner:
         self._step("recorded", rse)
         result.dropped_protected = self.ledger.drop_protected(rse, generation, protection)
         entry = slices.release_next(self.ledger, rse, generation)
-        result.submitted = self.jobs.submit_planned(rse, generation, protected, entry)
+        # An operator's list counts as fetched when apply was asked to use it.
+        result.submitted = self.jobs.submit_planned(rse, generation, protected, given, entry)
         result.state = RSEState.RUNNING if result.submitted else RSEState.PLANNED
         self.ledger.refresh_counters(rse, state_update(
             result.state, detail=f"applied {plan_dir}: {result.submitted} jobs, "

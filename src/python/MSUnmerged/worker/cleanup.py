@@ -16,12 +16,12 @@ from .ids import MANIFEST_VERSION
 from .pace import Pacer
 from .report import (ABOVE_FLOOR, DIR_MOVED_SINCE_SCAN, EXCLUDED, INVALID_LFN, KEPT, MAPPING_DISAGREES,
                      MODIFIED_SINCE_SCAN, NO_PFN, NOT_JOB_DIR, OTHER_NAMESPACE, PATH_CHANGED, PFN_OUTSIDE_UNMERGED,
-                     PROTECTED, ReportWriter)
+                     PROTECTED, PROTECTION_EXPIRED, ReportWriter)
 
 # Exit codes (docs/jobs.md).
 EXIT_DONE = 0  # every file deleted, already missing, or (dry run) would be deleted
 EXIT_PARTIAL = 1  # the job ran; some files or directories did not reach that state
-EXIT_REFUSED = 2  # the job refused to start: deadline passed or manifest unusable; nothing touched
+EXIT_REFUSED = 2  # the job refused to start: deadline passed, protected list too old or manifest unusable; nothing touched
 EXIT_CONFIG = 3  # the site configuration gives no usable way to delete, or disagrees with Rucio; nothing touched
 EXIT_INTERNAL = 4  # the worker itself failed; the report holds what was done until then
 EXIT_AUTH = 5  # the storage credential is missing, expired or was refused: files are auth_failed
@@ -37,7 +37,8 @@ _STEP_TYPES = {"lfns": list, "remove_dirs": list, "keep_dirs": list, "protected"
                "max_consecutive_denied": int, "unmerged_pfn": (str, _NONE), "mapping_check": str,
                "pfn_layout": str, "unmerged_root": (str, _NONE), "scan_started": (int, float), "retry_dirs": list,
                "sweep_empty_dirs": bool, "dir_floor_depth": int, "include": (list, _NONE), "exclude": list,
-               "max_ops_per_s": (int, float), "look_before_delete": bool}
+               "max_ops_per_s": (int, float), "look_before_delete": bool,
+               "protected_at": (int, float), "protected_until": (int, float)}
 Refusal = Tuple[str, str]  # (report.REASONS code, error text)
 
 
@@ -97,6 +98,10 @@ class Job:
         if step.get("scan_started") is None:  # fail closed: without it a file changed since the scan looks unchanged
             raise JobRefused("DeleteFiles.scan_started is missing: the scan the plan comes from is unknown")
         self.scan_started = float(step["scan_started"])
+        if step.get("protected_until") is None:  # fail closed: without it the protected list may be of any age
+            raise JobRefused("DeleteFiles.protected_until is missing: how long its protected list holds is unknown")
+        self.protected_at: Optional[float] = None if step.get("protected_at") is None else float(step["protected_at"])
+        self.protected_until = float(step["protected_until"])
         # Directories an earlier plan of the RSE gave as removable and that are not removed yet: removed when
         # empty, with every directory check but that they hold a file of this job.
         self.retry_dirs: List[Any] = step.get("retry_dirs", [])
@@ -299,6 +304,7 @@ class _Stop:
 
     def __init__(self) -> None:
         self.reason: Optional[str] = None
+        self.code: Optional[str] = None  # the report's reason for the files left (report.REASONS), if any
 
     def __call__(self, signum: int, frame: Any) -> None:
         self.reason = "stopped by signal %d" % signum
@@ -334,6 +340,9 @@ class Cleanup:
         if self.started > job.deadline:
             self.report.start(self.info())
             return self._refuse_all(EXIT_REFUSED, "deadline passed %.0fs ago" % (self.started - job.deadline))
+        if self.started > job.protected_until:
+            self.report.start(self.info())
+            return self._refuse_all(EXIT_REFUSED, self._expired(self.started), reason=PROTECTION_EXPIRED)
         checked = self._check_files()
         probe = next((lfn for lfn, why in checked if why is None), None)
         self.credential, problem = credentials.discover(self.env, os.getcwd())
@@ -481,6 +490,11 @@ class Cleanup:
                                   where.path, where.ctime, where.mtime, started), reason=DIR_MOVED_SINCE_SCAN)
         return None
 
+    def _expired(self, now: float) -> str:
+        """Why nothing more is deleted once the manifest's protected list is too old (jobs.max_protection_age_s)."""
+        return "its protected list (fetched at %s) may be used until %.3f, now %.3f" % (
+            "?" if self.job.protected_at is None else "%.3f" % self.job.protected_at, self.job.protected_until, now)
+
     # -- deletion ---------------------------------------------------------------------------------
 
     def _looks(self, deleter: Deleter) -> bool:
@@ -496,11 +510,14 @@ class Cleanup:
         batch_size = self.pacer.batch(deleter.batch_size)
         looks = self._looks(deleter)
         while start < len(todo):
-            if self.stop.reason is None and time.time() > job.deadline:
+            now = time.time()
+            if self.stop.reason is None and now > job.deadline:
                 self.stop.reason = "deadline passed during the job"
+            if self.stop.reason is None and now > job.protected_until:
+                self.stop.reason, self.stop.code = self._expired(now), PROTECTION_EXPIRED
             if self.stop.reason is not None:
                 for lfn, pfn_ in todo[start:]:
-                    self.report.file(lfn, pfn_, "not_attempted", self.stop.reason, 0)
+                    self.report.file(lfn, pfn_, "not_attempted", self.stop.reason, 0, self.stop.code)
                 return
             # The first batch probes the storage; once it refuses, batches shrink so that the job stops
             # after exactly max_denied refusals in a row.

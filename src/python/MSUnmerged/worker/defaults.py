@@ -12,6 +12,9 @@ BACKOFF_S = 1.0  # the wait before a retry, doubled at each
 MAX_CONSECUTIVE_DENIED = 20  # the worker stops after this many permission refusals in a row
 MAX_OPS_PER_S = 0.0  # storage operations per second of one job (0: unpaced)
 LOOK_BEFORE_DELETE = True  # each file is looked at before it is deleted
+# jobs.max_protection_age_s, and a step made without make_job's: how long after its protected list was fetched a
+# job may delete. The worker has no default for it: a manifest without `protected_until` is refused.
+MAX_PROTECTION_AGE_S = 4 * 3600.0
 
 # What a job asks of the batch system (jobs.request_memory_mb, request_disk_mb, max_runtime_s).
 MEMORY_MB = 500

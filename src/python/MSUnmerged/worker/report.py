@@ -40,9 +40,11 @@ DIR_MOVED_SINCE_SCAN = "dir_moved_since_scan"
 # WebDAV: the DELETE cannot be made conditional on what the look saw (no ETag, or the server ignores the
 # condition), so it could remove a directory put in the file's place with its content.
 UNCONDITIONAL_DELETE = "unconditional_delete"
+# (not_attempted) the manifest's protected list is older than jobs.max_protection_age_s: no try, the job is re-issued
+PROTECTION_EXPIRED = "protection_expired"
 REASONS = (SYMLINK_IN_PATH, PFN_OUTSIDE_UNMERGED, MAPPING_DISAGREES, MODIFIED_SINCE_SCAN, NOT_A_FILE, PATH_CHANGED,
            PROTECTED, INVALID_LFN, NOT_JOB_DIR, KEPT, ABOVE_FLOOR, NO_PFN, EXCLUDED, OTHER_NAMESPACE,
-           DIR_MOVED_SINCE_SCAN, UNCONDITIONAL_DELETE)
+           DIR_MOVED_SINCE_SCAN, UNCONDITIONAL_DELETE, PROTECTION_EXPIRED)
 # Directory refusals that are the plan working as meant: they alone do not make a job partial.
 EXPECTED_DIR_REASONS = (PROTECTED, KEPT, EXCLUDED)
 

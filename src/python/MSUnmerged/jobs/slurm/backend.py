@@ -164,7 +164,10 @@ class SlurmBackend:
         for job_id, batch_id in batch_ids.items():
             record = records.get(batch_id) or accounted.get(raw.get(job_id, ""))
             state, reason, exit_code = map_state(record, markers[job_id])
-            out[job_id] = JobStatus(job_id, state, batch_id, reason, exit_code)
+            # The job script writes `started` before anything else: without it the task never ran (cancelled or
+            # given up while pending), and its files' tries are unchanged (JobStatus.never_ran).
+            out[job_id] = JobStatus(job_id, state, batch_id, reason, exit_code,
+                                    started=bool(markers[job_id].get(STARTED_NAME)))
         return out
 
     def find(self, job_ids: Sequence[str]) -> dict[str, str]:
