@@ -436,6 +436,9 @@ def _validate(cfg: Config) -> None:
     need(s.alert_after_cycles >= 1, "service.alert_after_cycles", "must be >= 1")
     need(s.stats_reuse_s >= 0, "service.stats_reuse_s", "must be >= 0 (0: every run reads ConMon's stats itself)")
     need(s.log_level.upper() in LOG_LEVELS, "service.log_level", f"must be one of {', '.join(LOG_LEVELS)}")
+    for key, folder in (("service.state_dir", s.state_dir), ("service.log_dir", s.log_dir)):
+        problem = _folder_problem(folder)
+        need(problem is None, key, problem or "")
     problem = _mongo_url_problem(cfg.mongo.url)
     need(problem is None, "mongo.url", f"not a MongoDB URL: {problem}")
     need(cfg.conmon.format in ("raw", "text", "json"), "conmon.format", "must be raw, text or json")
@@ -492,6 +495,16 @@ def _validate(cfg: Config) -> None:
          f"must be between 1 and {EVENTS_KEPT} (the events an RSE document keeps)")
     need(a.expire_cycles >= 1, "alerts.expire_cycles", "must be >= 1")
     need(a.timeout_s > 0, "alerts.timeout_s", "must be > 0")
+
+
+def _folder_problem(folder: str) -> Optional[str]:
+    """Why `folder` (empty: none) can be no folder of ours: it, or the nearest of its parents that exists, is a file."""
+    if not folder:
+        return None
+    path = Path(os.path.expanduser(folder))
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return None if path.is_dir() else f"{path} is a file, not a folder"
 
 
 def _validate_limits(cfg: Config) -> None:
