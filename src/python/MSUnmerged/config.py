@@ -205,6 +205,9 @@ class JobsConfig:
     max_ops_per_s: float = job_defaults.MAX_OPS_PER_S
     look_before_delete: bool = job_defaults.LOOK_BEFORE_DELETE
     top_up_s: float = 60.0  # `serve`: collect finished jobs and submit more up to the limits this often
+    # A site whose jobs find its configuration unusable (config_error) waits one polling cycle, doubled each try
+    # in a row, at most this long, before one job tries it again (ledger/sitebackoff.py).
+    config_error_backoff_max_h: float = 24.0
     sites: dict[str, SiteConfig] = field(default_factory=dict)  # per-RSE overrides
 
     def for_rse(self, rse: str) -> SiteConfig:
@@ -522,6 +525,7 @@ def _validate_limits(cfg: Config) -> None:
     need(j.max_in_flight >= 0, "jobs.max_in_flight", "must be >= 0 (0: no limit)")
     need(j.max_ops_per_s >= 0, "jobs.max_ops_per_s", "must be >= 0 (0: unpaced)")
     need(j.top_up_s >= 1, "jobs.top_up_s", "must be >= 1")
+    need(j.config_error_backoff_max_h > 0, "jobs.config_error_backoff_max_h", "must be > 0")
     caps = [("planner.max_files_per_cycle", p.max_files_per_cycle)]
     caps += [(f"jobs.sites.{rse}.max_files_per_cycle", s.max_files_per_cycle) for rse, s in j.sites.items()
              if s.max_files_per_cycle is not None]
