@@ -334,6 +334,11 @@ class Config:
     def state_dir(self) -> Path:
         return Path(os.path.expanduser(self.service.state_dir))
 
+    @property
+    def local_jobs_dir(self) -> Path:
+        """The local backend's job folders."""
+        return self.state_dir / "local-jobs"
+
 
 def _coerce(key: str, tp: Any, value: Any) -> Any:
     """Convert a TOML or environment value to the declared type, or raise ConfigError."""

@@ -16,6 +16,7 @@ a running worker and the report's final summary line, which holds the worker's e
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -27,12 +28,15 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from MSUnmerged.config import Config
+from MSUnmerged.diskspace import DISK_FULL
 from MSUnmerged.jobs.backend import (BackendError, JobState, JobStatus, credential_for, deliver_report,
                                      job_environment, remove_queued, write_private)
 from MSUnmerged.jobs.spec import CleanupJob
 from MSUnmerged.jobs.workerpkg import build_worker
 from MSUnmerged.worker.ids import (CLAIM_NAME, ENV_NAME, LOG_NAME, MANIFEST_NAME, PID_NAME, REPORT_NAME, WORKER_NAME,
                                   job_folder)
+
+log = logging.getLogger(__name__)
 
 BATCH_PREFIX = "local:"
 PUMP_INTERVAL_S = 0.2  # how often the supervisor looks for a free slot while jobs wait
@@ -78,7 +82,7 @@ class LocalBackend:
                  python: Optional[str] = None, worker: Optional[Path] = None,
                  env: Optional[Mapping[str, str]] = None) -> None:
         self.config = config
-        self.work_dir = Path(work_dir) if work_dir else config.state_dir / "local-jobs"
+        self.work_dir = Path(work_dir) if work_dir else config.local_jobs_dir
         self.siteconfig = siteconfig
         self.python = python or sys.executable
         self.parallel = max(1, config.jobs.local_parallel)
@@ -88,6 +92,7 @@ class LocalBackend:
         self._procs: dict[str, subprocess.Popen] = {}  # job dir name -> running worker
         self._queue: list[str] = []  # job dir names waiting to start
         self._removed: set[str] = set()
+        self._retold: set[str] = set()  # jobs whose worker could not be started, said so once
         # The supervisor thread and the service's calls share the queue: every use of it holds this lock.
         self._lock = threading.RLock()
         self._supervisor: Optional[threading.Thread] = None
@@ -154,6 +159,8 @@ class LocalBackend:
                                    check=True, timeout=60)
                     _started_ok.add(key)
         except (OSError, subprocess.SubprocessError) as exc:
+            if isinstance(exc, OSError) and exc.errno in DISK_FULL:  # the service's own disk: state_disk_full
+                raise
             raise BackendError("unreachable", f"local worker cannot run: {exc}") from None
 
     def submit(self, jobs: Sequence[CleanupJob]) -> dict[str, str]:
@@ -170,16 +177,31 @@ class LocalBackend:
             if any((jdir / f).exists() for f in (CLAIM_NAME, PID_NAME, REPORT_NAME)):
                 out[job.job_id] = BATCH_PREFIX + name  # already submitted: never run a job twice
                 continue
-            jdir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            # The credential first: a missing or expiring one leaves no manifest that find() would take for a job.
-            env = {**self._environment(job.rse, jdir), "MSUNMERGED_WORKER": str(worker)}
-            job.write_manifest(jdir / MANIFEST_NAME)
-            (jdir / ENV_NAME).write_text(json.dumps(env))
+            if not _queued_whole(jdir):
+                self._write_folder(job, jdir, worker)
             if name not in self._queue:
                 self._queue.append(name)
             out[job.job_id] = BATCH_PREFIX + name
         self._pump()
         return out
+
+    def _write_folder(self, job: CleanupJob, jdir: Path, worker: Path) -> None:
+        """The job's folder, whole or not at all: written beside it and renamed into place, so that a full disk
+        or a crash never leaves a manifest without its environment (find() would take it for a queued job that
+        cannot start). A folder left incomplete by an earlier process (never started: no claim) is replaced."""
+        tmp = jdir.with_name(f".{jdir.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            tmp.mkdir(mode=0o700, parents=True)
+            # The credential first: a missing or expiring one is refused before anything else is written.
+            env = {**self._environment(job.rse, tmp), "MSUNMERGED_WORKER": str(worker)}
+            job.write_manifest(tmp / MANIFEST_NAME)
+            (tmp / ENV_NAME).write_text(json.dumps(env))
+            shutil.rmtree(jdir, ignore_errors=True)
+            os.rename(tmp, jdir)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
 
     def _pump(self) -> None:
         """Reap finished workers and start queued ones while there is room; the supervisor starts the rest.
@@ -189,11 +211,31 @@ class LocalBackend:
         for name, proc in list(self._procs.items()):
             if proc.poll() is not None:
                 self._forget(name)
+                self._never_started(name)
         while self._queue and self._take_slot(self._queue[0]):
-            self._start(self._queue.pop(0))
+            if not self._start(self._queue[0]):  # it cannot start now (a full disk): it waits at the queue's head
+                break
+            self._queue.pop(0)
         if self._queue and (self._supervisor is None or not self._supervisor.is_alive()):
             self._supervisor = threading.Thread(target=self._supervise, name="local-jobs", daemon=True)
             self._supervisor.start()
+
+    def _never_started(self, name: str) -> None:
+        """A starter that ended without writing the worker's pid file (its shell could not: a full disk) never
+        started the worker: its claim is taken back and the job queued again, instead of failing it after
+        CLAIM_GRACE_S with its files unknown."""
+        jdir = self.work_dir / name
+        if (jdir / PID_NAME).exists() or (jdir / REPORT_NAME).exists() or name in self._removed:
+            return
+        (jdir / CLAIM_NAME).unlink(missing_ok=True)
+        self._queue.append(name)
+        self._say_once(name, f"its worker could not be started (see {jdir / LOG_NAME}); queued again")
+
+    def _say_once(self, name: str, why: str) -> None:
+        """A job that cannot start is tried again at every pump while, say, the disk is full: one warning."""
+        if name not in self._retold:
+            self._retold.add(name)
+            log.warning("local job %s waits: %s", name, why)
 
     def _supervise(self) -> None:
         """Start waiting jobs as running ones end, until none waits or the backend is closed."""
@@ -231,30 +273,42 @@ class LocalBackend:
             _running.get(self.work_dir, {}).pop(name, None)
         return self._procs.pop(name, None)
 
-    def _start(self, name: str) -> None:
-        """Start the job's worker in the slot taken for it (_take_slot); the slot is given back if it is not started."""
+    def _start(self, name: str) -> bool:
+        """Start the job's worker in the slot taken for it (_take_slot); True when it is off the queue (started, or
+        started by another backend). A start the system refuses (a full disk, no process) gives the slot and the
+        claim back: the job stays queued, whole, for a later try, instead of a claim that would fail it."""
         jdir = self.work_dir / name
         try:
             os.close(os.open(jdir / CLAIM_NAME, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
         except FileExistsError:
             self._forget(name)
-            return  # another backend on this work folder started it
+            return True  # another backend on this work folder started it
+        except OSError as exc:
+            self._forget(name)
+            self._say_once(name, f"it cannot be started now: {exc}")
+            return False
         try:
             extra = json.loads((jdir / ENV_NAME).read_text())
             env = {**self.env, **extra}
             command = self._command(Path(extra["MSUNMERGED_WORKER"]))
-            with open(jdir / LOG_NAME, "ab") as log:
+            with open(jdir / LOG_NAME, "ab") as log_file:
                 # A process group of its own (stopped as one), not a session: under Linux's autogroup scheduling a
                 # session is a group of its own that weighs as much as the whole service, whatever its nice.
                 proc = subprocess.Popen(["/bin/sh", "-c", _PID_THEN_WORKER, *command, MANIFEST_NAME, "--report",
-                                         REPORT_NAME], cwd=jdir, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                         REPORT_NAME], cwd=jdir, env=env, stdin=subprocess.DEVNULL, stdout=log_file,
                                         stderr=subprocess.STDOUT, process_group=0)
+        except OSError as exc:
+            self._forget(name)
+            (jdir / CLAIM_NAME).unlink(missing_ok=True)
+            self._say_once(name, f"it cannot be started now: {exc}")
+            return False
         except BaseException:
             self._forget(name)
             raise
         with _lock:
             _running[self.work_dir][name] = proc
         self._procs[name] = proc
+        return True
 
     def poll(self, batch_ids: Mapping[str, str]) -> dict[str, JobStatus]:
         with self._lock:
@@ -277,6 +331,9 @@ class LocalBackend:
         pid = _read_pid(jdir / PID_NAME)
         if pid is not None and _is_our_worker(pid, jdir):
             return JobStatus(job_id, JobState.RUNNING, batch_id)  # started by an earlier instance
+        if pid is not None and not _wrote(jdir / REPORT_NAME):  # it writes its first line before touching anything
+            return JobStatus(job_id, JobState.FAILED, batch_id, "its worker ended before writing its report (a full "
+                             "disk?): nothing was touched", started=False)
         if pid is not None:
             return JobStatus(job_id, JobState.FAILED, batch_id, "worker ended without a final report line "
                              "(killed?)", exit_code=None)
@@ -285,18 +342,18 @@ class LocalBackend:
             if claimed < CLAIM_GRACE_S:
                 return JobStatus(job_id, JobState.RUNNING, batch_id)
             return JobStatus(job_id, JobState.FAILED, batch_id, "its starter stopped before starting the worker")
-        if (jdir / MANIFEST_NAME).exists():
+        if _queued_whole(jdir):
             self._queue.append(name)  # queued by an earlier instance that stopped before starting it
             self._pump()
             return self._status(job_id, batch_id)
         return JobStatus(job_id, JobState.VANISHED, batch_id, "no such local job")
 
     def find(self, job_ids: Sequence[str]) -> dict[str, str]:
-        return {j: BATCH_PREFIX + job_folder(j) for j in job_ids if (self.job_dir(j) / MANIFEST_NAME).exists()}
+        return {j: BATCH_PREFIX + job_folder(j) for j in job_ids if _queued_whole(self.job_dir(j))}
 
     def fetch_report(self, job_id: str, batch_id: str, dest: Path) -> Optional[Path]:
         report = self.work_dir / self._dir_of(batch_id) / REPORT_NAME
-        if not report.exists():
+        if not _wrote(report):  # an empty one says nothing: the job is planned again if it never ran (_status)
             return None
         return deliver_report(report, dest)
 
@@ -325,6 +382,19 @@ class LocalBackend:
             self._removed.add(name)
             return
         shutil.rmtree(jdir, ignore_errors=True)
+
+
+def _wrote(report: Path) -> bool:
+    """The worker wrote something in its report."""
+    try:
+        return report.stat().st_size > 0
+    except OSError:
+        return False
+
+
+def _queued_whole(jdir: Path) -> bool:
+    """The job's folder holds all a start needs (older versions wrote its files one by one, in place)."""
+    return (jdir / MANIFEST_NAME).exists() and (jdir / ENV_NAME).exists()
 
 
 def _summary_exit_code(report: Path) -> Optional[int]:

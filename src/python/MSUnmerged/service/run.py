@@ -192,8 +192,8 @@ class Runner:
         if decision.action is Action.FINISH:
             return self._retry_dirs(rse, self._finish(rse, result, decision))
 
-        protected = self.sources.protected()
         try:
+            protected = self.sources.protected()  # GuardTripped too: a source answered an empty list
             protection, baseline = self.jobs.protection(rse, protected, doc)
         except GuardTripped as guard:
             return self._guarded(rse, result, guard.reason, guard.detail)
