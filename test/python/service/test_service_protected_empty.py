@@ -36,6 +36,7 @@ class WMStatsSources(OfflineSources):
 def test_an_empty_protected_list_guards_the_rse(tmp_path: Path, mongo_db: Database, endpoint: str) -> None:
     src = write_sources(tmp_path / "src", [RSE], files=200)
     with FakeCMSWeb() as web:
+        web.protected = web.t0_protected = ["/store/unmerged/A/B/RAW/proc-v1"]  # the other source answers a list
         web.fault(endpoint, body=b'{"result": []}')
         svc = make_service(tmp_path, mongo_db, src, sources=WMStatsSources(src, web))
         try:

@@ -62,6 +62,8 @@ COMMANDS = {
              "in force",
     "run": "work one RSE once (plan, record, submit, collect) under its lease",
     "clean": "plan one RSE now, show the plan, and work it with --apply or after confirmation",
+    "check": "try each part a real instance needs (database, sources, batch backends, credentials, REST keys) and "
+             "say what works and what is missing",
 }
 
 
