@@ -152,12 +152,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run one command; every expected failure is one line on stderr and a documented exit code.
     Ctrl-C (or SIGTERM) at any moment, imports included, ends it with one line and EXIT_INTERRUPTED (`serve`
     stopped by SIGTERM: EXIT_OK once it has stopped cleanly)."""
-    name = "msunmerged"
     try:
         with terminate_as_interrupt():
             return _main(argv)
     except KeyboardInterrupt:
-        return fail(name, "interrupted", EXIT_INTERRUPTED)
+        return fail("msunmerged", "interrupted", EXIT_INTERRUPTED)
 
 
 def entry() -> NoReturn:

@@ -270,8 +270,9 @@ class JobKeeper:
             got = self.collector.collect(job["_id"], lfns, report, status, self._other_dirs(job, lfns, report),
                                          lambda: self._given_dirs(job, lfns))
             if report is not None and report.exit_code in (EXIT_DONE, EXIT_PARTIAL, EXIT_CONFIG):  # it read the site
+                usable = report.exit_code != EXIT_CONFIG
                 said = (float(job.get("submitted_at") or 0), str((report.summary or {}).get("error") or ""))
-                sites[report.exit_code != EXIT_CONFIG] = max(said, sites.get(report.exit_code != EXIT_CONFIG, said))
+                sites[usable] = max(said, sites.get(usable, said))  # the latest submitted job's
             if job.get("retry_dirs"):
                 pending_dirs.settle(self.ledger, job, held_dirs((), job["retry_dirs"]))
             if got.problems:
