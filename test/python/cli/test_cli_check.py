@@ -1,9 +1,11 @@
 """`msunmerged check` tries each part a real instance needs and says what works and what is missing, with the
 README's exit codes: against a real SecantusDB, a real Rucio (its RSE list, userpass), ConMon and WMStats served
-over HTTP, the local batch backend and the machine's HTCondor pool (its token refused or taken)."""
+over HTTP (and HTTPS with client certificates of a test CA), the local batch backend and the machine's HTCondor
+pool (its token refused or taken)."""
 from __future__ import annotations
 
 import os
+import ssl
 from pathlib import Path
 from typing import Iterator
 
@@ -15,6 +17,7 @@ from MSUnmerged.cli import EXIT_AUTH, EXIT_BAD_INPUT, EXIT_OK, EXIT_UNAVAILABLE
 from servers import free_port
 from servers.http_fakes import FakeCMSWeb
 from servers.rucio import ROOT_PASS, ROOT_USER, RucioServer, add_cms_rse
+from servers.testca import TestCA
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 RSE = "T2_XX_CHECKED"
@@ -111,3 +114,28 @@ def test_a_condor_pool_and_its_token(tmp_path: Path, web: FakeCMSWeb, registered
     done = msunmerged("check", env=env, timeout=300)
     got = results(done.stdout)
     assert got["batch backend"][0] == "FAILED" and done.returncode == EXIT_AUTH, done.stdout
+
+
+def test_cmsweb_over_https_and_its_certificate(tmp_path: Path, wmcore_fixtures: Path, registered: RucioServer,
+                                               mongo_url: str) -> None:
+    """ConMon and WMStats behind a front end that requires a client certificate of its CA: the robot's passes and
+    its end date is shown; an expired one is named before anything connects, and ConMon refuses it (exit 4)."""
+    ca = TestCA(tmp_path / "pki")
+    server, robot, expired = ca.issue("cmsweb test", server=True), ca.issue("robot"), ca.issue("old", expired=True)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(server.cert, server.key)
+    tls.load_verify_locations(ca.ca_file)
+    tls.verify_mode = ssl.CERT_REQUIRED
+    with FakeCMSWeb.from_fixtures(wmcore_fixtures, tls=tls) as web:
+        env = instance(tmp_path, web, registered, mongo_url, AUTH__CERT=str(robot.cert), AUTH__KEY=str(robot.key),
+                       AUTH__CA_PATH=str(ca.ca_file))
+        done = msunmerged("check", env=env, timeout=300)
+        got = results(done.stdout)
+        assert done.returncode == EXIT_OK, done.stdout + done.stderr
+        assert got["CMSWEB credential"][0] == "ok" and "auth.cert until " in got["CMSWEB credential"][1]
+        assert got["ConMon"][0] == got["WMStats"][0] == "ok" and web.peers and set(web.peers) == {"robot"}
+        env.update(MSUNMERGED_AUTH__CERT=str(expired.cert), MSUNMERGED_AUTH__KEY=str(expired.key))
+        done = msunmerged("check", env=env, timeout=300)
+        got = results(done.stdout)
+    assert got["CMSWEB credential"][0] == "FAILED" and "expired at" in got["CMSWEB credential"][1], done.stdout
+    assert got["ConMon"][0] == "FAILED" and done.returncode == EXIT_AUTH, done.stdout
