@@ -13,6 +13,7 @@ from MSUnmerged.config import Config
 
 STATE_DISK_FULL = "state_disk_full"  # the reason of a run a full file system of the service stopped
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)  # the errors that mean it
+FULL_BYTES = 1024 * 1024  # no more room than this: full (a worker's report may not have found room for a line)
 # The page warns below the smaller of these (a plan or a job's folder may no longer fit).
 LOW_BYTES = 256 * 1024 * 1024
 LOW_FRACTION = 0.05
@@ -30,6 +31,15 @@ class Space:
     @property
     def low(self) -> bool:
         return self.free < min(LOW_BYTES, self.size * LOW_FRACTION)
+
+
+def full(path: Path) -> bool:
+    """The file system of `path` has (next to) no room left: FULL_BYTES or less."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize <= FULL_BYTES
 
 
 def folders(config: Config) -> dict[str, Path]:

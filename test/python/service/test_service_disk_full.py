@@ -1,7 +1,7 @@
 """A full state disk is an outage with a name: the run stops with `state_disk_full` (not internal_error), nothing
-half-written is left to strand files (a local job's folder is there whole or not at all; a worker whose starter
-could not write its pid file is queued again, not failed), its free space is in /metrics and on the page, and once
-space is back every file is deleted, none left unknown or failed.
+half-written is left to strand files (a local job's folder is there whole or not at all; a job waits queued
+while its disk is full, and a worker that found no room for its report is never-run, not failed), its free
+space is in /metrics and on the page, and once space is back every file is deleted, none left unknown or failed.
 
 A real small file system: a tmpfs of a few MiB mounted (as root) on the service's state folder; run_once against
 a real SecantusDB and the real LocalBackend running the worker on a POSIX site.
@@ -139,9 +139,9 @@ def cleanup_job(n: int, path: Path, storage: Path) -> CleanupJob:
 def test_a_worker_that_cannot_start_on_a_full_disk_is_never_failed(tmp_path: Path, small_disk: Path,
                                                                    caplog: pytest.LogCaptureFixture) -> None:
     """Whenever the disk fills, a local job is whole or absent, never failed with its files unknown: no room for
-    its folder: nothing of it; its folder written, then full: its starter cannot write the worker's pid file and
-    it is queued again (not failed after the claim's grace), and runs with space back; full as its worker starts:
-    it ends either finished or as never run (nothing touched: the service plans it again)."""
+    its folder: nothing of it; its folder written, then full: it waits queued (its worker could write neither its
+    pid file nor its report) and runs with space back; full as its worker starts: it ends either finished or as
+    never run (nothing touched: the service plans it again)."""
     config, siteconf, paths = local_site(tmp_path, small_disk, 3)
     storage = tmp_path / "storage"
     backend = LocalBackend(config, siteconfig=siteconf)
@@ -162,7 +162,7 @@ def test_a_worker_that_cannot_start_on_a_full_disk_is_never_failed(tmp_path: Pat
             seen.add(runner.poll({first.job_id: batch})[first.job_id].state)
             time.sleep(0.3)
         assert seen <= {JobState.QUEUED, JobState.RUNNING}, seen
-        assert "its worker could not be started" in caplog.text  # its starter failed, and it was queued again
+        assert "waits: no room on the disk" in caplog.text  # it was not started: its worker could not report
         assert paths[0].exists()
         free(small_disk)
         assert finished(runner, first.job_id, batch).exit_code == 0 and not paths[0].exists()

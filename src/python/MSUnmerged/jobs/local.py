@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from MSUnmerged.config import Config
+from MSUnmerged import diskspace
 from MSUnmerged.diskspace import DISK_FULL
 from MSUnmerged.jobs.backend import (BackendError, JobState, JobStatus, credential_for, deliver_report,
                                      job_environment, remove_queued, write_private)
@@ -92,7 +93,7 @@ class LocalBackend:
         self._procs: dict[str, subprocess.Popen] = {}  # job dir name -> running worker
         self._queue: list[str] = []  # job dir names waiting to start
         self._removed: set[str] = set()
-        self._retold: set[str] = set()  # jobs whose worker could not be started, said so once
+        self._retold: set[str] = set()  # jobs that could not be started, said so once
         # The supervisor thread and the service's calls share the queue: every use of it holds this lock.
         self._lock = threading.RLock()
         self._supervisor: Optional[threading.Thread] = None
@@ -211,7 +212,6 @@ class LocalBackend:
         for name, proc in list(self._procs.items()):
             if proc.poll() is not None:
                 self._forget(name)
-                self._never_started(name)
         while self._queue and self._take_slot(self._queue[0]):
             if not self._start(self._queue[0]):  # it cannot start now (a full disk): it waits at the queue's head
                 break
@@ -219,17 +219,6 @@ class LocalBackend:
         if self._queue and (self._supervisor is None or not self._supervisor.is_alive()):
             self._supervisor = threading.Thread(target=self._supervise, name="local-jobs", daemon=True)
             self._supervisor.start()
-
-    def _never_started(self, name: str) -> None:
-        """A starter that ended without writing the worker's pid file (its shell could not: a full disk) never
-        started the worker: its claim is taken back and the job queued again, instead of failing it after
-        CLAIM_GRACE_S with its files unknown."""
-        jdir = self.work_dir / name
-        if (jdir / PID_NAME).exists() or (jdir / REPORT_NAME).exists() or name in self._removed:
-            return
-        (jdir / CLAIM_NAME).unlink(missing_ok=True)
-        self._queue.append(name)
-        self._say_once(name, f"its worker could not be started (see {jdir / LOG_NAME}); queued again")
 
     def _say_once(self, name: str, why: str) -> None:
         """A job that cannot start is tried again at every pump while, say, the disk is full: one warning."""
@@ -275,9 +264,13 @@ class LocalBackend:
 
     def _start(self, name: str) -> bool:
         """Start the job's worker in the slot taken for it (_take_slot); True when it is off the queue (started, or
-        started by another backend). A start the system refuses (a full disk, no process) gives the slot and the
-        claim back: the job stays queued, whole, for a later try, instead of a claim that would fail it."""
+        started by another backend). On a full disk, or when the system refuses the start, the slot (and the claim)
+        are given back: the job stays queued, whole, for a later try, instead of a claim that would fail it."""
         jdir = self.work_dir / name
+        if diskspace.full(jdir):  # its starter could not write the worker's pid file, nor the worker its report
+            self._forget(name)
+            self._say_once(name, f"no room on the disk of {jdir}")
+            return False
         try:
             os.close(os.open(jdir / CLAIM_NAME, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
         except FileExistsError:
@@ -331,9 +324,9 @@ class LocalBackend:
         pid = _read_pid(jdir / PID_NAME)
         if pid is not None and _is_our_worker(pid, jdir):
             return JobStatus(job_id, JobState.RUNNING, batch_id)  # started by an earlier instance
-        if pid is not None and not _wrote(jdir / REPORT_NAME):  # it writes its first line before touching anything
-            return JobStatus(job_id, JobState.FAILED, batch_id, "its worker ended before writing its report (a full "
-                             "disk?): nothing was touched", started=False)
+        if pid is not None and _no_room_to_report(jdir):
+            return JobStatus(job_id, JobState.FAILED, batch_id, "its worker found no room for its report on a full "
+                             "disk: nothing was touched", started=False)
         if pid is not None:
             return JobStatus(job_id, JobState.FAILED, batch_id, "worker ended without a final report line "
                              "(killed?)", exit_code=None)
@@ -353,7 +346,7 @@ class LocalBackend:
 
     def fetch_report(self, job_id: str, batch_id: str, dest: Path) -> Optional[Path]:
         report = self.work_dir / self._dir_of(batch_id) / REPORT_NAME
-        if not _wrote(report):  # an empty one says nothing: the job is planned again if it never ran (_status)
+        if not report.exists() or _no_room_to_report(report.parent):  # it never ran (_status): planned again
             return None
         return deliver_report(report, dest)
 
@@ -384,12 +377,15 @@ class LocalBackend:
         shutil.rmtree(jdir, ignore_errors=True)
 
 
-def _wrote(report: Path) -> bool:
-    """The worker wrote something in its report."""
+def _no_room_to_report(jdir: Path) -> bool:
+    """The job's worker wrote nothing in its report, on a full disk: as it writes its first line before touching
+    anything, it did not run. (A worker that dies so on a disk with room is a failure, its files' tries spent: it
+    would do so again.)"""
     try:
-        return report.stat().st_size > 0
+        wrote = (jdir / REPORT_NAME).stat().st_size > 0
     except OSError:
-        return False
+        wrote = False
+    return not wrote and diskspace.full(jdir)
 
 
 def _queued_whole(jdir: Path) -> bool:
