@@ -39,9 +39,10 @@ ENDINGS = [(signal.SIGTERM, False, EXIT_OK, "msunmerged serve: stopped (SIGTERM)
 
 
 def in_background(env: dict[str, str], log: Path) -> tuple[subprocess.Popen, int]:
-    """serve as a shell script's background job (`msunmerged serve &`), which starts with SIGINT ignored; the
-    script waits for it and ends with its exit code. Returns the script and serve's PID."""
-    script = '"$@" & echo $! > "$PIDFILE"; wait $!'
+    """serve as a shell script's background job (`msunmerged serve &`), which starts with SIGINT ignored (the shell
+    does so without job control; `trap '' INT` makes sure of it whatever started the test); the script waits for
+    it and ends with its exit code. Returns the script and serve's PID."""
+    script = 'trap "" INT; "$@" & echo $! > "$PIDFILE"; wait $!'
     pidfile = log.with_suffix(".pid")
     with open(log, "ab") as err:
         shell = subprocess.Popen(["sh", "-c", script, "sh", *LAUNCHER, "serve"], stdout=err, stderr=err,
