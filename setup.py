@@ -21,5 +21,5 @@ setup(
     # The planner's per-byte loops in C; optional: without a compiler the install still succeeds and
     # the planner uses the same work in Python (MSUnmerged/planlines.py).
     ext_modules=[Extension("MSUnmerged._planfast", ["src/python/MSUnmerged/_planfast.c"], optional=True)],
-    entry_points={"console_scripts": ["msunmerged = MSUnmerged.cli:main"]},
+    entry_points={"console_scripts": ["msunmerged = MSUnmerged.cli:entry"]},
 )

@@ -215,6 +215,9 @@ class JobsConfig:
     # A job's manifest may be used this long after its protected list was fetched: the worker deletes nothing
     # later, and the service re-issues a waiting job before then (docs/jobs.md, "Protection no older than a bound").
     max_protection_age_s: float = job_defaults.MAX_PROTECTION_AGE_S
+    # A site whose jobs find its configuration unusable (config_error) waits one polling cycle, doubled each try
+    # in a row, at most this long, before one job tries it again (ledger/sitebackoff.py).
+    config_error_backoff_max_h: float = 24.0
     sites: dict[str, SiteConfig] = field(default_factory=dict)  # per-RSE overrides
 
     def for_rse(self, rse: str) -> SiteConfig:
@@ -356,6 +359,11 @@ class Config:
     def state_dir(self) -> Path:
         return Path(os.path.expanduser(self.service.state_dir))
 
+    @property
+    def local_jobs_dir(self) -> Path:
+        """The local backend's job folders."""
+        return self.state_dir / "local-jobs"
+
 
 def _coerce(key: str, tp: Any, value: Any) -> Any:
     """Convert a TOML or environment value to the declared type, or raise ConfigError."""
@@ -461,6 +469,9 @@ def _validate(cfg: Config) -> None:
     need(s.alert_after_cycles >= 1, "service.alert_after_cycles", "must be >= 1")
     need(s.stats_reuse_s >= 0, "service.stats_reuse_s", "must be >= 0 (0: every run reads ConMon's stats itself)")
     need(s.log_level.upper() in LOG_LEVELS, "service.log_level", f"must be one of {', '.join(LOG_LEVELS)}")
+    for key, folder in (("service.state_dir", s.state_dir), ("service.log_dir", s.log_dir)):
+        problem = _folder_problem(folder)
+        need(problem is None, key, problem or "")
     problem = _mongo_url_problem(cfg.mongo.url)
     need(problem is None, "mongo.url", f"not a MongoDB URL: {problem}")
     need(cfg.conmon.format in ("raw", "text", "json"), "conmon.format", "must be raw, text or json")
@@ -530,6 +541,16 @@ def _validate(cfg: Config) -> None:
     need(a.timeout_s > 0, "alerts.timeout_s", "must be > 0")
 
 
+def _folder_problem(folder: str) -> Optional[str]:
+    """Why `folder` (empty: none) can be no folder of ours: it, or the nearest of its parents that exists, is a file."""
+    if not folder:
+        return None
+    path = Path(os.path.expanduser(folder))
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return None if path.is_dir() else f"{path} is a file, not a folder"
+
+
 def _validate_limits(cfg: Config) -> None:
     """The path filters, the throttle and the load limits, service-wide and per RSE."""
     def need(cond: bool, key: str, msg: str) -> None:
@@ -548,6 +569,7 @@ def _validate_limits(cfg: Config) -> None:
     # Each cycle re-checks the waiting jobs: a shorter bound would let every job that waits one cycle expire.
     need(j.max_protection_age_s >= cfg.service.interval_s, "jobs.max_protection_age_s",
          f"must be >= service.interval_s ({cfg.service.interval_s}): each cycle re-checks the jobs that wait")
+    need(j.config_error_backoff_max_h > 0, "jobs.config_error_backoff_max_h", "must be > 0")
     caps = [("planner.max_files_per_cycle", p.max_files_per_cycle)]
     caps += [(f"jobs.sites.{rse}.max_files_per_cycle", s.max_files_per_cycle) for rse, s in j.sites.items()
              if s.max_files_per_cycle is not None]

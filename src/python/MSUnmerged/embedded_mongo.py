@@ -119,8 +119,9 @@ class EmbeddedMongo:
                 if try_lock(users, fcntl.LOCK_EX):
                     self._terminate(self._recorded().get("pid"), timeout)
                     self.info_file.unlink(missing_ok=True)
-                else:
-                    log.info("embedded database in %s left running for its other users", self.state_dir)
+                else:  # worth a line only from the process that started it (a short command next to serve: not)
+                    log.log(logging.INFO if self.proc is not None else logging.DEBUG,
+                            "embedded database in %s left running for its other users", self.state_dir)
         except EmbeddedMongoError as exc:  # db.lock held too long by another process: leave it to them
             log.warning("embedded database in %s not stopped: %s", self.state_dir, exc)
         finally:

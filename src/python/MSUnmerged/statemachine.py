@@ -39,6 +39,7 @@ DUMP_OLDER = "dump_older_than_current"
 JOBS_RUNNING = "jobs_running"
 FILES_FAILED = "files_failed"
 DRY_RUN = "dry_run"  # FINISH reason: the dump was worked in dry run
+SITE_CONFIG_BACKOFF = "site_config_backoff"  # its jobs wait: the site configuration was unusable (config_error)
 
 
 @dataclass

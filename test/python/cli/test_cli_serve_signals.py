@@ -1,5 +1,6 @@
-"""`msunmerged serve` stopped by SIGTERM (as Kubernetes stops it) or Ctrl-C: exit 130 with one line of its own and no
-traceback, after its REST API, loop and embedded database server are stopped.
+"""`msunmerged serve` stopped by SIGTERM (as Kubernetes stops it): exit 0, by Ctrl-C (SIGINT, also when a script
+started it in the background, with SIGINT ignored): exit 130; each with one line of its own and no traceback, after
+its REST API, loop and embedded database server are stopped.
 
 A real process (the installed launcher) on the real embedded SecantusDB; Rucio's address answers nothing, so
 its polling loop records failed cycles and keeps serving.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -15,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from cli_kit import cli_env, recorded_server, servers_on, start
-from MSUnmerged.cli import EXIT_INTERRUPTED
+from cli_kit import LAUNCHER, cli_env, recorded_server, servers_on, start
+from MSUnmerged.cli import EXIT_INTERRUPTED, EXIT_OK
 from servers import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -30,13 +32,43 @@ def answers(url: str) -> bool:
         return False
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
-def test_serve_ends_interrupted_with_its_database_stopped(tmp_path: Path, sig: signal.Signals) -> None:
+# (signal, started as a script's background job, exit code, its one line)
+ENDINGS = [(signal.SIGTERM, False, EXIT_OK, "msunmerged serve: stopped (SIGTERM)"),
+           (signal.SIGINT, False, EXIT_INTERRUPTED, "msunmerged serve: interrupted"),
+           (signal.SIGINT, True, EXIT_INTERRUPTED, "msunmerged serve: interrupted")]
+
+
+def in_background(env: dict[str, str], log: Path) -> tuple[subprocess.Popen, int]:
+    """serve as a shell script's background job (`msunmerged serve &`), which starts with SIGINT ignored (the shell
+    does so without job control; `trap '' INT` makes sure of it whatever started the test); the script waits for
+    it and ends with its exit code. Returns the script and serve's PID."""
+    script = 'trap "" INT; "$@" & echo $! > "$PIDFILE"; wait $!'
+    pidfile = log.with_suffix(".pid")
+    with open(log, "ab") as err:
+        shell = subprocess.Popen(["sh", "-c", script, "sh", *LAUNCHER, "serve"], stdout=err, stderr=err,
+                                 env={**env, "PIDFILE": str(pidfile)}, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not pidfile.read_text().strip() if pidfile.exists() else True:
+        assert time.monotonic() < deadline and shell.poll() is None, log.read_text()[-2000:]
+        time.sleep(0.05)
+    pid = int(pidfile.read_text())
+    ignored = int(Path(f"/proc/{pid}/status").read_text().split("SigIgn:")[1].split()[0], 16)
+    assert ignored & (1 << (signal.SIGINT - 1)), "the shell did not start it with SIGINT ignored"
+    return shell, pid
+
+
+@pytest.mark.parametrize("sig,background,code,last", ENDINGS, ids=["sigterm", "ctrl-c", "ctrl-c-background-job"])
+def test_serve_ends_with_its_database_stopped(tmp_path: Path, sig: signal.Signals, background: bool, code: int,
+                                              last: str) -> None:
     port, nobody = free_port(), f"http://127.0.0.1:{free_port()}"
     env = cli_env(tmp_path, REST__PORT=str(port), RUCIO__HOST=nobody, RUCIO__AUTH_HOST=nobody,
                   SERVICE__INTERVAL_S="3600")
     state, log = tmp_path / "state", tmp_path / "serve.log"
-    serve = start("serve", env=env, log=log)
+    if background:
+        serve, pid = in_background(env, log)
+    else:
+        serve = start("serve", env=env, log=log)
+        pid = serve.pid
     try:
         deadline = time.monotonic() + 90  # bounds a hang of the start-up, not its speed
         while serve.poll() is None and time.monotonic() < deadline and not (
@@ -45,17 +77,17 @@ def test_serve_ends_interrupted_with_its_database_stopped(tmp_path: Path, sig: s
         assert serve.poll() is None and recorded_server(state) is not None, log.read_text()[-2000:]
         database = recorded_server(state)["pid"]
         assert servers_on(state) == [database]
-        serve.send_signal(sig)
+        os.kill(pid, sig)
         serve.wait(60)  # bounds a hang at shutdown
     finally:
         if serve.poll() is None:
-            serve.kill()
+            os.killpg(serve.pid, signal.SIGKILL)
             serve.wait(10)
         left = servers_on(state)
-        for pid in left:  # a failed test leaves no server behind
-            os.kill(pid, signal.SIGTERM)
+        for server in left:  # a failed test leaves no server behind
+            os.kill(server, signal.SIGTERM)
     text = log.read_text()
-    assert serve.returncode == EXIT_INTERRUPTED, text[-2000:]
+    assert serve.returncode == code, text[-2000:]
     assert "Traceback" not in text, text[-3000:]
-    assert text.splitlines()[-1] == "msunmerged serve: interrupted", text[-2000:]
+    assert text.splitlines()[-1] == last, text[-2000:]
     assert left == [] and recorded_server(state) is None  # the server it started is stopped

@@ -30,9 +30,9 @@ RSE = "T2_CH_Test"
 
 
 def make_service(tmp_path: Path, db: Database, srcdir: Path, python: Optional[str] = None,
-                 sources: Optional[Sources] = None, **service: object) -> Service:
-    """A service whose jobs run with the real worker on the RSE's own storage folder (tmp_path/storage); its
-    sources: `sources`, else OfflineSources(srcdir)."""
+                 sources: Optional[Sources] = None, batch_dir: Optional[Path] = None, **service: object) -> Service:
+    """A service whose jobs run with the real worker on the RSE's own storage folder (tmp_path/storage), their
+    folders in `batch_dir` (default tmp_path/batch); its sources: `sources`, else OfflineSources(srcdir)."""
     config = Config()
     config.service.state_dir = str(tmp_path / "state")
     config.service.dry_run = False
@@ -43,7 +43,7 @@ def make_service(tmp_path: Path, db: Database, srcdir: Path, python: Optional[st
     make_site(tmp_path, srcdir, RSE, config)
     ledger = Ledger(db, config.mongo.generations_kept)
     ledger.ensure_indexes()
-    backend = LoggedLocalBackend(config, tmp_path / "batch", python=python)
+    backend = LoggedLocalBackend(config, batch_dir or tmp_path / "batch", python=python)
     return Service(config, ledger, sources or OfflineSources(srcdir), backend, instance="test-1")
 
 

@@ -8,8 +8,10 @@ from typing import Iterator
 
 import pytest
 
+
 from MSUnmerged.config import AuthConfig, ConMonConfig, WMStatsConfig
 from MSUnmerged.dumpreader import DumpError, iter_chunks
+from MSUnmerged.guards import GUARD_PROTECTED_EMPTY, GuardTripped
 from MSUnmerged.sample import SampleSpec
 from MSUnmerged.sources.conmon import ConMonClient
 from MSUnmerged.sources.errors import SourceError
@@ -194,7 +196,6 @@ def test_protected_union(web: FakeCMSWeb, protected_lfns: list[str]) -> None:
     (dict(status=503), "http_status"),            # cache still empty after a restart
     (dict(status=500), "http_status"),
     (dict(delay_s=1.0), "timeout"),
-    (dict(body=b'{"result": []}'), "bad_content"),
     (dict(body=b'{"result": {"a": 1}}'), "bad_content"),
     (dict(body=b'["/store/unmerged/a"]'), "bad_content"),
     (dict(body=b'{"result": [1, 2]}'), "bad_content"),
@@ -206,6 +207,17 @@ def test_protected_never_partial(web: FakeCMSWeb, endpoint: str, fault: dict, ki
         wmstats(web).protected_lfns()
     assert err.value.kind == kind
     assert err.value.source == ("wmstats-t0" if endpoint.startswith("t0") else "wmstats")
+
+
+@pytest.mark.parametrize("endpoint", ["protectedlfns", "t0/protectedlfns"])
+def test_an_empty_protected_list_is_its_guard(web: FakeCMSWeb, endpoint: str) -> None:
+    """Either source answering [] (WMStats restarting) trips the guard docs/operations.md names, never a partial
+    union of the other's list, and never reads as a malformed answer (wmstats_bad_content)."""
+    web.fault(endpoint, body=b'{"result": []}')
+    with pytest.raises(GuardTripped) as err:
+        wmstats(web).protected_lfns()
+    assert err.value.reason == GUARD_PROTECTED_EMPTY == "protected_list_empty"
+    assert ("wmstats-t0 answered" if endpoint.startswith("t0") else "wmstats answered") in err.value.detail
 
 
 def test_protected_retry_recovers_from_503(web: FakeCMSWeb, protected_lfns: list[str]) -> None:

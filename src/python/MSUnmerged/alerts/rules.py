@@ -9,7 +9,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from MSUnmerged.config import AlertsConfig
 from MSUnmerged.guards import GUARD_SCAN_STALE
-from MSUnmerged.statemachine import RSEState
+from MSUnmerged.statemachine import SITE_CONFIG_BACKOFF, RSEState
 from MSUnmerged.worker.report import (MAPPING_DISAGREES, NO_PFN, OTHER_NAMESPACE, PFN_OUTSIDE_UNMERGED,
                                       UNCONDITIONAL_DELETE)
 
@@ -30,6 +30,7 @@ class AlertKind(enum.StrEnum):
     RSE_GUARDED = "rse_guarded"
     RSE_SCAN_STALE = "rse_scan_stale"
     RSE_MAPPING_REFUSED = "rse_mapping_refused"
+    RSE_SITE_CONFIG_UNUSABLE = "rse_site_config_unusable"
 
 
 SEVERITY = {AlertKind.CYCLES_FAILING: "high"}  # WMCore's levels: high, medium, low; the others are medium
@@ -100,6 +101,10 @@ def rse_alerts(rse: Mapping[str, Any], cfg: AlertsConfig, now: float) -> list[Al
     if reason == GUARD_SCAN_STALE:
         out.append(Alert(AlertKind.RSE_SCAN_STALE, f"{name}: its ConMon scan is stale",
                          f"the scanner has not produced a usable dump: {rse.get('detail') or '-'}", name))
+    if reason == SITE_CONFIG_BACKOFF:
+        out.append(Alert(AlertKind.RSE_SITE_CONFIG_UNUSABLE, f"{name}: its site configuration is unusable, "
+                         "its jobs are held back", f"{rse.get('detail') or '-'}; fix jobs.sites.{name}.siteconfig or "
+                         "the site's site-local-config.xml / storage.json", name))
     refused = {k: int(v) for k, v in (c.get("failed_by_class") or {}).items() if k in MAPPING_CLASSES and v}
     if refused:
         out.append(Alert(AlertKind.RSE_MAPPING_REFUSED, f"{name}: jobs refused the site's storage mapping",

@@ -5,10 +5,12 @@ import argparse
 import contextlib
 import importlib
 import logging
+import os
+import select
 import signal
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, Iterator, NoReturn, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Optional, Sequence
 
 from MSUnmerged import __version__
 from MSUnmerged.redact import redact, redact_logs
@@ -27,6 +29,7 @@ EXIT_AUTH = 4  # a batch system or source refused our credentials (token, certif
 EXIT_UNAVAILABLE = 5  # an outside service (ledger database, ConMon, WMStats, Rucio) failed or did not answer
 EXIT_USAGE = 64  # the command line itself is wrong (EX_USAGE; argparse's own 2 means "a guard refused" here)
 EXIT_INTERRUPTED = 130
+EXIT_PIPE = 141  # standard output's reader went away (128 + SIGPIPE, as `yes | head` ends)
 # RunResult reasons of a refused credential: the operator renews it, nothing else helps.
 AUTH_REASONS = ("backend_auth_refused", "backend_auth_denied", "backend_credential_missing",
                 "backend_credential_expired")
@@ -59,6 +62,8 @@ COMMANDS = {
              "in force",
     "run": "work one RSE once (plan, record, submit, collect) under its lease",
     "clean": "plan one RSE now, show the plan, and work it with --apply or after confirmation",
+    "check": "try each part a real instance needs (database, sources, batch backends, credentials, REST keys) and "
+             "say what works and what is missing",
 }
 
 
@@ -71,6 +76,48 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+# Argument types: a value of the wrong kind is a usage error (one line naming the option, EXIT_USAGE).
+
+def port_number(text: str) -> int:
+    """A TCP port, 1-65535."""
+    value = _integer(text)
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port (1-65535)")
+    return value
+
+
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An integer of at least `minimum`."""
+    def check(text: str) -> int:
+        value = _integer(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is less than {minimum}")
+        return value
+    check.__name__ = f"integer >= {minimum}"  # argparse names the type in its messages
+    return check
+
+
+def not_a_directory(text: str) -> str:
+    """A path that is a file (or a pipe, or not there yet: the command says so), not a folder."""
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text} is a folder, not a file")
+    return text
+
+
+def not_a_file(text: str) -> str:
+    """A path that is a folder (or not there yet), not a file."""
+    if os.path.exists(text) and not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text} exists and is not a folder")
+    return text
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
 
 
 def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParser:
@@ -103,12 +150,31 @@ def _command_named(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run one command; every expected failure is one line on stderr and a documented exit code.
-    Ctrl-C (or SIGTERM) at any moment, imports included, ends it with one line and EXIT_INTERRUPTED."""
+    Ctrl-C (or SIGTERM) at any moment, imports included, ends it with one line and EXIT_INTERRUPTED (`serve`
+    stopped by SIGTERM: EXIT_OK once it has stopped cleanly)."""
     try:
         with terminate_as_interrupt():
             return _main(argv)
     except KeyboardInterrupt:
         return fail("msunmerged", "interrupted", EXIT_INTERRUPTED)
+
+
+def entry() -> NoReturn:
+    """The `msunmerged` program (bin/msunmerged, the console script): main(), then the interpreter's own exit, where
+    an interrupt (it may land in an atexit hook, pymongo's among them) ends the process at once with
+    EXIT_INTERRUPTED instead of a traceback."""
+    code = main()
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, _interrupted_at_exit)
+    sys.exit(code)
+
+
+def _interrupted_at_exit(signum: int, frame: Any) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+    os.write(2, b"msunmerged: interrupted\n")
+    os._exit(EXIT_INTERRUPTED)
 
 
 def _main(argv: Optional[Sequence[str]]) -> int:
@@ -132,7 +198,11 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         logfiles.add_file_log(config.service.log_dir, level)
         for handler in logging.getLogger().handlers:  # every line written: no secret of a URL in it
             redact_logs(handler)
-        return int(args.run(args, config))
+        code = int(args.run(args, config))
+        sys.stdout.flush()  # here, where a reader that went away is seen, not at the interpreter's exit
+        if _received:  # an interrupt a clean-up swallowed before it could be delivered again: it still ends the command
+            raise Terminated if _received[-1] == signal.SIGTERM else KeyboardInterrupt
+        return code
     except (BadInput, ConfigError) as exc:
         return fail(name, str(exc), EXIT_BAD_INPUT)
     except SourceError as exc:
@@ -141,30 +211,98 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         return fail(name, str(exc), EXIT_UNAVAILABLE)
     except PyMongoError as exc:
         return fail(name, f"ledger database: {first_error(exc)}", EXIT_UNAVAILABLE)
+    except Terminated:  # SIGTERM: a command that stops cleanly on it (serve) says so
+        code = getattr(args, "sigterm_code", EXIT_INTERRUPTED)
+        return fail(name, "interrupted" if code == EXIT_INTERRUPTED else "stopped (SIGTERM)", code)
     except KeyboardInterrupt:
         return fail(name, "interrupted", EXIT_INTERRUPTED)
     except Exception as exc:  # a bug: one line here, the traceback with --log-level DEBUG
+        if isinstance(exc, BrokenPipeError) and stdout_closed():
+            return closed_stdout()
         log.debug("internal error", exc_info=True)
         return fail(name, f"internal error: {type(exc).__name__}: {exc} (--log-level DEBUG shows where)",
                     EXIT_FAILED)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised as Ctrl-C is so that every clean-up runs the same; `serve` ends EXIT_OK on it."""
+
+
+_received: list[int] = []  # the signals received while terminate_as_interrupt is in force, in order
+
+
 @contextlib.contextmanager
 def terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM ends the command like Ctrl-C, so its clean-up runs (the embedded database is released, or
-    stopped by its last user); `serve` too, its REST API and loop stopped first."""
+    """SIGINT and SIGTERM end the command as Ctrl-C does, so its clean-up runs (the embedded database is released,
+    or stopped by its last user); `serve` too, its REST API and loop stopped first. SIGINT is taken also when the
+    process started with it ignored (a script's background job). An interrupt is never raised where Python could
+    only print it and carry on (a `__del__`, a weakref callback: pymongo's cursors, pools and clients have them):
+    it is raised a moment later, outside (RETRY_S, on SIGALRM)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+    del _received[:]
+    previous = {signum: signal.signal(signum, _interrupt) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM)}
+    hook, sys.unraisablehook = sys.unraisablehook, _lost_interrupt
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        sys.unraisablehook = hook
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+RETRY_S = 0.005  # an interrupt that came in a clean-up is raised again this much later
 
 
 def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
+    if signum != signal.SIGALRM:
+        _received.append(signum)
+    elif not _received:
+        return
+    if _in_cleanup(frame):
+        signal.setitimer(signal.ITIMER_REAL, RETRY_S)
+        return
+    raise Terminated if _received[-1] == signal.SIGTERM else KeyboardInterrupt
+
+
+def _in_cleanup(frame: Any) -> bool:
+    """The frame is in a `__del__` (whose exception Python only prints) or in our own unraisablehook."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__" or frame.f_code is _lost_interrupt.__code__:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _lost_interrupt(unraisable: Any) -> None:
+    """sys.unraisablehook: an interrupt raised where Python can only print it (a weakref callback, an atexit hook)
+    is raised again a moment later; anything else is printed as Python does."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        signal.setitimer(signal.ITIMER_REAL, RETRY_S)
+        return
+    sys.__unraisablehook__(unraisable)
+
+
+def stdout_closed() -> bool:
+    """Standard output is a pipe (or socket) nobody reads any more."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError):  # no file descriptor (a test's replacement), or it is closed
+        return False
+
+
+def closed_stdout() -> int:
+    """Standard output's reader went away (`msunmerged files --json | head`): end quietly, as a program that
+    SIGPIPE ends would, with EXIT_PIPE. Standard output is pointed at /dev/null first, or the interpreter's final
+    flush would fail once more."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_PIPE
 
 
 def fail(name: str, message: str, code: int) -> int:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from MSUnmerged import seal
-from MSUnmerged.cli import EXIT_BAD_INPUT, EXIT_GUARD, EXIT_OK, BadInput, failed_code
+from MSUnmerged.cli import EXIT_BAD_INPUT, EXIT_GUARD, EXIT_OK, BadInput, failed_code, not_a_directory
 from MSUnmerged.cli.plan import load_json, protected_list
 from MSUnmerged.config import Config
 from MSUnmerged.guards import UNKNOWN_RSE
@@ -19,7 +19,7 @@ from MSUnmerged.wiring import build_service
 
 def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", help="plan directory written by `msunmerged plan`")
-    p.add_argument("--protected", required=True, help="CURRENT WMStats protectedlfns answer or a JSON list")
+    p.add_argument("--protected", required=True, type=not_a_directory, help="CURRENT WMStats protectedlfns answer or a JSON list")
     p.set_defaults(run=run)
 
 

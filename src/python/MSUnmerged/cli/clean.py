@@ -9,6 +9,7 @@ from MSUnmerged.cli import EXIT_FAILED, EXIT_GUARD, EXIT_OK, BadInput, failed_co
 from MSUnmerged.cli.output import Progress, table
 from MSUnmerged.cli.plan import print_summary
 from MSUnmerged.config import Config
+from MSUnmerged.guards import GuardTripped
 from MSUnmerged.service import RunAction, Service, UnknownRSE
 from MSUnmerged.sources.errors import SourceError
 
@@ -56,6 +57,9 @@ def run(args: argparse.Namespace, config: Config) -> int:
         except SourceError as exc:
             print(f"msunmerged clean: cannot plan {args.rse}: {exc}", file=sys.stderr)
             return source_code(exc)
+        except GuardTripped as guard:  # WMStats answered an empty protected list
+            print(f"msunmerged clean: guard {guard}; nothing will be deleted", file=sys.stderr)
+            return EXIT_GUARD
         print_summary(plan, str(service.runner.preview_dir(args.rse)))
         if plan.guard:
             print(f"msunmerged clean: guard {plan.guard}: {plan.guard_detail}; nothing will be deleted",

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from MSUnmerged import sample
-from MSUnmerged.cli import EXIT_FAILED, EXIT_GUARD, EXIT_OK, BadInput
+from MSUnmerged.cli import EXIT_FAILED, EXIT_GUARD, EXIT_OK, BadInput, at_least, not_a_file
 from MSUnmerged.cli.output import table
 from MSUnmerged.config import Config, SiteConfig
 from MSUnmerged.embedded_mongo import in_use
@@ -30,8 +30,8 @@ from MSUnmerged.wiring import build_service
 
 
 def register(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--files", type=int, default=2000, help="files in the generated sample site")
-    p.add_argument("--dir", default=None, help="work folder (default: <state_dir>/demo)")
+    p.add_argument("--files", type=at_least(1), default=2000, help="files in the generated sample site")
+    p.add_argument("--dir", type=not_a_file, default=None, help="work folder (default: <state_dir>/demo)")
     p.add_argument("--apply", action="store_true", help="really delete (in the demo's storage folder only)")
     p.add_argument("--wait", type=float, default=600.0, help="seconds to wait for the cleanup jobs")
     p.set_defaults(run=run)

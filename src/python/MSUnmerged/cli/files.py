@@ -8,7 +8,7 @@ import json
 import sys
 from typing import Any
 
-from MSUnmerged.cli import EXIT_OK, BadInput
+from MSUnmerged.cli import EXIT_OK, BadInput, at_least
 from MSUnmerged.cli.ledgercli import known_rse, ledger_view
 from MSUnmerged.cli.output import table, truncated
 from MSUnmerged.config import Config
@@ -24,7 +24,7 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--error-class", help="only failures of this class (with --dirs: refusals for this reason)")
     p.add_argument("--dir", help="only paths under this prefix (/store/unmerged/...)")
     p.add_argument("--job", help="only records of this job")
-    p.add_argument("--limit", type=int, default=100, help="at most this many; 0 for all (default 100)")
+    p.add_argument("--limit", type=at_least(0), default=100, help="at most this many; 0 for all (default 100)")
     p.add_argument("--json", action="store_true", help="one JSON object per line (streams any size)")
     p.set_defaults(run=run)
 
@@ -32,8 +32,6 @@ def register(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, config: Config) -> int:
     if args.dir is not None and not args.dir.startswith("/store/unmerged/"):
         raise BadInput("--dir must start with /store/unmerged/")
-    if args.limit < 0:
-        raise BadInput("--limit must be >= 0")
     states = DIR_STATES if args.dirs else FILE_STATES
     if args.state is not None and args.state not in states:
         raise BadInput(f"--state {args.state} is not a {'directory' if args.dirs else 'file'} state: "

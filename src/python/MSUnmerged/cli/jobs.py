@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from MSUnmerged.cli import EXIT_OK
+from MSUnmerged.cli import EXIT_OK, at_least
 from MSUnmerged.cli.ledgercli import known_rse, ledger_view, print_json
 from MSUnmerged.cli.output import moment, table, truncated
 from MSUnmerged.config import Config
@@ -15,7 +15,7 @@ from MSUnmerged.present import job_slice, job_work
 def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rse", help="only this RSE")
     p.add_argument("--state", choices=JOB_STATES, help="only jobs in this state")
-    p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    p.add_argument("--limit", type=at_least(1), default=50, help="at most this many (default 50)")
     p.add_argument("--json", action="store_true", help="print the WMCore-style JSON envelope")
     p.set_defaults(run=run)
 
@@ -28,7 +28,7 @@ def method_of(job: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
-    limit = max(1, args.limit)
+    limit = args.limit
     with ledger_view(config) as view:
         if args.rse:
             known_rse(view, args.rse)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sys
 import time
@@ -15,10 +16,17 @@ from rich.table import Table
 from MSUnmerged.present import size, when
 
 
+class _Console(Console):
+    """rich's Console, except that a reader that went away is left to cli.main (rich would exit 1 at once)."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError(errno.EPIPE, "the reader of the output went away")
+
+
 def console(out: TextIO) -> Console:
     """A console on `out`: plain text (no markup: LFNs and errors hold brackets); unbounded width off a terminal."""
     tty = out.isatty()
-    return Console(file=out, markup=False, highlight=False, emoji=False, force_terminal=tty,
+    return _Console(file=out, markup=False, highlight=False, emoji=False, force_terminal=tty,
                    width=None if tty else 100_000, no_color=not tty)
 
 

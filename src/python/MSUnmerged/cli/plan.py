@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from MSUnmerged import planner
-from MSUnmerged.cli import EXIT_GUARD, EXIT_OK, BadInput
+from MSUnmerged.cli import EXIT_GUARD, EXIT_OK, BadInput, at_least, not_a_directory, not_a_file
 from MSUnmerged.cli.output import reading, table
 from MSUnmerged.config import Config
 from MSUnmerged.dumpreader import iter_chunks
@@ -16,13 +16,13 @@ from MSUnmerged.dumpreader import iter_chunks
 
 def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rse", required=True, help="RSE name, e.g. T2_US_Nebraska")
-    p.add_argument("--dump", required=True, help="ConMon dump: text, gzip or JSON array")
-    p.add_argument("--protected", required=True, help="WMStats protectedlfns answer or a JSON list")
-    p.add_argument("--stats", help="ConMon stats answer (dict keyed by RSE); without it the scan is not checked")
-    p.add_argument("--previous-protected-count", type=int, default=None,
+    p.add_argument("--dump", required=True, type=not_a_directory, help="ConMon dump: text, gzip or JSON array")
+    p.add_argument("--protected", required=True, type=not_a_directory, help="WMStats protectedlfns answer or a JSON list")
+    p.add_argument("--stats", type=not_a_directory, help="ConMon stats answer (dict keyed by RSE); without it the scan is not checked")
+    p.add_argument("--previous-protected-count", type=at_least(0), default=None,
                    help="protected-list size at the previous run (shrink guard, offline planning only: "
                         "apply checks against the ledger's baseline)")
-    p.add_argument("--out", required=True, help="plan directory to write")
+    p.add_argument("--out", required=True, type=not_a_file, help="plan directory to write")
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")
     p.set_defaults(run=run)
 
@@ -74,13 +74,11 @@ def print_summary(plan: planner.Plan, out_dir: str, out: Any = None) -> None:
 def run(args: argparse.Namespace, config: Config) -> int:
     protected = protected_list(load_json(args.protected, "protected list"), args.protected)
     stats = rse_stats(load_json(args.stats, "stats"), args.rse, args.stats) if args.stats else None
-    if not Path(args.dump).exists() or Path(args.dump).is_dir():  # a pipe is fine: `--dump <(curl ...)`
+    if not Path(args.dump).exists():  # a pipe is fine: `--dump <(curl ...)`
         raise BadInput(f"dump file not found: {args.dump}")
     if args.stats is None:
         print("warning: no --stats given: scan status, age, start and line count are not checked, and `apply` "
               "refuses this plan (plan_scan_unknown)", file=sys.stderr)
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        raise BadInput(f"--out {args.out} exists and is not a directory")
     with reading(args.dump, f"planning {args.rse}") as (dump, progress):
         result = planner.plan(args.rse, iter_chunks(dump), protected, config, args.out, stats=stats,
                               previous_protected_count=args.previous_protected_count,

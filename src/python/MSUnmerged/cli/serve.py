@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import socket
 
-from MSUnmerged.cli import EXIT_OK, BadInput
+from MSUnmerged.cli import EXIT_OK, BadInput, port_number
 from MSUnmerged.config import Config
 
 
 def register(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--port", type=int, default=None, help="listen port (default rest.port)")
-    p.set_defaults(run=run)
+    p.add_argument("--port", type=port_number, default=None, help="listen port (default rest.port)")
+    p.set_defaults(run=run, sigterm_code=EXIT_OK)  # SIGTERM is how Kubernetes stops it: a clean stop is a success
 
 
 def port_in_use(host: str, port: int) -> bool:
@@ -25,7 +25,7 @@ def port_in_use(host: str, port: int) -> bool:
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
-    """Serve until SIGTERM or Ctrl-C, which end it as interrupted (cli.main)."""
+    """Serve until SIGTERM (EXIT_OK once stopped) or Ctrl-C (EXIT_INTERRUPTED): cli.main."""
     listen = config.rest.port if args.port is None else args.port
     # Checked before anything runs: on a busy port CherryPy ends the process at once (os._exit), which
     # would skip every clean-up, the embedded database's too.

@@ -20,6 +20,7 @@ revalidation after that poll may remove it first (`remove_pending` starts nothin
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -31,12 +32,16 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from MSUnmerged.config import Config
+from MSUnmerged import diskspace
+from MSUnmerged.diskspace import DISK_FULL
 from MSUnmerged.jobs.backend import (BackendError, JobState, JobStatus, credential_for, deliver_report,
                                      job_environment, write_private)
 from MSUnmerged.jobs.spec import CleanupJob
 from MSUnmerged.jobs.workerpkg import build_worker
 from MSUnmerged.worker.ids import (CLAIM_NAME, ENV_NAME, LOG_NAME, MANIFEST_NAME, PID_NAME, REPORT_NAME, WORKER_NAME,
                                   job_folder)
+
+log = logging.getLogger(__name__)
 
 BATCH_PREFIX = "local:"
 PUMP_INTERVAL_S = 0.2  # how often the supervisor looks for a free slot while jobs wait
@@ -86,7 +91,7 @@ class LocalBackend:
                  python: Optional[str] = None, worker: Optional[Path] = None,
                  env: Optional[Mapping[str, str]] = None) -> None:
         self.config = config
-        self.work_dir = Path(work_dir) if work_dir else config.state_dir / "local-jobs"
+        self.work_dir = Path(work_dir) if work_dir else config.local_jobs_dir
         self.siteconfig = siteconfig
         self.python = python or sys.executable
         self.parallel = max(1, config.jobs.local_parallel)
@@ -96,6 +101,7 @@ class LocalBackend:
         self._procs: dict[str, subprocess.Popen] = {}  # job dir name -> running worker
         self._queue: list[str] = []  # job dir names waiting to start
         self._removed: set[str] = set()
+        self._retold: set[str] = set()  # jobs that could not be started, said so once
         # The supervisor thread and the service's calls share the queue: every use of it holds this lock.
         self._lock = threading.RLock()
         self._supervisor: Optional[threading.Thread] = None
@@ -162,6 +168,8 @@ class LocalBackend:
                                    check=True, timeout=60)
                     _started_ok.add(key)
         except (OSError, subprocess.SubprocessError) as exc:
+            if isinstance(exc, OSError) and exc.errno in DISK_FULL:  # the service's own disk: state_disk_full
+                raise
             raise BackendError("unreachable", f"local worker cannot run: {exc}") from None
 
     def submit(self, jobs: Sequence[CleanupJob]) -> dict[str, str]:
@@ -178,16 +186,31 @@ class LocalBackend:
             if any((jdir / f).exists() for f in (CLAIM_NAME, PID_NAME, REPORT_NAME)):
                 out[job.job_id] = BATCH_PREFIX + name  # already submitted: never run a job twice
                 continue
-            jdir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            # The credential first: a missing or expiring one leaves no manifest that find() would take for a job.
-            env = {**self._environment(job.rse, jdir), "MSUNMERGED_WORKER": str(worker)}
-            job.write_manifest(jdir / MANIFEST_NAME)
-            (jdir / ENV_NAME).write_text(json.dumps(env))
+            # Written again also when an earlier submission left it queued: a re-issued job's manifest is fresh.
+            self._write_folder(job, jdir, worker)
             self._removed.discard(name)  # removed before it started, and submitted again (re-issued)
             self._enqueue(name)
             out[job.job_id] = BATCH_PREFIX + name
         self._pump()
         return out
+
+    def _write_folder(self, job: CleanupJob, jdir: Path, worker: Path) -> None:
+        """The job's folder, whole or not at all: written beside it and renamed into place, so that a full disk
+        or a crash never leaves a manifest without its environment (find() would take it for a queued job that
+        cannot start). A folder left incomplete by an earlier process (never started: no claim) is replaced."""
+        tmp = jdir.with_name(f".{jdir.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            tmp.mkdir(mode=0o700, parents=True)
+            # The credential first: a missing or expiring one is refused before anything else is written.
+            env = {**self._environment(job.rse, tmp), "MSUNMERGED_WORKER": str(worker)}
+            job.write_manifest(tmp / MANIFEST_NAME)
+            (tmp / ENV_NAME).write_text(json.dumps(env))
+            shutil.rmtree(jdir, ignore_errors=True)
+            os.rename(tmp, jdir)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
 
     def _pump(self) -> None:
         """Reap finished workers and start queued ones while there is room; the supervisor starts the rest.
@@ -198,19 +221,23 @@ class LocalBackend:
             if proc.poll() is not None:
                 self._forget(name)
         while self._queue and self._take_slot(self._queue[0]):
-            self._start(self._queue.pop(0))
+            if not self._start(self._queue[0]):  # it cannot start now (a full disk): it waits at the queue's head
+                self._enqueue(self._queue[0], first=True)  # and keeps its turn among the other backends' jobs
+                break
+            self._queue.pop(0)
         if self._queue and (self._supervisor is None or not self._supervisor.is_alive()):
             self._supervisor = threading.Thread(target=self._supervise, name="local-jobs", daemon=True)
             self._supervisor.start()
 
-    def _enqueue(self, name: str) -> None:
-        """The job waits for a slot, behind every job submitted before it from this work folder."""
+    def _enqueue(self, name: str, first: bool = False) -> None:
+        """The job waits for a slot, behind every job submitted before it from this work folder (`first`: ahead of
+        them all, a job that had its turn but could not start)."""
         if name not in self._queue:
             self._queue.append(name)
         with _lock:
             waiting = _waiting.setdefault(self.work_dir, [])
             if name not in waiting:
-                waiting.append(name)
+                waiting.insert(0 if first else len(waiting), name)
 
     def _unqueue(self, names: Sequence[str]) -> None:
         """These jobs no longer wait here (removed, or left on disk for the next backend)."""
@@ -219,6 +246,12 @@ class LocalBackend:
             for name in names:
                 if name in waiting:
                     waiting.remove(name)
+
+    def _say_once(self, name: str, why: str) -> None:
+        """A job that cannot start is tried again at every pump while, say, the disk is full: one warning."""
+        if name not in self._retold:
+            self._retold.add(name)
+            log.warning("local job %s waits: %s", name, why)
 
     def _supervise(self) -> None:
         """Start waiting jobs as running ones end, until none waits or the backend is closed."""
@@ -262,30 +295,46 @@ class LocalBackend:
             _running.get(self.work_dir, {}).pop(name, None)
         return self._procs.pop(name, None)
 
-    def _start(self, name: str) -> None:
-        """Start the job's worker in the slot taken for it (_take_slot); the slot is given back if it is not started."""
+    def _start(self, name: str) -> bool:
+        """Start the job's worker in the slot taken for it (_take_slot); True when it is off the queue (started, or
+        started by another backend). On a full disk, or when the system refuses the start, the slot (and the claim)
+        are given back: the job stays queued, whole, for a later try, instead of a claim that would fail it."""
         jdir = self.work_dir / name
+        if diskspace.full(jdir):  # its starter could not write the worker's pid file, nor the worker its report
+            self._forget(name)
+            self._say_once(name, f"no room on the disk of {jdir}")
+            return False
         try:
             os.close(os.open(jdir / CLAIM_NAME, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
         except FileExistsError:
             self._forget(name)
-            return  # another backend on this work folder started it
+            return True  # another backend on this work folder started it
+        except OSError as exc:
+            self._forget(name)
+            self._say_once(name, f"it cannot be started now: {exc}")
+            return False
         try:
             extra = json.loads((jdir / ENV_NAME).read_text())
             env = {**self.env, **extra}
             command = self._command(Path(extra["MSUNMERGED_WORKER"]))
-            with open(jdir / LOG_NAME, "ab") as log:
+            with open(jdir / LOG_NAME, "ab") as log_file:
                 # A process group of its own (stopped as one), not a session: under Linux's autogroup scheduling a
                 # session is a group of its own that weighs as much as the whole service, whatever its nice.
                 proc = subprocess.Popen(["/bin/sh", "-c", _PID_THEN_WORKER, *command, MANIFEST_NAME, "--report",
-                                         REPORT_NAME], cwd=jdir, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                         REPORT_NAME], cwd=jdir, env=env, stdin=subprocess.DEVNULL, stdout=log_file,
                                         stderr=subprocess.STDOUT, process_group=0)
+        except OSError as exc:
+            self._forget(name)
+            (jdir / CLAIM_NAME).unlink(missing_ok=True)
+            self._say_once(name, f"it cannot be started now: {exc}")
+            return False
         except BaseException:
             self._forget(name)
             raise
         with _lock:
             _running[self.work_dir][name] = proc
         self._procs[name] = proc
+        return True
 
     def poll(self, batch_ids: Mapping[str, str]) -> dict[str, JobStatus]:
         with self._lock:
@@ -308,6 +357,9 @@ class LocalBackend:
         pid = _read_pid(jdir / PID_NAME)
         if pid is not None and _is_our_worker(pid, jdir):
             return JobStatus(job_id, JobState.RUNNING, batch_id)  # started by an earlier instance
+        if pid is not None and _no_room_to_report(jdir):
+            return JobStatus(job_id, JobState.FAILED, batch_id, "its worker found no room for its report on a full "
+                             "disk: nothing was touched", started=False)
         if pid is not None:
             return JobStatus(job_id, JobState.FAILED, batch_id, "worker ended without a final report line "
                              "(killed?)", exit_code=None)
@@ -316,7 +368,7 @@ class LocalBackend:
             if claimed < CLAIM_GRACE_S:
                 return JobStatus(job_id, JobState.RUNNING, batch_id)
             return JobStatus(job_id, JobState.FAILED, batch_id, "its starter stopped before starting the worker")
-        if (jdir / MANIFEST_NAME).exists():
+        if _queued_whole(jdir):
             # Queued by an earlier instance that stopped before starting it: queued here, started by the next pump,
             # so that the caller may remove it first (a restart's revalidation, remove_pending).
             self._enqueue(name)
@@ -324,11 +376,11 @@ class LocalBackend:
         return JobStatus(job_id, JobState.VANISHED, batch_id, "no such local job")
 
     def find(self, job_ids: Sequence[str]) -> dict[str, str]:
-        return {j: BATCH_PREFIX + job_folder(j) for j in job_ids if (self.job_dir(j) / MANIFEST_NAME).exists()}
+        return {j: BATCH_PREFIX + job_folder(j) for j in job_ids if _queued_whole(self.job_dir(j))}
 
     def fetch_report(self, job_id: str, batch_id: str, dest: Path) -> Optional[Path]:
         report = self.work_dir / self._dir_of(batch_id) / REPORT_NAME
-        if not report.exists():
+        if not report.exists() or _no_room_to_report(report.parent):  # it never ran (_status): planned again
             return None
         return deliver_report(report, dest)
 
@@ -362,6 +414,22 @@ class LocalBackend:
             self._removed.add(name)
             return
         shutil.rmtree(jdir, ignore_errors=True)
+
+
+def _no_room_to_report(jdir: Path) -> bool:
+    """The job's worker wrote nothing in its report, on a full disk: as it writes its first line before touching
+    anything, it did not run. (A worker that dies so on a disk with room is a failure, its files' tries spent: it
+    would do so again.)"""
+    try:
+        wrote = (jdir / REPORT_NAME).stat().st_size > 0
+    except OSError:
+        wrote = False
+    return not wrote and diskspace.full(jdir)
+
+
+def _queued_whole(jdir: Path) -> bool:
+    """The job's folder holds all a start needs (older versions wrote its files one by one, in place)."""
+    return (jdir / MANIFEST_NAME).exists() and (jdir / ENV_NAME).exists()
 
 
 def _summary_exit_code(report: Path) -> Optional[int]:

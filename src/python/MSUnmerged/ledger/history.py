@@ -17,7 +17,7 @@ from MSUnmerged.ledger.retry import with_retry
 
 COLLECTION = "daily"
 # Who failed, as cycles' failures and the metrics name it.
-FAILURE_SOURCES = ("rucio", "conmon", "wmstats", "ledger", "backend", "internal")
+FAILURE_SOURCES = ("rucio", "conmon", "wmstats", "ledger", "backend", "disk", "internal")
 CYCLES = "_cycles"  # the `rse` of the cycle days (RSE names never start with "_")
 DAYS_SHOWN = 30
 

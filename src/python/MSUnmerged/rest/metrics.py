@@ -10,6 +10,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from MSUnmerged import __version__ as VERSION
+from MSUnmerged import diskspace
 from MSUnmerged.alerts.rules import evaluate
 from MSUnmerged.config import Config
 from MSUnmerged.drainstatus import Waiting, drain
@@ -125,6 +126,7 @@ class LedgerFamilies:
         w.families(self._cycles(health))
         w.families([self._alerts(health, rses)])
         w.families([_gauge(DRY_RUN, float(self.config.service.dry_run)), _gauge(LEDGER_UP, 1.0), info(self.config)])
+        w.families(disk_families(self.config))
 
     def _cycles(self, health: dict[str, Any]) -> Iterator[Metric]:
         last = health["last_cycle"] or {}
@@ -163,6 +165,19 @@ class LedgerFamilies:
             if alert.rse:
                 family.add_metric([alert.rse, alert.kind.value], 1.0)
         return family
+
+
+def disk_families(config: Config) -> list[Metric]:
+    """Free space and size of the state and local jobs' folders' file systems (a full one: state_disk_full)."""
+    free = GaugeMetricFamily("msunmerged_disk_free_bytes", "Bytes free on the file system of the service's folder "
+                             "(state: plans, reports, the embedded database; jobs: the local jobs' folders).",
+                             labels=["folder"])
+    size = GaugeMetricFamily("msunmerged_disk_size_bytes", "Size of the file system of the service's folder.",
+                             labels=["folder"])
+    for space in diskspace.measure(diskspace.folders(config)):
+        free.add_metric([space.folder], float(space.free))
+        size.add_metric([space.folder], float(space.size))
+    return [free, size]
 
 
 def _text(writer: Writer, *collectors: Collector) -> str:

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import time
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
-from MSUnmerged import sites
+from MSUnmerged import diskspace, sites
 from MSUnmerged.config import Config
 from MSUnmerged.ledger.history import totals_by_day as history_totals
 from MSUnmerged.ledger.states import FileState, JobState
@@ -69,11 +70,13 @@ class Context:
     operations_url: str = ""  # docs/operations.md as published; empty: reasons are not links
     interval_s: float = 3600.0  # service.interval_s: when the next cycle starts (drainstatus)
     max_dir_tries: int = 4  # 1 + jobs.retries: a directory retried this often is given up
+    folders: dict[str, Path] = field(default_factory=dict)  # the service's own folders: their free space is shown
 
     @classmethod
     def from_config(cls, config: Config) -> "Context":
         return cls(config.rest.base.rstrip("/"), config.service.dry_run, config.service.stale_after_s,
-                   config.rest.operations_url, config.service.interval_s, 1 + config.jobs.retries)
+                   config.rest.operations_url, config.service.interval_s, 1 + config.jobs.retries,
+                   diskspace.folders(config))
 
 
 def reason_anchor(reason: str) -> str:
@@ -158,6 +161,7 @@ def health_section(view: LedgerView, ctx: Context) -> str:
     out = ""
     if h["alert"]:
         out += f'<div class="banner alert" id="cycle-alert">ALERT: {esc(h["alert"])}.</div>'
+    out += disk_line(ctx)
     last = h["last_cycle"]
     if last is None:
         return out + "<p>No polling cycle has finished yet.</p>"
@@ -172,6 +176,18 @@ def health_section(view: LedgerView, ctx: Context) -> str:
         out += ('<h2 id="cycle-failures">Failures of the last cycle</h2>'
                 + table(["source", "reason", "RSE", "detail"], rows))
     return out
+
+
+def disk_line(ctx: Context) -> str:
+    """Free space of the service's folders; a banner when one is nearly full (a full one stops the work:
+    state_disk_full)."""
+    spaces = diskspace.measure(ctx.folders)
+    low = [s for s in spaces if s.low]
+    text = ", ".join(f"{esc(s.folder)} {esc(size(s.free))} of {esc(size(s.size))}" for s in spaces)
+    if low:
+        return (f'<div class="banner alert" id="disk-low">DISK NEARLY FULL: {text} free '
+                f'({reason_link(diskspace.STATE_DISK_FULL, ctx)} when full).</div>')
+    return f'<p id="disk">Free space: {text}.</p>' if spaces else ""
 
 
 def _count(rse: dict[str, Any], key: str) -> int:

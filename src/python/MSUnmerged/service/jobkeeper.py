@@ -20,7 +20,7 @@ from MSUnmerged.guards import (GUARD_SCAN_START_MISSING, PLAN_MODIFIED, GuardTri
 from MSUnmerged.jobs.backend import BackendError, BatchBackend, JobState, JobStatus, credential_for
 from MSUnmerged.jobs.router import backend_name
 from MSUnmerged.jobs.spec import CleanupJob, file_dirs, held_dirs, job_dirs, make_job, protected_bases
-from MSUnmerged.ledger import LIVE_JOB_STATES, Leases, Ledger, gen_key, pending_dirs, slices
+from MSUnmerged.ledger import LIVE_JOB_STATES, Leases, Ledger, gen_key, pending_dirs, sitebackoff, slices
 from MSUnmerged.ledger.recording import baseline_of
 from MSUnmerged.ledger.states import BACKEND_JOB_STATES
 from MSUnmerged.lfn import PrefixSet
@@ -29,6 +29,7 @@ from MSUnmerged.service.result import Hook
 from MSUnmerged.sitelimits import limits_for
 from MSUnmerged.sites import resolve_site
 from MSUnmerged.sources import Sources
+from MSUnmerged.worker.cleanup import EXIT_CONFIG, EXIT_DONE, EXIT_PARTIAL
 from MSUnmerged.worker.paths import depth
 from MSUnmerged.worker.report import PROTECTION_EXPIRED
 
@@ -95,8 +96,16 @@ class JobKeeper:
         (fetch_protected); `entry`: the generation's entry, when the caller has just read it
         (slices.release_next); `live`: see `room`."""
         entry = self.ledger.generation_entry(rse, generation) if entry is None else entry
-        return self._submit_batches(rse, self.ready(rse, generation, entry, live), (protected, fetched),
-                                    intent=True, entries={generation: entry})
+        doc = self.ledger.rse(rse)
+        if sitebackoff.holds(doc):  # its site's configuration was unusable: its jobs wait, planned
+            return 0
+        ready = self.ready(rse, generation, entry, live)
+        hold = sitebackoff.current(doc)
+        if hold is not None and ready:  # the wait is over: one job tries the site again
+            ready = ready[:1]
+            sitebackoff.probing(self.ledger, rse, hold, self.config)
+            log.info("%s: one job tries the site configuration again after %d config_error tries", rse, hold["tries"])
+        return self._submit_batches(rse, ready, (protected, fetched), intent=True, entries={generation: entry})
 
     def ready(self, rse: str, generation: float, entry: Optional[dict[str, Any]] = None,
               live: Optional[int] = None) -> list[dict[str, Any]]:
@@ -237,21 +246,28 @@ class JobKeeper:
             return 0
         statuses = self.backend.poll({j["_id"]: j["batch_id"] for j in live})
         n = 0
+        sites: dict[bool, tuple[float, str]] = {}  # site configuration usable? (latest job's submission, why not)
         for job in live:
             status = statuses.get(job["_id"]) or JobStatus(job["_id"], JobState.VANISHED, job["batch_id"])
             if status.state.terminal:
-                n += self._collect(job, status)
+                n += self._collect(job, status, sites)
             elif status.state is not JobState(job["state"]) or status.reason != job.get("reason", ""):
                 self.ledger.set_job_state(job["_id"], status.state, status.reason)  # e.g. why it waits
+        if True in sites:
+            sitebackoff.cleared(self.ledger, rse)
+        elif False in sites:  # one try however many of its jobs said so
+            hold = sitebackoff.failed(self.ledger, rse, sites[False][1], sites[False][0], self.config)
+            log.warning("%s: %s", rse, sitebackoff.describe(hold))
         if n:
             self.hook("collected", rse)
         return n
 
-    def _collect(self, job: dict[str, Any], status: JobStatus) -> bool:
+    def _collect(self, job: dict[str, Any], status: JobStatus, sites: dict[bool, tuple[float, str]]) -> bool:
         """Report -> per-file outcomes -> job closed (unreported files: unknown) -> job removed; True. A job that
         never started and left no report is planned again instead, its files' tries unchanged; False. So is a job
         whose worker left files because its protected list was too old (PROTECTION_EXPIRED), once the others'
-        outcomes are recorded; True."""
+        outcomes are recorded; True. A job whose worker reported says in `sites` whether the site configuration
+        was usable (False: with why not)."""
         dest = self.config.state_dir / "reports" / job["rse"] / f"{job['_id'].replace(':', '_')}.jsonl"
         dest.parent.mkdir(parents=True, exist_ok=True)
         path = self.backend.fetch_report(job["_id"], job["batch_id"], dest)
@@ -266,6 +282,10 @@ class JobKeeper:
             # this job, so a late report never overwrites a retry's outcome.
             got = self.collector.collect(job["_id"], lfns, report, status, self._other_dirs(job, lfns, report),
                                          lambda: self._given_dirs(job, lfns))
+            if report is not None and report.exit_code in (EXIT_DONE, EXIT_PARTIAL, EXIT_CONFIG):  # it read the site
+                usable = report.exit_code != EXIT_CONFIG
+                said = (float(job.get("submitted_at") or 0), str((report.summary or {}).get("error") or ""))
+                sites[usable] = max(said, sites.get(usable, said))  # the latest submitted job's
             if got.reissued:  # its protected list grew too old at the site: the rest goes out with a fresh one
                 log.warning("%s: job %s: %d files or directories left with %s: planned again", job["rse"],
                             job["_id"], got.reissued, PROTECTION_EXPIRED)

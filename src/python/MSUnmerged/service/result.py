@@ -5,6 +5,7 @@ import enum
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional
 
+from MSUnmerged.diskspace import DISK_FULL, STATE_DISK_FULL
 from MSUnmerged.guards import PLAN_MODIFIED, SCAN_GUARDS, GuardTripped
 from MSUnmerged.jobs.backend import BackendError
 from MSUnmerged.ledger import LedgerError
@@ -41,7 +42,7 @@ class RunResult:
     state: str = ""  # a statemachine.RSEState, "" when none was recorded
     reason: str = ""
     detail: str = ""
-    source: str = ""  # for action failed: rucio, conmon, wmstats, ledger, backend or internal (ledger.history.FAILURE_SOURCES)
+    source: str = ""  # for action failed: rucio, conmon, wmstats, ledger, backend, disk or internal (ledger.history.FAILURE_SOURCES)
     generation: Optional[float] = None
     submitted: int = 0
     collected: int = 0
@@ -100,4 +101,6 @@ def failure_of(exc: Exception) -> Failure:
     if isinstance(exc, GuardTripped):  # re-checking protection (resubmit, revalidation), a changed plan file
         source = "internal" if exc.reason == PLAN_MODIFIED else "conmon" if exc.reason in SCAN_GUARDS else "wmstats"
         return Failure(source, exc.reason, exc.detail)
+    if isinstance(exc, OSError) and exc.errno in DISK_FULL:  # nothing half-written is used: retried with space back
+        return Failure("disk", STATE_DISK_FULL, f"{exc.strerror}: {exc.filename or ''}".rstrip(": "))
     return Failure("internal", INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")

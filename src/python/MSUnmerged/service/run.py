@@ -28,7 +28,7 @@ from MSUnmerged.guards import (PLAN_MODIFIED, PLAN_NOT_IN_CURRENT_DUMP, PLAN_OUT
 from MSUnmerged.lfn import PrefixSet
 from MSUnmerged.jobs.backend import BatchBackend, JobState
 from MSUnmerged.ledger import (RETRIABLE, FileState, LeaseLost, Leases, Ledger, LedgerError, ages, gen_key,
-                                pending_dirs, slices)
+                                pending_dirs, sitebackoff, slices)
 from MSUnmerged.ledger.base import state_update
 from MSUnmerged.service.jobkeeper import JobKeeper
 from MSUnmerged.service.result import INTERNAL_ERROR, LEASE_LOST, Hook, RunAction, RunResult, failure_of, jobs_detail
@@ -37,7 +37,7 @@ from MSUnmerged.service.scans import StatsRead, scan_of
 from MSUnmerged.sitelimits import limits_for
 from MSUnmerged.sources import Sources
 from MSUnmerged.sources.errors import SourceError
-from MSUnmerged.statemachine import JOBS_RUNNING, Action, Decision, Progress, RSEState, decide
+from MSUnmerged.statemachine import JOBS_RUNNING, SITE_CONFIG_BACKOFF, Action, Decision, Progress, RSEState, decide
 
 log = logging.getLogger(__name__)
 
@@ -192,8 +192,8 @@ class Runner:
         if decision.action is Action.FINISH:
             return self._retry_dirs(rse, self._finish(rse, result, decision))
 
-        protected, fetched = self.jobs.fetch_protected()
         try:
+            protected, fetched = self.jobs.fetch_protected()  # GuardTripped too: a source answered an empty list
             protection, baseline = self.jobs.protection(rse, protected, doc)
         except GuardTripped as guard:
             return self._guarded(rse, result, guard.reason, guard.detail)
@@ -227,6 +227,10 @@ class Runner:
         result.submitted = self.jobs.submit_planned(rse, decision.generation, protected, fetched, entry, live=0)
         result.state = RSEState.RUNNING if result.submitted else RSEState.PLANNED
         submitted = {"detail": jobs_detail(result.submitted), "started": time.time()}
+        hold = None if result.submitted else sitebackoff.current(self.ledger.rse(rse))
+        if hold is not None:  # its jobs wait for the site's configuration to be fixed: say so
+            result.reason, result.detail = SITE_CONFIG_BACKOFF, sitebackoff.describe(hold)
+            submitted.update(reason=result.reason, detail=result.detail)
         state: Optional[dict[str, Any]] = None  # written with the counters below, unless the run waits for its jobs
         if wait_s <= 0 or not result.submitted:
             state = state_update(result.state, **submitted)

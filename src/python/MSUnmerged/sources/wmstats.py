@@ -6,6 +6,7 @@ from typing import Optional
 import requests
 
 from MSUnmerged.config import AuthConfig, WMStatsConfig
+from MSUnmerged.guards import GUARD_PROTECTED_EMPTY, GuardTripped
 from MSUnmerged.sources.errors import BAD_CONTENT, SourceError
 from MSUnmerged.sources.http import HttpSource, make_session
 
@@ -20,8 +21,8 @@ class WMStatsClient:
                                       config.backoff_s) for name, _ in self.sources}
 
     def protected_lfns(self) -> list[str]:
-        """The sorted union of every source's list. Any source failing, or answering an empty
-        list, raises SourceError: a partial list would leave active workflows unprotected."""
+        """The sorted union of every source's list. Any source failing raises SourceError, any answering an empty
+        list GuardTripped protected_list_empty: a partial list would leave active workflows unprotected."""
         union: set[str] = set()
         for name, url in self.sources:
             union.update(self._fetch(name, url))
@@ -32,8 +33,8 @@ class WMStatsClient:
         result = data.get("result") if isinstance(data, dict) else None
         if not isinstance(result, list):
             raise SourceError(BAD_CONTENT, f"protectedlfns: expected {{'result': [...]}}, got {_shape(data)}", name)
-        if not result:
-            raise SourceError(BAD_CONTENT, "protectedlfns: the list is empty (WMStats restarting?)", name)
+        if not result:  # the guard of docs/operations.md, from any one source: a partial union protects too little
+            raise GuardTripped(GUARD_PROTECTED_EMPTY, f"{name} answered an empty protectedlfns list (WMStats restarting?)")
         bad = next((item for item in result if not isinstance(item, str) or not item.startswith("/")), None)
         if bad is not None:
             raise SourceError(BAD_CONTENT, f"protectedlfns: {bad!r} is not an LFN", name)
