@@ -25,7 +25,9 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, Callable, Iterator, Mapping, Optional, Sequence, TypeVar
+from typing import IO, Any, Callable, Iterator, Mapping, Optional, Sequence, TypeVar
+
+import pytest
 
 from MSUnmerged.embedded_mongo import try_lock
 
@@ -36,6 +38,15 @@ SHARED = Path(tempfile.gettempdir()) / "msunmerged-shared"
 SESSION_PREFIX = "msunmerged-servers-"
 SESSION_LOCK = "session.lock"  # held (flock) by the session owning the folder, for as long as it lives
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+SERVER_FIXTURES: set[str] = set()  # the fixtures that start a real server (server_fixture); servers.markers checks them
+
+
+def server_fixture(function: F) -> F:
+    """A session fixture that starts a real server: a test asking for it, itself or through other fixtures, must
+    be marked `integration` (servers.markers fails it otherwise)."""
+    SERVER_FIXTURES.add(function.__name__)
+    return pytest.fixture(scope="session")(function)
 
 
 def built_dir(name: str) -> Path:
