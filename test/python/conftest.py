@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,9 +50,27 @@ def conmon_stats(wmcore_fixtures: Path) -> dict:
     return json.loads((wmcore_fixtures / "conmon-stats.json").read_text())
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int) -> None:
-    """A failed session keeps its servers' folder (logs, data) and says where; a passed one removes it."""
+KEPT: list[str] = []  # the servers' folders kept by this session (and by its pytest-xdist workers)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A failed session, or pytest-xdist worker, keeps its servers' folder (logs, data); a passed one removes it."""
     if exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
         kept = keep_session_dir()
         if kept is not None:
-            terminalreporter.write_line(f"servers' logs and data of this session kept in {kept}")
+            KEPT.append(str(kept))
+            if hasattr(session.config, "workeroutput"):  # an xdist worker: tell the controller
+                session.config.workeroutput["servers_kept"] = str(kept)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """pytest-xdist's controller: a worker ended, having kept its servers' folder or not."""
+    kept = getattr(node, "workeroutput", {}).get("servers_kept")
+    if kept:
+        KEPT.append(kept)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int) -> None:
+    for kept in KEPT:
+        terminalreporter.write_line(f"servers' logs and data of this session kept in {kept}")

@@ -1,10 +1,13 @@
 """servers.markers: a test asking for a real server, itself or through another fixture, fails without the
-`integration` marker, before the server starts; marked, or asking for none, it runs."""
+`integration` marker, before the server starts; marked, or asking for none, it runs. The tests of a machine-wide
+server are one pytest-xdist group."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+
+from servers.markers import MACHINE_GROUP
 
 pytest_plugins = ["pytester"]
 
@@ -12,9 +15,13 @@ CONFTEST = '''
 from pathlib import Path
 
 import pytest
-from servers import server_fixture
+from servers import machine_wide_fixture, server_fixture
 
 pytest_plugins = ["servers.markers"]
+
+@machine_wide_fixture
+def markers_test_pool():
+    yield "pool"
 
 @server_fixture
 def markers_test_server():
@@ -42,6 +49,10 @@ def test_direct_marked(markers_test_server):
 
 def test_no_server():
     pass
+
+@pytest.mark.integration
+def test_pool(markers_test_pool):
+    pass
 '''
 
 
@@ -54,7 +65,7 @@ def _case(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, Path
 
 def test_unmarked_tests_asking_for_a_server_fail_before_it_starts(pytester: pytest.Pytester) -> None:
     result, started = _case(pytester)
-    result.assert_outcomes(passed=2, errors=2)
+    result.assert_outcomes(passed=3, errors=2)
     result.stdout.fnmatch_lines([
         "*ERROR at setup of test_direct_unmarked*",
         "asks for the real server fixture(s) markers_test_server without @pytest.mark.integration*",
@@ -68,3 +79,12 @@ def test_setup_plan_finds_them_without_starting_anything(pytester: pytest.Pytest
     result, started = _case(pytester, "--setup-plan")
     result.stdout.fnmatch_lines(["ERROR*::test_direct_unmarked*", "ERROR*::test_through_a_fixture_unmarked*"])
     assert result.ret == pytest.ExitCode.TESTS_FAILED and not started.exists()
+
+
+def test_the_tests_of_a_machine_wide_server_are_one_xdist_group(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nmarkers =\n    integration: a real server\n")
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_markers_case=TESTS)
+    items, _ = pytester.inline_genitems("-p", "xdist")
+    groups = {item.name: [m.args for m in item.iter_markers("xdist_group")] for item in items}
+    assert groups.pop("test_pool") == [(MACHINE_GROUP,)] and all(args == [] for args in groups.values())
