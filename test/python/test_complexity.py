@@ -19,7 +19,6 @@ PACKAGE = REPO / "src" / "python"
 KNOWN = {
     "MSUnmerged/collector.py:_parse_line": 35,
     "MSUnmerged/collector.py:Collector.collect": 24,
-    "MSUnmerged/config.py:_coerce": 28,
     "MSUnmerged/worker/cleanup.py:Job.__init__": 31,
     "MSUnmerged/worker/cleanup.py:Cleanup._delete": 27,
     "MSUnmerged/service/loop.py:Service.cycle": 29,
