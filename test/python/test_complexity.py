@@ -23,7 +23,6 @@ KNOWN = {
     "MSUnmerged/worker/cleanup.py:Cleanup._delete": 27,
     "MSUnmerged/service/loop.py:Service.cycle": 29,
     "MSUnmerged/service/run.py:Runner._run": 23,
-    "MSUnmerged/ledger/rounds.py:Rounds.jobs_lfns": 22,
     "MSUnmerged/ledger/counters.py:Counters.refresh_counters": 21,
     "MSUnmerged/rest/page.py:rse_page": 21,
 }
