@@ -22,6 +22,7 @@ def unmarked_servers(item: pytest.Item) -> list[str]:
     return sorted(SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())))
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker reads the groups into the test ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The tests using a machine-wide server change what its other users see (the pool's /srv/siteconf, the node's
     state): one xdist group, so that `--dist loadgroup` runs them in one worker, one after the other."""

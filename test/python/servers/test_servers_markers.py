@@ -81,10 +81,12 @@ def test_setup_plan_finds_them_without_starting_anything(pytester: pytest.Pytest
     assert result.ret == pytest.ExitCode.TESTS_FAILED and not started.exists()
 
 
-def test_the_tests_of_a_machine_wide_server_are_one_xdist_group(pytester: pytest.Pytester) -> None:
+def test_the_tests_of_a_machine_wide_server_are_one_xdist_group(pytester: pytest.Pytester,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     pytester.makeini("[pytest]\nmarkers =\n    integration: a real server\n")
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_markers_case=TESTS)
-    items, _ = pytester.inline_genitems("-p", "xdist")
-    groups = {item.name: [m.args for m in item.iter_markers("xdist_group")] for item in items}
-    assert groups.pop("test_pool") == [(MACHINE_GROUP,)] and all(args == [] for args in groups.values())
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[1]))  # `servers`, for the workers
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup", "-v")
+    grouped = [line for line in result.outlines if "@" in line and "::" in line]
+    assert grouped and all(f"::test_pool@{MACHINE_GROUP}" in line for line in grouped), result.outlines
