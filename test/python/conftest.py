@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,14 @@ def conmon_dump_lfns(wmcore_fixtures: Path) -> list[str]:
 @pytest.fixture(scope="session")
 def conmon_stats(wmcore_fixtures: Path) -> dict:
     return json.loads((wmcore_fixtures / "conmon-stats.json").read_text())
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A suite started as a background job of a shell without job control (`make test &`, nohup) inherits SIGINT
+    ignored, and so would every command a test starts: the tests of Ctrl-C would test how the suite was started,
+    not the command. Python's own handler then, as in a suite started in the foreground."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 KEPT: list[str] = []  # the servers' folders kept by this session (and by its pytest-xdist workers)
