@@ -2,16 +2,20 @@
 from __future__ import annotations
 
 import json
+import signal
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from servers import keep_session_dir
 from sites_kit import SITE_FIXTURES
 
-# Server fixtures live in servers/<name>.py; each is listed here once.
+# Server fixtures live in servers/<name>.py; each is listed here once. servers.markers fails a test that asks
+# for one of them without the `integration` marker.
 pytest_plugins: list[str] = ["servers.rest", "servers.condor", "servers.slurm", "servers.rucio", "servers.mongo", "servers.xrootd",
-                               "servers.alertmanager", "servers.webdav"]
+                             "servers.alertmanager", "servers.webdav", "servers.markers"]
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "test" / "fixtures" / "wmcore"  # real samples, copied into the repository (test/fixtures/README.md)
@@ -48,9 +52,35 @@ def conmon_stats(wmcore_fixtures: Path) -> dict:
     return json.loads((wmcore_fixtures / "conmon-stats.json").read_text())
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int) -> None:
-    """A failed session keeps its servers' folder (logs, data) and says where; a passed one removes it."""
+def pytest_configure(config: pytest.Config) -> None:
+    """A suite started as a background job of a shell without job control (`make test &`, nohup) inherits SIGINT
+    ignored, and so would every command a test starts: the tests of Ctrl-C would test how the suite was started,
+    not the command. Python's own handler then, as in a suite started in the foreground."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+KEPT: list[str] = []  # the servers' folders kept by this session (and by its pytest-xdist workers)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A failed session, or pytest-xdist worker, keeps its servers' folder (logs, data); a passed one removes it."""
     if exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
         kept = keep_session_dir()
         if kept is not None:
-            terminalreporter.write_line(f"servers' logs and data of this session kept in {kept}")
+            KEPT.append(str(kept))
+            if hasattr(session.config, "workeroutput"):  # an xdist worker: tell the controller
+                session.config.workeroutput["servers_kept"] = str(kept)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """pytest-xdist's controller: a worker ended, having kept its servers' folder or not."""
+    kept = getattr(node, "workeroutput", {}).get("servers_kept")
+    if kept:
+        KEPT.append(kept)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int) -> None:
+    for kept in KEPT:
+        terminalreporter.write_line(f"servers' logs and data of this session kept in {kept}")

@@ -105,12 +105,15 @@ def test_bad_toml_and_missing_file(tmp_path):
         load_config(tmp_path / "missing.toml", env={})
 
 
-def test_good_log_levels_and_mongo_urls(tmp_path):
+@pytest.mark.parametrize("section, key, value", [
+    ("service", "log_level", "debug"),  # any case: the logging set-up upper-cases it
+    ("mongo", "url", "mongodb://a:b@h1:27017,h2:27017/?replicaSet=rs0"),
+    ("mongo", "url", "mongodb+srv://cluster0.example.cern.ch/"),
+])
+def test_good_log_levels_and_mongo_urls_are_taken_as_given(tmp_path, section, key, value):
     (tmp_path / "none.toml").touch()
-    for env in ({"MSUNMERGED_SERVICE__LOG_LEVEL": "debug"},
-                {"MSUNMERGED_MONGO__URL": "mongodb://a:b@h1:27017,h2:27017/?replicaSet=rs0"},
-                {"MSUNMERGED_MONGO__URL": "mongodb+srv://cluster0.example.cern.ch/"}):
-        assert load_config(tmp_path / "none.toml", env=env)
+    cfg = load_config(tmp_path / "none.toml", env={f"MSUNMERGED_{section.upper()}__{key.upper()}": value})
+    assert getattr(getattr(cfg, section), key) == value
 
 
 def test_the_longest_line_the_planner_takes_the_worker_takes(tmp_path):

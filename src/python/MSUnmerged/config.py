@@ -9,7 +9,7 @@ import typing
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from MSUnmerged import planlines
 from MSUnmerged.worker import defaults as job_defaults
@@ -371,38 +371,10 @@ def _coerce(key: str, tp: Any, value: Any) -> Any:
     if origin is typing.Union:  # Optional[X]
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         return None if value is None else _coerce(key, args[0], value)
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-            return value.lower() in ("1", "true", "yes", "on")
-        raise ConfigError(key, f"expected true or false, got {value!r}")
-    if tp in (int, float):
-        if isinstance(value, bool):
-            raise ConfigError(key, f"expected a number, got {value!r}")
-        try:
-            out = tp(value)
-        except (TypeError, ValueError):
-            raise ConfigError(key, f"expected {tp.__name__}, got {value!r}") from None
-        if tp is int and isinstance(value, float) and value != out:
-            raise ConfigError(key, f"expected an integer, got {value!r}")
-        return out
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(key, f"expected a string, got {value!r}")
-        return value
-    if origin is list:
-        if isinstance(value, str):  # environment: comma-separated
-            value = [v.strip() for v in value.split(",") if v.strip()]
-        if not isinstance(value, list):
-            raise ConfigError(key, f"expected a list, got {value!r}")
-        (item_tp,) = typing.get_args(tp)
-        return [_coerce(f"{key}[{i}]", item_tp, v) for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(key, f"expected a table, got {value!r}")
-        _, val_tp = typing.get_args(tp)
-        return {str(k): _coerce(f"{key}.{k}", val_tp, v) for k, v in value.items()}
+    if tp in _SCALARS:
+        return _SCALARS[tp](key, tp, value)
+    if origin in (list, dict):
+        return _coerce_list(key, tp, value) if origin is list else _coerce_dict(key, tp, value)
     if dataclasses.is_dataclass(tp):  # a table of named keys, e.g. jobs.sites.<RSE>
         if not isinstance(value, dict):
             raise ConfigError(key, f"expected a table, got {value!r}")
@@ -410,6 +382,52 @@ def _coerce(key: str, tp: Any, value: Any) -> Any:
         _apply(out, value, f"{key}.")
         return out
     raise ConfigError(key, f"unsupported type {tp!r}")  # pragma: no cover - programming error
+
+
+def _coerce_bool(key: str, tp: Any, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        return value.lower() in ("1", "true", "yes", "on")
+    raise ConfigError(key, f"expected true or false, got {value!r}")
+
+
+def _coerce_number(key: str, tp: Any, value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ConfigError(key, f"expected a number, got {value!r}")
+    try:
+        out = tp(value)
+    except (TypeError, ValueError):
+        raise ConfigError(key, f"expected {tp.__name__}, got {value!r}") from None
+    if tp is int and isinstance(value, float) and value != out:
+        raise ConfigError(key, f"expected an integer, got {value!r}")
+    return out
+
+
+def _coerce_str(key: str, tp: Any, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(key, f"expected a string, got {value!r}")
+    return value
+
+
+def _coerce_list(key: str, tp: Any, value: Any) -> list[Any]:
+    if isinstance(value, str):  # environment: comma-separated
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    if not isinstance(value, list):
+        raise ConfigError(key, f"expected a list, got {value!r}")
+    (item_tp,) = typing.get_args(tp)
+    return [_coerce(f"{key}[{i}]", item_tp, v) for i, v in enumerate(value)]
+
+
+def _coerce_dict(key: str, tp: Any, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(key, f"expected a table, got {value!r}")
+    _, val_tp = typing.get_args(tp)
+    return {str(k): _coerce(f"{key}.{k}", val_tp, v) for k, v in value.items()}
+
+
+_SCALARS: dict[Any, Callable[[str, Any, Any], Any]] = {bool: _coerce_bool, int: _coerce_number,
+                                                       float: _coerce_number, str: _coerce_str}
 
 
 def _apply(obj: Any, data: Mapping[str, Any], prefix: str) -> None:

@@ -31,6 +31,7 @@ def _access_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name.startswith("cherrypy.access")]
 
 
+@pytest.mark.integration
 def test_access_log_follows_the_level(rest_app: Any, caplog: pytest.LogCaptureFixture) -> None:
     """Before: CherryPy's access logger was fixed at INFO, so a service at WARNING still wrote (and built, a uuid4
     included) one INFO line per request."""
@@ -44,6 +45,7 @@ def test_access_log_follows_the_level(rest_app: Any, caplog: pytest.LogCaptureFi
     assert '"GET /ms-unmerged/data/health?probe=live HTTP/1.1" 200' in line
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("method", ["GET", "HEAD"])
 def test_answers_whole_with_and_without_a_body(rest_app: Any, method: str) -> None:
     status, body, headers = _get(rest_app.url, "data/health?probe=live", method)

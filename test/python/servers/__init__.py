@@ -25,7 +25,9 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, Callable, Iterator, Mapping, Optional, Sequence, TypeVar
+from typing import IO, Any, Callable, Iterator, Mapping, Optional, Sequence, TypeVar
+
+import pytest
 
 from MSUnmerged.embedded_mongo import try_lock
 
@@ -36,6 +38,23 @@ SHARED = Path(tempfile.gettempdir()) / "msunmerged-shared"
 SESSION_PREFIX = "msunmerged-servers-"
 SESSION_LOCK = "session.lock"  # held (flock) by the session owning the folder, for as long as it lives
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+SERVER_FIXTURES: set[str] = set()  # the fixtures that start a real server (server_fixture); servers.markers checks them
+MACHINE_WIDE: set[str] = set()  # those of them whose server the whole machine shares (machine_wide_fixture)
+
+
+def server_fixture(function: F) -> F:
+    """A session fixture that starts a real server: a test asking for it, itself or through other fixtures, must
+    be marked `integration` (servers.markers fails it otherwise)."""
+    SERVER_FIXTURES.add(function.__name__)
+    return pytest.fixture(scope="session")(function)
+
+
+def machine_wide_fixture(function: F) -> F:
+    """A server_fixture whose server is the machine's (fixed ports, shared_server): the tests asking for it change
+    what every user of it sees, so pytest-xdist runs them one at a time, in one worker (servers.markers)."""
+    MACHINE_WIDE.add(function.__name__)
+    return server_fixture(function)
 
 
 def built_dir(name: str) -> Path:
@@ -173,9 +192,12 @@ def wait_port(port: int, host: str = "127.0.0.1", timeout: float = 60.0, proc: O
 
 
 def run_script(script: str, *args: str, env: Optional[Mapping[str, str]] = None, timeout: float = 1800) -> str:
-    """Run test/scripts/<script> (install steps are idempotent); returns its stdout."""
-    result = subprocess.run(["bash", str(SCRIPTS / script), *args], capture_output=True, text=True,
-                            env={**os.environ, **(env or {})}, timeout=timeout)
+    """Run test/scripts/<script> (install steps are idempotent); returns its stdout. One process of the machine at
+    a time runs a given script (<tmp>/msunmerged-shared/scripts/<script>.lock): the sessions and pytest-xdist's
+    workers that need the same thing built wait for the first to build it instead of building it twice at once."""
+    with _exclusive(shared_dir("scripts") / f"{script}.lock"):
+        result = subprocess.run(["bash", str(SCRIPTS / script), *args], capture_output=True, text=True,
+                                env={**os.environ, **(env or {})}, timeout=timeout)
     if result.returncode != 0:
         raise RuntimeError(f"{script} {' '.join(args)} failed ({result.returncode}):\n{result.stdout[-3000:]}\n"
                            f"{result.stderr[-3000:]}")

@@ -9,7 +9,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from servers import Process, free_port, run_script, server_dir, wait_port
+from servers import Process, free_port, run_script, server_dir, server_fixture, wait_port
 
 # Every alert goes to a receiver that sends nothing anywhere: the tests read the alerts back from the API.
 CONFIG = """
@@ -40,7 +40,7 @@ def prometheus_tools() -> tuple[str, str]:
     return alertmanager, promtool
 
 
-@pytest.fixture(scope="session")
+@server_fixture
 def alertmanager(prometheus_tools: tuple[str, str]) -> Iterator[AlertManagerServer]:
     """AlertManager listening on 127.0.0.1 only (clustering off), its state in this session's folder."""
     directory = server_dir("alertmanager")

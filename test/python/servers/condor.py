@@ -19,7 +19,7 @@ from typing import Iterator
 
 import pytest
 
-from servers import built_dir, run_script, shared_server
+from servers import built_dir, machine_wide_fixture, run_script, shared_server
 
 POOL = "127.0.0.1:9618"
 SITE = "T2_XX_Condor"
@@ -79,7 +79,7 @@ def using_pool() -> Iterator[CondorPool]:
         yield pool
 
 
-@pytest.fixture(scope="session")
+@machine_wide_fixture
 def condor_pool() -> Iterator[CondorPool]:
     with using_pool() as pool:
         yield pool

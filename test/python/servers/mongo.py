@@ -15,7 +15,7 @@ from pymongo import MongoClient
 from pymongo.database import Database
 
 from MSUnmerged.embedded_mongo import command
-from servers import Process, free_port, server_dir, wait_port
+from servers import Process, free_port, server_dir, server_fixture, wait_port
 
 
 class MongoServer:
@@ -44,7 +44,7 @@ class MongoServer:
             self.proc = None
 
 
-@pytest.fixture(scope="session")
+@server_fixture
 def mongo_url() -> Iterator[str]:
     """URL of a SecantusDB server on a free loopback port, data in this session's server folder."""
     server = MongoServer(server_dir("mongo"), "secantusdb", "--enable-test-commands")

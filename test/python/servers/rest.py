@@ -13,7 +13,7 @@ from pymongo.database import Database
 from MSUnmerged.config import Config
 from MSUnmerged.ledger.requestids import RequestIds
 
-from servers import free_port, run_script
+from servers import free_port, run_script, server_fixture
 
 
 @pytest.fixture(scope="session")
@@ -80,7 +80,7 @@ class RestApp:
         return Mounted(self.url.rsplit("/", 1)[0] + base, root)
 
 
-@pytest.fixture(scope="session")
+@server_fixture
 def rest_app(mongo_client: MongoClient, hmac_key: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestApp]:
     """The CherryPy app on a free loopback port over the shared MongoDB wire-protocol server (servers.mongo).
 

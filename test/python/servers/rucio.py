@@ -14,7 +14,7 @@ from typing import Any, Iterator
 import pytest
 import requests
 
-from servers import Process, free_port, run_script, server_dir, wait_port
+from servers import Process, free_port, run_script, server_dir, server_fixture, wait_port
 
 ROOT_USER, ROOT_PASS = "ddmlab", "secret"  # bootstrap identity written by rucio-server.sh
 DOMAINS = {"lan": {"read": 1, "write": 1, "delete": 1},
@@ -66,7 +66,7 @@ def add_cms_rse(client: Any, name: str, site: str | None = None, tier: int = 2, 
                                    "impl": "rucio.rse.protocols.xrootd.Default", "domains": DOMAINS})
 
 
-@pytest.fixture(scope="session")
+@server_fixture
 def rucio_server() -> Iterator[RucioServer]:
     """A Rucio server on 127.0.0.1 with a fresh SQLite database; stopped by PID at the end."""
     directory = server_dir("rucio")

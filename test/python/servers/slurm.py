@@ -16,7 +16,7 @@ from typing import Iterator
 import pytest
 
 from MSUnmerged.config import SlurmConfig
-from servers import run_script, server_dir, shared_dir, shared_server
+from servers import machine_wide_fixture, run_script, server_dir, shared_dir, shared_server
 
 
 @dataclass
@@ -85,7 +85,7 @@ def using_cluster() -> Iterator[SlurmCluster]:
         yield found
 
 
-@pytest.fixture(scope="session")
+@machine_wide_fixture
 def slurm_cluster() -> Iterator[SlurmCluster]:
     """munged, slurmctld, slurmd and slurmrestd, shared with the other sessions on the machine."""
     with using_cluster() as cluster:

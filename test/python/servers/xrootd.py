@@ -29,7 +29,7 @@ from typing import Callable, Iterator, Mapping, Optional, Sequence, TypeVar
 
 import pytest
 
-from servers import Process, run_script, server_dir
+from servers import Process, run_script, server_dir, server_fixture
 from servers.fault_proxy import pipe
 from servers.testca import Issued, TestCA
 from servers.tokens import AUDIENCE, TokenIssuer
@@ -163,7 +163,7 @@ def _serve(start: Callable[[Path], tuple[Process, T]], name: str) -> Iterator[T]
     proc.stop()
 
 
-@pytest.fixture(scope="session")
+@server_fixture
 def xrootd_server() -> Iterator[XrootdServer]:
     yield from _serve(start_xrootd, "xrootd")
 
@@ -209,7 +209,7 @@ def start_token_xrootd(base: Path) -> tuple[Process, TokenXrootd]:
     return proc, TokenXrootd(server, issuer, ca)
 
 
-@pytest.fixture(scope="session")
+@server_fixture
 def token_xrootd() -> Iterator[TokenXrootd]:
     yield from _serve(start_token_xrootd, "xrootd-tokens")
 
@@ -233,6 +233,6 @@ def start_gsi_xrootd(base: Path) -> tuple[Process, GsiXrootd]:
     return proc, GsiXrootd(server, ca, proxy)
 
 
-@pytest.fixture(scope="session")
+@server_fixture
 def gsi_xrootd() -> Iterator[GsiXrootd]:
     yield from _serve(start_gsi_xrootd, "xrootd-gsi")

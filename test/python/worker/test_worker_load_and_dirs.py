@@ -171,6 +171,7 @@ def test_sweep_is_off_unless_asked(site: tuple[Path, Path], tmp_path: Path) -> N
     assert rc == 0 and empty.is_dir() and not dirs(lines) and lines[0]["start"]["method"]["sweep"] == "off"
 
 
+@pytest.mark.integration
 def test_look_turned_off_skips_the_remote_stat_only(xrootd_server, site: tuple[Path, Path], tmp_path: Path) -> None:
     """Remote storage: no stat per file, so a file modified after the scan is deleted (docs/jobs.md says so);
     local storage keeps its look (the walk that refuses links), whatever the setting."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from MSUnmerged.config import AlertsConfig
 from MSUnmerged.guards import GUARD_SCAN_STALE
@@ -78,39 +78,73 @@ def evaluate(health: Mapping[str, Any], rses: Sequence[Mapping[str, Any]], cfg: 
 
 
 def rse_alerts(rse: Mapping[str, Any], cfg: AlertsConfig, now: float) -> list[Alert]:
-    """The alerts of one RSE (LedgerView.rses shape)."""
+    """The alerts of one RSE (LedgerView.rses shape): each of RSE_RULES that fires."""
+    return [alert for rule in RSE_RULES if (alert := rule(rse, cfg, now)) is not None]
+
+
+def _no_progress(rse: Mapping[str, Any], cfg: AlertsConfig, now: float) -> Optional[Alert]:
+    """Files left in the current generation and none done for cfg.stall_days."""
     name, state, reason = str(rse["name"]), rse.get("state"), rse.get("reason") or ""
     c = rse.get("counters") or {}
-    out = []
     left = sum(int(c.get(k) or 0) for k in LEFT)
     since = rse.get("progress_at") or (rse.get("plan") or {}).get("planned")
-    if rse.get("generation") is not None and state not in DONE_STATES and left and isinstance(since, (int, float)) \
-            and now - since > cfg.stall_days * DAY:
-        out.append(Alert(AlertKind.RSE_NO_PROGRESS, f"{name}: no cleanup progress for {(now - since) / DAY:.1f} days",
-                         f"{left:,} files left ({', '.join(f'{k} {int(c.get(k) or 0):,}' for k in LEFT)}); "
-                         f"state {state}, reason {reason or '-'}; no file done since the time stamp "
-                         f"{since:.0f}", name, since))
-    if state == RSEState.GUARDED:
-        same = repeated(rse.get("events") or [], RSEState.GUARDED, reason)
-        started = same[0]["at"] if same else None
-        first = now if started is None else started
-        if len(same) >= cfg.guard_repeats or now - first > cfg.stall_days * DAY:
-            out.append(Alert(AlertKind.RSE_GUARDED, f"{name}: guard {reason} refused {len(same)} times in a row",
-                             f"nothing is deleted while it holds; since {(now - first) / DAY:.1f} days; last detail: "
-                             f"{rse.get('detail') or '-'}", name, started))
-    if reason == GUARD_SCAN_STALE:
-        out.append(Alert(AlertKind.RSE_SCAN_STALE, f"{name}: its ConMon scan is stale",
-                         f"the scanner has not produced a usable dump: {rse.get('detail') or '-'}", name))
-    if reason == SITE_CONFIG_BACKOFF:
-        out.append(Alert(AlertKind.RSE_SITE_CONFIG_UNUSABLE, f"{name}: its site configuration is unusable, "
-                         "its jobs are held back", f"{rse.get('detail') or '-'}; fix jobs.sites.{name}.siteconfig or "
-                         "the site's site-local-config.xml / storage.json", name))
-    refused = {k: int(v) for k, v in (c.get("failed_by_class") or {}).items() if k in MAPPING_CLASSES and v}
-    if refused:
-        out.append(Alert(AlertKind.RSE_MAPPING_REFUSED, f"{name}: jobs refused the site's storage mapping",
-                         f"{sum(refused.values()):,} files not deleted ({', '.join(f'{k} {v:,}' for k, v in sorted(refused.items()))}): "
-                         "check the site's storage.json / site-local-config against Rucio", name))
-    return out
+    if rse.get("generation") is None or state in DONE_STATES or not left or not isinstance(since, (int, float)) \
+            or now - since <= cfg.stall_days * DAY:
+        return None
+    return Alert(AlertKind.RSE_NO_PROGRESS, f"{name}: no cleanup progress for {(now - since) / DAY:.1f} days",
+                 f"{left:,} files left ({', '.join(f'{k} {int(c.get(k) or 0):,}' for k in LEFT)}); "
+                 f"state {state}, reason {reason or '-'}; no file done since the time stamp {since:.0f}", name, since)
+
+
+def _guarded(rse: Mapping[str, Any], cfg: AlertsConfig, now: float) -> Optional[Alert]:
+    """The same guard refused cfg.guard_repeats times in a row, or for longer than cfg.stall_days."""
+    name, reason = str(rse["name"]), rse.get("reason") or ""
+    if rse.get("state") != RSEState.GUARDED:
+        return None
+    same = repeated(rse.get("events") or [], RSEState.GUARDED, reason)
+    started = same[0]["at"] if same else None
+    first = now if started is None else started
+    if len(same) < cfg.guard_repeats and now - first <= cfg.stall_days * DAY:
+        return None
+    return Alert(AlertKind.RSE_GUARDED, f"{name}: guard {reason} refused {len(same)} times in a row",
+                 f"nothing is deleted while it holds; since {(now - first) / DAY:.1f} days; last detail: "
+                 f"{rse.get('detail') or '-'}", name, started)
+
+
+def _scan_stale(rse: Mapping[str, Any], cfg: AlertsConfig, now: float) -> Optional[Alert]:
+    """The RSE waits on a stale ConMon scan."""
+    if rse.get("reason") != GUARD_SCAN_STALE:
+        return None
+    name = str(rse["name"])
+    return Alert(AlertKind.RSE_SCAN_STALE, f"{name}: its ConMon scan is stale",
+                 f"the scanner has not produced a usable dump: {rse.get('detail') or '-'}", name)
+
+
+def _site_config_unusable(rse: Mapping[str, Any], cfg: AlertsConfig, now: float) -> Optional[Alert]:
+    """The RSE's jobs are held back: its site's configuration was unusable (ledger/sitebackoff.py)."""
+    if rse.get("reason") != SITE_CONFIG_BACKOFF:
+        return None
+    name = str(rse["name"])
+    return Alert(AlertKind.RSE_SITE_CONFIG_UNUSABLE, f"{name}: its site configuration is unusable, its jobs are held "
+                 "back", f"{rse.get('detail') or '-'}; fix jobs.sites.{name}.siteconfig or the site's "
+                 "site-local-config.xml / storage.json", name)
+
+
+def _mapping_refused(rse: Mapping[str, Any], cfg: AlertsConfig, now: float) -> Optional[Alert]:
+    """Jobs refused files because the site's storage mapping is not to be trusted for them."""
+    failed = (rse.get("counters") or {}).get("failed_by_class") or {}
+    refused = {k: int(v) for k, v in failed.items() if k in MAPPING_CLASSES and v}
+    if not refused:
+        return None
+    name = str(rse["name"])
+    return Alert(AlertKind.RSE_MAPPING_REFUSED, f"{name}: jobs refused the site's storage mapping",
+                 f"{sum(refused.values()):,} files not deleted "
+                 f"({', '.join(f'{k} {v:,}' for k, v in sorted(refused.items()))}): "
+                 "check the site's storage.json / site-local-config against Rucio", name)
+
+
+RSE_RULES: tuple[Callable[[Mapping[str, Any], AlertsConfig, float], Optional[Alert]], ...] = (
+    _no_progress, _guarded, _scan_stale, _site_config_unusable, _mapping_refused)
 
 
 def repeated(events: Sequence[Mapping[str, Any]], state: str, reason: str) -> list[Mapping[str, Any]]:

@@ -9,9 +9,10 @@ from pymongo import ASCENDING, DESCENDING
 from MSUnmerged.ledger import buckets as bk
 from MSUnmerged.ledger import fences, records
 from MSUnmerged.ledger.base import LedgerBase
+from MSUnmerged.ledger.filequery import FileQuery
 from MSUnmerged.ledger.retry import with_retry
 from MSUnmerged.ledger.states import LIVE_JOB_STATES, SUBMITTED, FileState
-from MSUnmerged.worker.ids import file_id, gen_prefix
+from MSUnmerged.worker.ids import file_id
 
 RSE_BATCH = 10_000  # RSE documents per reply (a reply stays under 16 MiB whatever this says)
 CURRENT = {"generation": 1, "generations.gen": 1, "generations.packing": 1}  # what current_generation reads
@@ -42,64 +43,33 @@ class Reads(LedgerBase):
                     read_job: Optional[Callable[[str], Mapping[str, Any]]] = None,
                     pack_floor: float = 0) -> dict[str, Any]:
         """Files (dirs=True: directory records) of one RSE generation (default: current), by state, error
-        class, job or path prefix. `read_job`: how the job's document (its span) is read (default: Ledger.job);
-        `pack_floor`: the generation's buckets.pack_floor when the caller knows it (0: not known).
+        class, job or path prefix (filequery.FileQuery). `read_job`: how the job's document (its span) is read
+        (default: Ledger.job); `pack_floor`: the generation's buckets.pack_floor when the caller knows it (0: not
+        known).
 
         Paginated by _id: pass the answer's `next` as `after`. State "submitted" means planned
         files whose job is live in the batch system; an error class alone means failed files.
         """
-        limit = max(1, min(limit, 10_000))
         if generation is None:
             generation, pack_floor = self.current_generation(rse)
             if generation is None:
                 return {"items": [], "next": None, "generation": None}
         if error_class is not None and state is None and not dirs:
             state = FileState.FAILED
-        # Each filter is an index's leading fields (ensure_indexes) plus a range on its trailing _id,
-        # with the indexed field first: SecantusDB picks indexes by the filter's exact field set,
-        # else by its first indexable clause.
-        flt: dict[str, Any]
-        bucket_flt: dict[str, Any]
-        stored = None if state == SUBMITTED else state
-        prefix = gen_prefix(rse, generation)
-        lo = prefix + (dir_prefix or "")
-        hi, inclusive = lo + records.TOP, True
-        bucket_floor = ""
-        pick: Optional[dict[str, Any]] = None
-        if state == SUBMITTED:
-            live = [j["_id"] for j in self.jobs_in(rse, LIVE_JOB_STATES, generation) if not job or j["_id"] == job]
-            flt = {"job": {"$in": live}, "rse": rse, "gen": generation, "state": FileState.PLANNED}
-            bucket_flt, stored = {"job": {"$in": live}, "states": FileState.PLANNED.value}, FileState.PLANNED
-        elif job:
-            flt, bucket_flt = {"job": job}, {"job": job}
-            job_span = ((read_job or self.job)(job).get("span") or []) if not dirs else []
-            if job_span:
-                lo, hi, bucket_floor = max(lo, job_span[0]), min(hi, job_span[1] + "\0"), job_span[0]
-                # A span holds few records: each window's rows are read whole, and say which entries have a row.
-                flt, pick = {"rse": rse, "gen": generation}, flt
-        else:
-            flt, bucket_flt = {"rse": rse, "gen": generation}, {"rse": rse, "gen": generation}
-        row_flt = flt if pick is None else pick
-        if stored and state != SUBMITTED:
-            row_flt["state"] = stored
-            if "job" not in bucket_flt and not dirs:
-                bucket_flt["states"] = str(stored)
-        if error_class is not None:
-            row_flt["error_class"] = error_class
-        if after and after >= lo:
-            lo, inclusive = after, False
-        # Bucket entries are planned, or have an outcome without error class (error_class "").
-        codes = "" if dirs else "".join(c for s, c in bk.CODES.items() if (stored is None or s == stored) and (
-            error_class is None or error_class == "" and s != FileState.PLANNED))
+        live = tuple(j["_id"] for j in self.jobs_in(rse, LIVE_JOB_STATES, generation)
+                     if not job or j["_id"] == job) if state == SUBMITTED else ()
+        job_span = tuple((read_job or self.job)(job).get("span") or ()) if job and state != SUBMITTED and not dirs \
+            else ()
+        query = FileQuery(rse, generation, state, job, dir_prefix or "", after, max(1, min(limit, 10_000)),
+                          error_class, dirs, live, job_span)
         fence_ids = self.fences.get(rse, generation)
-        # What the page holds is set by these (lo and hi hold the RSE, generation, directory prefix and job span).
-        key = (dirs, state, error_class, job, lo, inclusive, hi, limit)
-        docs = records.page(self.dirs if dirs else self.files, flt, self.buckets, bucket_flt, codes, lo, inclusive, hi,
-                            limit, {"rse": rse, "gen": generation}, fence_ids, all_rows=flt.keys() == {"rse", "gen"},
-                            bucket_floor=bucket_floor, pick=pick, reach=self.fences.reached.get(key),
-                            under=(dir_prefix or "").rpartition("/")[0], floor=pack_floor)
-        self.fences.reached_at(key, fences.reach(fence_ids, hi, docs[-1]["_id"] if len(docs) == limit else None))
-        return {"items": docs, "next": docs[-1]["_id"] if len(docs) == limit else None, "generation": generation}
+        span = query.span()
+        key = query.page_key(span)
+        docs = query.pager(self.dirs if dirs else self.files, self.buckets, fence_ids, pack_floor).page(
+            span, query.limit, self.fences.reached.get(key))
+        last = docs[-1]["_id"] if len(docs) == query.limit else None
+        self.fences.reached_at(key, fences.reach(fence_ids, span.hi, last))
+        return {"items": docs, "next": last, "generation": generation}
 
     def file_history(self, rse: str, lfn: str) -> list[dict[str, Any]]:
         """One file's records across the kept generations, newest first."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
+from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 from pymongo import ASCENDING
@@ -153,65 +154,99 @@ def _picked(doc: Mapping[str, Any], pick: Mapping[str, Any]) -> bool:
     return all(doc.get(k) == v for k, v in pick.items())
 
 
-def page(rows: Collection, row_flt: Optional[Mapping[str, Any]], buckets: Collection,
-         bucket_flt: Optional[Mapping[str, Any]], codes: str, lo: str, lo_inclusive: bool, hi: str,
-         limit: int, scope: Mapping[str, Any], fence_ids: Sequence[str] = (), all_rows: bool = False,
-         bucket_floor: str = "", pick: Optional[Mapping[str, Any]] = None,
-         reach: Optional[str] = None, under: str = "", floor: float = 0) -> list[dict[str, Any]]:
-    """The first `limit` records in _id order in the range: rows matching row_flt merged with bucket entries
-    (buckets matching bucket_flt, codes in `codes`); a None filter leaves that side out. `all_rows`: row_flt
-    selects every row of the range, so the rows read are all those that can stand for a bucket entry; `scope`:
-    the RSE generation ({rse, gen}) the range lies in;
-    `bucket_floor`: no bucket matching bucket_flt sorts below it. `pick` (with all_rows, for a range that holds
-    few records, such as a job's span): each window's rows are read whole, the page's rows are those with
-    `pick`'s field values, and all of them stand for entries (no look-up by id). `under` and `floor`: as holders
-    takes them (a directory every file of [lo, hi) lies under, the generation's buckets.pack_floor).
+@dataclass(frozen=True)
+class Span:
+    """A page's range of _ids: from `lo` (itself included when `inclusive`) up to `hi` (excluded)."""
 
-    Read in windows over [lo, hi) whose ends are fences (fences.Windows; the first up to `reach` when given),
-    until the page is full: each query then matches one window, not the rest of the range."""
-    with_buckets = bucket_flt is not None and bool(codes)
-    pending = _Pending(codes, lo, lo_inclusive, hi)
-    if with_buckets and lo > bucket_floor:
-        # The buckets of lo's own ancestor directories sort before lo but may hold later files.
-        for doc in holders(buckets, scope, lo, under, floor):
-            if _matches(doc, bucket_flt):
-                pending.push(doc)
-    out: list[dict[str, Any]] = []
-    start, inclusive = lo, lo_inclusive
-    windows = fences.Windows(fence_ids, lo, hi, FIRST_BUCKETS if with_buckets else FIRST_ROW_BUCKETS, reach)
-    while True:
-        end = windows.end()
-        rng = {"$gte" if inclusive else "$gt": start, "$lt": end}
-        need = limit - len(out)
-        window_rows: list[dict[str, Any]] = []
-        have: set[str] = set()
-        if row_flt is not None:
-            q = {**row_flt, "_id": rng}
-            if pick is not None:
-                # Read whole, so sorted here: SecantusDB sorts in Python, at a cost per document above this one.
-                every = sorted(with_retry(lambda: list(rows.find(q)), "query records"), key=_record_id)
-                have = {r["_id"] for r in every}
-                window_rows = [r for r in every if _picked(r, pick)][:need]
-            else:
-                window_rows = with_retry(lambda: list(rows.find(q).sort("_id", ASCENDING).limit(need)),
-                                         "query records")
-                have = {r["_id"] for r in window_rows}
-        found: Iterator[dict[str, Any]] = iter(window_rows)
-        if with_buckets:
-            listed = _window_entries(buckets, bucket_flt, rng, pending)
-            if all_rows:
-                # Complete up to the last row read (every row of the window with `pick`), and only entries up to
-                # it can make the page then.
-                entries = (bk.record(doc, i, name, fid) for fid, doc, i, name in listed if fid not in have)
-            else:
-                entries = _unshadowed(rows, listed, max(need, MIN_CHECK))
-            found = _merged(window_rows, entries) if window_rows else entries
-        taken = list(itertools.islice(found, need))
-        out += taken
-        if len(out) >= limit or end == hi:
-            return out
-        windows.resize(len(taken), need - len(taken))
-        start, inclusive = end, True
+    lo: str
+    hi: str
+    inclusive: bool = True
+
+
+@dataclass(frozen=True)
+class Pager:
+    """Where a listing's records come from: rows matching `row_flt` merged with bucket entries (buckets matching
+    `bucket_flt`, codes in `codes`); a None filter leaves that side out. `scope`: the RSE generation ({rse, gen})
+    the listing lies in, and `fence_ids` its fences. `all_rows`: row_flt selects every row of the range, so the
+    rows read are all those that can stand for a bucket entry. `bucket_floor`: no bucket matching bucket_flt sorts
+    below it. `pick` (with all_rows, for a range that holds few records, such as a job's span): each window's rows
+    are read whole, the page's rows are those with `pick`'s field values, and all of them stand for entries (no
+    look-up by id). `under` and `floor`: as holders takes them (a directory every file of the listing lies under,
+    the generation's buckets.pack_floor)."""
+
+    rows: Collection
+    row_flt: Optional[Mapping[str, Any]]
+    buckets: Collection
+    bucket_flt: Optional[Mapping[str, Any]]
+    codes: str
+    scope: Mapping[str, Any]
+    fence_ids: Sequence[str] = ()
+    all_rows: bool = False
+    bucket_floor: str = ""
+    pick: Optional[Mapping[str, Any]] = None
+    under: str = ""
+    floor: float = 0
+
+    def page(self, span: Span, limit: int, reach: Optional[str] = None) -> list[dict[str, Any]]:
+        """The first `limit` records of `span` in _id order.
+
+        Read in windows over the span whose ends are fences (fences.Windows; the first up to `reach` when given),
+        until the page is full: each query then matches one window, not the rest of the span."""
+        pending = self._pending(span)
+        out: list[dict[str, Any]] = []
+        start, inclusive = span.lo, span.inclusive
+        first = FIRST_BUCKETS if pending is not None else FIRST_ROW_BUCKETS
+        windows = fences.Windows(self.fence_ids, span.lo, span.hi, first, reach)
+        while True:
+            end = windows.end()
+            need = limit - len(out)
+            taken = list(itertools.islice(self._window({"$gte" if inclusive else "$gt": start, "$lt": end}, need,
+                                                       pending), need))
+            out += taken
+            if len(out) >= limit or end == span.hi:
+                return out
+            windows.resize(len(taken), need - len(taken))
+            start, inclusive = end, True
+
+    def _pending(self, span: Span) -> Optional[_Pending]:
+        """The bucket entries to merge, none read yet (None: no bucket side)."""
+        if self.bucket_flt is None or not self.codes:
+            return None
+        pending = _Pending(self.codes, span.lo, span.inclusive, span.hi)
+        if span.lo > self.bucket_floor:
+            # The buckets of lo's own ancestor directories sort before lo but may hold later files.
+            for doc in holders(self.buckets, self.scope, span.lo, self.under, self.floor):
+                if _matches(doc, self.bucket_flt):
+                    pending.push(doc)
+        return pending
+
+    def _window_rows(self, rng: Mapping[str, str], need: int) -> tuple[list[dict[str, Any]], set[str]]:
+        """The window's first `need` rows for the page, and the ids of every row read."""
+        if self.row_flt is None:
+            return [], set()
+        q = {**self.row_flt, "_id": rng}
+        if self.pick is None:
+            rows = with_retry(lambda: list(self.rows.find(q).sort("_id", ASCENDING).limit(need)), "query records")
+            return rows, {r["_id"] for r in rows}
+        # Read whole, so sorted here: SecantusDB sorts in Python, at a cost per document above this one.
+        every = sorted(with_retry(lambda: list(self.rows.find(q)), "query records"), key=_record_id)
+        pick = self.pick
+        return [r for r in every if _picked(r, pick)][:need], {r["_id"] for r in every}
+
+    def _window(self, rng: Mapping[str, str], need: int, pending: Optional[_Pending]) -> Iterator[dict[str, Any]]:
+        """The window's records in _id order, read as they are asked for."""
+        window_rows, have = self._window_rows(rng, need)
+        if pending is None or self.bucket_flt is None:
+            return iter(window_rows)
+        listed = _window_entries(self.buckets, self.bucket_flt, rng, pending)
+        entries: Iterator[dict[str, Any]]
+        if self.all_rows:
+            # Complete up to the last row read (every row of the window with `pick`), and only entries up to
+            # it can make the page then.
+            entries = (bk.record(doc, i, name, fid) for fid, doc, i, name in listed if fid not in have)
+        else:
+            entries = _unshadowed(self.rows, listed, max(need, MIN_CHECK))
+        return _merged(window_rows, entries) if window_rows else entries
 
 
 def find_entry(buckets: Collection, rse: str, generation: float, lfn: str) -> Optional[dict[str, Any]]:

@@ -47,29 +47,39 @@ class Rounds(Entries):
         """`job_lfns` of each of these jobs: their rows and buckets read READ_JOBS jobs at a time (two queries per
         READ_JOBS jobs, not two a job), then each job's entries sorted out against its own rows, one job at a time."""
         codes = "".join(c for s, c in bk.CODES.items() if states is None or s in states)
-        by_id = bk.CODES[FileState.WOULD_DELETE]  # such an entry may have a row of another job (_live_entries)
         found: dict[str, list[str]] = {}
         for start in range(0, len(job_ids), READ_JOBS):
             chunk = list(job_ids[start:start + READ_JOBS])
-            flt = {"job": chunk[0] if len(chunk) == 1 else {"$in": chunk}}
-            what = f"files of {chunk[0]}" + (f" and {len(chunk) - 1} more jobs" if len(chunk) > 1 else "")
-            rows: dict[str, list[dict[str, Any]]] = {jid: [] for jid in chunk}
-            for row in with_retry(lambda: list(self.files.find(flt, {"lfn": 1, "state": 1, "job": 1})), what):
-                rows[row["job"]].append(row)
-            buckets: dict[str, list[dict[str, Any]]] = {jid: [] for jid in chunk}
-            if codes:
-                for doc in with_retry(lambda: list(self.buckets.find(flt, BUCKET_FIELDS)), f"buckets of {what}"):
-                    buckets[doc["job"]].append(doc)
+            rows, buckets = self._jobs_records(chunk, bool(codes))
             for jid in chunk:
-                lfns = [d["lfn"] for d in rows[jid] if states is None or d["state"] in states]
-                if rows[jid] or by_id in codes:
-                    lfns += [f"{doc['dir']}/{name}" for doc, _, name in self._live_entries(
-                        {"job": jid}, codes, {d["_id"] for d in rows[jid]}, buckets[jid])] if codes else []
-                else:  # the job has no row that could stand for an entry of its buckets (_live_entries): all are live
-                    for doc in buckets[jid]:
-                        lfns += bk.lfns(doc, codes)
-                found[jid] = sorted(lfns)
+                found[jid] = sorted(self._job_lfns(jid, rows[jid], buckets[jid], codes, states))
         return found
+
+    def _jobs_records(self, chunk: list[str], with_buckets: bool) -> tuple[dict[str, list[dict[str, Any]]],
+                                                                           dict[str, list[dict[str, Any]]]]:
+        """The rows and (`with_buckets`) the buckets of these jobs, by job: one query each."""
+        flt = {"job": chunk[0] if len(chunk) == 1 else {"$in": chunk}}
+        what = f"files of {chunk[0]}" + (f" and {len(chunk) - 1} more jobs" if len(chunk) > 1 else "")
+        rows: dict[str, list[dict[str, Any]]] = {jid: [] for jid in chunk}
+        for row in with_retry(lambda: list(self.files.find(flt, {"lfn": 1, "state": 1, "job": 1})), what):
+            rows[row["job"]].append(row)
+        buckets: dict[str, list[dict[str, Any]]] = {jid: [] for jid in chunk}
+        if with_buckets:
+            for doc in with_retry(lambda: list(self.buckets.find(flt, BUCKET_FIELDS)), f"buckets of {what}"):
+                buckets[doc["job"]].append(doc)
+        return rows, buckets
+
+    def _job_lfns(self, jid: str, rows: list[dict[str, Any]], buckets: list[dict[str, Any]], codes: str,
+                  states: Optional[Sequence[str]]) -> list[str]:
+        """One job's files in these states (codes: theirs in buckets) from its rows and buckets, unsorted."""
+        lfns = [d["lfn"] for d in rows if states is None or d["state"] in states]
+        if not codes:
+            return lfns
+        if rows or bk.CODES[FileState.WOULD_DELETE] in codes:  # such an entry may have a row of another job
+            return lfns + [f"{doc['dir']}/{name}" for doc, _, name in self._live_entries(
+                {"job": jid}, codes, {d["_id"] for d in rows}, buckets)]
+        # The job has no row that could stand for an entry of its buckets (_live_entries): all are live.
+        return lfns + [lfn for doc in buckets for lfn in bk.lfns(doc, codes)]
 
     def record_job_intent(self, jobs: Sequence[JobIntent], backend: str = "") -> None:
         """Before submitting: the jobs go from planned to submitting (with site, backend, and until when their
