@@ -364,3 +364,21 @@ def test_a_job_whose_files_all_became_protected_is_done_not_partial(site: tuple[
     assert summary(lines)["summary"]["files"] == {"refused": 3} and all((storage / x.lstrip("/")).exists() for x in lfns)
     rc, lines = run_worker(tmp_path / "job2", manifest([*lfns, "/store/data/x.root"], protected=[f"{BASE}/00000"]), sc)
     assert rc == 1 and files(lines)["/store/data/x.root"]["reason"] == "invalid_lfn"
+
+
+def test_a_protected_list_that_expires_before_the_directories_leaves_them(site: tuple[Path, Path],
+                                                                           tmp_path: Path) -> None:
+    """Checked before each directory too: a directory job (no file) paced at one removal a second, its list
+    expiring after 2.5 s, removes the first directories only; the others are left not_attempted
+    (protection_expired), so that the service sends them again with a fresh list."""
+    storage, sc = site
+    wanted = [f"{BASE}/0000{i}" for i in range(6)]
+    for directory in wanted:
+        (storage / directory.lstrip("/")).mkdir(parents=True)
+    rc, lines = run_worker(tmp_path / "job", manifest([], retry_dirs=wanted, max_ops_per_s=1,
+                                                      protected_until=time.time() + 2.5), sc)
+    out = dirs(lines)
+    left = [d for d in wanted if out[d]["outcome"] == "not_attempted"]
+    assert left and {out[d]["reason"] for d in left} == {"protection_expired"}
+    assert all((storage / d.lstrip("/")).is_dir() for d in left)
+    assert rc in (1, 2)  # partial, or refused whole when the worker started past the bound on a busy machine

@@ -495,6 +495,16 @@ class Cleanup:
         return "its protected list (fetched at %s) may be used until %.3f, now %.3f" % (
             "?" if self.job.protected_at is None else "%.3f" % self.job.protected_at, self.job.protected_until, now)
 
+    def _in_time(self) -> bool:
+        """False, with the stop's reason set, once the job's deadline or its protected list's bound has passed (or
+        it was stopped): checked before each batch of files and before each directory removal."""
+        now = time.time()
+        if self.stop.reason is None and now > self.job.deadline:
+            self.stop.reason = "deadline passed during the job"
+        if self.stop.reason is None and now > self.job.protected_until:
+            self.stop.reason, self.stop.code = self._expired(now), PROTECTION_EXPIRED
+        return self.stop.reason is None
+
     # -- deletion ---------------------------------------------------------------------------------
 
     def _looks(self, deleter: Deleter) -> bool:
@@ -510,12 +520,7 @@ class Cleanup:
         batch_size = self.pacer.batch(deleter.batch_size)
         looks = self._looks(deleter)
         while start < len(todo):
-            now = time.time()
-            if self.stop.reason is None and now > job.deadline:
-                self.stop.reason = "deadline passed during the job"
-            if self.stop.reason is None and now > job.protected_until:
-                self.stop.reason, self.stop.code = self._expired(now), PROTECTION_EXPIRED
-            if self.stop.reason is not None:
+            if not self._in_time():
                 for lfn, pfn_ in todo[start:]:
                     self.report.file(lfn, pfn_, "not_attempted", self.stop.reason, 0, self.stop.code)
                 return
@@ -571,7 +576,7 @@ class Cleanup:
                 elif result.outcome == MISSING and looked:  # seen by the look, not reached now: moved, or swapped
                     result = Result(REFUSED, "found by the look, not at the unlink: %s" % result.error,
                                     reason=PATH_CHANGED)
-                if result.transient and attempt <= self.job.retries and self.stop.reason is None:
+                if result.transient and attempt <= self.job.retries and self._in_time():
                     retry.append(i)
                     ambiguous.add(i)
                 else:
@@ -608,12 +613,12 @@ class Cleanup:
         job = self.job
         for directory in sorted(set(valid), key=lambda d: (-paths.depth(d), d)):
             got, refusal = self._place(mapper, deleter, directory, bad_root)
-            stopped = self.stop.reason is not None and not self.dry_run
+            stopped = not self.dry_run and not self._in_time()
             seen = deleter.inspect([got], directory=True)[0].result if refusal is None and not stopped else None
             if refusal is not None:
                 self.report.directory(directory, got, REFUSED, refusal[1], refusal[0])
             elif stopped:
-                self.report.directory(directory, got, "not_attempted", self.stop.reason)
+                self.report.directory(directory, got, "not_attempted", self.stop.reason, self.stop.code)
             elif seen is not None:
                 self.report.directory(directory, got, seen.outcome, seen.error, seen.reason)
             elif self.dry_run:
@@ -624,7 +629,7 @@ class Cleanup:
                 self.pacer.take(1)
                 result = deleter.rmdir(got)  # type: ignore[arg-type]
                 for attempt in range(job.retries):
-                    if not result.transient:
+                    if not result.transient or not self._in_time():
                         break
                     time.sleep(job.backoff * (2 ** attempt))
                     result = deleter.rmdir(got)  # type: ignore[arg-type]
