@@ -369,3 +369,29 @@ def test_slots_go_in_submission_order_across_sites_and_a_waiting_job_says_why(tm
         states = wait_for(backend, {j.job_id: ids[j.job_id] for j in mine}, timeout=60)
         assert {s.state for s in states.values()} == {JobState.FINISHED}
         backend.close()
+
+
+def test_a_queued_job_removed_before_it_starts_leaves_nothing_to_find(tmp_path: Path) -> None:
+    """A job removed while queued (revalidation: a file became protected, or its list grows old) leaves no folder:
+    a restarted service's `find` must not take its old manifest for a submitted job and start it (before, the
+    folder stayed whole: a crash between the job's re-issue being recorded and its new folder being written left
+    the old manifest to be adopted and run)."""
+    storage, sc = make_site(tmp_path)
+    gate = tmp_path / "go"
+    held = tmp_path / "python-held"  # the first worker waits for the gate: the second job stays queued
+    held.write_text(f"#!/bin/sh\nwhile [ ! -e {gate} ]; do sleep 0.05; done\nexec {sys.executable} \"$@\"\n")
+    held.chmod(0o755)
+    cfg = Config()
+    cfg.jobs.local_parallel = 1
+    first, second = jobs_with_files(storage, 2, 3)
+    backend = LocalBackend(cfg, tmp_path / "work", siteconfig=str(sc), python=str(held))
+    ids = backend.submit([first, second])
+    assert backend.remove_pending({second.job_id: ids[second.job_id]}, "revalidated") == [second.job_id]
+    assert backend.poll({second.job_id: ids[second.job_id]})[second.job_id].state is JobState.REMOVED
+    assert not backend.job_dir(second.job_id).exists()
+    gate.touch()
+    assert wait_for(backend, {first.job_id: ids[first.job_id]}, timeout=120)[first.job_id].state is JobState.FINISHED
+    backend.close()
+    again = LocalBackend(cfg, tmp_path / "work", siteconfig=str(sc))  # a restarted service's
+    assert second.job_id not in again.find([first.job_id, second.job_id])
+    assert all((storage / lfn.lstrip("/")).exists() for lfn in second.step.lfns)  # never ran

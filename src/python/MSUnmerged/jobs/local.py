@@ -406,6 +406,14 @@ class LocalBackend:
             self._queue.remove(name)
             self._unqueue([name])
             self._removed.add(name)
+            # Its folder goes too, once its claim is taken (no backend on this work folder starts it then): a
+            # folder left whole would be found again (find) and started with its old manifest, e.g. after a
+            # crash between the job's re-issue being recorded and its new folder being written.
+            try:
+                os.close(os.open(jdir / CLAIM_NAME, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            except OSError:
+                return  # another backend started it (it stays tracked), or the folder is already gone
+            shutil.rmtree(jdir, ignore_errors=True)
             return
         proc = self._forget(name)
         pid = proc.pid if proc is not None else _read_pid(jdir / PID_NAME)
