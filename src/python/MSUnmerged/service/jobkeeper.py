@@ -89,14 +89,16 @@ class JobKeeper:
     # -- submission ----------------------------------------------------------------------------
 
     def submit_planned(self, rse: str, generation: float, protected: Sequence[str], fetched: float,
-                       entry: Optional[dict[str, Any]] = None, live: Optional[int] = None) -> int:
+                       entry: Optional[dict[str, Any]] = None, live: Optional[int] = None,
+                       doc: Optional[Mapping[str, Any]] = None) -> int:
         """Submit the generation's planned jobs of the released slices (ledger/slices.py), as many as the RSE's
         `max_in_flight` leaves room for, in batches (batch_bounds): for each batch intent first, then submit,
         then mark (see `reconcile`). Returns how many were submitted. `fetched`: when `protected` was fetched
         (fetch_protected); `entry`: the generation's entry, when the caller has just read it
-        (slices.release_next); `live`: see `room`."""
+        (slices.release_next); `live`: see `room`; `doc`: the RSE's document, when the caller has read it since
+        its last poll (the site's back-off is read from it)."""
         entry = self.ledger.generation_entry(rse, generation) if entry is None else entry
-        doc = self.ledger.rse(rse)
+        doc = self.ledger.rse(rse) if doc is None else doc
         if sitebackoff.holds(doc):  # its site's configuration was unusable: its jobs wait, planned
             return 0
         ready = self.ready(rse, generation, entry, live)

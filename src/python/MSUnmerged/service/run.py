@@ -224,7 +224,8 @@ class Runner:
         self.jobs.plan_directory_jobs(rse, decision.generation, protection)
         entry = slices.release_next(self.ledger, rse, decision.generation)  # a throttled plan: this cycle's slice
         # No job is live (read above, under the lease): max_in_flight's room needs no read of them.
-        result.submitted = self.jobs.submit_planned(rse, decision.generation, protected, fetched, entry, live=0)
+        result.submitted = self.jobs.submit_planned(rse, decision.generation, protected, fetched, entry, live=0,
+                                                    doc=doc)  # read after this run's poll: its back-off is current
         result.state = RSEState.RUNNING if result.submitted else RSEState.PLANNED
         submitted = {"detail": jobs_detail(result.submitted), "started": time.time()}
         hold = None if result.submitted else sitebackoff.current(self.ledger.rse(rse))
