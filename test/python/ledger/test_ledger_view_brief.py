@@ -97,4 +97,4 @@ def test_sources_of_a_cycle_leave_out_the_ones_not_called() -> None:
     assert view_module.sources_of({"failures": [], "answered": ["conmon", "ledger", "rucio", "wmstats"]}) == \
         {"rucio": 1, "conmon": 1, "wmstats": 1, "ledger": 1}
     assert view_module.sources_of(failed) == {"rucio": 0, "conmon": 1, "wmstats": 1, "ledger": 1, "backend": 1,
-                                              "internal": 1}
+                                              "disk": 1, "internal": 1}
