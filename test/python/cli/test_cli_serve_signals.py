@@ -42,18 +42,24 @@ def in_background(env: dict[str, str], log: Path) -> tuple[subprocess.Popen, int
     """serve as a shell script's background job (`msunmerged serve &`), which starts with SIGINT ignored (the shell
     does so without job control; `trap '' INT` makes sure of it whatever started the test); the script waits for
     it and ends with its exit code. Returns the script and serve's PID."""
-    script = 'trap "" INT; "$@" & echo $! > "$PIDFILE"; wait $!'
-    pidfile = log.with_suffix(".pid")
+    # A probe started the same way just before serve shows the mask serve started with (serve itself takes SIGINT
+    # back at once, so its own mask may already show the handler when it is read).
+    script = 'trap "" INT; sleep 60 & echo $! > "$PROBE"; "$@" & echo $! > "$PIDFILE"; wait $!'
+    pidfile, probefile = log.with_suffix(".pid"), log.with_suffix(".probe")
     with open(log, "ab") as err:
         shell = subprocess.Popen(["sh", "-c", script, "sh", *LAUNCHER, "serve"], stdout=err, stderr=err,
-                                 env={**env, "PIDFILE": str(pidfile)}, start_new_session=True)
+                                 env={**env, "PIDFILE": str(pidfile), "PROBE": str(probefile)},
+                                 start_new_session=True)
     deadline = time.monotonic() + 30
     while not pidfile.read_text().strip() if pidfile.exists() else True:
         assert time.monotonic() < deadline and shell.poll() is None, log.read_text()[-2000:]
         time.sleep(0.05)
-    pid = int(pidfile.read_text())
-    ignored = int(Path(f"/proc/{pid}/status").read_text().split("SigIgn:")[1].split()[0], 16)
-    assert ignored & (1 << (signal.SIGINT - 1)), "the shell did not start it with SIGINT ignored"
+    pid, probe = int(pidfile.read_text()), int(probefile.read_text())
+    try:
+        ignored = int(Path(f"/proc/{probe}/status").read_text().split("SigIgn:")[1].split()[0], 16)
+    finally:
+        os.kill(probe, signal.SIGKILL)
+    assert ignored & (1 << (signal.SIGINT - 1)), "the shell did not start its background jobs with SIGINT ignored"
     return shell, pid
 
 
