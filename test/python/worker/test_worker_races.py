@@ -7,7 +7,7 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Callable, Iterator, List
+from typing import Callable, Iterator
 
 import pytest
 
@@ -15,22 +15,14 @@ from MSUnmerged.collector import parse_report
 from MSUnmerged.worker import deleters
 from MSUnmerged.worker.cleanup import Cleanup, Job
 from MSUnmerged.worker.report import ReportWriter
-from worker_kit import manifest, posix_site, put, world_dir
+from worker_kit import AttackAfterLook, manifest, posix_site, put, world_dir
 
 BASE = "/store/unmerged/Run2024F/Muon0/AOD/PromptReco-v1/000/380"
 LFNS = [f"{BASE}/001/f{i}.root" for i in range(4)]
 
 
-class Attacked(deleters.PosixDeleter):
+class Attacked(AttackAfterLook, deleters.PosixDeleter):
     """The POSIX deleter; `attack` runs once its look at a batch of files is done, before anything is unlinked."""
-
-    attack: Callable[[], None] = staticmethod(lambda: None)
-
-    def inspect(self, pfns: List[str], directory: bool = False) -> List[deleters.Seen]:
-        seen = super().inspect(pfns, directory)
-        if not directory:
-            type(self).attack()
-        return seen
 
 
 @pytest.fixture()

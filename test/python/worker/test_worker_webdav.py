@@ -6,7 +6,7 @@ import os
 import shutil
 import uuid
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional
+from typing import Callable, Iterator, Optional
 
 import pytest
 
@@ -17,21 +17,13 @@ from MSUnmerged.worker.report import ReportWriter
 from MSUnmerged.worker.webdav import WebDavDeleter
 from servers.webdav import WebDavServer
 from sites_kit import CERN
-from worker_kit import VOLUME, files, make_site, manifest, run_worker, summary, world_dir
+from worker_kit import AttackAfterLook, into_directory, VOLUME, files, make_site, manifest, run_worker, summary, world_dir
 
 pytestmark = pytest.mark.integration
 
 
-class Attacked(WebDavDeleter):
+class Attacked(AttackAfterLook, WebDavDeleter):
     """The WebDAV client; `attack` runs once its look at a batch of files is done, before any DELETE."""
-
-    attack: Callable[[], None] = staticmethod(lambda: None)
-
-    def inspect(self, pfns: List[str], directory: bool = False) -> List[deleters.Seen]:
-        seen = super().inspect(pfns, directory)
-        if not directory:
-            type(self).attack()
-        return seen
 
 
 class Site:
@@ -98,12 +90,7 @@ def test_a_file_replaced_by_a_directory_after_the_propfind_loses_nothing_inside(
     The DELETE carries If-Match (the file's ETag) and Depth: 0: WsgiDAV refuses it, nothing inside goes."""
     victim = site.at(site.lfns[0])
 
-    def replace() -> None:
-        victim.unlink()
-        (victim / "inner").mkdir(parents=True)
-        (victim / "inner" / "precious.root").write_bytes(b"precious")
-
-    out, _ = site.run(tmp_path, replace)
+    out, _ = site.run(tmp_path, into_directory(victim))
     assert out[site.lfns[0]] == ("refused", "modified_since_scan")
     assert (victim / "inner" / "precious.root").read_bytes() == b"precious"
     assert [out[x] for x in site.lfns[1:]] == [("deleted", "")] * 3  # control
@@ -133,12 +120,7 @@ def test_a_server_ignoring_the_condition_is_found_by_the_probe(careless_wsgidav_
         site = Site(careless_wsgidav_server, top)
         victim = site.at(site.lfns[0])
 
-        def replace() -> None:
-            victim.unlink()
-            (victim / "inner").mkdir(parents=True)
-            (victim / "inner" / "precious.root").write_bytes(b"precious")
-
-        out, _ = site.run(tmp_path, replace)
+        out, _ = site.run(tmp_path, into_directory(victim))
         assert set(out.values()) == {("refused", "unconditional_delete")}
         assert all(site.at(x).is_file() for x in site.lfns)  # the probe came first: no file was even looked at
         assert not _probes(careless_wsgidav_server)

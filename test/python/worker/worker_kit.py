@@ -9,9 +9,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, List, Optional, Sequence
 
 from MSUnmerged.jobs.workerpkg import build_worker
+from MSUnmerged.worker import deleters
 from MSUnmerged.worker.cleanup import MANIFEST_VERSION
 from servers import session_dir
 
@@ -201,3 +202,25 @@ def hostile_site(top: Path, base: str, protocol: str, command: str, variant: str
                         f'<catalog url="trivialcatalog_file:{top}/tfc.xml?protocol={protocol}"/>'
                         f'<phedex-node value="{RSE}"/></local-stage-out>')
     return sc
+
+
+class AttackAfterLook:
+    """Mixed into a deleter class: `attack` (set on the class) runs once its look at a batch of files is done,
+    before anything of the batch is deleted: the window a race test uses."""
+
+    attack: Callable[[], None] = staticmethod(lambda: None)
+
+    def inspect(self, pfns: List[str], directory: bool = False) -> List[deleters.Seen]:
+        seen = super().inspect(pfns, directory)  # type: ignore[misc]
+        if not directory:
+            type(self).attack()
+        return seen
+
+
+def into_directory(victim: Path) -> Callable[[], None]:
+    """An attack: the file becomes a directory holding inner/precious.root."""
+    def replace() -> None:
+        victim.unlink()
+        (victim / "inner").mkdir(parents=True)
+        (victim / "inner" / "precious.root").write_bytes(b"precious")
+    return replace
