@@ -35,6 +35,21 @@ def job(py39_root: Path) -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+def run_in_chroot(py39_root: Path, job: Path, sc_host: Path, man: dict) -> list[dict]:
+    """The worker zipapp run by the chroot's Python 3.9 on `man`, from the job folder `job` inside the chroot, with
+    the site configuration `sc_host` (a folder inside it); its report, once it ended with exit code 0."""
+    inner = f"/{job.name}"
+    shutil.copyfile(worker_pyz(), job / "worker.pyz")
+    (job / "manifest.json").write_text(json.dumps(man))
+    sc = "/" + str(sc_host.relative_to(py39_root))
+    proc = subprocess.run(["chroot", str(py39_root), "/usr/bin/env", "-i", f"SITECONFIG_PATH={sc}", "PATH=/usr/bin:/bin",
+                           "python3", f"{inner}/worker.pyz", f"{inner}/manifest.json", "--report", f"{inner}/report.jsonl"],
+                          capture_output=True, text=True, timeout=120)
+    lines = [json.loads(x) for x in (job / "report.jsonl").read_text().splitlines()]
+    assert proc.returncode == 0, (proc.stderr, lines[-1])
+    return lines
+
+
 def test_worker_deletes_under_python39(py39_root: Path, job: Path) -> None:
     inner = f"/{job.name}"  # the job folder as the chroot sees it
     storage = job / "storage"
@@ -45,14 +60,7 @@ def test_worker_deletes_under_python39(py39_root: Path, job: Path) -> None:
         path = storage / lfn.lstrip("/")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"x")
-    shutil.copyfile(worker_pyz(), job / "worker.pyz")
-    (job / "manifest.json").write_text(json.dumps(manifest(lfns, remove_dirs=[f"{BASE}/00000"])))
-    sc = "/" + str(sc_host.relative_to(py39_root))
-    proc = subprocess.run(["chroot", str(py39_root), "/usr/bin/env", "-i", f"SITECONFIG_PATH={sc}", "PATH=/usr/bin:/bin",
-                           "python3", f"{inner}/worker.pyz", f"{inner}/manifest.json", "--report", f"{inner}/report.jsonl"],
-                          capture_output=True, text=True, timeout=120)
-    lines = [json.loads(x) for x in (job / "report.jsonl").read_text().splitlines()]
-    assert proc.returncode == 0, (proc.stderr, lines[-1])
+    lines = run_in_chroot(py39_root, job, sc_host, manifest(lfns, remove_dirs=[f"{BASE}/00000"]))
     assert lines[0]["start"]["python"].startswith("3.9.")
     outcomes = [x["outcome"] for x in lines if "lfn" in x]
     assert outcomes == ["missing"] + ["deleted"] * 19
@@ -62,7 +70,6 @@ def test_worker_deletes_under_python39(py39_root: Path, job: Path) -> None:
 
 def test_worker_deletes_over_webdav_under_python39(py39_root: Path, job: Path, wsgidav_server: WebDavServer) -> None:
     """The worker's WebDAV client (http.client, ssl) under Python 3.9: probe, PROPFIND, conditional DELETE."""
-    inner = f"/{job.name}"
     sc_host = make_site(job, [{"protocol": "WebDAV", "access": "global-rw", "prefix": wsgidav_server.url}],
                         [{"volume": VOLUME, "protocol": "WebDAV"}])
     lfns = [f"{BASE}/py39-{job.name}/f{i}.root" for i in range(5)]
@@ -71,14 +78,7 @@ def test_worker_deletes_over_webdav_under_python39(py39_root: Path, job: Path, w
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"x")
         os.utime(path, (0, 0))
-    shutil.copyfile(worker_pyz(), job / "worker.pyz")
-    (job / "manifest.json").write_text(json.dumps(manifest(lfns)))
-    sc = "/" + str(sc_host.relative_to(py39_root))
-    proc = subprocess.run(["chroot", str(py39_root), "/usr/bin/env", "-i", f"SITECONFIG_PATH={sc}", "PATH=/usr/bin:/bin",
-                           "python3", f"{inner}/worker.pyz", f"{inner}/manifest.json", "--report", f"{inner}/report.jsonl"],
-                          capture_output=True, text=True, timeout=120)
-    lines = [json.loads(x) for x in (job / "report.jsonl").read_text().splitlines()]
-    assert proc.returncode == 0, (proc.stderr, lines[-1])
+    lines = run_in_chroot(py39_root, job, sc_host, manifest(lfns))
     assert lines[0]["start"]["python"].startswith("3.9.") and lines[0]["start"]["method"]["deleter"] == "webdav"
     assert [x["outcome"] for x in lines if "lfn" in x] == ["deleted"] * 5
     assert not any((wsgidav_server.data / lfn.lstrip("/")).exists() for lfn in lfns)
