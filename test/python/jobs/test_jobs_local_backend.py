@@ -14,7 +14,7 @@ import pytest
 from MSUnmerged.collector import Collector, MemorySink, parse_report
 from MSUnmerged.config import Config
 from MSUnmerged.jobs.backend import BackendError, JobState, wait_for
-from MSUnmerged.jobs.local import LocalBackend
+from MSUnmerged.jobs.local import CLAIM_GRACE_S, LocalBackend
 from MSUnmerged.jobs.router import RoutingBackend
 from MSUnmerged.jobs.spec import CleanupJob, DeleteFilesStep
 from MSUnmerged.samplesite import write_siteconf
@@ -308,7 +308,7 @@ from pathlib import Path
 sys.path.insert(0, sys.argv[3])
 from test_jobs_local_backend import jobs_with_files, make_site
 from MSUnmerged.config import Config
-from MSUnmerged.jobs.local import LocalBackend
+from MSUnmerged.jobs.local import CLAIM_GRACE_S, LocalBackend
 real = subprocess.Popen
 def popen_then_die(args, *rest, **kwargs):
     proc = real(args, *rest, **kwargs)
@@ -395,3 +395,27 @@ def test_a_queued_job_removed_before_it_starts_leaves_nothing_to_find(tmp_path: 
     again = LocalBackend(cfg, tmp_path / "work", siteconfig=str(sc))  # a restarted service's
     assert second.job_id not in again.find([first.job_id, second.job_id])
     assert all((storage / lfn.lstrip("/")).exists() for lfn in second.step.lfns)  # never ran
+
+
+def test_a_claim_without_a_pid_file_is_a_job_that_never_ran(tmp_path: Path) -> None:
+    """Its starter writes the pid file before it execs the worker: a claim that stays without one (a starter that
+    died, or found the disk full, issue 36's CI) is a job that ran nothing, planned again (never_ran); before, it
+    was failed with its files' fate unknown. Younger than the grace, another backend may still be starting it."""
+    storage, sc = make_site(tmp_path)
+    cfg = Config()
+    closed = LocalBackend(cfg, tmp_path / "work", siteconfig=str(sc))
+    closed.close()  # it queues, never starts
+    (first,) = jobs_with_files(storage, 1, 3)
+    ids = closed.submit([first])
+    claim = closed.job_dir(first.job_id) / CLAIM_NAME
+    claim.touch()
+    again = LocalBackend(cfg, tmp_path / "work", siteconfig=str(sc))
+    try:
+        assert again.poll(ids)[first.job_id].state is JobState.RUNNING
+        old = time.time() - CLAIM_GRACE_S - 1
+        os.utime(claim, (old, old))
+        status = again.poll(ids)[first.job_id]
+        assert status.state is JobState.FAILED and status.never_ran, status
+        assert len(list((storage / "store").rglob("*.root"))) == 3
+    finally:
+        again.close()

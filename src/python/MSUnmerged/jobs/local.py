@@ -367,7 +367,9 @@ class LocalBackend:
         if claimed is not None:  # another backend is starting it
             if claimed < CLAIM_GRACE_S:
                 return JobStatus(job_id, JobState.RUNNING, batch_id)
-            return JobStatus(job_id, JobState.FAILED, batch_id, "its starter stopped before starting the worker")
+            # Its starter writes the pid file before it execs the worker (_PID_THEN_WORKER): none, no worker ran.
+            return JobStatus(job_id, JobState.FAILED, batch_id, "its starter stopped before starting the worker: "
+                             "nothing was touched", started=False)
         if _queued_whole(jdir):
             # Queued by an earlier instance that stopped before starting it: queued here, started by the next pump,
             # so that the caller may remove it first (a restart's revalidation, remove_pending).
