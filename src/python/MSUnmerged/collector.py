@@ -32,7 +32,8 @@ LEDGER_STATE = {
     "not_attempted": (FileState.UNKNOWN, "not_attempted"),
     "auth_failed": (FileState.FAILED, "auth_failed"),
 }
-DONE_STATES = (FileState.DELETED, FileState.MISSING, FileState.WOULD_DELETE)  # the file is gone or was found: no error to keep
+# The file is gone or was found: no error to keep.
+DONE_STATES = (FileState.DELETED, FileState.MISSING, FileState.WOULD_DELETE)
 # A job whose site configuration was unusable touched nothing: its files fail as config_error (retried only
 # up to jobs.retries like any failure, not taken for lost jobs).
 CONFIG_ERROR = (FileState.FAILED, "config_error")
@@ -113,6 +114,66 @@ def _check_keys(rec: dict[str, Any], spec: Optional[Mapping[str, Any]], version:
     return None
 
 
+def _file_problem(rec: dict[str, Any], dry_run: bool) -> Optional[str]:
+    """What is wrong with a file line's values (its keys and types are right), or None."""
+    if rec["outcome"] not in FILE_OUTCOMES:
+        return f"unknown file outcome {rec['outcome']!r}"
+    if rec["attempts"] < 0:
+        return "negative attempts"
+    if (rec.get("size") or 0) < 0:
+        return "negative size"
+    if rec["outcome"] == "deleted" and dry_run:
+        return "a dry run reports a file deleted"
+    return None
+
+
+def _file_line(report: Report, n: int, rec: dict[str, Any]) -> Optional[str]:
+    why = _check_keys(rec, _FILE_KEYS.get(report.version), report.version) or _file_problem(rec, report.dry_run)
+    if why is None:
+        report.files.append(FileOutcome(rec["lfn"], rec["pfn"], rec["outcome"], rec["error"], rec["attempts"], n,
+                                        rec.get("reason"), rec.get("size")))
+    return why
+
+
+def _dir_problem(rec: dict[str, Any], dry_run: bool) -> Optional[str]:
+    """What is wrong with a directory line's values (its keys and types are right), or None."""
+    if rec["outcome"] not in DIR_OUTCOMES:
+        return f"unknown directory outcome {rec['outcome']!r}"
+    if rec["outcome"] == "removed" and dry_run:
+        return "a dry run reports a directory removed"
+    return None
+
+
+def _dir_line(report: Report, n: int, rec: dict[str, Any]) -> Optional[str]:
+    why = _check_keys(rec, _DIR_KEYS.get(report.version), report.version) or _dir_problem(rec, report.dry_run)
+    if why is None:
+        report.dirs.append(DirOutcome(rec["dir"], rec["pfn"], rec["outcome"], rec["error"], n, rec.get("reason")))
+    return why
+
+
+def _start_line(report: Report, n: int, rec: dict[str, Any]) -> Optional[str]:
+    if set(rec) != {"start"} or not isinstance(rec["start"], dict):
+        return "start line must be {\"start\": {...}}"
+    if report.start is not None or report.files or report.dirs:
+        return "start line not first"
+    report.start = rec["start"]
+    report.version = rec["start"].get("report_version", 1)
+    return None if report.version in _FILE_KEYS else f"report version {report.version!r} is not understood"
+
+
+def _summary_line(report: Report, n: int, rec: dict[str, Any]) -> Optional[str]:
+    if set(rec) != {"summary", "exit_code"} or not isinstance(rec["summary"], dict) \
+            or not isinstance(rec["exit_code"], int) or isinstance(rec["exit_code"], bool):
+        return "summary line must be {\"summary\": {...}, \"exit_code\": N}"
+    report.summary, report.exit_code = rec["summary"], rec["exit_code"]
+    return None
+
+
+# The key that makes a line of each kind (the first one a line holds) -> what adds such a line to a report.
+_LINES: tuple[tuple[str, Callable[[Report, int, dict[str, Any]], Optional[str]]], ...] = (
+    ("lfn", _file_line), ("dir", _dir_line), ("start", _start_line), ("summary", _summary_line))
+
+
 def _parse_line(report: Report, n: int, text: str) -> Optional[str]:
     """Add one line to `report`; returns what is wrong with it, or None."""
     try:
@@ -123,43 +184,9 @@ def _parse_line(report: Report, n: int, text: str) -> Optional[str]:
         return "not a JSON object"
     if report.summary is not None:
         return "line after the summary"
-    if "lfn" in rec:
-        why = _check_keys(rec, _FILE_KEYS.get(report.version), report.version)
-        if why is None and rec["outcome"] not in FILE_OUTCOMES:
-            why = f"unknown file outcome {rec['outcome']!r}"
-        if why is None and rec["attempts"] < 0:
-            why = "negative attempts"
-        if why is None and (rec.get("size") or 0) < 0:
-            why = "negative size"
-        if why is None and rec["outcome"] == "deleted" and report.dry_run:
-            why = "a dry run reports a file deleted"
-        if why is None:
-            report.files.append(FileOutcome(rec["lfn"], rec["pfn"], rec["outcome"], rec["error"], rec["attempts"], n,
-                                            rec.get("reason"), rec.get("size")))
-        return why
-    if "dir" in rec:
-        why = _check_keys(rec, _DIR_KEYS.get(report.version), report.version)
-        if why is None and rec["outcome"] not in DIR_OUTCOMES:
-            why = f"unknown directory outcome {rec['outcome']!r}"
-        if why is None and rec["outcome"] == "removed" and report.dry_run:
-            why = "a dry run reports a directory removed"
-        if why is None:
-            report.dirs.append(DirOutcome(rec["dir"], rec["pfn"], rec["outcome"], rec["error"], n, rec.get("reason")))
-        return why
-    if "start" in rec:
-        if set(rec) != {"start"} or not isinstance(rec["start"], dict):
-            return "start line must be {\"start\": {...}}"
-        if report.start is not None or report.files or report.dirs:
-            return "start line not first"
-        report.start = rec["start"]
-        report.version = rec["start"].get("report_version", 1)
-        return None if report.version in _FILE_KEYS else f"report version {report.version!r} is not understood"
-    if "summary" in rec:
-        if set(rec) != {"summary", "exit_code"} or not isinstance(rec["summary"], dict) \
-                or not isinstance(rec["exit_code"], int) or isinstance(rec["exit_code"], bool):
-            return "summary line must be {\"summary\": {...}, \"exit_code\": N}"
-        report.summary, report.exit_code = rec["summary"], rec["exit_code"]
-        return None
+    for key, add in _LINES:
+        if key in rec:
+            return add(report, n, rec)
     return "not a start, file, directory or summary line"
 
 
@@ -281,50 +308,66 @@ class Collector:
         directories the job was given to remove, asked only when the report is missing or cut off; those it says
         nothing of are recorded not attempted (a later cycle retries them, ledger/pending_dirs.py)."""
         out = Collected(job_id, status.state if status.state.terminal else JobState.FAILED)
-        said: set[str] = set()
-        if report is not None:
-            allowed = set(lfns) if lfns is not None else None
-            # A file left because the manifest's protected list was too old gets no outcome: it stays planned in
-            # the job, its tries unchanged, and the job is not closed but re-issued (service/jobkeeper.py).
-            left = [f.outcome == "not_attempted" and f.reason == PROTECTION_EXPIRED for f in report.files]
-            # A directory job (no file) refused for it says so on its directories.
-            out.reissued = sum(left) + sum(d.reason == PROTECTION_EXPIRED for d in report.dirs)
-            outcomes = _accepted([f for f, expired in zip(report.files, left) if not expired], lambda f: f.lfn,
-                                 allowed.__contains__ if allowed is not None else None, f"a file of job {job_id}",
-                                 out.problems, lambda f: ledger_outcome(f, report.exit_code))
-            dirs = None if allowed is None or not report.dirs else {d for lfn in allowed for d in ancestors(lfn)}
-            dir_ok = None if dirs is None else (lambda d: d in dirs or other_dirs is not None and other_dirs(d))
-            dir_outcomes = _accepted(report.dirs, lambda d: d.dir, dir_ok,
-                                     f"a directory of job {job_id}'s files or retried directories", out.problems,
-                                     ledger_dir_outcome)
-            out.problems[:0] = report.problems
-            self.sink.record_outcomes(job_id, outcomes)
-            self.sink.record_dirs(job_id, dir_outcomes)
-            said = {d["dir"] for d in dir_outcomes}
-            out.recorded = len(outcomes)
-            out.counters = report.counters()
-            out.dirs = report.dir_counters()
+        said = self._record(out, report, lfns, other_dirs) if report is not None else set()
         if report is None or not report.complete:
             unsaid = [{"dir": d, "state": "not_attempted", "error_class": "", "pfn": None,
                        "error": "the job ended without a word on this directory"}
                       for d in given_dirs() if d not in said]
             if unsaid:
                 self.sink.record_dirs(job_id, unsaid)
-        reasons = []
-        if status.reason:
-            reasons.append(status.reason)
-        if report is None:
-            reasons.append("no report")
-        elif not report.complete:
-            reasons.append("report has no summary: the worker was cut off")
-        elif report.summary and report.summary.get("error"):
-            reasons.append(str(report.summary["error"]))
-        if out.problems:
-            reasons.append(f"{len(out.problems)} report lines rejected, first: {out.problems[0]}")
-        out.reason = "; ".join(reasons)
+        out.reason = _close_reason(status, report, out.problems)
         if not out.reissued:
             self.sink.close_job(job_id, out.state, out.reason, **batch_facts(status, report))
         return out
+
+    def _record(self, out: Collected, report: Report, lfns: Optional[Iterable[str]],
+                other_dirs: Optional[Callable[[str], bool]]) -> set[str]:
+        """Hands the report's accepted outcomes to the sink and says so in `out`; the directories it recorded."""
+        job_id = out.job_id
+        allowed = set(lfns) if lfns is not None else None
+        # A file left because the manifest's protected list was too old gets no outcome: it stays planned in
+        # the job, its tries unchanged, and the job is not closed but re-issued (service/jobkeeper.py).
+        left = [f.outcome == "not_attempted" and f.reason == PROTECTION_EXPIRED for f in report.files]
+        # A directory job (no file) refused for it says so on its directories.
+        out.reissued = sum(left) + sum(d.reason == PROTECTION_EXPIRED for d in report.dirs)
+        outcomes = _accepted([f for f, expired in zip(report.files, left) if not expired], lambda f: f.lfn,
+                             allowed.__contains__ if allowed is not None else None, f"a file of job {job_id}",
+                             out.problems, lambda f: ledger_outcome(f, report.exit_code))
+        dir_outcomes = _accepted(report.dirs, lambda d: d.dir, _job_dirs(allowed, report, other_dirs),
+                                 f"a directory of job {job_id}'s files or retried directories", out.problems,
+                                 ledger_dir_outcome)
+        out.problems[:0] = report.problems
+        self.sink.record_outcomes(job_id, outcomes)
+        self.sink.record_dirs(job_id, dir_outcomes)
+        out.recorded = len(outcomes)
+        out.counters = report.counters()
+        out.dirs = report.dir_counters()
+        return {d["dir"] for d in dir_outcomes}
+
+
+def _job_dirs(allowed: Optional[set[str]], report: Report,
+              other_dirs: Optional[Callable[[str], bool]]) -> Optional[Callable[[str], bool]]:
+    """Which directory lines a job's report may hold: those of the `allowed` files' directories or that
+    `other_dirs` allows (None: any, when no files are given)."""
+    dirs = None if allowed is None or not report.dirs else {d for lfn in allowed for d in ancestors(lfn)}
+    return None if dirs is None else (lambda d: d in dirs or other_dirs is not None and other_dirs(d))
+
+
+def _close_reason(status: JobStatus, report: Optional[Report], problems: list[str]) -> str:
+    """Why the job ended as it did: the batch system's reason, a missing or cut off report, the worker's error, the
+    report lines rejected."""
+    reasons = []
+    if status.reason:
+        reasons.append(status.reason)
+    if report is None:
+        reasons.append("no report")
+    elif not report.complete:
+        reasons.append("report has no summary: the worker was cut off")
+    elif report.summary and report.summary.get("error"):
+        reasons.append(str(report.summary["error"]))
+    if problems:
+        reasons.append(f"{len(problems)} report lines rejected, first: {problems[0]}")
+    return "; ".join(reasons)
 
 
 class MemorySink:
