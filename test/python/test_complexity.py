@@ -17,7 +17,6 @@ BUDGET = 20
 PACKAGE = REPO / "src" / "python"
 # "<path under src/python>:<qualified name>": its complexity when the budget came (issue 40; each is being split).
 KNOWN = {
-    "MSUnmerged/worker/cleanup.py:Job.__init__": 33,
     "MSUnmerged/worker/cleanup.py:Cleanup._delete": 29,
     "MSUnmerged/service/loop.py:Service.cycle": 29,
     "MSUnmerged/service/run.py:Runner._run": 25,

@@ -14,7 +14,7 @@ from MSUnmerged import planner
 from MSUnmerged.config import Config, SiteConfig
 from MSUnmerged.jobs.spec import CleanupJob, ProtectedBases, file_dirs, held_dirs, job_dirs, json_lines, make_job
 from MSUnmerged.lfn import normalise_base
-from MSUnmerged.worker.cleanup import Job, read_manifest
+from MSUnmerged.worker.manifest import parse_manifest, read_manifest
 from MSUnmerged.worker.ids import MANIFEST_VERSION
 from MSUnmerged.worker.paths import MIN_DIR_DEPTH, ancestors, depth
 
@@ -66,7 +66,7 @@ def test_make_job_carries_the_mapping_check_and_scan_start() -> None:
     assert (job.step.unmerged_pfn, job.step.mapping_check, job.step.pfn_layout, job.step.scan_started) == \
         ("root://se//store/unmerged/", "rucio", "site_specific", 1700000000.5)
     # What the service writes is what the worker reads.
-    worker_job = Job(json.loads(json.dumps(job.manifest())))
+    worker_job = parse_manifest(json.loads(json.dumps(job.manifest())))
     assert (worker_job.unmerged_pfn, worker_job.mapping_check, worker_job.pfn_layout, worker_job.scan_started) == \
         ("root://se//store/unmerged/", "rucio", "site_specific", 1700000000.5)
     assert job.step.unmerged_root == worker_job.unmerged_root == "root://se//disk/tmp/"
@@ -89,7 +89,7 @@ def test_a_manifest_without_settings_gets_the_configuration_defaults() -> None:
     again = CleanupJob.from_manifest(json.loads(json.dumps(bare)))
     assert (again.request_memory_mb, again.request_disk_mb, again.max_runtime_s) == \
         (defaults.request_memory_mb, defaults.request_disk_mb, defaults.max_runtime_s)
-    worker_job = Job(json.loads(json.dumps(bare)))
+    worker_job = parse_manifest(json.loads(json.dumps(bare)))
     assert (worker_job.timeout, worker_job.retries, worker_job.max_denied, worker_job.max_ops_per_s, worker_job.look) \
         == (defaults.file_timeout_s, defaults.retries, defaults.max_consecutive_denied, defaults.max_ops_per_s,
             defaults.look_before_delete)

@@ -16,8 +16,9 @@ import pytest
 
 from MSUnmerged.collector import parse_report
 from MSUnmerged.worker import deleters
-from MSUnmerged.worker.cleanup import Cleanup, Job
+from MSUnmerged.worker.cleanup import Cleanup
 from MSUnmerged.worker.deleters import Result, Seen
+from MSUnmerged.worker.manifest import parse_manifest
 from MSUnmerged.worker.report import ReportWriter
 from worker_kit import (AS_NOBODY, put, SYSTEM_PYTHON, dirs, files, make_site, manifest, posix_world, run_worker,
                         summary, world_dir, worker_pyz)
@@ -318,7 +319,7 @@ class _Flaky(deleters.Deleter):
 
 
 def test_transient_errors_are_retried_with_bounded_attempts(tmp_path: Path) -> None:
-    job = Job(manifest(["/store/unmerged/a/b/c/d/f.root"], retries=2, backoff_s=0.01))
+    job = parse_manifest(manifest(["/store/unmerged/a/b/c/d/f.root"], retries=2, backoff_s=0.01))
     cleanup = Cleanup(job, ReportWriter.open(str(tmp_path / "r.jsonl")), {})
     flaky = _Flaky({"x": deleters.DELETED, "gone": deleters.MISSING, "bad": deleters.STORAGE_ERROR,
                     "no": deleters.DENIED})

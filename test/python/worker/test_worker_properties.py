@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from MSUnmerged.worker import paths
-from MSUnmerged.worker.cleanup import Cleanup, Job
+from MSUnmerged.worker.cleanup import Cleanup
+from MSUnmerged.worker.manifest import parse_manifest
 from MSUnmerged.worker.report import ReportWriter
 from worker_kit import changes, manifest, posix_site, snapshot
 
@@ -67,7 +68,8 @@ def test_nothing_outside_the_unmerged_root_ever_goes(prefix: list[str], mounted:
         before = snapshot(top)
         report = ReportWriter.open(str(top.parent / (top.name + ".jsonl")))
         try:
-            Cleanup(Job(manifest(lfns, remove_dirs=dirs, dry_run=dry_run)), report, {"SITECONFIG_PATH": str(sc)}).run()
+            Cleanup(parse_manifest(manifest(lfns, remove_dirs=dirs, dry_run=dry_run)), report,
+                    {"SITECONFIG_PATH": str(sc)}).run()
         finally:
             report.close()
         gone, changed = changes(before, snapshot(top))

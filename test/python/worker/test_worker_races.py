@@ -13,7 +13,8 @@ import pytest
 
 from MSUnmerged.collector import parse_report
 from MSUnmerged.worker import deleters
-from MSUnmerged.worker.cleanup import Cleanup, Job
+from MSUnmerged.worker.cleanup import Cleanup
+from MSUnmerged.worker.manifest import parse_manifest
 from MSUnmerged.worker.report import ReportWriter
 from worker_kit import AttackAfterLook, manifest, posix_site, put, world_dir
 
@@ -43,7 +44,7 @@ def run(tmp_path: Path, attack: Callable[[], None], dry_run: bool = False, **ste
     Attacked.attack = staticmethod(attack)  # type: ignore[assignment]
     path = tmp_path / "report.jsonl"
     writer = ReportWriter.open(str(path))
-    Cleanup(Job(manifest(LFNS, dry_run=dry_run, **step)), writer, dict(os.environ)).run()
+    Cleanup(parse_manifest(manifest(LFNS, dry_run=dry_run, **step)), writer, dict(os.environ)).run()
     writer.close()
     return {f.lfn: (f.outcome, f.reason or "") for f in parse_report(path).files}
 

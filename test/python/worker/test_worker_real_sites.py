@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from MSUnmerged.worker import pfn, siteconf, storage
-from MSUnmerged.worker.cleanup import Job, MappingDisagrees, choose_method
+from MSUnmerged.worker.cleanup import MappingDisagrees, choose_method
+from MSUnmerged.worker.manifest import Job, parse_manifest
 from sites_kit import BY_NAME, CASES, CERN, CERN_WEBDAV, DESY_WEBDAV, FNAL_WEBDAV, LFNS, SiteCase
 from worker_kit import manifest, tool_path
 
@@ -15,7 +16,7 @@ from worker_kit import manifest, tool_path
 def _job(case: SiteCase, rucio: str | None) -> Job:
     man = manifest(LFNS, unmerged_pfn=rucio, mapping_check="rucio" if rucio else "site_config_only")
     man["rse"], man["site"] = case.rse, case.site
-    return Job(man)
+    return parse_manifest(man)
 
 
 def _env(case: SiteCase, tmp_path: Path, tools: tuple[str, ...] = ("xrdfs", "gfal-rm")) -> dict[str, str]:

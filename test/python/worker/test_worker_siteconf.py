@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from MSUnmerged.worker import siteconf, storage
-from MSUnmerged.worker.cleanup import ConfigProblem, Job, choose_method
+from MSUnmerged.worker.cleanup import ConfigProblem, choose_method
+from MSUnmerged.worker.manifest import Job, parse_manifest
 from worker_kit import manifest, tool_path
 
 LFN = "/store/unmerged/Run3Summer23DRPremix/TTtoLNu2Q/AODSIM/130X_v2/00000/F00D.root"
@@ -136,7 +137,7 @@ def fake_tools(tmp_path: Path) -> str:
 def _job(rse: str, site: str) -> Job:
     m = manifest([LFN])
     m["rse"], m["site"] = rse, site
-    return Job(m)
+    return parse_manifest(m)
 
 
 def test_choose_first_usable_method_fnal(tmp_path: Path, siteconf_dir: Path, fake_tools: str) -> None:

@@ -12,7 +12,8 @@ import pytest
 
 from MSUnmerged.collector import parse_report
 from MSUnmerged.worker import deleters
-from MSUnmerged.worker.cleanup import Cleanup, Job
+from MSUnmerged.worker.cleanup import Cleanup
+from MSUnmerged.worker.manifest import parse_manifest
 from MSUnmerged.worker.report import ReportWriter
 from MSUnmerged.worker.webdav import WebDavDeleter
 from servers.webdav import WebDavServer
@@ -54,7 +55,7 @@ class Site:
         Attacked.attack = staticmethod(attack)  # type: ignore[assignment]
         path = tmp_path / f"report-{uuid.uuid4().hex[:6]}.jsonl"
         writer = ReportWriter.open(str(path))
-        Cleanup(Job(manifest(self.lfns, **step)), writer,
+        Cleanup(parse_manifest(manifest(self.lfns, **step)), writer,
                 dict(os.environ, SITECONFIG_PATH=str(self.sc), **(env or {}))).run()
         writer.close()
         report = parse_report(path)

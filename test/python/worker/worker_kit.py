@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator, List, Optional, Sequence
 
 from MSUnmerged.jobs.workerpkg import build_worker
 from MSUnmerged.worker import deleters
-from MSUnmerged.worker.cleanup import MANIFEST_VERSION
+from MSUnmerged.worker.ids import MANIFEST_VERSION
 from servers import session_dir
 
 SITE = "T2_XX_Test"

@@ -11,7 +11,7 @@ import os
 import sys
 from typing import List, NoReturn, Optional
 
-from . import cleanup
+from . import cleanup, manifest
 from .ids import REPORT_NAME
 from .report import ReportWriter
 
@@ -29,8 +29,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return cleanup.EXIT_CONFIG
     try:
         try:
-            job = cleanup.read_manifest(args.manifest)
-        except cleanup.JobRefused as exc:
+            job = manifest.read_manifest(args.manifest)
+        except manifest.JobRefused as exc:
             return cleanup.refuse_unreadable(report, str(exc))
         return cleanup.Cleanup(job, report, dict(os.environ), force_dry_run=args.dry_run).run()
     except Exception as exc:  # the report must still end with a summary saying so

@@ -1,7 +1,6 @@
 """Runs one cleanup job at the site: checks, stage-out method, deletions, rmdirs, report."""
 from __future__ import annotations
 
-import json
 import os
 import pkgutil
 import platform
@@ -10,9 +9,9 @@ import sys
 import time
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
-from . import credentials, defaults, deleters, paths, pfn, siteconf, storage, sweep
+from . import credentials, deleters, paths, pfn, siteconf, storage, sweep
 from .deleters import AUTH_FAILED, DELETED, DENIED, MISSING, REFUSED, Deleter, Result, Seen
-from .ids import MANIFEST_VERSION
+from .manifest import Job
 from .pace import Pacer
 from .report import (ABOVE_FLOOR, DIR_MOVED_SINCE_SCAN, EXCLUDED, INVALID_LFN, KEPT, MAPPING_DISAGREES,
                      MODIFIED_SINCE_SCAN, NO_PFN, NOT_JOB_DIR, OTHER_NAMESPACE, PATH_CHANGED, PFN_OUTSIDE_UNMERGED,
@@ -31,14 +30,6 @@ GOOD_FILE = ("deleted", "missing", "dry_run")
 BAD_DIR = ("permission_denied", "timeout", "storage_error", AUTH_FAILED)
 # mapping_check: which mappings the worker compares (docs/jobs.md).
 MAPPING_CHECKS = ("rucio", "site_config_only")
-_NONE = type(None)
-_STEP_TYPES = {"lfns": list, "remove_dirs": list, "keep_dirs": list, "protected": list, "dry_run": bool,
-               "file_timeout_s": (int, float), "retries": int, "backoff_s": (int, float),
-               "max_consecutive_denied": int, "unmerged_pfn": (str, _NONE), "mapping_check": str,
-               "pfn_layout": str, "unmerged_root": (str, _NONE), "scan_started": (int, float), "retry_dirs": list,
-               "sweep_empty_dirs": bool, "dir_floor_depth": int, "include": (list, _NONE), "exclude": list,
-               "max_ops_per_s": (int, float), "look_before_delete": bool,
-               "protected_at": (int, float), "protected_until": (int, float)}
 Refusal = Tuple[str, str]  # (report.REASONS code, error text)
 
 
@@ -51,100 +42,8 @@ def worker_version() -> str:
     return data.decode().strip() if data else "source"
 
 
-class JobRefused(Exception):
-    """The job must not run (exit 2)."""
-
-
 class ConfigProblem(Exception):
     """The site configuration cannot be used (exit 3)."""
-
-
-class Job:
-    """The manifest's content the worker acts on (see MSUnmerged.jobs.spec for the writer)."""
-
-    def __init__(self, data: Dict[str, Any]) -> None:
-        if not isinstance(data, dict) or data.get("version") != MANIFEST_VERSION:
-            raise JobRefused("manifest version %r is not %d" % (
-                data.get("version") if isinstance(data, dict) else None, MANIFEST_VERSION))
-        try:
-            self.job_id = str(data["job_id"])
-            self.rse = str(data["rse"])
-            self.site = str(data["site"])
-            self.deadline = float(data["deadline"])
-            steps = [s for s in data["task"]["steps"] if s.get("type") == "DeleteFiles"]
-        except (AttributeError, KeyError, TypeError, ValueError) as exc:
-            raise JobRefused("manifest lacks or mistypes %s" % exc) from None
-        if len(steps) != 1:
-            raise JobRefused("manifest must hold exactly one DeleteFiles step, has %d" % len(steps))
-        step = steps[0]
-        for key, kind in _STEP_TYPES.items():
-            if key in step and (not isinstance(step[key], kind) or isinstance(step[key], bool) and kind is not bool):
-                raise JobRefused("DeleteFiles.%s has the wrong type" % key)
-        if "lfns" not in step:
-            raise JobRefused("DeleteFiles step has no lfns")
-        self.lfns: List[Any] = step["lfns"]
-        self.remove_dirs: List[Any] = step.get("remove_dirs", [])
-        self.keep_dirs: List[str] = [d for d in step.get("keep_dirs", []) if isinstance(d, str)]
-        self.protected: List[str] = [p for p in step.get("protected", []) if isinstance(p, str)]
-        self.dry_run = bool(step.get("dry_run", True))
-        self.timeout = float(step.get("file_timeout_s", defaults.FILE_TIMEOUT_S))
-        self.retries = max(0, int(step.get("retries", defaults.RETRIES)))
-        self.backoff = max(0.0, float(step.get("backoff_s", defaults.BACKOFF_S)))
-        self.max_denied = max(1, int(step.get("max_consecutive_denied", defaults.MAX_CONSECUTIVE_DENIED)))
-        self.unmerged_pfn: Optional[str] = step.get("unmerged_pfn")
-        self.mapping_check = step.get("mapping_check", "site_config_only")
-        self.pfn_layout = step.get("pfn_layout", "standard")
-        self.unmerged_root: Optional[str] = step.get("unmerged_root")
-        if step.get("scan_started") is None:  # fail closed: without it a file changed since the scan looks unchanged
-            raise JobRefused("DeleteFiles.scan_started is missing: the scan the plan comes from is unknown")
-        self.scan_started = float(step["scan_started"])
-        if step.get("protected_until") is None:  # fail closed: without it the protected list may be of any age
-            raise JobRefused("DeleteFiles.protected_until is missing: how long its protected list holds is unknown")
-        self.protected_at: Optional[float] = None if step.get("protected_at") is None else float(step["protected_at"])
-        self.protected_until = float(step["protected_until"])
-        # Directories an earlier plan of the RSE gave as removable and that are not removed yet: removed when
-        # empty, with every directory check but that they hold a file of this job.
-        self.retry_dirs: List[Any] = step.get("retry_dirs", [])
-        self.sweep = bool(step.get("sweep_empty_dirs", False))
-        self.floor = max(paths.MIN_DIR_DEPTH, int(step.get("dir_floor_depth", paths.MIN_DIR_DEPTH)))
-        include = step.get("include")
-        self.include: Optional[paths.PathSet] = None if include is None else paths.PathSet(
-            [x for x in include if isinstance(x, str)])
-        self.exclude = paths.PathSet([x for x in step.get("exclude", []) if isinstance(x, str)])
-        self.max_ops_per_s = max(0.0, float(step.get("max_ops_per_s", defaults.MAX_OPS_PER_S)))
-        self.look = bool(step.get("look_before_delete", defaults.LOOK_BEFORE_DELETE))
-        if self.pfn_layout not in pfn.LAYOUTS:
-            raise JobRefused("DeleteFiles.pfn_layout %r is not one of %s" % (self.pfn_layout, ", ".join(pfn.LAYOUTS)))
-        if self.pfn_layout == "site_specific" and self.unmerged_root is None:
-            raise JobRefused("DeleteFiles.pfn_layout site_specific needs unmerged_root (jobs.sites.<RSE>.unmerged_root)")
-        if self.unmerged_root is not None and pfn.form_problem(self.unmerged_root) is not None:
-            raise JobRefused("DeleteFiles.unmerged_root: %s" % pfn.form_problem(self.unmerged_root))
-        if self.mapping_check != ("rucio" if self.unmerged_pfn is not None else "site_config_only"):
-            raise JobRefused("DeleteFiles.mapping_check %r does not fit unmerged_pfn %r"
-                             % (self.mapping_check, self.unmerged_pfn))
-
-
-def _unique_keys(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
-    out: Dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError("key %r appears twice" % key)
-        out[key] = value
-    return out
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError("%s is not JSON" % name)
-
-
-def read_manifest(path: str) -> Job:
-    """The manifest, read as bytes and parsed strictly (UTF-8, no repeated keys, no NaN/Infinity)."""
-    try:
-        with open(path, "rb") as fh:
-            text = fh.read().decode("utf-8")
-        return Job(json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant))
-    except (OSError, ValueError) as exc:
-        raise JobRefused("cannot read manifest %s: %s" % (path, exc)) from None
 
 
 def map_path(mapper: storage.Mapper, path: str) -> Tuple[Optional[str], Optional[str]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-MANIFEST_VERSION = 2  # of the job manifest (jobs/spec.py writes it, worker/cleanup.py refuses any other)
+MANIFEST_VERSION = 2  # of the job manifest (jobs/spec.py writes it, worker/manifest.py refuses any other)
 
 # The files of a job's folder, on every backend.
 MANIFEST_NAME = "manifest.json"  # a job's manifest in its folder, the worker's argument
