@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional, Protocol
+from typing import Any, Callable, Collection, Iterable, Mapping, NamedTuple, Optional, Protocol
 
 from MSUnmerged.jobs.backend import JobState, JobStatus
 from MSUnmerged.ledger.states import FileState
@@ -114,40 +115,42 @@ def _check_keys(rec: dict[str, Any], spec: Optional[Mapping[str, Any]], version:
     return None
 
 
-def _file_problem(rec: dict[str, Any], dry_run: bool) -> Optional[str]:
-    """What is wrong with a file line's values (its keys and types are right), or None."""
-    if rec["outcome"] not in FILE_OUTCOMES:
-        return f"unknown file outcome {rec['outcome']!r}"
-    if rec["attempts"] < 0:
+class _OutcomeLine(NamedTuple):
+    """A kind of line that gives one file's or directory's outcome."""
+
+    what: str
+    keys: Mapping[Any, Mapping[str, Any]]  # by report version
+    outcomes: Collection[str]
+    done: str  # the outcome a dry run cannot give
+    record: Callable[[dict[str, Any], int], Any]  # the line (and its number) as the report keeps it
+    kept: Callable[[Report], list[Any]]  # where
+
+
+_FILE_LINE = _OutcomeLine("file", _FILE_KEYS, FILE_OUTCOMES, "deleted", lambda rec, n: FileOutcome(
+    rec["lfn"], rec["pfn"], rec["outcome"], rec["error"], rec["attempts"], n, rec.get("reason"), rec.get("size")),
+    lambda report: report.files)
+_DIR_LINE = _OutcomeLine("directory", _DIR_KEYS, DIR_OUTCOMES, "removed", lambda rec, n: DirOutcome(
+    rec["dir"], rec["pfn"], rec["outcome"], rec["error"], n, rec.get("reason")), lambda report: report.dirs)
+
+
+def _outcome_problem(rec: dict[str, Any], kind: _OutcomeLine, dry_run: bool) -> Optional[str]:
+    """What is wrong with an outcome line's values (its keys and types are right), or None."""
+    if rec["outcome"] not in kind.outcomes:
+        return f"unknown {kind.what} outcome {rec['outcome']!r}"
+    if rec.get("attempts", 0) < 0:  # a file line's
         return "negative attempts"
     if (rec.get("size") or 0) < 0:
         return "negative size"
-    if rec["outcome"] == "deleted" and dry_run:
-        return "a dry run reports a file deleted"
+    if rec["outcome"] == kind.done and dry_run:
+        return f"a dry run reports a {kind.what} {kind.done}"
     return None
 
 
-def _file_line(report: Report, n: int, rec: dict[str, Any]) -> Optional[str]:
-    why = _check_keys(rec, _FILE_KEYS.get(report.version), report.version) or _file_problem(rec, report.dry_run)
+def _outcome_line(kind: _OutcomeLine, report: Report, n: int, rec: dict[str, Any]) -> Optional[str]:
+    why = _check_keys(rec, kind.keys.get(report.version), report.version) \
+        or _outcome_problem(rec, kind, report.dry_run)
     if why is None:
-        report.files.append(FileOutcome(rec["lfn"], rec["pfn"], rec["outcome"], rec["error"], rec["attempts"], n,
-                                        rec.get("reason"), rec.get("size")))
-    return why
-
-
-def _dir_problem(rec: dict[str, Any], dry_run: bool) -> Optional[str]:
-    """What is wrong with a directory line's values (its keys and types are right), or None."""
-    if rec["outcome"] not in DIR_OUTCOMES:
-        return f"unknown directory outcome {rec['outcome']!r}"
-    if rec["outcome"] == "removed" and dry_run:
-        return "a dry run reports a directory removed"
-    return None
-
-
-def _dir_line(report: Report, n: int, rec: dict[str, Any]) -> Optional[str]:
-    why = _check_keys(rec, _DIR_KEYS.get(report.version), report.version) or _dir_problem(rec, report.dry_run)
-    if why is None:
-        report.dirs.append(DirOutcome(rec["dir"], rec["pfn"], rec["outcome"], rec["error"], n, rec.get("reason")))
+        kind.kept(report).append(kind.record(rec, n))
     return why
 
 
@@ -171,7 +174,8 @@ def _summary_line(report: Report, n: int, rec: dict[str, Any]) -> Optional[str]:
 
 # The key that makes a line of each kind (the first one a line holds) -> what adds such a line to a report.
 _LINES: tuple[tuple[str, Callable[[Report, int, dict[str, Any]], Optional[str]]], ...] = (
-    ("lfn", _file_line), ("dir", _dir_line), ("start", _start_line), ("summary", _summary_line))
+    ("lfn", partial(_outcome_line, _FILE_LINE)), ("dir", partial(_outcome_line, _DIR_LINE)), ("start", _start_line),
+    ("summary", _summary_line))
 
 
 def _parse_line(report: Report, n: int, text: str) -> Optional[str]:
