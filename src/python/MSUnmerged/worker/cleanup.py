@@ -7,7 +7,7 @@ import platform
 import signal
 import sys
 import time
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple
 
 from . import credentials, deleters, paths, pfn, siteconf, storage, sweep
 from .deleters import AUTH_FAILED, DELETED, DENIED, MISSING, REFUSED, Deleter, Result, Seen
@@ -20,7 +20,8 @@ from .report import (ABOVE_FLOOR, DIR_MOVED_SINCE_SCAN, EXCLUDED, INVALID_LFN, K
 # Exit codes (docs/jobs.md).
 EXIT_DONE = 0  # every file deleted, already missing, or (dry run) would be deleted
 EXIT_PARTIAL = 1  # the job ran; some files or directories did not reach that state
-EXIT_REFUSED = 2  # the job refused to start: deadline passed, protected list too old or manifest unusable; nothing touched
+# The job refused to start: deadline passed, protected list too old or manifest unusable; nothing touched.
+EXIT_REFUSED = 2
 EXIT_CONFIG = 3  # the site configuration gives no usable way to delete, or disagrees with Rucio; nothing touched
 EXIT_INTERNAL = 4  # the worker itself failed; the report holds what was done until then
 EXIT_AUTH = 5  # the storage credential is missing, expired or was refused: files are auth_failed
@@ -235,13 +236,9 @@ class Cleanup:
                 "time": round(self.started, 3)}
 
     def run(self) -> int:
-        job = self.job
-        if self.started > job.deadline:
-            self.report.start(self.info())
-            return self._refuse_all(EXIT_REFUSED, "deadline passed %.0fs ago" % (self.started - job.deadline))
-        if self.started > job.protected_until:
-            self.report.start(self.info())
-            return self._refuse_all(EXIT_REFUSED, self._expired(self.started), reason=PROTECTION_EXPIRED)
+        late = self._too_late()
+        if late is not None:
+            return late
         checked = self._check_files()
         probe = next((lfn for lfn, why in checked if why is None), None)
         self.credential, problem = credentials.discover(self.env, os.getcwd())
@@ -250,44 +247,55 @@ class Cleanup:
             return self._refuse_all(EXIT_AUTH, problem, AUTH_FAILED)
         self.env = credentials.tool_env(self.env, self.credential)
         try:
-            choice = choose_method(job, self.env, probe)
-        except MappingDisagrees as exc:
+            choice = choose_method(self.job, self.env, probe)
+        except ConfigProblem as exc:
+            return self._refuse_config(exc)
+        return self._act(choice, checked)
+
+    def _too_late(self) -> Optional[int]:
+        """The exit code when the job starts after its deadline or its protected list's bound (nothing touched)."""
+        job = self.job
+        if self.started > job.deadline:
+            self.report.start(self.info())
+            return self._refuse_all(EXIT_REFUSED, "deadline passed %.0fs ago" % (self.started - job.deadline))
+        if self.started > job.protected_until:
+            self.report.start(self.info())
+            return self._refuse_all(EXIT_REFUSED, self._expired(self.started), reason=PROTECTION_EXPIRED)
+        return None
+
+    def _refuse_config(self, exc: ConfigProblem) -> int:
+        """No stage-out method to delete through: every file and directory says why (the start line describes the
+        site's first usable method when it disagrees with Rucio)."""
+        if isinstance(exc, MappingDisagrees):
             self._describe(exc.first, None, str(exc))
             self.report.start(dict(self.info(), method=self.method))
             return self._refuse_all(EXIT_CONFIG, str(exc), REFUSED, MAPPING_DISAGREES)
-        except OtherNamespace as exc:
-            self.report.start(self.info())
+        self.report.start(self.info())
+        if isinstance(exc, OtherNamespace):
             return self._refuse_all(EXIT_CONFIG, str(exc), REFUSED, OTHER_NAMESPACE)
-        except ConfigProblem as exc:
-            self.report.start(self.info())
-            return self._refuse_all(EXIT_CONFIG, str(exc))
-        mapper, deleter, root = choice.mapper, choice.deleter, choice.root
-        deleter.root = root or ""
+        return self._refuse_all(EXIT_CONFIG, str(exc))
+
+    def _act(self, choice: Choice, checked: List[Tuple[Any, Optional[Refusal]]]) -> int:
+        """Deletes the checked files through the chosen method, then removes and sweeps directories."""
+        mapper, deleter = choice.mapper, choice.deleter
+        deleter.root = choice.root or ""
         self._describe(choice, choice.rule, choice.why)
         self.report.start(dict(self.info(), method=self.method))
         self.namespaces = choice.namespaces
         bad_root = self._root_refusal(choice)
-        todo: List[Tuple[str, str]] = []
-        for lfn, refusal in checked:
-            got = None
-            if refusal is None:
-                got, refusal = self._place(mapper, deleter, lfn, bad_root)
-            if refusal is not None:
-                self.report.file(str(lfn), got, REFUSED, refusal[1], 0, refusal[0])
-            else:
-                todo.append((lfn, got))  # type: ignore[arg-type]
+        todo = self._placed(checked, mapper, deleter, bad_root)
         blocked = deleter.prepare(self.dry_run) if todo else None
         if blocked is not None:  # the storage cannot be deleted through safely: every file gets why
-            for lfn, pfn_ in todo:
-                self.report.file(lfn, pfn_, blocked.outcome, blocked.error, 0, blocked.reason)
+            self._report_files(todo, blocked)
             self.auth_refused = blocked.outcome == AUTH_FAILED
             todo = []
+        lfns = [lfn for lfn, why in checked if why is None]
         old = signal.signal(signal.SIGTERM, self.stop)
         try:
             self._delete(todo, deleter)
-            self._rmdirs(mapper, deleter, [lfn for lfn, why in checked if why is None], bad_root)
+            self._rmdirs(mapper, deleter, lfns, bad_root)
             if self.method["sweep"] == "on":
-                self._sweep(mapper, deleter, [lfn for lfn, why in checked if why is None], bad_root)
+                self._sweep(mapper, deleter, lfns, bad_root)
         finally:
             signal.signal(signal.SIGTERM, old)
         return self._finish()
@@ -324,6 +332,20 @@ class Cleanup:
                 seen.add(lfn)
             out.append((lfn, refusal))
         return out
+
+    def _placed(self, checked: List[Tuple[Any, Optional[Refusal]]], mapper: storage.Mapper, deleter: Deleter,
+                bad_root: Optional[Refusal]) -> List[Tuple[str, str]]:
+        """The files to delete, each with its PFN; those refused by their check or their place are reported."""
+        todo: List[Tuple[str, str]] = []
+        for lfn, refusal in checked:
+            got = None
+            if refusal is None:
+                got, refusal = self._place(mapper, deleter, lfn, bad_root)
+            if refusal is not None:
+                self.report.file(str(lfn), got, REFUSED, refusal[1], 0, refusal[0])
+            else:
+                todo.append((lfn, got))  # type: ignore[arg-type]
+        return todo
 
     def _root_refusal(self, choice: Choice) -> Optional[Refusal]:
         """Why no PFN may be acted on through this method's root (or the configured unmerged_root), or None."""
@@ -413,47 +435,58 @@ class Cleanup:
 
     def _delete(self, todo: List[Tuple[str, str]], deleter: Deleter) -> None:
         """Each batch is inspected first (links, size, mtime); a dry run stops there."""
-        job = self.job
         denied_run = 0
         start = 0
         batch_size = self.pacer.batch(deleter.batch_size)
         looks = self._looks(deleter)
         while start < len(todo):
             if not self._in_time():
-                for lfn, pfn_ in todo[start:]:
-                    self.report.file(lfn, pfn_, "not_attempted", self.stop.reason, 0, self.stop.code)
+                self._report_files(todo[start:], Result("not_attempted", self.stop.reason, reason=self.stop.code))
                 return
             # The first batch probes the storage; once it refuses, batches shrink so that the job stops
             # after exactly max_denied refusals in a row.
-            size = job.max_denied - denied_run if start == 0 or denied_run else batch_size
+            size = self.job.max_denied - denied_run if start == 0 or denied_run else batch_size
             batch = todo[start:start + max(1, min(size, batch_size))]
             start += len(batch)
-            if looks and deleter.checks() != "none":
-                self.pacer.take(len(batch))
-            seen = deleter.inspect([p for _, p in batch]) if looks else [Seen()] * len(batch)
-            final: List[Optional[Tuple[Result, int]]] = []
-            go = []
-            for i, look in enumerate(seen):
-                verdict = look.result or self._modified(look, deleter)
-                final.append(None if verdict is None else (verdict, 0))
-                if verdict is None:
-                    go.append(i)
-            if self.dry_run:
-                done = [(Result("dry_run"), 0)] * len(go)
-            else:
-                done = self._with_retries(deleter, [batch[i] for i in go], [seen[i] for i in go], looks)
-            for i, answer in zip(go, done):
-                final[i] = answer
-            for (lfn, pfn_), look, answer in zip(batch, seen, final):
-                result, attempts = answer  # type: ignore[misc]
-                self.report.file(lfn, pfn_, result.outcome, result.error, attempts, result.reason, look.size)
-                if result.outcome == AUTH_FAILED and not self.auth_refused:
-                    # Every further request would be refused the same way.
-                    self.auth_refused = True
-                    self.stop.reason = "storage refused the job's %s credential" % (self.credential.kind or "missing")
-                denied_run = denied_run + 1 if result.outcome == DENIED else 0
-                if denied_run >= job.max_denied and self.stop.reason is None:
-                    self.stop.reason = "storage refused %d deletions in a row" % denied_run
+            seen, final = self._delete_batch(batch, deleter, looks)
+            denied_run = self._report_batch(batch, seen, final, denied_run)
+
+    def _delete_batch(self, batch: List[Tuple[str, str]], deleter: Deleter,
+                      looks: bool) -> Tuple[List[Seen], List[Tuple[Result, int]]]:
+        """What the look saw of each file (unless the look is off) and its final result with its attempts: refused
+        by the look or as changed since the scan, else deleted (in a dry run: would be)."""
+        if looks and deleter.checks() != "none":
+            self.pacer.take(len(batch))
+        seen = deleter.inspect([p for _, p in batch]) if looks else [Seen()] * len(batch)
+        final: List[Optional[Tuple[Result, int]]] = []
+        go = []
+        for i, look in enumerate(seen):
+            verdict = look.result or self._modified(look, deleter)
+            final.append(None if verdict is None else (verdict, 0))
+            if verdict is None:
+                go.append(i)
+        if self.dry_run:
+            done = [(Result("dry_run"), 0)] * len(go)
+        else:
+            done = self._with_retries(deleter, [batch[i] for i in go], [seen[i] for i in go], looks)
+        for i, answer in zip(go, done):
+            final[i] = answer
+        return seen, final  # type: ignore[return-value]
+
+    def _report_batch(self, batch: List[Tuple[str, str]], seen: List[Seen], final: List[Tuple[Result, int]],
+                      denied_run: int) -> int:
+        """Reports each file of a batch, and stops the job once the storage refused its credential or `max_denied`
+        deletions in a row; the refusals in a row after it."""
+        for (lfn, pfn_), look, (result, attempts) in zip(batch, seen, final):
+            self.report.file(lfn, pfn_, result.outcome, result.error, attempts, result.reason, look.size)
+            if result.outcome == AUTH_FAILED and not self.auth_refused:
+                # Every further request would be refused the same way.
+                self.auth_refused = True
+                self.stop.reason = "storage refused the job's %s credential" % (self.credential.kind or "missing")
+            denied_run = denied_run + 1 if result.outcome == DENIED else 0
+            if denied_run >= self.job.max_denied and self.stop.reason is None:
+                self.stop.reason = "storage refused %d deletions in a row" % denied_run
+        return denied_run
 
     def _with_retries(self, deleter: Deleter, batch: List[Tuple[str, str]],
                       looks: List[Seen], looked: bool = True) -> List[Tuple[Result, int]]:
@@ -567,11 +600,15 @@ class Cleanup:
     def _refuse_all(self, code: int, why: str, outcome: str = "not_attempted", reason: Optional[str] = None) -> int:
         """Nothing is touched: every file and directory gets `outcome` with the reason."""
         self.errors.append(why)
-        for lfn in self.job.lfns:
-            self.report.file(str(lfn), None, outcome, why, 0, reason)
+        self._report_files([(str(lfn), None) for lfn in self.job.lfns], Result(outcome, why, reason=reason))
         for directory in self.job.remove_dirs + self.job.retry_dirs:
             self.report.directory(str(directory), None, outcome, why, reason)
         return self._finish(code)
+
+    def _report_files(self, files: Iterable[Tuple[str, Optional[str]]], result: Result) -> None:
+        """One outcome for each of these files (LFN, PFN), none of them attempted."""
+        for lfn, pfn_ in files:
+            self.report.file(lfn, pfn_, result.outcome, result.error, 0, result.reason)
 
     def _finish(self, code: Optional[int] = None) -> int:
         files, dirs = self.report.files, self.report.dirs
