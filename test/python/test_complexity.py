@@ -24,7 +24,6 @@ KNOWN = {
     # Written in the same session as the budget, on branches made before it (issues 36-39), merged over it.
     "MSUnmerged/cli/status.py:run": 23,
     "MSUnmerged/rest/metrics.py:LedgerFamilies.write": 24,
-    "MSUnmerged/worker/webdav.py:WebDavDeleter.look": 25,
 }
 
 

@@ -60,6 +60,46 @@ def _status(code: int, text: str) -> Result:
     return Result(STORAGE_ERROR, text, code >= 500 or code == 429)
 
 
+def _properties(pfn: str, data: bytes) -> Tuple[Dict[str, ET.Element], Optional[Seen]]:
+    """(the properties a PROPFIND (Depth 0) answer gives with status 200, None), or ({}, what is seen) when the
+    answer is not one entry's."""
+    try:
+        answers = list(ET.fromstring(data).iter(_DAV + "response"))
+    except ET.ParseError as exc:
+        return {}, Seen(Result(STORAGE_ERROR, "unreadable PROPFIND answer for %s: %s" % (pfn, exc), True))
+    if len(answers) != 1:  # Depth 0 asks for the entry alone: more is a collection's listing, none nothing
+        return {}, Seen(Result(STORAGE_ERROR, "PROPFIND (Depth 0) of %s answered for %d entries" % (
+            pfn, len(answers)), True)) if not answers else not_a_file(pfn, "a collection (listed)")
+    props = [p for stat in answers[0].iter(_DAV + "propstat")
+             if " 200 " in (stat.findtext(_DAV + "status") or "") for p in stat.iter(_DAV + "prop")]
+    return {child.tag: child for prop in props for child in prop}, None
+
+
+def _text(found: Dict[str, ET.Element], name: str) -> Optional[str]:
+    """The text of a DAV: property ("" when empty), None when the answer has none."""
+    element = found.get(_DAV + name)
+    return None if element is None else element.text or ""
+
+
+def _file_seen(pfn: str, found: Dict[str, ET.Element]) -> Seen:
+    """What a look at a file sees from its properties: a collection is not a file, a file without a strong ETag
+    cannot be deleted safely."""
+    kind = found.get(_DAV + "resourcetype")
+    if kind is not None and kind.find(_DAV + "collection") is not None:
+        return not_a_file(pfn, "a collection")
+    etag = (_text(found, "getetag") or "").strip()
+    if not etag or etag.startswith("W/"):
+        return Seen(Result(REFUSED, "%s: the server gave %s ETag, so its DELETE cannot be made conditional" % (
+            pfn, "a weak" if etag else "no"), reason=UNCONDITIONAL_DELETE))
+    try:
+        length, when = _text(found, "getcontentlength"), _text(found, "getlastmodified")
+        size = None if length is None else int(length)
+        mtime = email.utils.parsedate_to_datetime(when).timestamp() if when else None
+    except (TypeError, ValueError) as exc:
+        return Seen(Result(STORAGE_ERROR, "unreadable PROPFIND answer for %s: %s" % (pfn, exc), True))
+    return Seen(None, size, mtime, etag=etag if etag.startswith('"') else '"%s"' % etag)
+
+
 class WebDavDeleter(Deleter):
     """PROPFIND (Depth 0) per file, DELETE with If-Match and Depth: 0 per file; no rmdir, no listing (a DELETE of
     a collection is recursive)."""
@@ -132,30 +172,8 @@ class WebDavDeleter(Deleter):
             return Seen(failed)
         if code != 207:
             return Seen(_status(code, text))  # type: ignore[arg-type]
-        try:
-            answers = list(ET.fromstring(data).iter(_DAV + "response"))
-        except ET.ParseError as exc:
-            return Seen(Result(STORAGE_ERROR, "unreadable PROPFIND answer for %s: %s" % (pfn, exc), True))
-        if len(answers) != 1:  # Depth 0 asks for the entry alone: more is a collection's listing, none nothing
-            return Seen(Result(STORAGE_ERROR, "PROPFIND (Depth 0) of %s answered for %d entries" % (
-                pfn, len(answers)), True)) if not answers else not_a_file(pfn, "a collection (listed)")
-        props = [p for stat in answers[0].iter(_DAV + "propstat")
-                 if " 200 " in (stat.findtext(_DAV + "status") or "") for p in stat.iter(_DAV + "prop")]
-        found: Dict[str, ET.Element] = {child.tag: child for prop in props for child in prop}
-        kind = found.get(_DAV + "resourcetype")
-        if kind is not None and kind.find(_DAV + "collection") is not None:
-            return not_a_file(pfn, "a collection")
-        etag = (found[_DAV + "getetag"].text or "").strip() if _DAV + "getetag" in found else ""
-        if not etag or etag.startswith("W/"):
-            return Seen(Result(REFUSED, "%s: the server gave %s ETag, so its DELETE cannot be made conditional" % (
-                pfn, "a weak" if etag else "no"), reason=UNCONDITIONAL_DELETE))
-        try:
-            size = int(found[_DAV + "getcontentlength"].text or "") if _DAV + "getcontentlength" in found else None
-            when = found[_DAV + "getlastmodified"].text if _DAV + "getlastmodified" in found else None
-            mtime = email.utils.parsedate_to_datetime(when).timestamp() if when else None
-        except (TypeError, ValueError) as exc:
-            return Seen(Result(STORAGE_ERROR, "unreadable PROPFIND answer for %s: %s" % (pfn, exc), True))
-        return Seen(None, size, mtime, etag=etag if etag.startswith('"') else '"%s"' % etag)
+        found, unusable = _properties(pfn, data)
+        return unusable if unusable is not None else _file_seen(pfn, found)
 
     def inspect(self, pfns: List[str], directory: bool = False) -> List[Seen]:
         if directory:
