@@ -148,6 +148,23 @@ def _rucio_volume(job: Job, cfg: siteconf.SiteLocalConfig, env: Mapping[str, str
     return None, held_any
 
 
+def _site_method(method: siteconf.StageOutMethod, job: Job, cfg: siteconf.SiteLocalConfig, env: Mapping[str, str],
+                 probe_lfn: Optional[str]) -> Tuple[Optional[Choice], str, bool]:
+    """One of the site's stage-out methods as _consider gives it, when a tool here runs its command and it maps the
+    RSE's LFNs; else (None, why not, False)."""
+    tools, why = deleters.for_command(method.command, job.timeout, env)
+    if not tools:
+        return None, why, False
+    try:
+        catalog, protocol = storage.method_catalog(method, cfg, env, job.rse)
+    except siteconf.SiteConfigError as exc:
+        catalog, protocol = None, str(exc)
+    if catalog is None:
+        return None, protocol, False  # why it cannot map
+    choice, why_not, held = _consider(method, catalog, protocol, tools, probe_lfn)
+    return choice, why_not + (" (%s)" % why if why else ""), held  # why: tools missing
+
+
 def choose_method(job: Job, env: Mapping[str, str], probe_lfn: Optional[str]) -> Choice:
     """Among the site's stage-out methods (in order) that map this RSE's LFNs with a tool usable here, the one
     to delete through: pfn.choose against Rucio's PFN of /store/unmerged/; when none gives it, the site's
@@ -165,21 +182,10 @@ def choose_method(job: Job, env: Mapping[str, str], probe_lfn: Optional[str]) ->
     held_any = False
     for method in cfg.methods:
         label = "%s %s" % (method.kind, method.describe())
-        tools, why = deleters.for_command(method.command, job.timeout, env)
-        if not tools:
-            reasons.append("%s: %s" % (label, why))
-            continue
-        try:
-            catalog, protocol = storage.method_catalog(method, cfg, env, job.rse)
-        except siteconf.SiteConfigError as exc:
-            catalog, protocol = None, str(exc)
-        if catalog is None:
-            reasons.append("%s: %s" % (label, protocol))  # why it cannot map
-            continue
-        choice, why_not, held = _consider(method, catalog, protocol, tools, probe_lfn)
+        choice, why_not, held = _site_method(method, job, cfg, env, probe_lfn)
         held_any = held_any or held
         if choice is None:
-            reasons.append("%s: %s%s" % (label, why_not, " (%s)" % why if why else ""))  # why: tools missing
+            reasons.append("%s: %s" % (label, why_not))
             continue
         usable.append(choice._replace(passed=list(reasons)))
         reasons.append("%s: maps %s to %s" % (label, paths.UNMERGED, choice.root))
