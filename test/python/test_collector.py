@@ -45,7 +45,8 @@ def test_cut_off_report_and_collection(tmp_path: Path) -> None:
                     + "\n" + line(lfn=L + "z", pfn="/z", outcome="deleted", error=None, attempts=1) + "\n"
                     + '{"lfn": "' + L + 'b", "pf')
     r = parse_report(path)
-    assert not r.complete and len(r.files) == 2 and r.problems == ["line 4: incomplete (no newline; the worker was cut off)"]
+    assert not r.complete and len(r.files) == 2
+    assert r.problems == ["line 4: incomplete (no newline; the worker was cut off)"]
     sink = MemorySink()
     got = Collector(sink).collect("j1", [L + "a", L + "b"], r, JobStatus("j1", JobState.FAILED, "b", "killed"))
     # A file the job did not hold is never recorded; unreported files are left to close_job (unknown).

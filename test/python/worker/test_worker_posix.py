@@ -81,7 +81,8 @@ def test_protected_and_invalid_files_are_refused_and_kept(site: tuple[Path, Path
     outside.write_bytes(b"x")
     lfns = [f"{protected_base}/002/keep.root", f"{BASE}/000/380/001/fine.root", "/store/data/x.root",
             f"{BASE}/000/380/../381/002/keep.root", f"{BASE}//000/x.root", f"{BASE}/000/380/001/fine.root"]
-    remove = [f"{BASE}/000/381/002", f"{BASE}/000/381", f"{BASE}/000", f"{BASE}/000/380/001", "/store/unmerged/Run2024F",
+    remove = [f"{BASE}/000/381/002", f"{BASE}/000/381", f"{BASE}/000", f"{BASE}/000/380/001",
+              "/store/unmerged/Run2024F",
               f"{BASE}/000/380/001/../../381", "/store/unmerged/Run2024F/ZeroBias/AOD/v1"]
     rc, lines = run_worker(tmp_path / "job", manifest(lfns, remove_dirs=remove, protected=[protected_base + "/"],
                                                       keep_dirs=[f"{BASE}/000"]), sc)
@@ -105,7 +106,8 @@ def test_protected_and_invalid_files_are_refused_and_kept(site: tuple[Path, Path
     assert d["/store/unmerged/Run2024F/ZeroBias/AOD/v1"]["error"] == \
         "holds none of this job's files or retried directories"
     assert d[f"{BASE}/000/380/001"]["outcome"] == "removed"
-    assert [d[x]["reason"] for x in (f"{BASE}/000/381/002", f"{BASE}/000/381", f"{BASE}/000", "/store/unmerged/Run2024F",
+    assert [d[x]["reason"] for x in (f"{BASE}/000/381/002", f"{BASE}/000/381", f"{BASE}/000",
+                                     "/store/unmerged/Run2024F",
                                      f"{BASE}/000/380/001/../../381", "/store/unmerged/Run2024F/ZeroBias/AOD/v1",
                                      f"{BASE}/000/380/001")] == \
         ["protected", "kept", "kept", "above_floor", "invalid_lfn", "not_job_dir", None]
@@ -362,7 +364,8 @@ def test_a_job_whose_files_all_became_protected_is_done_not_partial(site: tuple[
         put(storage, lfn)
     rc, lines = run_worker(tmp_path / "job", manifest(lfns, protected=[f"{BASE}/00000"]), sc)
     assert rc == 0 and {x["reason"] for x in files(lines).values()} == {"protected"}
-    assert summary(lines)["summary"]["files"] == {"refused": 3} and all((storage / x.lstrip("/")).exists() for x in lfns)
+    assert summary(lines)["summary"]["files"] == {"refused": 3}
+    assert all((storage / x.lstrip("/")).exists() for x in lfns)
     rc, lines = run_worker(tmp_path / "job2", manifest([*lfns, "/store/data/x.root"], protected=[f"{BASE}/00000"]), sc)
     assert rc == 1 and files(lines)["/store/data/x.root"]["reason"] == "invalid_lfn"
 

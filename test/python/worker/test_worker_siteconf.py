@@ -66,7 +66,8 @@ KIT_EXPECTED = [
     ("KIT_dCache", "WebDAV", LFN, "davs://cmswebdav-kit-disk.gridka.de:2880/pnfs/gridka.de/cms/disk-only/" + REL),
     ("KIT_dCache", "XRootD", LFN, "root://cmsxrootd-kit-disk.gridka.de:1094//" + REL),
     ("KIT_dCache", "xrootd-module", LFN, "/pnfs/gridka.de/cms/disk-only/" + REL),
-    ("KIT_dCache", "xrootd-module", "/store/test/xrootd/T1_DE_KIT/store/a.root", "/pnfs/gridka.de/cms/disk-only/store/a.root"),
+    ("KIT_dCache", "xrootd-module", "/store/test/xrootd/T1_DE_KIT/store/a.root",
+     "/pnfs/gridka.de/cms/disk-only/store/a.root"),
     # Chained rules of the tape volume: pnfs first, then the protocol's own rule.
     ("KIT_MSS", "pnfs", LFN, "/pnfs/gridka.de/cms/tape/" + REL),
     ("KIT_MSS", "WebDAV", LFN, "davs://cmswebdav-kit-tape.gridka.de:2880/pnfs/gridka.de/cms/tape/" + REL),
@@ -113,7 +114,8 @@ def test_fnal_pfns(siteconf_dir: Path, volume: str, protocol: str, lfn: str, pfn
 
 def test_rule_must_match_the_whole_path() -> None:
     import re
-    cat = storage.Catalog({"p": [(re.compile(r"/+store/(\w+)"), "/x/$1", None), (re.compile(r"/+(.*)"), "/y/$1", None)]})
+    cat = storage.Catalog({"p": [(re.compile(r"/+store/(\w+)"), "/x/$1", None),
+                                 (re.compile(r"/+(.*)"), "/y/$1", None)]})
     # The first rule matches only the start of the LFN: it is skipped, never truncating the path.
     assert cat.pfn("p", "/store/unmerged/a.root") == "/y/store/unmerged/a.root"
     assert cat.pfn("p", "/store/abc") == "/x/abc"
@@ -141,7 +143,8 @@ def _job(rse: str, site: str) -> Job:
 
 
 def test_choose_first_usable_method_fnal(tmp_path: Path, siteconf_dir: Path, fake_tools: str) -> None:
-    sc = _layout(tmp_path, siteconf_dir, "T1_US_FNAL/site-local-config-misc.xml", "T1_US_FNAL/storage.json", "T1_US_FNAL")
+    sc = _layout(tmp_path, siteconf_dir, "T1_US_FNAL/site-local-config-misc.xml", "T1_US_FNAL/storage.json",
+                 "T1_US_FNAL")
     got = choose_method(_job("T1_US_FNAL_Disk", "T1_US_FNAL"), {"SITECONFIG_PATH": str(sc), "PATH": fake_tools}, LFN)
     assert (got.method.protocol, got.method.command, got.deleter.name, got.rule) == ("XRootD", "xrdcp", "xrootd",
                                                                                      "first_usable")
@@ -176,7 +179,8 @@ def test_legacy_local_stage_out_with_trivial_file_catalog(tmp_path: Path, siteco
 
 
 def test_site_mismatch_and_unknown_command(tmp_path: Path, siteconf_dir: Path, fake_tools: str) -> None:
-    sc = _layout(tmp_path, siteconf_dir, "T1_US_FNAL/site-local-config-misc.xml", "T1_US_FNAL/storage.json", "T1_US_FNAL")
+    sc = _layout(tmp_path, siteconf_dir, "T1_US_FNAL/site-local-config-misc.xml", "T1_US_FNAL/storage.json",
+                 "T1_US_FNAL")
     with pytest.raises(ConfigProblem, match="belongs to site 'T1_US_FNAL', the job is for 'T2_CH_CERN'"):
         choose_method(_job("T1_US_FNAL_Disk", "T2_CH_CERN"), {"SITECONFIG_PATH": str(sc), "PATH": fake_tools}, LFN)
     xml = sc / "JobConfig" / "site-local-config.xml"

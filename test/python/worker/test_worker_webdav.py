@@ -18,7 +18,8 @@ from MSUnmerged.worker.report import ReportWriter
 from MSUnmerged.worker.webdav import WebDavDeleter
 from servers.webdav import WebDavServer
 from sites_kit import CERN
-from worker_kit import AttackAfterLook, into_directory, VOLUME, files, make_site, manifest, run_worker, summary, world_dir
+from worker_kit import (AttackAfterLook, into_directory, VOLUME, files, make_site, manifest, run_worker, summary,
+                        world_dir)
 
 pytestmark = pytest.mark.integration
 

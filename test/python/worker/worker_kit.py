@@ -196,8 +196,8 @@ def hostile_site(top: Path, base: str, protocol: str, command: str, variant: str
     sc = make_site(top, [lfn_step, {"protocol": protocol, "rules": rules}],
                    [{"volume": VOLUME, "protocol": protocol, "command": command}])
     if variant == "tfc":
-        (top / "tfc.xml").write_text(f'<storage-mapping><lfn-to-pfn protocol="{protocol}" path-match="/+store/unmerged/(.*)"'
-                                     f' result="{into_data}"/></storage-mapping>')
+        (top / "tfc.xml").write_text(f'<storage-mapping><lfn-to-pfn protocol="{protocol}"'
+                                     f' path-match="/+store/unmerged/(.*)" result="{into_data}"/></storage-mapping>')
         site_config_xml(sc, f'<local-stage-out><command value="{command}"/>'
                         f'<catalog url="trivialcatalog_file:{top}/tfc.xml?protocol={protocol}"/>'
                         f'<phedex-node value="{RSE}"/></local-stage-out>')
