@@ -27,4 +27,4 @@ def test_status_prints_the_golden_text(monkeypatch: pytest.MonkeyPatch,
         monkeypatch.setattr(status, "ledger_view", contextlib.contextmanager(lambda _: iter([view])))
         assert status.run(argparse.Namespace(rse=rse, json=json), config) == EXIT_OK
         out.append(f"$ status{' --rse ' + rse if rse else ''}{' --json' if json else ''}\n{capsys.readouterr().out}")
-    assert_golden("status.txt", "".join(out))
+    assert_golden("status.golden", "".join(out))

@@ -22,14 +22,14 @@ CTX = Context(base="/ms-unmerged", dry_run=False, operations_url="https://exampl
 def test_the_index_pages_are_the_golden_ones() -> None:
     queries = [{}, {"sort": "failed", "order": "desc", "per": "25"}, {"state": "nothing", "failing": "1"}]
     pages = [index_page(FixedView(), CTX, q) for q in queries] + [index_page(FixedView(0), CTX)]
-    assert_golden("index_pages.html", "\n<!-- the next page -->\n".join(pages) + "\n")
+    assert_golden("index_pages.golden", "\n<!-- the next page -->\n".join(pages) + "\n")
 
 
 def test_the_rse_pages_are_the_golden_ones() -> None:
     view, ctx = FixedView(), CTX
     pages = [rse_page(view, ctx, name) for name in view.docs]
     assert rse_page(view, ctx, "T2_XX_Unknown") is None
-    assert_golden("rse_pages.html", "\n<!-- the next RSE -->\n".join(p or "" for p in pages) + "\n")
+    assert_golden("rse_pages.golden", "\n<!-- the next RSE -->\n".join(p or "" for p in pages) + "\n")
 
 
 def test_the_metrics_are_the_golden_ones() -> None:
@@ -37,4 +37,4 @@ def test_the_metrics_are_the_golden_ones() -> None:
     config.service.dry_run = False
     config.service.interval_s, config.service.alert_after_cycles = 1800, 1  # last good cycle: 65 min ago, an alert
     text = metrics.render(FixedView(), config)
-    assert_golden("metrics.txt", text.replace(f'version="{VERSION}"', 'version="<version>"'))  # a release keeps it
+    assert_golden("metrics.golden", text.replace(f'version="{VERSION}"', 'version="<version>"'))  # a release keeps it
