@@ -1,5 +1,5 @@
-"""The index page, the RSE page and /metrics of a fixed fleet at a fixed time are the golden files' (golden_kit): a restructuring
-of either changes nothing the operator or Prometheus reads."""
+"""The index page, the RSE page and /metrics of a fixed fleet at a fixed time are the golden files' (golden_kit): a
+restructuring of any changes nothing the operator or Prometheus reads."""
 from __future__ import annotations
 
 from pathlib import Path
