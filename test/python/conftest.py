@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from servers import keep_session_dir
+from servers import keep_session_dir, run_script
 from sites_kit import SITE_FIXTURES
 
 # Server fixtures live in servers/<name>.py; each is listed here once. servers.markers fails a test that asks
@@ -50,6 +50,14 @@ def conmon_dump_lfns(wmcore_fixtures: Path) -> list[str]:
 @pytest.fixture(scope="session")
 def conmon_stats(wmcore_fixtures: Path) -> dict:
     return json.loads((wmcore_fixtures / "conmon-stats.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def wmcore() -> str:
+    """PYTHONPATH of WMCore's own code, to run it beside ours (wmcore_kit.ask): PyPI wmcore without its dependencies
+    in a folder of its own (never in the service's environment), plus `future` that its modules import."""
+    return run_script("pip-target.sh", "wmcore-storage", "WMCore.Storage.RucioFileCatalog",
+                      "--no-deps wmcore==2.4.5.9", "future", timeout=900).strip().splitlines()[-1]
 
 
 def pytest_configure(config: pytest.Config) -> None:

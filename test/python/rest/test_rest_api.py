@@ -168,8 +168,8 @@ def test_info_detail_several_rses_and_all_docs(seeded: Any) -> None:
     assert body["result"][0]["rseData"] == []
 
 
-@pytest.mark.parametrize("value, detailed", [("True", True), ("true", True), ("TRUE", True), ("1", True),
-                                             ("False", False), ("false", False), ("0", False)])
+@pytest.mark.parametrize("value, detailed", [("True", True), ("true", True), ("TRUE", True), ("1", False),
+                                             ("", False), ("False", False), ("false", False), ("0", False)])
 def test_status_takes_wmcore_parameters(seeded: Any, value: str, detailed: bool) -> None:
     status, body, _ = get(seeded, f"data/status?detail={value}&rse_type=t2t3")
     assert status == 200, body

@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pymongo import MongoClient
 
 from MSUnmerged.ledger import history
+from golden_kit import BAD, name, rse_doc
 from rest_kit import mounted
 from test_rest_page import render
 from test_rest_page_fleet import screenshot
@@ -26,46 +27,6 @@ from test_rest_page_fleet import screenshot
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 BASE = "/ms-unmerged-drain"
-HOUR = 3600
-BAD = "T2_DE_Site004"  # 1,400 of its 1,700 files failed
-
-
-def name(i: int) -> str:
-    return f"T{1 + i % 3}_{'US' if i % 2 else 'DE'}_Site{i:03d}"
-
-
-def rse_doc(i: int, now: float) -> dict[str, Any]:
-    """An RSE in one of six situations (i % 6), as refresh_counters leaves its document."""
-    gen = now - 5 * HOUR
-    kind = i % 6
-    doc: dict[str, Any] = {"_id": name(i), "generation": gen, "updated": now - 300, "reason": "", "detail": "",
-                           "generations": [{"gen": gen, "planned": gen + 60}], "counted_gen": gen}
-    if kind == 0:  # deleting: 6,000 done in the last 9 minutes, 3,000 to go
-        c = {"to_delete": 9000, "deleted": 6000, "pending": 3000, "jobs_by_state": {"running": 2, "finished": 6}}
-        doc.update(state="running", drained=[{"t": now - 600, "n": 0}, {"t": now - 60, "n": 6000}])
-    elif kind == 1:  # queued behind other RSEs' jobs
-        c = {"to_delete": 500, "pending": 500, "jobs_by_state": {"queued": 1}}
-        doc.update(state="running", drained=[{"t": now - 60, "n": 0}])
-    elif kind == 2:  # throttled: slice 2 of 4 done, the next cycle releases slice 3
-        c = {"to_delete": 24000, "deleted": 12000, "pending": 12000, "slice": 2, "slices": 4, "cycle_files": 6000,
-             "unreleased_files": 12000, "unreleased_jobs": 4, "jobs_by_state": {"finished": 8, "planned": 4}}
-        doc.update(state="running", drained=[{"t": now - 1800, "n": 0}, {"t": now - 600, "n": 12000}])
-        doc["generations"][0].update(slice_sizes=[6000] * 4, released=2)
-    elif kind == 3:
-        c = {"to_delete": 40, "deleted": 40, "pending": 0, "jobs_by_state": {"finished": 1}}
-        doc.update(state="clean")
-    elif kind == 4:  # done with errors; one of them badly
-        failed = 1400 if name(i) == BAD else 3
-        c = {"to_delete": failed + 300, "deleted": 300, "failed": failed, "pending": 0,
-             "failed_by_class": {"permission_denied": failed}, "jobs_by_state": {"finished": 2, "superseded": 3}}
-        doc.update(state="done_with_errors", reason="files_failed")
-    else:  # working, counted once: no rate yet
-        c = {"to_delete": 800, "pending": 800, "jobs_by_state": {"running": 1}}
-        doc.update(state="running", drained=[{"t": now - 30, "n": 0}])
-    c.update(dirs_removable=40, dirs_removed=42, dirs_removed_by_dir_jobs=2, dirs_by_state={"removed": 42},
-             protected_count=812)
-    doc["counters"] = c
-    return doc
 
 
 @pytest.fixture(scope="module")

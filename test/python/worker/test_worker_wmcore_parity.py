@@ -6,18 +6,14 @@ The worker's PFN is WMCore's after the normalisation it documents (pfn.normalise
 the raw forms that differ are listed by the test so that none goes unnoticed."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from MSUnmerged.worker import pfn, siteconf, storage
-from servers import run_script
 from sites_kit import CASES, LFNS, VANDERBILT_TFC, tfc_protocols
+from wmcore_kit import ask
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -56,20 +52,6 @@ print(json.dumps(out))
 """
 
 
-@pytest.fixture(scope="module")
-def wmcore() -> str:
-    """PYTHONPATH of WMCore's storage modules: PyPI wmcore without its dependencies, plus `future` they import."""
-    return run_script("pip-target.sh", "wmcore-storage", "WMCore.Storage.RucioFileCatalog",
-                      "--no-deps wmcore==2.4.5.9", "future", timeout=900).strip().splitlines()[-1]
-
-
-def ask(path: str, requests: list[dict[str, Any]]) -> list[Any]:
-    done = subprocess.run([sys.executable, "-c", WMCORE], input=json.dumps(requests), capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "PYTHONPATH": path})
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def same_pfns(ours: list[Any], theirs: list[Any], where: str, raw: list[str]) -> None:
     for lfn, mine, wm in zip(PROBES, ours, theirs):
         assert mine == (None if wm is None else pfn.normalise(wm)), f"{where} {lfn}: worker {mine}, WMCore {wm}"
@@ -91,7 +73,7 @@ def test_storage_json_pfns_equal_wmcores(site_fixtures: Path, wmcore: str) -> No
                 ours.append((f"{path.relative_to(site_fixtures)} {entry['volume']} {name}",
                              [_normalised(catalog.pfn(name, lfn)) for lfn in PROBES]))
     raw: list[str] = []
-    for (where, mine), theirs in zip(ours, ask(wmcore, requests)):
+    for (where, mine), theirs in zip(ours, ask(wmcore, WMCORE, requests)):
         assert not isinstance(theirs, dict), f"{where}: {theirs}"
         same_pfns(mine, theirs, where, raw)
     assert len(requests) >= 30
@@ -110,7 +92,7 @@ def test_trivial_file_catalog_pfns_equal_wmcores(site_fixtures: Path, wmcore: st
             requests.append({"kind": "tfc", "file": str(path), "protocol": name, "lfns": PROBES})
             ours.append((f"{path.name} {name}", [_normalised(catalog.pfn(name, lfn)) for lfn in PROBES]))
     raw: list[str] = []
-    for (where, mine), theirs in zip(ours, ask(wmcore, requests)):
+    for (where, mine), theirs in zip(ours, ask(wmcore, WMCORE, requests)):
         assert not isinstance(theirs, dict), f"{where}: {theirs}"
         same_pfns(mine, theirs, where, raw)
     assert any("/store//unmerged/" in line for line in raw)  # Vanderbilt's form, normalised by the worker
@@ -127,7 +109,7 @@ def test_site_local_config_methods_equal_wmcores(site_fixtures: Path, wmcore: st
         requests.append({"kind": "slc", "file": str(path), "siteconfig": str(sc)})
         ours.append((fixture, siteconf.parse(str(path))))
     checked = 0
-    for (fixture, cfg), theirs in zip(ours, ask(wmcore, requests)):
+    for (fixture, cfg), theirs in zip(ours, ask(wmcore, WMCORE, requests)):
         if "error" in theirs:  # WMCore reads a stage-out's RSE from storage.json, and fails without one
             assert fixture.startswith("T3_US_Vanderbilt") and "storage.json" in theirs["error"], theirs
             continue

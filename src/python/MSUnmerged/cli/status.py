@@ -41,27 +41,38 @@ def run(args: argparse.Namespace, config: Config) -> int:
         print_json(rses)
         return EXIT_OK
     print(header(config, health))
+    if args.rse:
+        one_rse(rses[0], given_up, config)
+    else:
+        every_rse(rses, config)
+    return EXIT_OK
+
+
+def one_rse(r: dict[str, Any], given_up: list[dict[str, Any]], config: Config) -> None:
+    """One RSE in detail: its state, its backlog's drain, every counter; the directories given up on."""
+    now = time.time()
+    d = drain(r, now, config.service.interval_s)
+    counters = r.get("counters") or {}
+    rows = [("state", r.get("state")), ("reason", r.get("reason")), ("detail", r.get("detail")),
+            ("generation", moment(r.get("generation"))), ("updated", moment(r.get("updated"))),
+            ("progress", shares_label(counters)), ("now", f"{d['waiting']}: {d['why']}"),
+            ("backlog", f"{d['backlog_files']:,} files"), ("rate", rate(d)), ("expected end", expected_end(d, now))]
+    if cycle_share(counters):
+        rows.append(("throttle", cycle_share(counters)))
+    if next_slice(d, now):
+        rows.append(("next slice", next_slice(d, now)))
+    rows += [(k, size(v) if k.startswith("bytes") and isinstance(v, int) else v) for k, v in sorted(counters.items())]
+    table(rows, ("", "value"))
+    if given_up:
+        print(f"directories given up on ({len(given_up)}, tried {1 + config.jobs.retries} times):")
+        table([(g.get("dir"), g.get("state"), g.get("error") or "", g.get("tries")) for g in given_up],
+              ("directory", "last outcome", "why", "tries"))
+
+
+def every_rse(rses: list[dict[str, Any]], config: Config) -> None:
+    """A line per RSE, the fleet's drain; where the demo's ledger is when this one is empty."""
     now = time.time()
     drains = [drain(r, now, config.service.interval_s) for r in rses]
-    if args.rse:
-        r, d = rses[0], drains[0]
-        counters = r.get("counters") or {}
-        rows = [("state", r.get("state")), ("reason", r.get("reason")), ("detail", r.get("detail")),
-                ("generation", moment(r.get("generation"))), ("updated", moment(r.get("updated"))),
-                ("progress", shares_label(counters)), ("now", f"{d['waiting']}: {d['why']}"),
-                ("backlog", f"{d['backlog_files']:,} files"), ("rate", rate(d)), ("expected end", expected_end(d, now))]
-        if cycle_share(counters):
-            rows.append(("throttle", cycle_share(counters)))
-        if next_slice(d, now):
-            rows.append(("next slice", next_slice(d, now)))
-        rows += [(k, size(v) if k.startswith("bytes") and isinstance(v, int) else v)
-                 for k, v in sorted(counters.items())]
-        table(rows, ("", "value"))
-        if given_up:
-            print(f"directories given up on ({len(given_up)}, tried {1 + config.jobs.retries} times):")
-            table([(g.get("dir"), g.get("state"), g.get("error") or "", g.get("tries")) for g in given_up],
-                  ("directory", "last outcome", "why", "tries"))
-        return EXIT_OK
     rows = []
     for r, d in zip(rses, drains):
         c = r.get("counters") or {}
@@ -78,4 +89,3 @@ def run(args: argparse.Namespace, config: Config) -> int:
     demo = default_work(config) / "state"
     if not rses and not config.mongo.url and (demo / "db").is_dir():
         print(f"(no RSE in this ledger; the demo's: {look_command(demo)})", file=sys.stderr)
-    return EXIT_OK

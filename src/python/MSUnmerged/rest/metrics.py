@@ -71,6 +71,58 @@ WAITING = ("msunmerged_rse_waiting", "1 for what the RSE's backlog does now (dra
 STATES = tuple(map(str, RSEState))
 
 
+# An RSE as the per-RSE families read it: its `rse` label pair (escaped), its counters, its summary.
+Row = tuple[str, dict[str, Any], dict[str, Any]]
+
+
+def _counter_families(w: Writer, rows: list[Row]) -> None:
+    """Files deleted, to delete, would delete, failed by class; bytes freed."""
+    for family, doc, key in RSE_COUNTERS:
+        sample = w.family(family, doc)
+        for name, c, _ in rows:
+            w.sample(sample, _value(c.get(key)), name)
+    sample = w.family(*FAILED)
+    for name, c, _ in rows:
+        for error_class, n in sorted((c.get("failed_by_class") or {}).items()):
+            w.sample(sample, _value(n), w.pair("error_class", error_class), name)
+    sample = w.family(*FREED)
+    for name, c, _ in rows:
+        w.sample(sample, _value(c.get("bytes_freed")), name)
+
+
+def _state_families(w: Writer, rows: list[Row]) -> None:
+    """The RSE's state, its last change and progress, its jobs by state."""
+    sample = w.family(*STATE)
+    for name, _, rse in rows:
+        current = str(rse.get("state") or "unknown")
+        for known in dict.fromkeys((*STATES, current)):  # every state, so a change shows as 1 -> 0
+            w.sample(sample, float(known == current), name, w.pair("state", known))
+    for (family, doc), field in ((UPDATED, "updated"), (PROGRESSED, "progress_at")):
+        sample = w.family(family, doc)
+        for name, _, rse in rows:
+            if isinstance(rse.get(field), (int, float)):
+                w.sample(sample, rse[field], name)
+    sample = w.family(*JOBS)
+    for name, c, _ in rows:
+        for job_state, n in sorted((c.get("jobs_by_state") or {}).items()):  # counted per RSE (issue 29)
+            w.sample(sample, _value(n), name, w.pair("state", str(job_state)))
+
+
+def _drain_families(w: Writer, rows: list[Row], interval_s: float) -> None:
+    """The RSE's drain (drainstatus.drain) now: its known values, and what its backlog waits for."""
+    now = time.time()
+    drains = [(name, drain(rse, now, interval_s)) for name, _, rse in rows]
+    for family, doc, key in DRAIN:
+        sample = w.family(family, doc)
+        for name, d in drains:
+            if isinstance(d.get(key), (int, float)):
+                w.sample(sample, float(d[key]), name)
+    sample = w.family(*WAITING)
+    for name, d in drains:
+        for known in Waiting:
+            w.sample(sample, float(known == d["waiting"]), name, w.pair("waiting", known.value))
+
+
 class LedgerFamilies:
     """Every family from the ledger view at scrape time; each one present from the start (a rule on a family
     that is absent until some first event never fires)."""
@@ -82,46 +134,10 @@ class LedgerFamilies:
     def write(self, w: Writer) -> None:
         rses = self.view.rses()
         # One pass over the RSEs: each one's label pair escaped once, its counters read once.
-        rows = []
-        for rse in rses:
-            name = w.pair("rse", rse["name"])
-            rows.append((name, rse.get("counters") or {}, rse))
-        for family, doc, key in RSE_COUNTERS:
-            sample = w.family(family, doc)
-            for name, c, _ in rows:
-                w.sample(sample, _value(c.get(key)), name)
-        sample = w.family(*FAILED)
-        for name, c, _ in rows:
-            for error_class, n in sorted((c.get("failed_by_class") or {}).items()):
-                w.sample(sample, _value(n), w.pair("error_class", error_class), name)
-        sample = w.family(*FREED)
-        for name, c, _ in rows:
-            w.sample(sample, _value(c.get("bytes_freed")), name)
-        sample = w.family(*STATE)
-        for name, _, rse in rows:
-            current = str(rse.get("state") or "unknown")
-            for known in dict.fromkeys((*STATES, current)):  # every state, so a change shows as 1 -> 0
-                w.sample(sample, float(known == current), name, w.pair("state", known))
-        for (family, doc), field in ((UPDATED, "updated"), (PROGRESSED, "progress_at")):
-            sample = w.family(family, doc)
-            for name, _, rse in rows:
-                if isinstance(rse.get(field), (int, float)):
-                    w.sample(sample, rse[field], name)
-        sample = w.family(*JOBS)
-        for name, c, _ in rows:
-            for job_state, n in sorted((c.get("jobs_by_state") or {}).items()):  # counted per RSE (issue 29)
-                w.sample(sample, _value(n), name, w.pair("state", str(job_state)))
-        now = time.time()
-        drains = [(name, drain(rse, now, self.config.service.interval_s)) for name, _, rse in rows]
-        for family, doc, key in DRAIN:
-            sample = w.family(family, doc)
-            for name, d in drains:
-                if isinstance(d.get(key), (int, float)):
-                    w.sample(sample, float(d[key]), name)
-        sample = w.family(*WAITING)
-        for name, d in drains:
-            for known in Waiting:
-                w.sample(sample, float(known == d["waiting"]), name, w.pair("waiting", known.value))
+        rows = [(w.pair("rse", rse["name"]), rse.get("counters") or {}, rse) for rse in rses]
+        _counter_families(w, rows)
+        _state_families(w, rows)
+        _drain_families(w, rows, self.config.service.interval_s)
         health = self.view.health(self.config.service.stale_after_s, brief=True)  # no cycle's per-RSE results
         w.families(self._cycles(health))
         w.families([self._alerts(health, rses)])
@@ -140,7 +156,8 @@ class LedgerFamilies:
                                 "Seconds since the last polling cycle that finished with no failure; before any, "
                                 "since the first cycle started; before any cycle, since this process started.",
                                 value=age if age is not None else time.time() - STARTED)
-        yield GaugeMetricFamily("msunmerged_cycle_never_good", "1 while no polling cycle ever finished with no failure.",
+        yield GaugeMetricFamily("msunmerged_cycle_never_good",
+                                "1 while no polling cycle ever finished with no failure.",
                                 value=float(bool(health["never_good"])))
         yield GaugeMetricFamily("msunmerged_cycle_alert",
                                 "1 when no polling cycle succeeded for service.alert_after_cycles intervals (the "

@@ -259,8 +259,8 @@ def drain_section(drains: list[dict[str, Any]], now: float) -> str:
     waits = ", ".join(f"{esc(WAITING_WORDS[k])}: {v:,}" for k, v in t["by_waiting"].items() if v) or "none"
     unknown = f" ({t['unknown_end']:,} RSEs without a rate yet)" if t["unknown_end"] else ""
     return (f'<p id="drain">Backlog: <b>{t["backlog_files"]:,}</b> files left ({t["unreleased_files"]:,} in slices '
-            f'not released yet) at <b>{esc(rate(t))}</b>; expected end: <b>{esc(expected_end(t, now))}</b>{esc(unknown)}.'
-            f' RSEs: {waits}.</p>')
+            f'not released yet) at <b>{esc(rate(t))}</b>; expected end: <b>{esc(expected_end(t, now))}</b>'
+            f'{esc(unknown)}. RSEs: {waits}.</p>')
 
 
 def totals_section(rses: list[dict[str, Any]]) -> str:
@@ -299,7 +299,8 @@ def sort_header(label: str, key: str, sel: Selection, base: str) -> str:
     """A column header linking to the table sorted by it (again: the other direction)."""
     desc = not sel.desc if sel.sort == key else key not in ("name", "state")
     mark = (" ▼" if sel.desc else " ▲") if sel.sort == key else ""
-    return f'<a href="{esc(base)}/?{esc(sel.query(sort=key, order="desc" if desc else "", page=1))}">{esc(label)}{mark}</a>'
+    query = sel.query(sort=key, order="desc" if desc else "", page=1)
+    return f'<a href="{esc(base)}/?{esc(query)}">{esc(label)}{mark}</a>'
 
 
 def index_page(view: LedgerView, ctx: Context, params: Optional[dict[str, Any]] = None) -> str:
@@ -335,8 +336,9 @@ def index_page(view: LedgerView, ctx: Context, params: Optional[dict[str, Any]] 
     wide = {"reason", "last dump", "last update", "to delete", "deleted", "top error classes"}  # hidden on a phone
     head = "".join(("<th class=\"wide\">" if h in wide else "<th>")
                    + (sort_header(h, sortable[h], sel, base) if h in sortable else esc(h)) + "</th>" for h in headers)
+    none = "no RSE in the ledger yet" if not rses else "no RSE matches"
     body = "".join("<tr>" + "".join(row) + "</tr>" for row in rows) or \
-        f'<tr><td colspan="{len(headers)}" class="muted">{"no RSE in the ledger yet" if not rses else "no RSE matches"}</td></tr>'
+        f'<tr><td colspan="{len(headers)}" class="muted">{none}</td></tr>'
     first = (sel.page - 1) * sel.per + 1 if shown else 0
     pager = (f'<p class="pager" id="pager"><span>RSEs {first:,}-{first + len(shown) - 1 if shown else 0:,} of '
              f"{len(chosen):,}" + (f" (of {len(rses):,} in all)" if len(chosen) != len(rses) else "") + "</span>"
@@ -346,9 +348,11 @@ def index_page(view: LedgerView, ctx: Context, params: Optional[dict[str, Any]] 
     states = {str(r.get("state")) for r in rses}
     body_html = (f"<h1>MSUnmerged: /store/unmerged cleanup</h1>{health_section(view, ctx)}"
                  + totals_section(rses) + drain_section(list(drains.values()), now)
-                 + f'<p><a href="{esc(base)}/data/status">status JSON</a> · <a href="{esc(base)}/metrics">metrics</a></p>'
+                 + f'<p><a href="{esc(base)}/data/status">status JSON</a> · '
+                   f'<a href="{esc(base)}/metrics">metrics</a></p>'
                  + filter_form(sel, states, base) + pager
-                 + f'<div class="scroll"><table id="rses"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+                 + f'<div class="scroll"><table id="rses"><thead><tr>{head}</tr></thead><tbody>{body}</tbody>'
+                   "</table></div>"
                  + "<h2>Files by state (the RSEs of this page)</h2>" + charts.states_chart(shown)
                  + daily_charts(history_totals(view.history(None, HISTORY_DAYS)), "All RSEs")
                  + "<h2>Polling cycles</h2>" + charts.timeline_chart(view.cycles(TIMELINE_CYCLES)))
@@ -418,7 +422,8 @@ def counter_sections(c: dict[str, Any]) -> str:
 
 def dir_note(c: dict[str, Any]) -> str:
     """Why removed directories may outnumber the plan's removable ones."""
-    removed, removable, retried = (_int(c.get(k)) for k in ("dirs_removed", "dirs_removable", "dirs_removed_by_dir_jobs"))
+    removed, removable, retried = (_int(c.get(k))
+                                   for k in ("dirs_removed", "dirs_removable", "dirs_removed_by_dir_jobs"))
     return (f"{removed:,} removed = {removed - retried:,} by this dump's jobs (of the {removable:,} the plan gave as "
             f"removable, plus empty ones their sweep found below them) + {retried:,} by directory jobs retrying "
             "directories earlier dumps left")
@@ -428,72 +433,88 @@ def _int(v: Any) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) else 0
 
 
+def now_facts(r: dict[str, Any], now: float, ctx: Context) -> list[tuple[str, str]]:
+    """The RSE's state, what its backlog does now and when it ends (drainstatus.drain), its dump and its errors."""
+    c = r.get("counters") or {}
+    d = drain(r, now, ctx.interval_s)
+    facts = [("state", f"{esc(r.get('state'))} · {reason_link(r.get('reason'), ctx)}"),
+             ("now", f'<span class="w-{esc(d["waiting"])}">{esc(WAITING_WORDS[d["waiting"]])}</span>: '
+                     f'{esc(d["why"])}'),
+             ("detail", esc(r.get("detail")) or "-"), ("progress", bar(c)),
+             ("files left", f'{d["backlog_files"]:,}'), ("rate (recent counts)", esc(rate(d))),
+             ("expected end", esc(expected_end(d, now)))]
+    if next_slice(d, now):
+        facts.append(("next slice", esc(next_slice(d, now))))
+    if cycle_share(c):
+        facts.append(("throttle", esc(cycle_share(c))))
+    return facts + [("next cycle", esc(when(d["next_cycle_at"]))),
+                    ("dump (generation)", esc(when(r.get("generation")))),
+                    ("planned", esc(when((r.get("plan") or {}).get("planned")))),
+                    ("last update", esc(when(r.get("updated")))), ("errors by class", top_errors(c, 20))]
+
+
+def jobs_by_state(c: dict[str, Any]) -> str:
+    """The RSE's jobs counted by state, in words."""
+    rows = [(esc(JOB_WORDS.get(str(k), str(k))), number(v)) for k, v in sorted((c.get("jobs_by_state") or {}).items())]
+    return "<h2>Jobs by state</h2>" + facts_table(rows or [("-", "no jobs")], "facts-jobs")
+
+
+def jobs_section(jobs: list[dict[str, Any]]) -> str:
+    """The RSE's recent jobs."""
+    rows = [[td(f"<code>{esc(j.get('id'))}</code>"), state_cell(j.get("state")), td(esc(job_slice(j)), numeric=True),
+             td(esc(j.get("backend"))), td(esc(j.get("site"))), td(esc(job_work(j)), numeric=True),
+             td(esc(when(j.get("submitted_at"))), cls="t"), td(esc(when(j.get("finished_at"))), cls="t"),
+             td(esc(j.get("exit_code")) or '<span class="muted">-</span>', numeric=True),
+             td(esc(j.get("reason")))] for j in jobs]
+    headers = ["job", "state", "slice", "backend", "site", "work", "submitted", "finished", "exit code", "reason"]
+    return "<h2>Recent jobs</h2>" + table(headers, rows, "no jobs")
+
+
+def dirs_section(c: dict[str, Any], given_up: list[dict[str, Any]], name: str, ctx: Context) -> str:
+    """The RSE's directory outcomes, and the directories given up on."""
+    dirs = [(esc(k.replace("_", " ")), number(v)) for k, v in sorted((c.get("dirs_by_state") or {}).items())]
+    dirs += [(f"refused: {esc(k)}", number(v)) for k, v in sorted((c.get("dirs_refused_by_reason") or {}).items())]
+    given_rows = [[td(f"<code>{esc(g.get('dir'))}</code>"), td(esc(str(g.get("state", "")).replace("_", " "))),
+                   td(esc(g.get("error")) or '<span class="muted">-</span>'),
+                   td(number(g.get("tries", 0)), numeric=True), td(esc(when(g.get("since"))), cls="t")]
+                  for g in given_up]
+    return ("<h2>Directory outcomes</h2>"
+            + table(["outcome", "directories"], [[td(k), td(v, numeric=True)] for k, v in dirs], "no outcome yet")
+            + f'<p><a href="{esc(ctx.base)}/data/dirs?rse={url_arg(name)}&amp;state=refused">refused directories as '
+              "JSON</a></p>"
+            + f'<h2 id="given-up">Directories given up on ({len(given_up):,})</h2>'
+            + '<p class="muted">Removable directories not removed after every try (jobs.retries): the service no '
+              "longer retries them; the last outcome says why.</p>"
+            + table(["directory", "last outcome", "why", "tries", "first planned"], given_rows, "none"))
+
+
+def failed_section(failed: list[dict[str, Any]], name: str, ctx: Context) -> str:
+    """The RSE's first failed files, and a link to all of them."""
+    rows = [[td(f"<code>{esc(f.get('lfn'))}</code>"), td(esc(f.get("error_class"))), td(esc(f.get("error"))),
+             td(number(f.get("attempts", 0)), numeric=True), td(f"<code>{esc(f.get('job'))}</code>")] for f in failed]
+    return (f"<h2>Failed files (first {len(failed)})</h2>"
+            + table(["LFN", "error class", "message", "attempts", "job"], rows, "no failed files")
+            + f'<p><a href="{esc(ctx.base)}/data/files?rse={url_arg(name)}&amp;state=failed&amp;stream=true">'
+              "all failed files as JSON</a></p>")
+
+
 def rse_page(view: LedgerView, ctx: Context, name: str) -> Optional[str]:
     """The page of one RSE, or None when the ledger does not know it."""
-    base = ctx.base
     r = view.rse(name)
     if r is None:
         return None
     c = r.get("counters") or {}
-    now = time.time()
-    d = drain(r, now, ctx.interval_s)
-    now_facts = [("state", f"{esc(r.get('state'))} · {reason_link(r.get('reason'), ctx)}"),
-                 ("now", f'<span class="w-{esc(d["waiting"])}">{esc(WAITING_WORDS[d["waiting"]])}</span>: '
-                         f'{esc(d["why"])}'),
-                 ("detail", esc(r.get("detail")) or "-"), ("progress", bar(c)),
-                 ("files left", f'{d["backlog_files"]:,}'), ("rate (recent counts)", esc(rate(d))),
-                 ("expected end", esc(expected_end(d, now)))]
-    if next_slice(d, now):
-        now_facts.append(("next slice", esc(next_slice(d, now))))
-    if cycle_share(c):
-        now_facts.append(("throttle", esc(cycle_share(c))))
-    now_facts += [("next cycle", esc(when(d["next_cycle_at"]))),
-                  ("dump (generation)", esc(when(r.get("generation")))),
-                  ("planned", esc(when((r.get("plan") or {}).get("planned")))), ("last update", esc(when(r.get("updated")))),
-                  ("errors by class", top_errors(c, 20))]
-    jobs_by_state = [(esc(JOB_WORDS.get(str(k), str(k))), number(v))
-                     for k, v in sorted((c.get("jobs_by_state") or {}).items())]
-    jobs = view.jobs(name, None, 50)
-    job_rows = [[td(f"<code>{esc(j.get('id'))}</code>"), state_cell(j.get("state")),
-                 td(esc(job_slice(j)), numeric=True),
-                 td(esc(j.get("backend"))), td(esc(j.get("site"))), td(esc(job_work(j)), numeric=True),
-                 td(esc(when(j.get("submitted_at"))), cls="t"), td(esc(when(j.get("finished_at"))), cls="t"),
-                 td(esc(j.get("exit_code")) or '<span class="muted">-</span>', numeric=True),
-                 td(esc(j.get("reason")))] for j in jobs]
     events = [[td(esc(when(e.get("at"))), cls="t"), state_cell(e.get("state")), td(reason_link(e.get("reason"), ctx)),
                td(esc(e.get("detail")))] for e in reversed(r.get("events") or [])]
-    dirs = [(esc(k.replace("_", " ")), number(v)) for k, v in sorted((c.get("dirs_by_state") or {}).items())]
-    dirs += [(f"refused: {esc(k)}", number(v)) for k, v in sorted((c.get("dirs_refused_by_reason") or {}).items())]
-    given_up = view.given_up_dirs(name, ctx.max_dir_tries)
-    given_rows = [[td(f"<code>{esc(g.get('dir'))}</code>"), td(esc(str(g.get("state", "")).replace("_", " "))),
-                   td(esc(g.get("error")) or '<span class="muted">-</span>'), td(number(g.get("tries", 0)), numeric=True),
-                   td(esc(when(g.get("since"))), cls="t")] for g in given_up]
-    failed = list(view.files(name, FileState.FAILED, None, None, None, None, 200))
-    file_rows = [[td(f"<code>{esc(f.get('lfn'))}</code>"), td(esc(f.get("error_class"))),
-                  td(esc(f.get("error"))), td(number(f.get("attempts", 0)), numeric=True),
-                  td(f"<code>{esc(f.get('job'))}</code>")] for f in failed]
-    body = (f'<p><a href="{esc(base)}/">all RSEs</a> · <a href="{esc(base)}/data/info?rse={url_arg(name)}&amp;'
-            f'detail=true">this RSE as JSON (raw field names)</a></p><h1>{esc(name)}</h1>'
-            + "<h2>Now</h2>" + facts_table(now_facts, "facts-now")
-            + counter_sections(c)
-            + "<h2>Jobs by state</h2>" + facts_table(jobs_by_state or [("-", "no jobs")], "facts-jobs")
+    body = (f'<p><a href="{esc(ctx.base)}/">all RSEs</a> · <a href="{esc(ctx.base)}/data/info?rse={url_arg(name)}'
+            f'&amp;detail=true">this RSE as JSON (raw field names)</a></p><h1>{esc(name)}</h1>'
+            + "<h2>Now</h2>" + facts_table(now_facts(r, time.time(), ctx), "facts-now")
+            + counter_sections(c) + jobs_by_state(c)
             + "<h2>Files by state</h2>" + charts.states_chart([r])
             + daily_charts(history_totals(view.history(name, HISTORY_DAYS)), name)
-            + "<h2>Recent jobs</h2>"
-            + table(["job", "state", "slice", "backend", "site", "work", "submitted", "finished", "exit code", "reason"],
-                    job_rows, "no jobs")
+            + jobs_section(view.jobs(name, None, 50))
             + "<h2>Recent skips and failures</h2>"
             + table(["when", "state", "reason", "detail"], events, "none recorded")
-            + "<h2>Directory outcomes</h2>"
-            + table(["outcome", "directories"], [[td(k), td(v, numeric=True)] for k, v in dirs], "no outcome yet")
-            + f'<p><a href="{esc(base)}/data/dirs?rse={url_arg(name)}&amp;state=refused">refused directories as JSON</a>'
-              "</p>"
-            + f'<h2 id="given-up">Directories given up on ({len(given_up):,})</h2>'
-            + '<p class="muted">Removable directories not removed after every try (jobs.retries): the service no longer '
-              "retries them; the last outcome says why.</p>"
-            + table(["directory", "last outcome", "why", "tries", "first planned"], given_rows, "none")
-            + f"<h2>Failed files (first {len(failed)})</h2>"
-            + table(["LFN", "error class", "message", "attempts", "job"], file_rows, "no failed files")
-            + f'<p><a href="{esc(base)}/data/files?rse={url_arg(name)}&amp;state=failed&amp;stream=true">'
-              "all failed files as JSON</a></p>")
+            + dirs_section(c, view.given_up_dirs(name, ctx.max_dir_tries), name, ctx)
+            + failed_section(list(view.files(name, FileState.FAILED, None, None, None, None, 200)), name, ctx))
     return document(f"MSUnmerged {name}", body, ctx)

@@ -32,16 +32,16 @@ COUNTERS = {
 DICTS = ("gfalErrors",)  # the others are numbers: 0, never null, when the ledger has none yet
 DIR_LISTS = ("toDelete", "protected", "deletedSuccess", "deletedFail")
 TIME_FORMAT = "%a, %d %b %Y %H:%M:%S UTC"  # WMCore's start_time/end_time (MSManager.updateTimeUTC)
+TRUE = ("true", "True", "TRUE")  # the only values of a flag WMCore takes as true
 JOBS_SHOWN, FAILED_SHOWN = 20, 100  # info?detail=true: an RSE's latest jobs, its first failed files
 
 
 def flag(params: dict[str, Any], name: str, default: bool) -> bool:
-    """A WMCore call's flag as WMCore's Data.get reads `detail`: true (any case, or 1) is true, any other value
-    false (never a 400: a caller of WMCore's API gets WMCore's answer); absent: the default."""
+    """A WMCore call's flag as WMCore reads `detail` (Data.get for status, strToBool for info): true only for one of
+    TRUE, any other value false (empty, `1`, `yes`, `tRuE`, given twice); absent: the default. Never a 400 or 500:
+    where WMCore's strToBool fails (info, a value neither true nor false), the answer is false's."""
     raw = params.pop(name, None)
-    if raw is None or raw == "":
-        return default
-    return isinstance(raw, str) and raw.lower() in ("true", "1")
+    return default if raw is None else raw in TRUE
 
 
 def iso(ts: Any) -> str:
