@@ -14,7 +14,7 @@ from MSUnmerged.config import Config
 from MSUnmerged.drainstatus import Waiting, drain, rate
 from MSUnmerged.ledger import Ledger, job_id, pending_dirs, slices
 from MSUnmerged.ledger.states import LIVE_JOB_STATES, JobState
-from MSUnmerged.ledger.view import JOB_STATES, MongoLedgerView
+from MSUnmerged.ledger.view import JOB_STATES
 
 pytestmark = pytest.mark.integration
 RSE = "T2_FR_JobView"
@@ -82,7 +82,7 @@ def test_counts_keep_the_drain_samples_and_the_slices_not_released(tmp_path: Pat
     ledger.refresh_counters(RSE)
     doc = ledger.rse(RSE)
     assert [x["n"] for x in doc["drained"]] == [0, 200] and rate(doc["drained"]) > 0
-    view = MongoLedgerView(mongo_db).rse(RSE)
+    view = Ledger(mongo_db).view().rse(RSE)
     d = drain(view, time.time(), 3600)
     assert d["waiting"] == Waiting.FOR_TOP_UP and d["backlog_files"] == 700 and d["next_slice_files"] == 400
     assert entry["released"] == 1
@@ -103,7 +103,7 @@ def test_directories_given_up_and_removed_by_directory_jobs_are_told_apart(tmp_p
          "tries": 4, "state": "permission_denied", "error": "EACCES on rmdir"},
         {"_id": f"{RSE}|/store/unmerged/Old/B", "rse": RSE, "dir": "/store/unmerged/Old/B", "since": GEN - 100,
          "tries": 1, "state": "not_empty", "error": ""}])
-    given = MongoLedgerView(mongo_db).given_up_dirs(RSE, 4)
+    given = Ledger(mongo_db).view().given_up_dirs(RSE, 4)
     assert [(g["dir"], g["state"], g["error"], g["tries"]) for g in given] == \
         [("/store/unmerged/Old/A", "permission_denied", "EACCES on rmdir", 4)]
     made = pending_dirs.plan_jobs(ledger, RSE, GEN, 4, 100, lambda d: True)  # B still has tries left

@@ -15,7 +15,6 @@ from MSUnmerged.config import Config
 from MSUnmerged.jobs.spec import ProtectedBases, make_job
 from MSUnmerged.jobs.backend import JobState
 from MSUnmerged.ledger import FileState, Ledger
-from MSUnmerged.ledger.view import MongoLedgerView
 from MSUnmerged.rest import app as rest
 from MSUnmerged.samplesite import DEMO_RSE, fill_storage, rescan, write_site
 from MSUnmerged.sources.offline import DUMPS_DIR, RSES_FILE, OfflineSources, dump_file
@@ -95,7 +94,7 @@ def mounted(rest_app: Any, db: Database, base: str) -> Iterator[str]:
     after."""
     config = Config()
     config.rest.base = base
-    rest.mount(config, MongoLedgerView(db))
+    rest.mount(config, Ledger(db).view())
     try:
         yield rest_app.url.rsplit(rest_app.config.rest.base, 1)[0] + base
     finally:

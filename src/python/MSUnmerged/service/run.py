@@ -27,7 +27,7 @@ from MSUnmerged.guards import (PLAN_MODIFIED, PLAN_NOT_IN_CURRENT_DUMP, PLAN_OUT
                                check_counts, check_plan_scan, check_scan)
 from MSUnmerged.lfn import PrefixSet
 from MSUnmerged.jobs.backend import BatchBackend, JobState
-from MSUnmerged.ledger import (RETRIABLE, FileState, LeaseLost, Leases, Ledger, LedgerError, ages, gen_key,
+from MSUnmerged.ledger import (RETRIABLE, FileState, LeaseLost, Ledger, LedgerError, gen_key,
                                 pending_dirs, sitebackoff, slices)
 from MSUnmerged.ledger.base import state_update
 from MSUnmerged.service.jobkeeper import JobKeeper
@@ -57,7 +57,7 @@ class Runner:
         self.ledger = ledger
         self.sources = sources
         self.instance = instance or config.service.instance or default_instance()
-        self.leases = Leases(ledger.db, self.instance, config.service.lease_ttl_s)
+        self.leases = ledger.leases(self.instance, config.service.lease_ttl_s)
         self.rses = InstanceRSEs(config, sources)
         self.hook: Hook = hook or (lambda step, rse: None)  # told each step of a run (STEPS), the batch's too
         self.watch: Optional[Hook] = None  # the cycle's own (its hold, loop.py): told each step before the hook
@@ -318,7 +318,7 @@ class Runner:
                    progress: Optional[planner.ProgressFn] = None, count_guards: bool = True) -> planner.Plan:
         """Open the RSE's dump and plan it into `out` with the configuration in force."""
         # A throttled RSE releases its oldest dataset directories first: when the ledger first saw each.
-        first_seen = ages.first_seen(self.ledger.db, rse) if limits_for(self.config, rse).max_files_per_cycle else None
+        first_seen = self.ledger.dataset_ages(rse) if limits_for(self.config, rse).max_files_per_cycle else None
         with self.sources.open_dump(rse) as dump:
             return planner.plan(rse, iter_chunks(dump), protected, self.config, out, stats=scan,
                                 previous_protected_count=baseline, progress=progress, count_guards=count_guards,
