@@ -17,6 +17,7 @@ from pymongo.database import Database
 from MSUnmerged.ledger import Ledger, job_id
 from MSUnmerged.ledger import buckets as bk
 from MSUnmerged.ledger import records
+from MSUnmerged.seal import PlanReader
 from test_ledger_store import GEN, RSE, make_plan
 
 pytestmark = pytest.mark.integration
@@ -62,7 +63,7 @@ def a_recorded_job(tmp_path: Path, db: Database) -> tuple[Ledger, str, list[str]
     """A ledger with a plan recorded, one of its jobs and that job's files."""
     ledger = Ledger(db)
     ledger.ensure_indexes()
-    ledger.record_plan(tmp_path / "plan", make_plan(tmp_path), GEN)
+    ledger.record_plan(PlanReader(tmp_path / "plan"), make_plan(tmp_path), GEN)
     job = job_id(RSE, GEN, 1, 2)
     return ledger, job, ledger.job_lfns(job)
 
@@ -95,7 +96,7 @@ def test_directory_pages_read_their_ancestors_buckets_by_the_index_fields_alone(
     for a filter with any other field (a state, a job)."""
     ledger = Ledger(mongo_db)
     ledger.ensure_indexes()
-    ledger.record_plan(tmp_path / "plan", make_plan(tmp_path), GEN)
+    ledger.record_plan(PlanReader(tmp_path / "plan"), make_plan(tmp_path), GEN)
     everything = ledger.file_records()
     prefix = "/store/unmerged/Era/P1/RAW/Proc-v1/000/001/"
     assert mongo_db.buckets.count_documents({"dir": prefix.rsplit("/", 2)[0]})  # packed: held by the parent's buckets
@@ -117,11 +118,11 @@ def test_directory_pages_read_their_ancestors_buckets_by_the_index_fields_alone(
 def test_serve_view_keeps_the_current_generation_for_its_ttl(tmp_path: Path, mongo_db: Database) -> None:
     ledger = Ledger(mongo_db, generations_kept=2)
     ledger.ensure_indexes()
-    ledger.record_plan(tmp_path / "1" / "plan", make_plan(tmp_path / "1"), GEN)
+    ledger.record_plan(PlanReader(tmp_path / "1" / "plan"), make_plan(tmp_path / "1"), GEN)
     kept, fresh = Ledger(mongo_db).view(3600.0), Ledger(mongo_db).view()
     for view in (kept, fresh):
         assert {r["gen"] for r in view.files(RSE, None, None, None, None, None, 10)} == {GEN}
-    ledger.record_plan(tmp_path / "2" / "plan", make_plan(tmp_path / "2"), GEN + 1)
+    ledger.record_plan(PlanReader(tmp_path / "2" / "plan"), make_plan(tmp_path / "2"), GEN + 1)
     assert {r["gen"] for r in fresh.files(RSE, None, None, None, None, None, 10)} == {GEN + 1}
     assert {r["gen"] for r in kept.files(RSE, None, None, None, None, None, 10)} == {GEN}  # within its ttl
     assert list(kept.files("T2_XX_None", None, None, None, None, None, 10)) == []
@@ -171,7 +172,7 @@ def test_a_directory_page_reads_no_ancestor_bucket_above_the_generation_s_pack_f
     with the floor not known (a generation given by the caller) every ancestor is read; the records are the same."""
     ledger = Ledger(mongo_db)
     ledger.ensure_indexes()
-    ledger.record_plan(tmp_path / "plan", make_plan(tmp_path), GEN)
+    ledger.record_plan(PlanReader(tmp_path / "plan"), make_plan(tmp_path), GEN)
     everything = ledger.file_records()
     dataset, packed = "/store/unmerged/Era/P1/RAW/Proc-v1/", "/store/unmerged/Era/P1/RAW/Proc-v1/000/001/"
     assert ledger.current_generation(RSE) == (GEN, 7)  # planner.dir_floor_depth's default, as the entry records it

@@ -207,8 +207,8 @@ class Runner:
                 return self._guarded(rse, result, plan.guard, plan.guard_detail)
             # The list read from WMStats now is the service's own: it may lower the baseline as
             # generations rotate out (workflows finish); an operator's list at apply never does.
-            self.ledger.record_plan(plan_dir, plan, decision.generation, baseline_count=len(protection),
-                                    sealed=sealed, max_lfn_length=self.config.planner.max_lfn_length,
+            self.ledger.record_plan(seal.PlanReader(plan_dir, sealed, self.config.planner.max_lfn_length), plan,
+                                    decision.generation, baseline_count=len(protection),
                                     scan_started=plan.scan_started, floor_depth=self.config.planner.dir_floor_depth)
             self._step("recorded", rse)
         else:
@@ -405,8 +405,8 @@ class Runner:
             return self._guarded(rse, result, guard.reason, guard.detail)
         self._step("planned", rse)  # the plan checked: its seal, the dump planned again, the comparison
         # An operator's list never lowers the baseline (the plan's own count is never used).
-        self.ledger.record_plan(plan_dir, plan, generation, baseline_count=max(baseline or 0, len(protection)),
-                                sealed=sealed, max_lfn_length=self.config.planner.max_lfn_length,
+        self.ledger.record_plan(seal.PlanReader(plan_dir, sealed, self.config.planner.max_lfn_length), plan,
+                                generation, baseline_count=max(baseline or 0, len(protection)),
                                 scan_started=now.scan_started, floor_depth=self.config.planner.dir_floor_depth)
         self._step("recorded", rse)
         result.dropped_protected = self.ledger.drop_protected(rse, generation, protection)
