@@ -8,8 +8,8 @@ its own module, all on one database handle (base.py):
   counters.py   files and jobs per state, the RSE's counters
   cycles.py     polling cycles and their `meta` document
   reads.py      the operators' pages (view.py shapes them for the service face)
-Its view, leases and trigger request ids are built from it (`view`, `leases`, `request_ids`): nothing outside
-ledger/ touches the database.
+Its view, leases, trigger request ids, dataset ages and ping are its own (`view`, `leases`, `request_ids`,
+`dataset_ages`, `ping`): nothing outside ledger/ touches the database.
 
 Collections (see docs/ledger.md):
   rses          one document per RSE: state, reason, kept generations, counters, last events
