@@ -24,6 +24,7 @@ from MSUnmerged import planner  # noqa: E402
 from MSUnmerged.config import Config  # noqa: E402
 from MSUnmerged.embedded_mongo import EmbeddedMongo  # noqa: E402
 from MSUnmerged.ledger import Ledger, buckets, gen_key, job_id  # noqa: E402
+from MSUnmerged.seal import PlanReader  # noqa: E402
 
 RSE = "T1_US_FNAL_Disk"
 GEN = 1_700_000_000.0
@@ -91,11 +92,11 @@ def main() -> int:
         ledger = Ledger(client["bench_ledger"])
         ledger.ensure_indexes()
         t = time.perf_counter()
-        recorded = ledger.record_plan(work / "plan", plan, GEN)
+        recorded = ledger.record_plan(PlanReader(work / "plan"), plan, GEN)
         t_ledger = time.perf_counter() - t
         assert recorded == n == ledger.count_files(RSE, GEN, ["planned"]), (recorded, n)
         t = time.perf_counter()
-        ledger.record_plan(work / "plan", plan, GEN)  # crash-repeat: every record already there
+        ledger.record_plan(PlanReader(work / "plan"), plan, GEN)  # crash-repeat: every record already there
         t_repeat = time.perf_counter() - t
 
         # The collector's sink: whole reports of round-1 jobs (every 20th file failed: a row), timed together.

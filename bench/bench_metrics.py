@@ -48,10 +48,8 @@ import bench_rest  # noqa: E402
 import ledgersim  # noqa: E402
 
 from MSUnmerged import embedded_mongo  # noqa: E402
-from MSUnmerged.config import Config  # noqa: E402
+from MSUnmerged.config import EVENTS_KEPT, Config  # noqa: E402
 from MSUnmerged.ledger import Ledger  # noqa: E402
-from MSUnmerged.ledger.base import EVENTS_KEPT  # noqa: E402
-from MSUnmerged.ledger.view import MongoLedgerView  # noqa: E402
 from MSUnmerged.rest import metrics  # noqa: E402
 
 TARGET_MS = 50.0
@@ -123,11 +121,15 @@ def render_with(src: str, url: str, scrapes: int, server: int) -> dict[str, floa
     code = ("import json, sys, time, statistics\n"
             "from pymongo import MongoClient\n"
             "from MSUnmerged.config import Config\n"
+            "from MSUnmerged.ledger import Ledger\n"
             "from MSUnmerged.ledger.view import MongoLedgerView\n"
             "from MSUnmerged.rest import metrics\n"
             "from procstat import cpu_s\n"
             "server_cpu = lambda: cpu_s(sys.argv[3])\n"
-            "view, config, walls = MongoLedgerView(MongoClient(sys.argv[1]).msunmerged), Config(), []\n"
+            "db = MongoClient(sys.argv[1]).msunmerged\n"
+            "# A checkout from before the ledger built its view (issue 40) builds it from the database.\n"
+            "view = Ledger(db).view() if hasattr(Ledger, 'view') else MongoLedgerView(db)\n"
+            "config, walls = Config(), []\n"
             "n, cpu, served = int(sys.argv[2]), time.process_time(), server_cpu()\n"
             "for _ in range(n):\n"
             "    t = time.perf_counter(); metrics.render(view, config); walls.append((time.perf_counter() - t) * 1000)\n"
@@ -182,7 +184,7 @@ def main() -> int:
             found["render_before_as_found"] = render_with(args.before, url, args.scrapes, proc.pid)
         Ledger(db).ensure_indexes()  # serve's start-up (cuts RSE documents written with more events)
         found["events_per_rse"] = events_per_rse(db)
-        view, config = MongoLedgerView(db), Config()
+        view, config = Ledger(db).view(), Config()
         gauge = sum(x.value for f in text_string_to_metric_families(metrics.render(view, config))
                     if f.name == "msunmerged_jobs" for x in f.samples)
         if gauge != jobs:  # the counts per RSE must be the job documents, or the timing means nothing

@@ -45,7 +45,6 @@ from pymongo import monitoring  # noqa: E402
 from MSUnmerged import sample  # noqa: E402
 from MSUnmerged.config import Config  # noqa: E402
 from MSUnmerged.ledger import LIVE_JOB_STATES  # noqa: E402
-from MSUnmerged.ledger.view import MongoLedgerView  # noqa: E402
 from MSUnmerged.rest import metrics  # noqa: E402
 from MSUnmerged.sources.offline import OfflineSources  # noqa: E402
 from MSUnmerged.wiring import build_service  # noqa: E402
@@ -260,7 +259,7 @@ def one_cycle(data: Path, spread: list[tuple[int, int]], parallel_rses: int | No
                               for lines, v in sorted(per_size.items(), reverse=True)}
             # Workers are not counted: a forked child's ru_maxrss starts at its parent's, so it says nothing of them.
             row["peak_rss_mib"] = {"serve": vm_hwm_mib("self"), "secantusdb": vm_hwm_mib(db_pid)}
-            view = MongoLedgerView(service.ledger.db)
+            view = service.ledger.view()
             walls = []
             for _ in range(10):
                 m = time.perf_counter()

@@ -347,7 +347,7 @@ def main() -> int:
         load_s, target = load(Ledger(db), args.files, work, args.cycles)
         proc, port = start_serve({"MSUNMERGED_MONGO__URL": url}, work / "serve.log", args.cache_ttl)
         procs.append(proc)
-        rows = measure(MongoLedgerView(db), port, target, args.clients, args.seconds, args.requests)
+        rows = measure(Ledger(db).view(), port, target, args.clients, args.seconds, args.requests)
         print(f"\n~{args.files:,} files over {N_RSES} RSEs (load {load_s:.0f} s), {args.clients} clients, cache_ttl_s "
               f"{args.cache_ttl}, load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} cores shared by generator, "
               f"server and database\n")

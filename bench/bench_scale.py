@@ -46,8 +46,7 @@ import ledgersim  # noqa: E402
 from MSUnmerged import sample  # noqa: E402
 from MSUnmerged.config import Config  # noqa: E402
 from MSUnmerged.jobs.backend import JobState  # noqa: E402
-from MSUnmerged.ledger import LIVE_JOB_STATES  # noqa: E402
-from MSUnmerged.ledger.view import MongoLedgerView  # noqa: E402
+from MSUnmerged.ledger import LIVE_JOB_STATES, Ledger  # noqa: E402
 from MSUnmerged.service import STEPS  # noqa: E402
 from MSUnmerged.sources.offline import OfflineSources  # noqa: E402
 from MSUnmerged.wiring import build_service  # noqa: E402
@@ -254,7 +253,7 @@ def measure_queries(db: Any, state: Path, work: Path, target: Any, clients: list
             **({"rest (before)": old[0].pid} if old else {})}
     try:
         return [row for n in clients for row in bench_rest.measure(
-            MongoLedgerView(db), port, target, n, seconds, pages_only=pages_only, before_port=old and old[1],
+            Ledger(db).view(), port, target, n, seconds, pages_only=pages_only, before_port=old and old[1],
             pids=pids)]
     finally:
         bench_rest.stop(proc)

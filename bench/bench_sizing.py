@@ -42,7 +42,6 @@ import ledgersim  # noqa: E402
 
 from MSUnmerged.embedded_mongo import EmbeddedMongo  # noqa: E402
 from MSUnmerged.ledger import Ledger  # noqa: E402
-from MSUnmerged.ledger.view import MongoLedgerView  # noqa: E402
 
 WRITES = ("insert", "update", "delete", "findAndModify")
 READS = ("find", "aggregate", "count", "distinct")
@@ -156,7 +155,7 @@ def simulate(db: Any, traffic: Traffic, rses: int, lines: int, work: Path) -> di
     # Operator queries on the first RSE, their read commands captured and explained.
     job = round_jobs(1)[0]
     target = bench_rest.find_target(ledger, names[0], job)
-    view = MongoLedgerView(db)
+    view = Ledger(db).view()
     plans = []
     for name, _path, call in bench_rest.operator_queries(target):
         traffic.capture = []

@@ -16,6 +16,7 @@ from MSUnmerged.config import Config  # noqa: E402
 from MSUnmerged.dumpreader import iter_chunks  # noqa: E402
 from MSUnmerged.jobs.backend import JobState  # noqa: E402
 from MSUnmerged.ledger import DirState, FileState, Ledger  # noqa: E402
+from MSUnmerged.seal import PlanReader  # noqa: E402
 
 # Per 100 files of a collected job: 2 failed (3 classes in turn), 3 missing, 1 not reported (the job's
 # close makes it unknown), the rest deleted with a size.
@@ -73,7 +74,7 @@ def record_sample(ledger: Ledger, rse: str, lines: int, work: Path, generation: 
     dump.unlink()
     assert not plan.guard, plan.guard_detail
     t = time.perf_counter()
-    ledger.record_plan(work / f"plan-{rse}", plan, generation)
+    ledger.record_plan(PlanReader(work / f"plan-{rse}"), plan, generation)
     return plan, time.perf_counter() - t
 
 

@@ -85,7 +85,7 @@ def test_file_and_environment(tmp_path):
     ("[rest]\naudit_log_max_bytes = 100\n", {}, "rest.audit_log_max_bytes"),
     ("[rest]\nmax_connections_per_client = 0\n", {}, "rest.max_connections_per_client"),
     ("[rest]\ndb_dead_s = 5\n", {}, "rest.db_dead_s"),
-    # An RSE document keeps its last 10 events (ledger.base.EVENTS_KEPT): more repeats could never be counted.
+    # An RSE document keeps its last 10 events (config.EVENTS_KEPT): more repeats could never be counted.
     ("[alerts]\nguard_repeats = 11\n", {}, "alerts.guard_repeats"),
 ])
 def test_errors_name_the_key(tmp_path, text, env, key):

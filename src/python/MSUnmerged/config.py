@@ -18,6 +18,11 @@ from MSUnmerged.worker.pfn import LAYOUTS as PFN_LAYOUTS, form_problem as pfn_fo
 
 ENV_PREFIX = "MSUNMERGED_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+# Skips and failures kept in an RSE's ledger document: the ones every reader shows (REST API, page, CLI, alerts),
+# and the most repeats `alerts.guard_repeats` can count. Each scrape reads every RSE document whole (SecantusDB loads
+# a document whole whatever the projection), so no more: the longer history is each polling cycle's per-RSE result
+# (ledger/cycles.py). Here, below the ledger, so that both the ledger and this module's checks read it.
+EVENTS_KEPT = 10
 # Package data: in the tree a link to etc/msunmerged.toml (the documented defaults), in a wheel its copy.
 DEFAULT_CONFIG = resources.files("MSUnmerged") / "msunmerged.toml"
 
@@ -552,7 +557,6 @@ def _validate(cfg: Config) -> None:
          "alerts.alertmanager_url", "must be empty or an http(s):// URL")
     need(bool(a.service), "alerts.service", "must not be empty")
     need(a.stall_days > 0, "alerts.stall_days", "must be > 0")
-    from MSUnmerged.ledger.base import EVENTS_KEPT  # here: the ledger package imports this module
     need(1 <= a.guard_repeats <= EVENTS_KEPT, "alerts.guard_repeats",
          f"must be between 1 and {EVENTS_KEPT} (the events an RSE document keeps)")
     need(a.expire_cycles >= 1, "alerts.expire_cycles", "must be >= 1")

@@ -6,7 +6,7 @@ read it (its bytes as read from the source to its end: the compressed bytes of a
 `sha256sum` of the file gives), the sha256 of the protected list (its normalised bases, sorted, one
 per line), the guards in force, and `digest`: the sha256 of all of that. The planner takes a job
 file's entry from the bytes it writes, never from the disk, so that an edit made at any time after
-the planner wrote the file is refused wherever the plan is used (`verify`, and the ledger when it
+the planner wrote the file is refused wherever the plan is used (`verify`, and `PlanReader` as the ledger
 records each jobs file). The seal is a check against edits and mistakes, not a signature: whoever
 can write the plan directory could reseal it; the guards and the LFN checks at apply do not depend on it.
 """
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Optional
 
-from MSUnmerged.config import GuardConfig
+from MSUnmerged.config import GuardConfig, PlannerConfig
 from MSUnmerged.guards import PLAN_MODIFIED, GuardTripped, check_plan_lines
 from MSUnmerged.lfn import PrefixSet
 
@@ -96,6 +96,41 @@ class Seal:
         if self._lines_checked.get(rel) != max_length:
             check_plan_lines(data, max_length, rel)
             self._lines_checked[rel] = max_length
+
+
+@dataclass
+class PlanReader:
+    """A plan directory's jobs files as the ledger records them (Ledger.record_plan): each file is checked when it
+    is read, against `sealed` (its sealed content, then every line a canonical LFN below /store/unmerged), or,
+    for a plan without a seal, every line alone; GuardTripped(plan_modified) else."""
+
+    plan_dir: Path
+    sealed: Optional[Seal] = None
+    max_length: int = PlannerConfig.max_lfn_length
+
+    def jobs(self, names: Iterable[str]) -> Iterator[list[str]]:
+        """The LFNs of each jobs file named, in order, read as bytes and split on b"\\n" only, each list once its
+        file passed the check."""
+        for name in names:
+            rel = f"{JOBS_DIR}/{name}"
+            data = (self.plan_dir / rel).read_bytes()
+            if self.sealed is not None:
+                self.sealed.check_plan_file(rel, data, self.max_length)
+            else:
+                check_plan_lines(data, self.max_length, rel)
+            # Decoded whole, then split: b"\n" is never part of a UTF-8 sequence, and surrogateescape decodes
+            # each other byte alike wherever the lines are cut (guards.split_lines' lines, decoded one by one).
+            lfns = data.decode("utf-8", errors="surrogateescape").split("\n")
+            if lfns[-1] == "":
+                lfns.pop()
+            yield lfns
+
+    def sealed_fields(self) -> dict[str, Any]:
+        """What a generation's entry keeps of the seal: its digest (the same plan recognised) and dirs.txt's
+        sha256 (checked before each use); none for a plan without a seal."""
+        if self.sealed is None:
+            return {}
+        return {"seal": self.sealed.digest, "dirs_sha256": self.sealed.files[DIRS_NAME]["sha256"]}
 
 
 def _plan_files(plan_dir: Path) -> list[str]:

@@ -14,7 +14,6 @@ from MSUnmerged.guards import UNKNOWN_RSE
 from MSUnmerged.jobs.router import RoutingBackend
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.ledger.connect import open_client
-from MSUnmerged.ledger.requestids import RequestIds
 from MSUnmerged.rest.triggers import TriggerMode, TriggerQueue, TriggerRefused
 from MSUnmerged.service import Runner, Service, UnknownRSE
 from MSUnmerged.sites import RSEAttributes, resolve_site
@@ -88,12 +87,11 @@ def serve(config: Config, service: Service, port: Optional[int] = None) -> None:
     service's instance (thread_id) even when the configuration leaves it to the host name and PID."""
     from MSUnmerged.dbwatch import DatabaseWatch  # the REST side is loaded by serve only
     from MSUnmerged.embedded_mongo import EmbeddedMongo
-    from MSUnmerged.ledger.view import MongoLedgerView
     from MSUnmerged.rest import app
 
     config = dataclasses.replace(config, service=dataclasses.replace(config.service, instance=service.instance))
     triggers = TriggerWorker(service)
-    request_ids = RequestIds(service.ledger.db, config.rest.replay_window_s)
+    request_ids = service.ledger.request_ids(config.rest.replay_window_s)
     request_ids.ensure_index()
     queue = TriggerQueue(triggers.run, request_ids.claim, check=triggers.admit)
     watch = DatabaseWatch(lambda: ping(service.ledger), None if config.mongo.url else
@@ -101,7 +99,7 @@ def serve(config: Config, service: Service, port: Optional[int] = None) -> None:
     loop = threading.Thread(target=service.serve, name="msunmerged-loop", daemon=True)
     loop.start()
     try:
-        app.start(config, MongoLedgerView(service.ledger.db, config.rest.cache_ttl_s), queue, port=port, watch=watch)
+        app.start(config, service.ledger.view(config.rest.cache_ttl_s), queue, port=port, watch=watch)
         app.block()
     finally:
         app.stop()
@@ -116,7 +114,7 @@ def ping(ledger: Ledger) -> None:
     """The watch's question to the ledger database, answered within PING_S."""
     import pymongo
     with pymongo.timeout(PING_S):
-        ledger.db.client.admin.command("ping")
+        ledger.ping()
 
 
 def serve_private(config: Config, sources: Optional[Sources] = None, port: Optional[int] = None) -> None:

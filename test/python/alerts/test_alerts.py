@@ -165,7 +165,7 @@ def test_push_reaches_alertmanager_then_resolves(mongo_db: Database, alertmanage
     before = time.time()
     ledger = failing_ledger(mongo_db, started_ago=3600)
     config = alerting_config(alertmanager.push_url)
-    notifier = Notifier(config, MongoLedgerView(mongo_db))
+    notifier = Notifier(config, Ledger(mongo_db).view())
     assert notifier.after_cycle() == 2
     got = {a["labels"]["alertname"]: a for a in alertmanager.alerts(partition="t1")}
     assert set(got) == {"MSUnmergedCyclesFailing", "MSUnmergedRSEStalled"}
@@ -206,15 +206,15 @@ def test_push_reaches_alertmanager_then_resolves(mongo_db: Database, alertmanage
 def test_a_new_ledger_does_not_alert_at_its_first_failure(mongo_db: Database) -> None:
     failing_ledger(mongo_db, started_ago=0)  # failing, but for less than alert_after_cycles intervals
     config = alerting_config("http://127.0.0.1:9/api/v2/alerts")
-    alerts = Notifier(config, MongoLedgerView(mongo_db)).current()
+    alerts = Notifier(config, Ledger(mongo_db).view()).current()
     assert kinds(alerts) == ["rse_guarded"]
 
 
 class BriefSpy(MongoLedgerView):
     """The real view, noting the `brief` of each health() asked of it."""
 
-    def __init__(self, db: Database) -> None:
-        super().__init__(db)
+    def __init__(self, ledger: Ledger) -> None:
+        super().__init__(ledger)
         self.asked: list[bool] = []
 
     def health(self, stale_after_s: float, brief: bool = False) -> dict[str, Any]:
@@ -227,7 +227,7 @@ def test_the_notifier_reads_the_brief_health_and_decides_alike(mongo_db: Databas
     """Alerts need only what the brief health keeps (the /metrics read): the same alerts as from the full one."""
     failing_ledger(mongo_db, started_ago=3600)
     config = alerting_config("http://127.0.0.1:9/api/v2/alerts")
-    view = BriefSpy(mongo_db)
+    view = BriefSpy(Ledger(mongo_db))
     alerts = Notifier(config, view).current()
     assert view.asked == [True]
     full = evaluate(view.health(config.service.stale_after_s), view.rses(), config.alerts, time.time())
@@ -241,7 +241,7 @@ def test_an_unreachable_alertmanager_is_one_log_line(mongo_db: Database, caplog:
     failing_ledger(mongo_db, started_ago=3600)
     config = alerting_config(f"http://127.0.0.1:{free_port()}/api/v2/alerts")
     caplog.set_level(logging.WARNING, logger="MSUnmerged.alerts")
-    assert Notifier(config, MongoLedgerView(mongo_db)).after_cycle() == 0
+    assert Notifier(config, Ledger(mongo_db).view()).after_cycle() == 0
     (line,) = [r.getMessage() for r in caplog.records]
     assert "did not take 2 alerts" in line and "Connection refused" in line
 
@@ -249,7 +249,7 @@ def test_an_unreachable_alertmanager_is_one_log_line(mongo_db: Database, caplog:
 @pytest.mark.integration
 def test_metrics_carry_the_same_decisions_from_the_start(mongo_db: Database) -> None:
     config = alerting_config("")
-    view = MongoLedgerView(mongo_db)
+    view = Ledger(mongo_db).view()
     empty = {(m.name, tuple(sorted(s.labels.items()))): s.value
              for m in text_string_to_metric_families(metrics.render(view, config)) for s in m.samples}
     # Before any cycle: every cycle gauge is there (a rule on an absent series never fires).
@@ -268,7 +268,7 @@ def test_metrics_carry_the_same_decisions_from_the_start(mongo_db: Database) -> 
     down = {(m.name, tuple(sorted(s.labels.items()))): s.value
             for m in text_string_to_metric_families(metrics.render_down(config, True)) for s in m.samples}
     assert down[("msunmerged_info", info)] == 1 and down[("msunmerged_ledger_up", ())] == 0
-    assert "# TYPE msunmerged_rse_alert gauge" in metrics.render(MongoLedgerView(mongo_db.client["t_empty_x"]),
+    assert "# TYPE msunmerged_rse_alert gauge" in metrics.render(Ledger(mongo_db.client["t_empty_x"]).view(),
                                                                 config)
 
 
@@ -285,7 +285,7 @@ def test_shipped_rules_pass_promtool_and_name_exposed_metrics(mongo_db: Database
                          timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
     failing_ledger(mongo_db, started_ago=3600)
-    exposed = metric_names(metrics.render(MongoLedgerView(mongo_db), alerting_config("")))
+    exposed = metric_names(metrics.render(Ledger(mongo_db).view(), alerting_config("")))
     groups = yaml.safe_load(rules.read_text())["groups"]
     exprs = [r["expr"] for g in groups for r in g["rules"]]
     named = {w for e in exprs for w in re.findall(r"msunmerged_[a-z_]+", e)}
@@ -308,7 +308,7 @@ def test_grafana_dashboard_queries_exposed_metrics(mongo_db: Database) -> None:
     exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
     assert len(exprs) >= 8 and board["title"] and board["uid"]
     failing_ledger(mongo_db, started_ago=3600)
-    exposed = metric_names(metrics.render(MongoLedgerView(mongo_db), alerting_config("")))
+    exposed = metric_names(metrics.render(Ledger(mongo_db).view(), alerting_config("")))
     named = {w for e in exprs for w in re.findall(r"msunmerged_[a-z_]+", e)}
     assert named <= exposed | {"msunmerged_cycle_failures_total"}, named - exposed
     assert board["templating"]["list"][1]["query"] == "label_values(msunmerged_info, partition)"

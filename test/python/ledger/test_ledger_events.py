@@ -13,7 +13,6 @@ from MSUnmerged.alerts.rules import AlertKind, evaluate
 from MSUnmerged.config import AlertsConfig
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.ledger.base import EVENTS_KEPT, state_update
-from MSUnmerged.ledger.view import MongoLedgerView
 from MSUnmerged.statemachine import RSEState
 
 pytestmark = pytest.mark.integration
@@ -47,13 +46,13 @@ def test_an_rse_keeps_its_last_events_newest_last(mongo_db: Database) -> None:
     ledger.set_rse_state("T2_XX_Skip", RSEState.RUNNING)  # no reason: no event
     kept = mongo_db.rses.find_one({"_id": "T2_XX_Skip"})["events"]
     assert [e["detail"] for e in kept] == [f"skip {i}" for i in range(6, EVENTS_KEPT + 5)] + ["the last one"]
-    shown = MongoLedgerView(mongo_db).rse("T2_XX_Skip")
+    shown = Ledger(mongo_db).view().rse("T2_XX_Skip")
     assert shown is not None and shown["events"] == kept and shown["state"] == RSEState.RUNNING
 
 
 def test_a_ledger_of_the_older_code_reads_the_same_and_is_cut_at_start_up(mongo_db: Database) -> None:
     written = old_ledger(mongo_db)
-    view = MongoLedgerView(mongo_db)
+    view = Ledger(mongo_db).view()
     before = view.rses()  # read as it is: the last EVENTS_KEPT shown, as the older code showed them
     assert {r["name"]: r["events"] for r in before} == {n: e[-EVENTS_KEPT:] for n, e in written.items()}
     cfg, now = AlertsConfig(), time.time()

@@ -10,6 +10,7 @@ from pymongo.database import Database
 
 from MSUnmerged.ledger import Ledger, fences, records
 from MSUnmerged.ledger import buckets as bk
+from MSUnmerged.seal import PlanReader
 from test_ledger_store import GEN, RSE, make_plan
 
 IDS = [f"b{i:03d}" for i in range(100)]
@@ -54,7 +55,7 @@ def test_recorded_plan_has_complete_fences_read_once_and_pruned(tmp_path: Path, 
     plan = make_plan(tmp_path)
     ledger = Ledger(mongo_db, generations_kept=1)
     ledger.ensure_indexes()
-    ledger.record_plan(tmp_path / "plan", plan, GEN)
+    ledger.record_plan(PlanReader(tmp_path / "plan"), plan, GEN)
     bucket_ids = sorted(d["_id"] for d in mongo_db.buckets.find({}, {"_id": 1}))
     reader = fences.FenceCache(mongo_db.fences)
     assert reader.get(RSE, GEN) == bucket_ids
@@ -67,8 +68,8 @@ def test_recorded_plan_has_complete_fences_read_once_and_pruned(tmp_path: Path, 
         ids = [d["_id"] for d in ledger.file_records() if d["job"] == job["_id"]]
         ids += [d["_id"] for d in mongo_db.buckets.find({"job": job["_id"]}, {"_id": 1})]
         assert ids and first == min(ids) and last == max(ids)
-    ledger.record_plan(tmp_path / "plan", plan, GEN)  # repeated after a crash: written again
-    ledger.record_plan(tmp_path / "2" / "plan", make_plan(tmp_path / "2"), GEN + 1)
+    ledger.record_plan(PlanReader(tmp_path / "plan"), plan, GEN)  # repeated after a crash: written again
+    ledger.record_plan(PlanReader(tmp_path / "2" / "plan"), make_plan(tmp_path / "2"), GEN + 1)
     assert {d["gen"] for d in mongo_db.fences.find()} == {GEN + 1}
 
 
@@ -108,7 +109,7 @@ def test_a_page_reads_one_window_not_the_rest_of_the_generation(tmp_path: Path, 
     one directory a bucket (a generation recorded before packing) and with packed directories."""
     monkeypatch.setattr(bk, "PACK_NAMES", pack)
     Ledger(mongo_db).ensure_indexes()
-    Ledger(mongo_db).record_plan(tmp_path / "plan", make_plan(tmp_path, files=3000), GEN)
+    Ledger(mongo_db).record_plan(PlanReader(tmp_path / "plan"), make_plan(tmp_path, files=3000), GEN)
     reads = BucketReads()
     with MongoClient(mongo_url, event_listeners=[reads]) as client:
         ledger = Ledger(client[mongo_db.name])
@@ -126,7 +127,7 @@ def test_a_page_reads_one_window_not_the_rest_of_the_generation(tmp_path: Path, 
 def test_directory_pages_read_in_windows_give_every_record_once(tmp_path: Path, mongo_db: Database) -> None:
     ledger = Ledger(mongo_db)
     ledger.ensure_indexes()
-    ledger.record_plan(tmp_path / "plan", make_plan(tmp_path, files=3000), GEN)
+    ledger.record_plan(PlanReader(tmp_path / "plan"), make_plan(tmp_path, files=3000), GEN)
     for n, job in enumerate(mongo_db.jobs.find()):
         lfns = ledger.job_lfns(job["_id"], states=None)
         dirs = sorted({lfn.rsplit("/", 1)[0] for lfn in lfns} | {lfn.rsplit("/", 2)[0] for lfn in lfns})
@@ -190,7 +191,7 @@ def test_a_page_asked_again_reads_the_window_that_held_it(tmp_path: Path, mongo_
     ledger = Ledger(mongo_db)
     ledger.ensure_indexes()
     monkeypatch.setattr(bk, "PACK_NAMES", 1)  # one directory a bucket: many buckets, as recorded before packing
-    ledger.record_plan(tmp_path / "plan", make_plan(tmp_path, files=6000, dirs=40), GEN)
+    ledger.record_plan(PlanReader(tmp_path / "plan"), make_plan(tmp_path, files=6000, dirs=40), GEN)
     assert mongo_db.buckets.count_documents({}) > 4 * records.FIRST_ROW_BUCKETS
     jobs = sorted(mongo_db.jobs.find(), key=lambda j: j["span"][0])
 

@@ -14,7 +14,8 @@ from MSUnmerged.config import Config
 from MSUnmerged.drainstatus import Waiting, drain, rate
 from MSUnmerged.ledger import Ledger, job_id, pending_dirs, slices
 from MSUnmerged.ledger.states import LIVE_JOB_STATES, JobState
-from MSUnmerged.ledger.view import JOB_STATES, MongoLedgerView
+from MSUnmerged.ledger.view import JOB_STATES
+from MSUnmerged.seal import PlanReader
 
 pytestmark = pytest.mark.integration
 RSE = "T2_FR_JobView"
@@ -42,9 +43,9 @@ def test_an_older_dumps_unsubmitted_jobs_are_superseded_out_of_the_live_counts(t
                                                                                 mongo_db: Database) -> None:
     ledger = Ledger(mongo_db, generations_kept=2)
     ledger.ensure_indexes()
-    ledger.record_plan(tmp_path / "a", make_plan(tmp_path, "a", sliced=True), GEN)
+    ledger.record_plan(PlanReader(tmp_path / "a"), make_plan(tmp_path, "a", sliced=True), GEN)
     submit(ledger, [job_id(RSE, GEN, 1, n) for n in (1, 2)])  # slice 1 went out; slices 2 and 3 never did
-    ledger.record_plan(tmp_path / "b", make_plan(tmp_path, "b", files=300), GEN + 100)
+    ledger.record_plan(PlanReader(tmp_path / "b"), make_plan(tmp_path, "b", files=300), GEN + 100)
     old = {d["_id"]: d for d in mongo_db.jobs.find({"gen": GEN})}
     assert [old[job_id(RSE, GEN, 1, n)]["state"] for n in range(1, 6)] == \
         ["queued", "queued", "superseded", "superseded", "superseded"]
@@ -66,7 +67,7 @@ def test_a_job_closed_as_collected_by_older_code_reads_finished(mongo_db: Databa
 def test_counts_keep_the_drain_samples_and_the_slices_not_released(tmp_path: Path, mongo_db: Database) -> None:
     ledger = Ledger(mongo_db)
     ledger.ensure_indexes()
-    ledger.record_plan(tmp_path / "a", make_plan(tmp_path, "a", sliced=True), GEN)
+    ledger.record_plan(PlanReader(tmp_path / "a"), make_plan(tmp_path, "a", sliced=True), GEN)
     entry = slices.release_next(ledger, RSE, GEN)  # slice 1 of 3
     c = ledger.refresh_counters(RSE)
     assert (c["slice"], c["slices"], c["unreleased_files"], c["unreleased_jobs"], c["pending"]) == (1, 3, 500, 3, 900)
@@ -82,12 +83,12 @@ def test_counts_keep_the_drain_samples_and_the_slices_not_released(tmp_path: Pat
     ledger.refresh_counters(RSE)
     doc = ledger.rse(RSE)
     assert [x["n"] for x in doc["drained"]] == [0, 200] and rate(doc["drained"]) > 0
-    view = MongoLedgerView(mongo_db).rse(RSE)
+    view = Ledger(mongo_db).view().rse(RSE)
     d = drain(view, time.time(), 3600)
     assert d["waiting"] == Waiting.FOR_TOP_UP and d["backlog_files"] == 700 and d["next_slice_files"] == 400
     assert entry["released"] == 1
     # A new generation starts the samples again.
-    ledger.record_plan(tmp_path / "b", make_plan(tmp_path, "b", files=300), GEN + 100)
+    ledger.record_plan(PlanReader(tmp_path / "b"), make_plan(tmp_path, "b", files=300), GEN + 100)
     ledger.refresh_counters(RSE)
     assert [x["n"] for x in ledger.rse(RSE)["drained"]] == [0]
 
@@ -96,14 +97,14 @@ def test_directories_given_up_and_removed_by_directory_jobs_are_told_apart(tmp_p
                                                                            mongo_db: Database) -> None:
     ledger = Ledger(mongo_db)
     ledger.ensure_indexes()
-    ledger.record_plan(tmp_path / "a", make_plan(tmp_path, "a", files=200), GEN)
+    ledger.record_plan(PlanReader(tmp_path / "a"), make_plan(tmp_path, "a", files=200), GEN)
     coll = mongo_db[pending_dirs.COLLECTION]
     coll.insert_many([
         {"_id": f"{RSE}|/store/unmerged/Old/A", "rse": RSE, "dir": "/store/unmerged/Old/A", "since": GEN - 100,
          "tries": 4, "state": "permission_denied", "error": "EACCES on rmdir"},
         {"_id": f"{RSE}|/store/unmerged/Old/B", "rse": RSE, "dir": "/store/unmerged/Old/B", "since": GEN - 100,
          "tries": 1, "state": "not_empty", "error": ""}])
-    given = MongoLedgerView(mongo_db).given_up_dirs(RSE, 4)
+    given = Ledger(mongo_db).view().given_up_dirs(RSE, 4)
     assert [(g["dir"], g["state"], g["error"], g["tries"]) for g in given] == \
         [("/store/unmerged/Old/A", "permission_denied", "EACCES on rmdir", 4)]
     made = pending_dirs.plan_jobs(ledger, RSE, GEN, 4, 100, lambda d: True)  # B still has tries left

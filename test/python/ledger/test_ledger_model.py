@@ -16,7 +16,7 @@ from pymongo.database import Database
 from MSUnmerged.ledger import NOT_DELETED, RETRIABLE, FileState, Ledger, file_id, job_id
 from MSUnmerged.ledger import buckets as bk
 from MSUnmerged.lfn import PrefixSet
-from MSUnmerged.seal import JOBS_DIR
+from MSUnmerged.seal import JOBS_DIR, PlanReader
 
 pytestmark = pytest.mark.integration
 RSE = "T2_CH_Model"
@@ -86,7 +86,7 @@ def record(ledger: Ledger, tmp: Path, jobs: list[list[str]]) -> int:
     plan = SimpleNamespace(rse=RSE, guard=None, created=0.0, files_total=0, files_to_delete=0, files_protected=0,
                            files_excluded=0, files_invalid={}, dirs_removable=0, jobs=len(jobs), protected_count=1,
                            job_files=names, job_sizes=[len(j) for j in jobs])
-    return ledger.record_plan(tmp, plan, GEN)
+    return ledger.record_plan(PlanReader(tmp), plan, GEN)
 
 
 def answers(ledger: Ledger) -> dict[str, tuple[Any, ...]]:

@@ -20,7 +20,7 @@ from MSUnmerged.ledger import FileState, Ledger, file_id, job_id
 from MSUnmerged.ledger import buckets as bk
 from MSUnmerged.ledger import recording
 from MSUnmerged.lfn import PrefixSet
-from MSUnmerged.seal import JOBS_DIR
+from MSUnmerged.seal import JOBS_DIR, PlanReader
 
 pytestmark = pytest.mark.integration
 RSE = "T2_CH_Packs"
@@ -50,7 +50,7 @@ def write_plan(plan_dir: Path, jobs: list[list[str]], raw: Optional[list[bytes]]
 
 
 def record(ledger: Ledger, plan_dir: Path, jobs: list[list[str]], gen: float = GEN, floor: int = 7) -> int:
-    return ledger.record_plan(plan_dir, write_plan(plan_dir, jobs), gen, floor_depth=floor)
+    return ledger.record_plan(PlanReader(plan_dir), write_plan(plan_dir, jobs), gen, floor_depth=floor)
 
 
 def job_ids(jobs: list[list[str]], gen: float = GEN) -> list[str]:
@@ -130,7 +130,7 @@ def test_a_plan_line_that_is_not_utf8_is_refused_before_any_bucket(tmp_path: Pat
     good = [f"{DATASET}/000/a.root"]
     plan = write_plan(tmp_path, [good, good], raw=[f"{good[0]}\n".encode(), f"{DATASET}/000/b\xff.root\n".encode("latin-1")])
     with pytest.raises(GuardTripped):
-        ledger.record_plan(tmp_path, plan, GEN)
+        ledger.record_plan(PlanReader(tmp_path), plan, GEN)
     assert mongo_db.buckets.count_documents({}) == 0
 
 
@@ -300,10 +300,10 @@ def test_a_recording_repeated_with_another_plan_keeps_nothing_of_the_first(tmp_p
         m.setattr(recording, "RECORD_BATCH_FILES", 3)
         m.setattr(recording, "insert_ignoring_duplicates", crash_after(1))
         with pytest.raises(Crash):
-            ledger.record_plan(tmp_path, plan, GEN, sealed=sealed)
+            ledger.record_plan(PlanReader(tmp_path, sealed), plan, GEN)
     assert mongo_db.buckets.count_documents({}) == 1
     plan, sealed = sealed_plan(tmp_path, second)
-    ledger.record_plan(tmp_path, plan, GEN, sealed=sealed)
+    ledger.record_plan(PlanReader(tmp_path, sealed), plan, GEN)
     assert_manifests_are_the_plan(ledger, mongo_db, second)
     assert sorted(d["lfn"] for d in ledger.file_records()) == sorted(x for j in second for x in j)
     assert [g["seal"] for g in ledger.rse(RSE)["generations"]] == [sealed.digest]
@@ -316,11 +316,11 @@ def test_another_plan_s_recording_whose_job_started_is_refused_and_kept(tmp_path
     first = [[f"{DATASET}/000/{n}.root" for n in "abc"]]
     ledger = fresh(mongo_db)
     plan, sealed = sealed_plan(tmp_path, first)
-    ledger.record_plan(tmp_path, plan, GEN, sealed=sealed)
+    ledger.record_plan(PlanReader(tmp_path, sealed), plan, GEN)
     mongo_db.rses.update_one({"_id": RSE}, {"$set": {"recording": GEN}})
     mongo_db.jobs.update_one({}, {"$set": {"state": "queued"}})
     plan, other = sealed_plan(tmp_path, [first[0][1:]])
     with pytest.raises(GuardTripped, match="plan_outdated.*has started"):
-        ledger.record_plan(tmp_path, plan, GEN, sealed=other)
+        ledger.record_plan(PlanReader(tmp_path, other), plan, GEN)
     assert ledger.jobs_lfns(job_ids(first)) == {job_ids(first)[0]: first[0]}
     assert [g["seal"] for g in ledger.rse(RSE)["generations"]] == [sealed.digest]

@@ -16,6 +16,7 @@ from MSUnmerged.guards import PLAN_MODIFIED, GuardTripped
 from MSUnmerged.ledger import Ledger, LedgerError, job_id, recording, with_retry
 from MSUnmerged.ledger import buckets as bk
 from MSUnmerged.lfn import PrefixSet
+from MSUnmerged.seal import PlanReader
 
 pytestmark = pytest.mark.integration
 RSE = "T2_FR_Ledger"
@@ -35,9 +36,9 @@ def test_record_plan_twice_gives_the_same_records(tmp_path: Path, mongo_db: Data
     plan = make_plan(tmp_path)
     ledger = Ledger(mongo_db)
     ledger.ensure_indexes()
-    assert ledger.record_plan(tmp_path / "plan", plan, GEN) == 900
+    assert ledger.record_plan(PlanReader(tmp_path / "plan"), plan, GEN) == 900
     first = [{k: v for k, v in d.items() if k != "t"} for d in ledger.file_records()]
-    ledger.record_plan(tmp_path / "plan", plan, GEN)
+    ledger.record_plan(PlanReader(tmp_path / "plan"), plan, GEN)
     assert [{k: v for k, v in d.items() if k != "t"} for d in ledger.file_records()] == first
     assert mongo_db.jobs.count_documents({}) == plan.jobs == 5
     assert len(ledger.rse(RSE)["generations"]) == 1 and "recording" not in ledger.rse(RSE)
@@ -46,7 +47,7 @@ def test_record_plan_twice_gives_the_same_records(tmp_path: Path, mongo_db: Data
 def test_outcomes_are_idempotent_and_scoped_to_their_job(tmp_path: Path, mongo_db: Database) -> None:
     plan = make_plan(tmp_path)
     ledger = Ledger(mongo_db)
-    ledger.record_plan(tmp_path / "plan", plan, GEN)
+    ledger.record_plan(PlanReader(tmp_path / "plan"), plan, GEN)
     jid = job_id(RSE, GEN, 1, 1)
     lfns = ledger.job_lfns(jid)
     outcomes = [{"lfn": lfns[0], "state": "failed", "error_class": "permission_denied", "error": "EACCES"},
@@ -75,7 +76,7 @@ def crashed_rows(tmp_path: Path, mongo_db: Database) -> tuple[Ledger, str, list[
     bucket code: close_job's row of FIRST's file `gone`; SECOND's files would_delete, then new_round's row of
     its first file for RETRY. Returns the ledger, `gone` and SECOND's files."""
     ledger = Ledger(mongo_db)
-    ledger.record_plan(tmp_path / "plan", make_plan(tmp_path), GEN)
+    ledger.record_plan(PlanReader(tmp_path / "plan"), make_plan(tmp_path), GEN)
     gone = ledger.job_lfns(FIRST)[0]
     row = next(r for r in ledger.file_records(job=FIRST) if r["lfn"] == gone)
     mongo_db.files.insert_one({**row, "state": "unknown", "error_class": "no_report", "error": ""})  # close_job's row
@@ -117,7 +118,7 @@ def test_a_job_without_rows_lists_the_entries_in_the_asked_states(tmp_path: Path
     """A job none of whose files has a row (its buckets' entries are all there is): each state asked lists exactly
     its entries, whether a bucket holds one state or several."""
     ledger = Ledger(mongo_db)
-    ledger.record_plan(tmp_path / "plan", make_plan(tmp_path), GEN)
+    ledger.record_plan(PlanReader(tmp_path / "plan"), make_plan(tmp_path), GEN)
     third = job_id(RSE, GEN, 1, 3)
     lfns = ledger.job_lfns(third)
     assert len(lfns) == 200 and lfns == sorted(lfns)
@@ -153,7 +154,7 @@ def test_marking_a_batch_submitted_marks_only_jobs_being_submitted(tmp_path: Pat
     updates = Updates()
     client: MongoClient = MongoClient(mongo_url, serverSelectionTimeoutMS=10000, event_listeners=[updates])
     ledger = Ledger(client[mongo_db.name])
-    ledger.record_plan(tmp_path / "plan", make_plan(tmp_path), GEN)
+    ledger.record_plan(PlanReader(tmp_path / "plan"), make_plan(tmp_path), GEN)
     mongo_db.jobs.update_many({"_id": {"$in": [FIRST, SECOND]}}, {"$set": {"state": "submitting"}})
     third = job_id(RSE, GEN, 1, 3)
     before = updates.n
@@ -185,7 +186,7 @@ def test_queries_by_state_job_prefix_with_pagination(tmp_path: Path, mongo_db: D
     plan = make_plan(tmp_path)
     ledger = Ledger(mongo_db)
     ledger.ensure_indexes()
-    ledger.record_plan(tmp_path / "plan", plan, GEN)
+    ledger.record_plan(PlanReader(tmp_path / "plan"), plan, GEN)
     prefix = "/store/unmerged/Era/P1/RAW/Proc-v1/000/002/"
     seen, after = [], None
     while True:
@@ -248,7 +249,7 @@ def test_directory_outcomes_keep_the_highest_rank_and_are_pruned_with_their_gene
     plan = make_plan(tmp_path)
     ledger = Ledger(mongo_db, generations_kept=1)
     ledger.ensure_indexes()
-    ledger.record_plan(tmp_path / "plan", plan, GEN)
+    ledger.record_plan(PlanReader(tmp_path / "plan"), plan, GEN)
     j1, j2 = job_id(RSE, GEN, 1, 1), job_id(RSE, GEN, 1, 2)
     parent, leaf, link = "/store/unmerged/Era/P0/RAW/Proc-v1", "/store/unmerged/Era/P0/RAW/Proc-v1/000/000", \
         "/store/unmerged/Era/P1/RAW/Proc-v1/000/001"
@@ -282,7 +283,7 @@ def test_directory_outcomes_keep_the_highest_rank_and_are_pruned_with_their_gene
     assert [d["dir"] for d in ledger.query_files(RSE, job=j1, dirs=True)["items"]] == [leaf, link]
 
     newer = make_plan(tmp_path)  # the next dump: the old generation's directory records go with it
-    ledger.record_plan(tmp_path / "plan", newer, GEN + 100)
+    ledger.record_plan(PlanReader(tmp_path / "plan"), newer, GEN + 100)
     assert mongo_db.dirs.count_documents({}) == 0
 
 
@@ -291,7 +292,7 @@ def test_drop_protected_drops_what_the_list_covers_or_holds_below_and_nothing_el
     """A base naming a whole directory, one file, and a path below a file's own: exactly the files the list
     holds below are dropped, in whatever bucket they are; the other directories' files stay planned."""
     ledger = Ledger(mongo_db)
-    ledger.record_plan(tmp_path / "plan", make_plan(tmp_path), GEN)
+    ledger.record_plan(PlanReader(tmp_path / "plan"), make_plan(tmp_path), GEN)
     era = "/store/unmerged/Era"
     bases = [f"{era}/P1/RAW/Proc-v1/000/001", f"{era}/P0/RAW/Proc-v1/000/002/f6.root",
              f"{era}/P2/RAW/Proc-v1/000/003/f11.root/inside"]
@@ -331,7 +332,7 @@ def test_drop_protected_reads_a_generation_by_windows_and_misses_nothing_whateve
     monkeypatch.setattr(recording, "ROW_WINDOW", 3)
     monkeypatch.setattr(bk, "PACK_NAMES", 1)  # one directory a bucket: many buckets, as recorded before packing
     ledger = Ledger(mongo_db)
-    ledger.record_plan(tmp_path / "plan", make_plan(tmp_path), GEN)
+    ledger.record_plan(PlanReader(tmp_path / "plan"), make_plan(tmp_path), GEN)
     ledger.record_outcomes(FIRST, [{"lfn": x, "state": "failed", "error_class": "permission_denied", "error": "EACCES"}
                                    for x in ledger.job_lfns(FIRST)])
     assert mongo_db.files.count_documents({"state": "failed"}) > 0
@@ -366,14 +367,14 @@ def test_record_plan_with_bucket_batches_in_flight_records_every_file_and_stops_
     plan = make_plan(tmp_path)
     ledger = Ledger(mongo_db)
     ledger.ensure_indexes()
-    whole = ledger.record_plan(tmp_path / "plan", plan, GEN, sealed=seal.read_seal(tmp_path / "plan"))
+    whole = ledger.record_plan(PlanReader(tmp_path / "plan", seal.read_seal(tmp_path / "plan")), plan, GEN)
     expected = sorted(d["_id"] for d in mongo_db.buckets.find({}, {"_id": 1}))
     mongo_db.buckets.delete_many({})
     mongo_db.jobs.delete_many({})
     mongo_db.rses.delete_many({})
     monkeypatch.setattr(recording, "RECORD_BATCH_FILES", 150)  # a job is 200 files: a batch each
     assert len(plan.job_files) > 3 and len(expected) > 3 and whole == 900  # several batches
-    assert ledger.record_plan(tmp_path / "plan", plan, GEN, sealed=seal.read_seal(tmp_path / "plan")) == 900
+    assert ledger.record_plan(PlanReader(tmp_path / "plan", seal.read_seal(tmp_path / "plan")), plan, GEN) == 900
     assert sorted(d["_id"] for d in mongo_db.buckets.find({}, {"_id": 1})) == expected
     assert len(ledger.file_records()) == 900
 
@@ -383,7 +384,7 @@ def test_record_plan_with_bucket_batches_in_flight_records_every_file_and_stops_
     last = tmp_path / "plan" / seal.JOBS_DIR / plan.job_files[-1]
     last.write_bytes(last.read_bytes().replace(b"f1", b"g1", 1))
     with pytest.raises(GuardTripped) as refused:
-        ledger.record_plan(tmp_path / "plan", plan, GEN, sealed=seal.read_seal(tmp_path / "plan"))
+        ledger.record_plan(PlanReader(tmp_path / "plan", seal.read_seal(tmp_path / "plan")), plan, GEN)
     assert refused.value.reason == PLAN_MODIFIED
     jobs = {d["job"] for d in mongo_db.buckets.find({}, {"job": 1})}
     assert jobs == {job_id(RSE, GEN, 1, i) for i in range(1, len(plan.job_files))}  # the batches sent before it

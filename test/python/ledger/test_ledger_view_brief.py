@@ -13,7 +13,7 @@ from pymongo.database import Database
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.ledger.cycles import CYCLES_META
 from MSUnmerged.ledger import view as view_module
-from MSUnmerged.ledger.view import CYCLE_BRIEF, MongoLedgerView
+from MSUnmerged.ledger.view import CYCLE_BRIEF
 from MSUnmerged.redact import redact_all
 
 pytestmark = pytest.mark.integration
@@ -44,7 +44,7 @@ def test_brief_health_is_the_full_one_without_the_bulk(mongo_db: Database, bad: 
     ledger = Ledger(mongo_db)
     ledger.ensure_indexes()
     cycles(ledger, bad)
-    view = MongoLedgerView(mongo_db)
+    view = Ledger(mongo_db).view()
     full, brief = view.health(3600.0), view.health(3600.0, brief=True)
     same_but_bulk(full, brief)
     assert brief["never_good"] == (bad == set(range(8)))
@@ -55,7 +55,7 @@ def test_brief_health_on_a_ledger_from_before_meta(mongo_db: Database) -> None:
     ledger = Ledger(mongo_db)
     cycles(ledger, {7})
     mongo_db.meta.delete_one({"_id": CYCLES_META})
-    view = MongoLedgerView(mongo_db)
+    view = Ledger(mongo_db).view()
     same_but_bulk(view.health(3600.0), view.health(3600.0, brief=True))
     assert view.health(3600.0, brief=True)["last_good_cycle_at"] <= time.time()
 
@@ -63,7 +63,7 @@ def test_brief_health_on_a_ledger_from_before_meta(mongo_db: Database) -> None:
 def test_brief_health_keeps_finished_cycles_and_follows_changes(mongo_db: Database) -> None:
     ledger = Ledger(mongo_db)
     cycles(ledger, {7})
-    view = MongoLedgerView(mongo_db)
+    view = Ledger(mongo_db).view()
     first = view.health(3600.0, brief=True)
     assert view.cycles(5, brief=True) == view.cycles(5, brief=True)  # a caller's changes do not reach the cache
     running = mongo_db.cycles.find_one({"finished": {"$exists": False}})["_id"]

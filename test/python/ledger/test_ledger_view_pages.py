@@ -17,7 +17,7 @@ from pymongo.database import Database
 from MSUnmerged.ledger import Ledger, job_id
 from MSUnmerged.ledger import buckets as bk
 from MSUnmerged.ledger import records
-from MSUnmerged.ledger.view import MongoLedgerView
+from MSUnmerged.seal import PlanReader
 from test_ledger_store import GEN, RSE, make_plan
 
 pytestmark = pytest.mark.integration
@@ -63,7 +63,7 @@ def a_recorded_job(tmp_path: Path, db: Database) -> tuple[Ledger, str, list[str]
     """A ledger with a plan recorded, one of its jobs and that job's files."""
     ledger = Ledger(db)
     ledger.ensure_indexes()
-    ledger.record_plan(tmp_path / "plan", make_plan(tmp_path), GEN)
+    ledger.record_plan(PlanReader(tmp_path / "plan"), make_plan(tmp_path), GEN)
     job = job_id(RSE, GEN, 1, 2)
     return ledger, job, ledger.job_lfns(job)
 
@@ -96,7 +96,7 @@ def test_directory_pages_read_their_ancestors_buckets_by_the_index_fields_alone(
     for a filter with any other field (a state, a job)."""
     ledger = Ledger(mongo_db)
     ledger.ensure_indexes()
-    ledger.record_plan(tmp_path / "plan", make_plan(tmp_path), GEN)
+    ledger.record_plan(PlanReader(tmp_path / "plan"), make_plan(tmp_path), GEN)
     everything = ledger.file_records()
     prefix = "/store/unmerged/Era/P1/RAW/Proc-v1/000/001/"
     assert mongo_db.buckets.count_documents({"dir": prefix.rsplit("/", 2)[0]})  # packed: held by the parent's buckets
@@ -118,11 +118,11 @@ def test_directory_pages_read_their_ancestors_buckets_by_the_index_fields_alone(
 def test_serve_view_keeps_the_current_generation_for_its_ttl(tmp_path: Path, mongo_db: Database) -> None:
     ledger = Ledger(mongo_db, generations_kept=2)
     ledger.ensure_indexes()
-    ledger.record_plan(tmp_path / "1" / "plan", make_plan(tmp_path / "1"), GEN)
-    kept, fresh = MongoLedgerView(mongo_db, generation_ttl_s=3600.0), MongoLedgerView(mongo_db)
+    ledger.record_plan(PlanReader(tmp_path / "1" / "plan"), make_plan(tmp_path / "1"), GEN)
+    kept, fresh = Ledger(mongo_db).view(3600.0), Ledger(mongo_db).view()
     for view in (kept, fresh):
         assert {r["gen"] for r in view.files(RSE, None, None, None, None, None, 10)} == {GEN}
-    ledger.record_plan(tmp_path / "2" / "plan", make_plan(tmp_path / "2"), GEN + 1)
+    ledger.record_plan(PlanReader(tmp_path / "2" / "plan"), make_plan(tmp_path / "2"), GEN + 1)
     assert {r["gen"] for r in fresh.files(RSE, None, None, None, None, None, 10)} == {GEN + 1}
     assert {r["gen"] for r in kept.files(RSE, None, None, None, None, None, 10)} == {GEN}  # within its ttl
     assert list(kept.files("T2_XX_None", None, None, None, None, None, 10)) == []
@@ -132,10 +132,10 @@ def test_serve_view_keeps_a_job_document_for_its_ttl_and_never_past_it(tmp_path:
                                                                        mongo_db: Database) -> None:
     ledger, job, lfns = a_recorded_job(tmp_path, mongo_db)
     ledger.record_outcomes(job, [{"lfn": x, "state": "failed", "error_class": "e", "error": "x"} for x in lfns[::5]])
-    fresh, now = MongoLedgerView(mongo_db), [0.0]
+    fresh, now = Ledger(mongo_db).view(), [0.0]
     finds = Finds()
     with MongoClient(mongo_url, event_listeners=[finds]) as client:
-        kept = MongoLedgerView(client[mongo_db.name], generation_ttl_s=2.0)
+        kept = Ledger(client[mongo_db.name]).view(2.0)
         kept._read.clock = lambda: now[0]
         for rse in (RSE, None):
             for state, limit in ((None, 1), (None, 7), (None, 1000), ("failed", 3), ("planned", 50)):
@@ -172,7 +172,7 @@ def test_a_directory_page_reads_no_ancestor_bucket_above_the_generation_s_pack_f
     with the floor not known (a generation given by the caller) every ancestor is read; the records are the same."""
     ledger = Ledger(mongo_db)
     ledger.ensure_indexes()
-    ledger.record_plan(tmp_path / "plan", make_plan(tmp_path), GEN)
+    ledger.record_plan(PlanReader(tmp_path / "plan"), make_plan(tmp_path), GEN)
     everything = ledger.file_records()
     dataset, packed = "/store/unmerged/Era/P1/RAW/Proc-v1/", "/store/unmerged/Era/P1/RAW/Proc-v1/000/001/"
     assert ledger.current_generation(RSE) == (GEN, 7)  # planner.dir_floor_depth's default, as the entry records it
@@ -186,7 +186,7 @@ def test_a_directory_page_reads_no_ancestor_bucket_above_the_generation_s_pack_f
             assert inside and page["items"] == inside[:5]
             ancestors_read = [f for c, f in finds.seen if c == "buckets" and "dir" in f]
             assert bool(ancestors_read) == (reads_ancestors or generation is not None), (prefix, generation)
-        view = MongoLedgerView(mongo_db)
+        view = Ledger(mongo_db).view()
         assert [r["cursor"] for r in view.files(RSE, None, None, prefix, None, None, 0)] == [d["_id"] for d in inside]
 
 

@@ -15,9 +15,9 @@ from MSUnmerged.config import Config
 from MSUnmerged.jobs.spec import ProtectedBases, make_job
 from MSUnmerged.jobs.backend import JobState
 from MSUnmerged.ledger import FileState, Ledger
-from MSUnmerged.ledger.view import MongoLedgerView
 from MSUnmerged.rest import app as rest
 from MSUnmerged.samplesite import DEMO_RSE, fill_storage, rescan, write_site
+from MSUnmerged.seal import PlanReader
 from MSUnmerged.sources.offline import DUMPS_DIR, RSES_FILE, OfflineSources, dump_file
 
 
@@ -36,7 +36,7 @@ def seed_rse(db: Database, rse: str, work: Path, dump: list[str], protected: lis
     assert not plan.guard, plan.guard_detail
     ledger = Ledger(db)
     ledger.ensure_indexes()
-    ledger.record_plan(plan_dir, plan, generation)
+    ledger.record_plan(PlanReader(plan_dir), plan, generation)
     job_ids = [j["_id"] for j in ledger.jobs_in(rse, [JobState.PLANNED], generation)]
     bases = ProtectedBases(protected)
     jobs = [make_job(jid, rse, rse, ledger.job_lfns(jid), set(), bases, config, generation)
@@ -95,7 +95,7 @@ def mounted(rest_app: Any, db: Database, base: str) -> Iterator[str]:
     after."""
     config = Config()
     config.rest.base = base
-    rest.mount(config, MongoLedgerView(db))
+    rest.mount(config, Ledger(db).view())
     try:
         yield rest_app.url.rsplit(rest_app.config.rest.base, 1)[0] + base
     finally:

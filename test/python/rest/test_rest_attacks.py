@@ -26,7 +26,6 @@ from MSUnmerged.config import Config
 from MSUnmerged.guards import UNKNOWN_RSE
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.ledger.requestids import RequestIds
-from MSUnmerged.ledger.view import MongoLedgerView
 from MSUnmerged.rest.auth import CLOSED
 from MSUnmerged.rest.triggers import TriggerRefused
 
@@ -240,7 +239,7 @@ def ledger_away() -> Iterator[MongoClient]:
 def test_a_trigger_while_the_ledger_is_down_is_503(attacked: Any, ledger_away: MongoClient) -> None:
     """Before: 202, and the trigger then stayed `running`. Now nothing is queued: its request_id cannot
     be recorded."""
-    app = attacked.mount("/ms-unmerged-ledger-away", MongoLedgerView(ledger_away.msunmerged), db_timeout_s=1.0,
+    app = attacked.mount("/ms-unmerged-ledger-away", Ledger(ledger_away.msunmerged).view(), db_timeout_s=1.0,
                          claim=RequestIds(ledger_away.msunmerged, 86400.0).claim)
     started = time.monotonic()
     status, body = trigger(app, operator_headers(attacked.key.read_bytes(), "kate"))

@@ -20,6 +20,7 @@ from pymongo import MongoClient
 from pymongo.errors import AutoReconnect
 
 from MSUnmerged.rest.auth import sign
+from MSUnmerged.ledger import Ledger
 from MSUnmerged.ledger.view import MongoLedgerView
 
 from rest_kit import seed_rse
@@ -91,7 +92,7 @@ def front_end_headers(key: bytes, role: str = "t0_operator") -> dict[str, bytes]
 def test_the_front_ends_signature_is_accepted(hard: Any) -> None:
     """Before: 403 (status `ok` refused, the UTF-8 name signed as characters, '_' in the role name lost)."""
     roles = {"operator_roles": ["t0_operator:group:dmwm"]}
-    app = mount(hard, "/ms-unmerged-fe", MongoLedgerView(hard.db), **roles)
+    app = mount(hard, "/ms-unmerged-fe", Ledger(hard.db).view(), **roles)
     status, body = request(app, "POST", "data/trigger", {**JSON, **front_end_headers(hard.key.read_bytes())},
                            trigger_body())
     assert status == 202, body
@@ -101,7 +102,7 @@ def test_the_front_ends_signature_is_accepted(hard: Any) -> None:
 def test_operator_logins_allow_list(hard: Any) -> None:
     """A role header the client added itself is signed by the front end too: with rest.operator_logins
     set, the role alone is not enough."""
-    app = mount(hard, "/ms-unmerged-logins", MongoLedgerView(hard.db), operator_logins=["alice"])
+    app = mount(hard, "/ms-unmerged-logins", Ledger(hard.db).view(), operator_logins=["alice"])
     key = hard.key.read_bytes()
     status, body = post(app, "data/trigger", {"rse": RSE}, operator_headers(key, "eve"))
     assert status == 403 and "operator_logins" in body["error"]
@@ -190,7 +191,7 @@ def test_empty_key_refuses_every_trigger(hard: Any, tmp_path: Path, caplog: pyte
     empty = tmp_path / "empty.key"
     empty.write_bytes(content)
     with caplog.at_level(logging.ERROR, "MSUnmerged"):
-        app = mount(hard, f"/ms-unmerged-nokey{len(content)}", MongoLedgerView(hard.db), hmac_key_file=str(empty))
+        app = mount(hard, f"/ms-unmerged-nokey{len(content)}", Ledger(hard.db).view(), hmac_key_file=str(empty))
     assert any("HMAC key empty" in r.getMessage() and "refused" in r.getMessage() for r in caplog.records)
     status, body = post(app, "data/trigger", {"rse": RSE}, operator_headers(content))
     assert status == 403 and "refused" in body["error"]
@@ -215,7 +216,7 @@ CREDENTIAL_HEADERS = {"Authorization": "Basic QUxJQ0U6UzNDUkVULXB3", "Cookie": "
 def test_credentials_never_logged(hard: Any, caplog: pytest.LogCaptureFixture) -> None:
     """Before: on a 500, CherryPy logged every request header, the signed cms-authn-hmac included; then
     (issue 38) Cookie, X-Rucio-Auth-Token, Basic credentials and a password in any header were written in clear."""
-    app = mount(hard, "/ms-unmerged-broken", BrokenView(hard.db))
+    app = mount(hard, "/ms-unmerged-broken", BrokenView(Ledger(hard.db)))
     headers = {**operator_headers(hard.key.read_bytes()), "X-Trace": "visible", **CREDENTIAL_HEADERS}
     with caplog.at_level(logging.INFO):
         status, _ = request(app, "GET", "data/status", headers)
@@ -234,7 +235,7 @@ def down(hard: Any) -> Iterator[Mounted]:
     """The app over a database address where nothing listens."""
     client: MongoClient = MongoClient(f"mongodb://127.0.0.1:{free_port()}/?directConnection=true")
     try:
-        yield mount(hard, "/ms-unmerged-down", MongoLedgerView(client.msunmerged), db_timeout_s=1.0)
+        yield mount(hard, "/ms-unmerged-down", Ledger(client.msunmerged).view(), db_timeout_s=1.0)
     finally:
         client.close()
 
@@ -267,7 +268,7 @@ class DyingView(MongoLedgerView):
 
 def test_stream_broken_midway_ends_with_an_error_marker(hard: Any) -> None:
     """Before: the chunked answer stopped without closing the JSON and the client waited."""
-    app = mount(hard, "/ms-unmerged-dying", DyingView(hard.db))
+    app = mount(hard, "/ms-unmerged-dying", DyingView(Ledger(hard.db)))
     status, body, _ = get(app, f"data/files?rse={RSE}&stream=true")
     assert status == 200 and len(body["result"]) == 3 and body["error"] == "ledger database unavailable"
 

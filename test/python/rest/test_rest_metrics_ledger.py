@@ -14,7 +14,6 @@ from pymongo.database import Database
 
 from MSUnmerged.config import Config
 from MSUnmerged.ledger import Ledger
-from MSUnmerged.ledger.view import MongoLedgerView
 from MSUnmerged.rest import metrics
 from MSUnmerged.rest.exposition import Families
 from MSUnmerged.statemachine import RSEState
@@ -91,7 +90,7 @@ def check_against_ledger(db: Database, text: str) -> None:
 
 
 def test_gauges_are_the_ledger_documents_and_prometheus_client_bytes(mongo_db: Database, ledger: Ledger) -> None:
-    view, config = MongoLedgerView(mongo_db), Config()
+    view, config = Ledger(mongo_db).view(), Config()
     text = metrics.render(view, config)
     check_against_ledger(mongo_db, text)
     parsed = list(text_string_to_metric_families(text))

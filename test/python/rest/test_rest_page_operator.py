@@ -20,7 +20,6 @@ from MSUnmerged.config import Config
 from MSUnmerged.ledger import Ledger, history
 from MSUnmerged.rest import app as rest
 from MSUnmerged.rest import page
-from MSUnmerged.ledger.view import MongoLedgerView
 from rest_kit import seed_rse
 from test_rest_page import render
 
@@ -77,7 +76,7 @@ def mounts(rest_app: Any, mongo_client: MongoClient, tmp_path_factory: pytest.Te
     dry.service.interval_s, dry.service.alert_after_cycles = 600, 2
     real.rest.base, real.service.dry_run = "/ms-unmerged-real", False
     for config in (dry, real):
-        rest.mount(config, MongoLedgerView(db))
+        rest.mount(config, Ledger(db).view())
     try:
         yield Mounts(rest_app.url.rsplit(rest_app.config.rest.base, 1)[0])
     finally:

@@ -69,13 +69,13 @@ class RestApp:
               **rest_keys: Any) -> Mounted:
         """A second app on the running server under `base`, with its own view (default: over `db`), triggers
         (`claim`, `check`: see `triggers`) and configuration: this one's with `rest_keys` changed."""
-        from MSUnmerged.ledger.view import MongoLedgerView
+        from MSUnmerged.ledger import Ledger
         from MSUnmerged.rest import app as rest
         config = copy.deepcopy(self.config)
         config.rest.base = base
         for key, value in rest_keys.items():
             setattr(config.rest, key, value)
-        root = rest.mount(config, MongoLedgerView(self.db) if view is None else view, self.triggers(claim, check),
+        root = rest.mount(config, Ledger(self.db).view() if view is None else view, self.triggers(claim, check),
                           watch)
         return Mounted(self.url.rsplit("/", 1)[0] + base, root)
 
@@ -87,7 +87,7 @@ def rest_app(mongo_client: MongoClient, hmac_key: Path, tmp_path_factory: pytest
     CherryPy's engine is process-global, so one app serves the whole session; tests seed their own RSEs.
     """
     from MSUnmerged.rest import app as rest
-    from MSUnmerged.ledger.view import MongoLedgerView
+    from MSUnmerged.ledger import Ledger
 
     config = Config()
     config.rest.hmac_key_file = str(hmac_key)
@@ -107,7 +107,7 @@ def rest_app(mongo_client: MongoClient, hmac_key: Path, tmp_path_factory: pytest
     port = free_port()
     state = RestApp(f"http://127.0.0.1:{port}{config.rest.base}", db, hmac_key, Path(config.rest.audit_log), config)
     triggers = state.triggers()
-    rest.start(config, MongoLedgerView(db), triggers, port=port)
+    rest.start(config, Ledger(db).view(), triggers, port=port)
     try:
         yield state
     finally:

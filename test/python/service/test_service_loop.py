@@ -16,7 +16,6 @@ import pytest
 from pymongo.database import Database
 
 from MSUnmerged.alerts import Notifier
-from MSUnmerged.ledger.view import MongoLedgerView
 from MSUnmerged.service import Service
 from MSUnmerged.service.result import Hook
 from MSUnmerged.sources.offline import RSES_FILE, STATS_FILE
@@ -213,7 +212,7 @@ def test_the_service_loop_pushes_after_its_cycles(tmp_path: Path, mongo_db: Data
     src = write_sources(tmp_path / "src", [RSE], files=100)
     svc = make_service(tmp_path, mongo_db, src, interval_s=1, alert_after_cycles=1, instance="ms-unmer-loop")
     svc.config.alerts.alertmanager_url = alertmanager.push_url
-    svc.notifier = Notifier(svc.config, MongoLedgerView(mongo_db))  # as the constructor builds it from the URL
+    svc.notifier = Notifier(svc.config, svc.ledger.view())  # as the constructor builds it from the URL
     (src / RSES_FILE).write_text("<html>Rucio is down</html>")
     loop = threading.Thread(target=svc.serve)
     loop.start()

@@ -15,7 +15,6 @@ from MSUnmerged.jobs.router import RoutingBackend
 from MSUnmerged.ledger import Ledger, history
 from MSUnmerged.ledger.cycles import CYCLES_META
 from MSUnmerged.present import shares, shares_label
-from MSUnmerged.ledger.view import MongoLedgerView
 from MSUnmerged.sources.errors import SourceError
 from MSUnmerged.sources.offline import RSES_FILE, STATS_FILE
 from service_kit import files_left, make_site, write_sources
@@ -79,7 +78,7 @@ def test_a_cycle_failing_before_any_rse_is_recorded_with_its_source(tmp_path: Pa
     (src / RSES_FILE).write_text("<html>Rucio is down</html>")  # what a broken front end answers
     with pytest.raises(SourceError):
         svc.cycle(slot=1)
-    view = MongoLedgerView(mongo_db)
+    view = Ledger(mongo_db).view()
     health = view.health(svc.config.service.stale_after_s)
     last = health["last_cycle"]
     assert last["ok"] is False and last["dry_run"] is False and last["rses"] == []
@@ -120,10 +119,10 @@ def test_alert_when_the_last_good_cycle_is_too_old(mongo_db: Database) -> None:
     mongo_db.meta.update_one({"_id": CYCLES_META}, {"$set": {"last_good.finished": ended}})
     failing = ledger.start_cycle("now", 2, [])
     ledger.end_cycle(failing, failures=[{"source": "ledger", "reason": "ledger_unavailable", "detail": "", "rse": ""}])
-    health = MongoLedgerView(mongo_db).health(3600)
+    health = Ledger(mongo_db).view().health(3600)
     assert 7100 < health["last_good_age_s"] < 7300 and "for 120 min" in health["alert"]
     assert "ledger_unavailable" in health["alert"] and health["sources"]["ledger"] == 0
-    assert MongoLedgerView(mongo_db).health(3 * 3600)["alert"] == ""
+    assert Ledger(mongo_db).view().health(3 * 3600)["alert"] == ""
 
 
 def test_serve_records_a_cycle_that_broke_on_a_bug(tmp_path: Path, mongo_db: Database) -> None:
@@ -158,7 +157,7 @@ def test_a_good_cycle_records_the_sources_that_answered(tmp_path: Path, mongo_db
     make_site(tmp_path, src, RSE, svc.config)
     (result,) = svc.cycle(slot=1).values()
     assert result.submitted > 0, result
-    health = MongoLedgerView(mongo_db).health(svc.config.service.stale_after_s)
+    health = Ledger(mongo_db).view().health(svc.config.service.stale_after_s)
     assert health["last_cycle"]["answered"] == ["backend", "conmon", "internal", "ledger", "rucio", "wmstats"]
     # The state folder's disk has a sample only when a run failed on it (state_disk_full; its free space is a gauge).
     assert health["sources"] == {s: 1 for s in history.FAILURE_SOURCES if s != "disk"}

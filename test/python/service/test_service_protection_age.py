@@ -14,7 +14,6 @@ from pymongo.database import Database
 
 from MSUnmerged.jobs.backend import wait_for
 from MSUnmerged.ledger import Ledger
-from MSUnmerged.ledger.view import MongoLedgerView
 from MSUnmerged.service import Service
 from MSUnmerged.service.drain import Drainer
 from MSUnmerged.sources.offline import PROTECTED_FILE, OfflineSources
@@ -79,7 +78,7 @@ def test_the_top_up_drops_files_protected_while_their_job_waits(tmp_path: Path, 
     assert renewed and all(j["reason"].startswith("revalidation: ") and j["state"] == "queued" for j in renewed)
     dropped = Ledger(mongo_db).file_records(RSE, state="skipped_protected")
     assert dropped and {d["error_class"] for d in dropped} == {"protected_since_planning"}
-    shown = list(MongoLedgerView(mongo_db).files(RSE, "skipped_protected", "protected_since_planning", None, None,
+    shown = list(Ledger(mongo_db).view().files(RSE, "skipped_protected", "protected_since_planning", None, None,
                                                  None, 0))  # what REST's data/files answers
     assert {f["lfn"] for f in shown} == {d["lfn"] for d in dropped}
     run_to_clean(svc)
@@ -138,7 +137,7 @@ def test_a_service_stopped_past_the_bound_deletes_nothing_protected(tmp_path: Pa
     docs = list(mongo_db.jobs.find())
     assert {d["state"] for d in docs} == {"planned"} and {d["requeued"] for d in docs} == {1}
     assert all(d["reason"].startswith("protection_expired: ") for d in docs)
-    shown = MongoLedgerView(mongo_db).jobs(RSE, "planned", 100)  # what REST's data/jobs answers
+    shown = Ledger(mongo_db).view().jobs(RSE, "planned", 100)  # what REST's data/jobs answers
     assert len(shown) == len(docs) and all("protection_expired" in j["reason"] and j["requeued"] == 1 for j in shown)
     assert {(r["state"], r.get("attempts", 1)) for r in Ledger(mongo_db).file_records(RSE) if r["lfn"] in all_files} \
         == {("planned", 1)}

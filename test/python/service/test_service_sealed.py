@@ -22,6 +22,7 @@ from MSUnmerged.service import RunResult, Service
 from MSUnmerged.samplesite import AGE_S
 from MSUnmerged.sources import offline
 from MSUnmerged.sources.offline import STATS_FILE, dump_file
+from MSUnmerged.seal import PlanReader
 from service_kit import LoggedLocalBackend, dump_lines, files_left, make_site, rse_list
 
 pytestmark = pytest.mark.integration
@@ -286,7 +287,7 @@ def test_a_plan_file_changed_after_the_check_is_refused_where_it_is_read(tmp_pat
     original = first_job(plan_dir).read_bytes()
     append(first_job(plan_dir), PROTECTED_FILE.encode() + b"\n")
     with pytest.raises(guards.GuardTripped, match="plan_modified"):
-        site.ledger.record_plan(plan_dir, plan, plan.dump_version, sealed=sealed, scan_started=plan.scan_started)
+        site.ledger.record_plan(PlanReader(plan_dir, sealed), plan, plan.dump_version, scan_started=plan.scan_started)
     assert not Ledger(mongo_db).file_records()
     first_job(plan_dir).write_bytes(original)
     assert site.apply(plan_dir).submitted > 0

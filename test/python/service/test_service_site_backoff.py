@@ -14,7 +14,7 @@ from pymongo.database import Database
 
 from MSUnmerged.alerts.rules import AlertKind, rse_alerts
 from MSUnmerged.ledger import sitebackoff
-from MSUnmerged.ledger.view import MongoLedgerView
+from MSUnmerged.ledger import Ledger
 from MSUnmerged.statemachine import SITE_CONFIG_BACKOFF
 from service_kit import write_sources
 from test_service_run import RSE, make_service
@@ -54,7 +54,7 @@ def test_an_unusable_site_backs_off_then_recovers(tmp_path: Path, mongo_db: Data
     doc = svc.ledger.rse(RSE)
     assert (doc["state"], doc["reason"]) == ("planned", SITE_CONFIG_BACKOFF)
     assert "no-such-siteconf" in doc["detail"] or "config" in doc["detail"]
-    rse = next(r for r in MongoLedgerView(mongo_db).rses() if r["name"] == RSE)
+    rse = next(r for r in Ledger(mongo_db).view().rses() if r["name"] == RSE)
     assert AlertKind.RSE_SITE_CONFIG_UNUSABLE in {a.kind for a in rse_alerts(rse, config.alerts, time.time())}
     # Its files wait in one retry round (assigned their second try once), not one round a cycle.
     assert mongo_db.files.count_documents({"rse": RSE, "attempts": {"$gt": 2}}) == 0

@@ -8,7 +8,7 @@ from typing import Any, Iterator
 
 from MSUnmerged.cli import BadInput
 from MSUnmerged.config import Config
-from MSUnmerged.ledger import open_client
+from MSUnmerged.ledger import Ledger, open_client
 from MSUnmerged.ledger.view import MongoLedgerView
 
 
@@ -17,7 +17,7 @@ def ledger_view(config: Config) -> Iterator[MongoLedgerView]:
     """The ledger's read view (on the embedded database when mongo.url is empty, shared with its other users)."""
     client, embedded = open_client(config)
     try:
-        yield MongoLedgerView(client[config.mongo.database])
+        yield Ledger(client[config.mongo.database]).view()
     finally:
         client.close()
         if embedded is not None:

@@ -8,14 +8,11 @@ from pymongo import ASCENDING, InsertOne, errors
 from pymongo.collection import Collection
 from pymongo.database import Database
 
+from MSUnmerged.config import EVENTS_KEPT
 from MSUnmerged.ledger import fences
 from MSUnmerged.ledger.retry import with_retry
 from MSUnmerged.statemachine import RSEState
 
-# Skips and failures kept in the RSE document: the ones every reader shows (REST API, page, CLI, alerts). Each
-# scrape reads every RSE document whole (SecantusDB loads a document whole whatever the projection), so no more:
-# the longer history is each polling cycle's per-RSE result (cycles.py).
-EVENTS_KEPT = 10
 BATCH = 10_000
 BUCKET_BATCH = 500  # buckets per write or window (each up to PACK_NAMES files, or a job's files of one directory)
 # Files per insert of a plan's buckets: serve builds the next batch while the database holds this one whole.

@@ -41,6 +41,21 @@ def drain_sample(doc: Mapping[str, Any], gen: float, now: float, processed: int)
     return {"$each": [{"t": now, "n": processed}], "$slice": -SAMPLES_KEPT}
 
 
+def counted_update(doc: Mapping[str, Any], gen: float, counters: dict[str, Any],
+                   state: Optional[dict[str, Any]]) -> tuple[dict[str, Any], bool]:
+    """The RSE document's update for a new count of generation `gen` (with `state`, a base.state_update, when
+    given): the counters, when counted, progress and a drained sample; and whether it upserts (with_state)."""
+    now = time.time()
+    done = sum(counters[s.value] for s in PROGRESS_STATES)
+    # Progress: a new generation, or more files done than at the last count (the stall alert reads it).
+    progress = {"progress_at": now} if gen != doc.get("counted_gen") or done != doc.get("counted_done") else {}
+    update, upsert = with_state({"counters": counters, "counted_at": now, "counted_gen": gen,
+                                 "counted_done": done, **progress}, state)
+    drained = drain_sample(doc, gen, now, counters["to_delete"] - counters["pending"])
+    if drained is not None:
+        update.setdefault("$push", {})["drained"] = drained
+    return update, upsert
+
 class Counters(LedgerBase):
     """Files per state of a generation (rows and bucket entries), jobs per state, the RSE's counters."""
 
@@ -114,19 +129,48 @@ class Counters(LedgerBase):
             return {}
         entry = next((g for g in doc.get("generations", []) if g["gen"] == gen), {})
         by_state, failed_by_class = self._state_counts(rse, gen, entry)
-        dirs = with_retry(lambda: list(self.dirs.aggregate([
+        dirs, jobs = self._dir_counts(rse, gen), self._job_summaries(rse, gen)
+        counters = {"to_delete": entry.get("to_delete", 0), "pending": by_state[FileState.PLANNED],
+                    **{s.value: by_state[s] for s in FileState if s != FileState.PLANNED},
+                    "failed_by_class": failed_by_class,
+                    "failed_by_message": jobs["failed_by_message"],
+                    "protected": entry.get("protected", 0), "excluded": entry.get("excluded", 0),
+                    "invalid": entry.get("invalid", {}), "dirs_removable": entry.get("dirs_removable", 0),
+                    "bytes_freed": jobs["bytes_freed"], "protected_count": entry.get("protected_count", 0),
+                    "dirs_removed": dirs["by_state"].get(DirState.REMOVED, 0),
+                    "dirs_removed_by_dir_jobs": jobs["dirs_removed_by_dir_jobs"],
+                    "dirs_refused": dirs["by_state"].get(DirState.REFUSED, 0),
+                    "dirs_failed": dirs["failed"],
+                    "dirs_by_state": dirs["by_state"], "dirs_refused_by_reason": dirs["refused_by_reason"],
+                    "jobs_by_state": self._job_counts(rse), **slices.cycle_counters(entry)}
+        if entry.get("slice_sizes"):
+            counters["unreleased_jobs"] = slices.unreleased_jobs(self, rse, gen, entry)
+        update, upsert = counted_update(doc, gen, counters, state)
+        with_retry(lambda: self.rses.update_one({"_id": rse}, update, upsert=upsert), "counters")
+        return counters
+
+    def _dir_counts(self, rse: str, gen: float) -> dict[str, Any]:
+        """The generation's directory outcomes: `by_state`, `refused_by_reason`, and how many `failed` (not removed
+        for a storage error or an unexpected refusal, not for the plan's keep rules)."""
+        rows = with_retry(lambda: list(self.dirs.aggregate([
             {"$match": {"rse": rse, "gen": gen}},
             {"$group": {"_id": {"state": "$state", "cls": "$error_class"}, "n": {"$sum": 1}}}])), "dirs by state")
-        dirs_by_state: dict[str, int] = {}
+        by_state: dict[str, int] = {}
         refused_by_reason: dict[str, int] = {}
-        dirs_failed = 0  # not removed for a storage error or an unexpected refusal (not the plan's keep rules)
-        for r in dirs:
+        failed = 0
+        for r in rows:
             dstate, reason = r["_id"]["state"], r["_id"].get("cls") or ""
-            dirs_by_state[dstate] = dirs_by_state.get(dstate, 0) + r["n"]
+            by_state[dstate] = by_state.get(dstate, 0) + r["n"]
             if dstate == DirState.REFUSED:
-                refused_by_reason[reason or "unclassified"] = refused_by_reason.get(reason or "unclassified", 0) + r["n"]
+                why = reason or "unclassified"
+                refused_by_reason[why] = refused_by_reason.get(why, 0) + r["n"]
             if dir_failed(dstate, reason):
-                dirs_failed += r["n"]
+                failed += r["n"]
+        return {"by_state": by_state, "refused_by_reason": refused_by_reason, "failed": failed}
+
+    def _job_summaries(self, rse: str, gen: float) -> dict[str, Any]:
+        """What the generation's jobs reported: `bytes_freed`, `failed_by_message` (tallied), and the directories
+        its directory jobs removed (`dirs_removed_by_dir_jobs`)."""
         jobs = with_retry(lambda: list(self.jobs.find({"rse": rse, "gen": gen}, {
             "summary.bytes_freed": 1, "summary.failed_by_message": 1, "files": 1, "round": 1})), "job summaries")
         summaries = [j.get("summary") or {} for j in jobs]
@@ -135,34 +179,9 @@ class Counters(LedgerBase):
         removed_by_dir_jobs = with_retry(lambda: self.dirs.count_documents(
             {"rse": rse, "gen": gen, "state": DirState.REMOVED.value, "job": {"$in": dir_jobs}}), "dirs retried") \
             if dir_jobs else 0
-        bytes_freed = sum(j.get("bytes_freed", 0) for j in summaries)
         failed_by_message: dict[str, int] = {}
         for j in summaries:
             for tally in j.get("failed_by_message") or []:
                 failed_by_message[tally["message"]] = failed_by_message.get(tally["message"], 0) + int(tally["n"])
-        counters = {"to_delete": entry.get("to_delete", 0), "pending": by_state[FileState.PLANNED],
-                    **{s.value: by_state[s] for s in FileState if s != FileState.PLANNED},
-                    "failed_by_class": failed_by_class,
-                    "failed_by_message": message_tally(failed_by_message),
-                    "protected": entry.get("protected", 0), "excluded": entry.get("excluded", 0),
-                    "invalid": entry.get("invalid", {}), "dirs_removable": entry.get("dirs_removable", 0),
-                    "bytes_freed": bytes_freed, "protected_count": entry.get("protected_count", 0),
-                    "dirs_removed": dirs_by_state.get(DirState.REMOVED, 0),
-                    "dirs_removed_by_dir_jobs": removed_by_dir_jobs,
-                    "dirs_refused": dirs_by_state.get(DirState.REFUSED, 0),
-                    "dirs_failed": dirs_failed,
-                    "dirs_by_state": dirs_by_state, "dirs_refused_by_reason": refused_by_reason,
-                    "jobs_by_state": self._job_counts(rse), **slices.cycle_counters(entry)}
-        if entry.get("slice_sizes"):
-            counters["unreleased_jobs"] = slices.unreleased_jobs(self, rse, gen, entry)
-        now = time.time()
-        done = sum(counters[s.value] for s in PROGRESS_STATES)
-        # Progress: a new generation, or more files done than at the last count (the stall alert reads it).
-        progress = {"progress_at": now} if gen != doc.get("counted_gen") or done != doc.get("counted_done") else {}
-        update, upsert = with_state({"counters": counters, "counted_at": now, "counted_gen": gen,
-                                     "counted_done": done, **progress}, state)
-        drained = drain_sample(doc, gen, now, counters["to_delete"] - counters["pending"])
-        if drained is not None:
-            update.setdefault("$push", {})["drained"] = drained
-        with_retry(lambda: self.rses.update_one({"_id": rse}, update, upsert=upsert), "counters")
-        return counters
+        return {"bytes_freed": sum(j.get("bytes_freed", 0) for j in summaries),
+                "failed_by_message": message_tally(failed_by_message), "dirs_removed_by_dir_jobs": removed_by_dir_jobs}

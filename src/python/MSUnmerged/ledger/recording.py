@@ -2,27 +2,27 @@
 generations pruned."""
 from __future__ import annotations
 
-import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Optional, Protocol, Sequence
 
 from pymongo import ReplaceOne, ReturnDocument, errors
 from pymongo.collection import Collection
 
 from MSUnmerged.config import PlannerConfig
-from MSUnmerged.guards import PLAN_OUTDATED, GuardTripped, check_plan_lines
+from MSUnmerged.guards import PLAN_OUTDATED, GuardTripped
 from MSUnmerged.ledger import ages, fences
 from MSUnmerged.ledger import buckets as bk
 from MSUnmerged.ledger.base import BATCH, BUCKET_BATCH, RECORD_BATCH_FILES, insert_ignoring_duplicates, span
 from MSUnmerged.ledger.entries import Entries
 from MSUnmerged.ledger.retry import with_retry
 from MSUnmerged.ledger.states import LIVE_JOB_STATES, NOT_DELETED, FileState, JobState
-from MSUnmerged.seal import DIRS_NAME, JOBS_DIR, Seal
 from MSUnmerged.statemachine import RSEState
 from MSUnmerged.throttle import dataset_of
 from MSUnmerged.worker.ids import gen_key, gen_prefix, job_id
+
+if TYPE_CHECKING:  # the plan reader's side: the ledger takes verified lines, it reads no plan file itself
+    from MSUnmerged.seal import PlanReader
 
 PROTECTED_SINCE_PLANNING = "protected_since_planning"
 # Buckets per window of drop_protected's scan of a generation's rows (rows are sparse: a few percent of the files).
@@ -70,17 +70,17 @@ def prune_of(generations: Iterable[Mapping[str, Any]], kept: int) -> list[float]
 class Recording(Entries):
     """A plan's generation recorded (record_plan), the shrink guard's baseline, protection dropped, pruning."""
 
-    def record_plan(self, plan_dir: os.PathLike | str, plan: PlanSummary, generation: float,
-                    baseline_count: Optional[int] = None, sealed: Optional[Seal] = None,
-                    max_lfn_length: int = PlannerConfig.max_lfn_length, scan_started: Optional[float] = None,
+    def record_plan(self, read: PlanReader, plan: PlanSummary, generation: float,
+                    baseline_count: Optional[int] = None, scan_started: Optional[float] = None,
                     floor_depth: int = PlannerConfig.dir_floor_depth) -> int:
-        """Record a plan's files (state planned, each in its job) and jobs; returns files recorded.
+        """Record a plan's files (state planned, each in its job) and jobs, its jobs files' lines as `read` yields
+        them once checked (a file refused raises before any of its lines is recorded); returns files recorded.
         `scan_started` (the scan's start_time) is kept on the generation entry for the jobs' workers.
         A throttled plan's jobs keep their slice, its generation entry the slice sizes (ledger/slices.py), and
         its dataset directories (`floor_depth` elements) their first plan (ledger/ages.py).
 
         `baseline_count` is what this generation contributes to the shrink guard's baseline
-        (protected_baseline); `sealed` the plan's seal, kept on the generation's entry so that the
+        (protected_baseline); the plan's seal (`read.sealed`) is kept on the generation's entry so that the
         same plan is recognised and dirs.txt is checked before each use.
         Safe to repeat after a crash: the same ids are inserted again and duplicates are ignored,
         so existing records (which may have moved on) are kept. Repeat it with the SAME plan
@@ -89,9 +89,9 @@ class Recording(Entries):
         """
         if plan.guard:
             raise ValueError(f"plan for {plan.rse} was refused by guard {plan.guard}: nothing to record")
-        rse, plan_dir = plan.rse, Path(plan_dir)
+        rse = plan.rse
         now = time.time()
-        entry = {"gen": generation, "plan_dir": str(plan_dir), "planned": plan.created or now,
+        entry = {"gen": generation, "plan_dir": str(read.plan_dir), "planned": plan.created or now,
                  "files_total": plan.files_total, "to_delete": plan.files_to_delete,
                  "protected": plan.files_protected, "excluded": plan.files_excluded,
                  "invalid": plan.files_invalid, "dirs_removable": plan.dirs_removable, "jobs": plan.jobs,
@@ -101,8 +101,7 @@ class Recording(Entries):
         job_slices, slice_sizes = getattr(plan, "job_slices", ()), list(getattr(plan, "slice_sizes", ()))
         if slice_sizes:
             entry.update(slice_sizes=slice_sizes, released=0)
-        if sealed is not None:
-            entry.update(seal=sealed.digest, dirs_sha256=sealed.files[DIRS_NAME]["sha256"])
+        entry.update(read.sealed_fields())
         marked = {"$set": {"recording": generation, "updated": now}}
 
         def mark_and_add() -> dict[str, Any]:
@@ -111,13 +110,14 @@ class Recording(Entries):
             try:
                 return self.rses.find_one_and_update(
                     {"_id": rse, "generations.gen": {"$ne": generation}},
-                    {**marked, "$push": {"generations": entry}, "$setOnInsert": {"created": now, "state": RSEState.NEW}},
+                    {**marked, "$push": {"generations": entry},
+                     "$setOnInsert": {"created": now, "state": RSEState.NEW}},
                     upsert=True, return_document=ReturnDocument.AFTER) or {}
             except errors.DuplicateKeyError:  # the entry is there already: a recording a crash interrupted
                 return self.rses.find_one_and_update({"_id": rse}, marked, return_document=ReturnDocument.AFTER) or {}
         doc = with_retry(mark_and_add, "mark recording")
         recorded = next((g for g in doc.get("generations", []) if g.get("gen") == generation), entry)
-        if sealed is not None and recorded.get("seal") not in (None, sealed.digest):
+        if entry.get("seal") is not None and recorded.get("seal") not in (None, entry["seal"]):
             # The interrupted recording was of another plan of this dump (its plan directory planned again): its
             # buckets and jobs would mix with this plan's, same ids kept, so a job could list a file this plan
             # does not. Its records go first; it never got further than planned (jobs go out after recording).
@@ -128,8 +128,8 @@ class Recording(Entries):
         # before packing: one directory a bucket.
         packing = recorded.get("packing", bk.BEFORE_PACKING)
         floor_depth = packing.get("floor_depth", floor_depth)
-        n, spans, dirs = self._insert_buckets(rse, generation, plan_dir, plan.job_files, max_lfn_length, sealed,
-                                              floor_depth, packing["names"])
+        n, spans, dirs = self._insert_buckets(rse, generation, read.jobs(plan.job_files), floor_depth,
+                                              packing["names"])
         jobs = [{"_id": job_id(rse, generation, 1, i), "rse": rse, "gen": generation, "round": 1, "n": i,
                  "state": JobState.PLANNED, "files": size, "plan_file": name, "created": now, "span": spans[i - 1]}
                 for i, (name, size) in enumerate(zip(plan.job_files, plan.job_sizes), 1)]
@@ -137,9 +137,9 @@ class Recording(Entries):
             job["slice"] = slice_
         insert_ignoring_duplicates(self.jobs, jobs)
         if slice_sizes:
-            ages.record(self.db, rse, generation,
-                        {dataset_of(d.encode("utf-8", "surrogateescape"), floor_depth).decode("utf-8", "surrogateescape")
-                         for d in dirs})
+            ages.record(self.db, rse, generation, {
+                dataset_of(d.encode("utf-8", "surrogateescape"), floor_depth).decode("utf-8", "surrogateescape")
+                for d in dirs})
         pruned = prune_of(doc.get("generations", []), self.generations_kept)
         baseline = baseline_of(g for g in doc.get("generations", []) if g["gen"] not in pruned)
         with_retry(lambda: self.rses.update_one(
@@ -175,12 +175,9 @@ class Recording(Entries):
         """The shrink guard's baseline of the RSE as the ledger holds it now (baseline_of)."""
         return baseline_of(self.rse(rse).get("generations", []))
 
-    def _insert_buckets(self, rse: str, generation: float, plan_dir: Path, job_files: Sequence[str],
-                        max_lfn_length: int, sealed: Optional[Seal],
-                        floor_depth: int, pack_names: int) -> tuple[int, list[list[str]], set[str]]:
-        """Every line of the jobs files, read as bytes and split on b"\\n" only, into buckets, then the
-        generation's fences. A file that differs from its seal, or holds a line that is not exactly a canonical
-        LFN below /store/unmerged, is refused (GuardTripped) before any of it is recorded. Returns the files
+    def _insert_buckets(self, rse: str, generation: float, jobs: Iterable[list[str]], floor_depth: int,
+                        pack_names: int) -> tuple[int, list[list[str]], set[str]]:
+        """Each job's LFNs (`jobs`, in job order) into buckets, then the generation's fences. Returns the files
         recorded, each job's span and the directories holding them."""
         prefix = gen_prefix(rse, generation)
         now = time.time()
@@ -194,17 +191,7 @@ class Recording(Entries):
         # long); one batch in flight at most, in order, its failure raised before the next goes.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="record-buckets") as writer:
             inflight: Optional[Future[None]] = None
-            for i, name in enumerate(job_files, 1):
-                data = (plan_dir / JOBS_DIR / name).read_bytes()
-                if sealed is not None:
-                    sealed.check_plan_file(f"{JOBS_DIR}/{name}", data, max_lfn_length)
-                else:
-                    check_plan_lines(data, max_lfn_length, f"{JOBS_DIR}/{name}")
-                # Decoded whole, then split: b"\n" is never part of a UTF-8 sequence, and surrogateescape decodes
-                # each other byte alike wherever the lines are cut (guards.split_lines' lines, decoded one by one).
-                lfns = data.decode("utf-8", errors="surrogateescape").split("\n")
-                if lfns[-1] == "":
-                    lfns.pop()
+            for i, lfns in enumerate(jobs, 1):
                 n += len(lfns)
                 built = bk.build(rse, generation, prefix, job_id(rse, generation, 1, i), i, lfns, now, floor_depth,
                                  pack_names)

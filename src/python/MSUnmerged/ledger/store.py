@@ -8,6 +8,8 @@ its own module, all on one database handle (base.py):
   counters.py   files and jobs per state, the RSE's counters
   cycles.py     polling cycles and their `meta` document
   reads.py      the operators' pages (view.py shapes them for the service face)
+Its view, leases, trigger request ids, dataset ages and ping are its own (`view`, `leases`, `request_ids`,
+`dataset_ages`, `ping`): nothing outside ledger/ touches the database.
 
 Collections (see docs/ledger.md):
   rses          one document per RSE: state, reason, kept generations, counters, last events
@@ -38,12 +40,15 @@ from pymongo import ASCENDING, DESCENDING, ReturnDocument
 from MSUnmerged.ledger import ages, history, pending_dirs
 from MSUnmerged.ledger.counters import Counters
 from MSUnmerged.ledger.cycles import Cycles
+from MSUnmerged.ledger.leases import Leases
 from MSUnmerged.ledger.outcomes import Outcomes
 from MSUnmerged.ledger.reads import Reads
 from MSUnmerged.ledger.recording import Recording
+from MSUnmerged.ledger.requestids import RequestIds
 from MSUnmerged.ledger.retry import with_retry
 from MSUnmerged.ledger.rounds import Rounds
 from MSUnmerged.ledger.states import OLD_FINAL_STATES
+from MSUnmerged.ledger.view import MongoLedgerView
 
 
 class Ledger(Recording, Rounds, Outcomes, Counters, Cycles, Reads):
@@ -56,6 +61,26 @@ class Ledger(Recording, Rounds, Outcomes, Counters, Cycles, Reads):
             {"_id": "ledger"}, {"$setOnInsert": {"instance_id": uuid.uuid4().hex, "created": time.time()}},
             upsert=True, return_document=ReturnDocument.AFTER), "ledger id")
         return str(doc["instance_id"])
+
+    def ping(self) -> None:
+        """Raise if the database cannot be reached."""
+        self.db.client.admin.command("ping")
+
+    def leases(self, owner: str, ttl_s: float) -> Leases:
+        """The RSE leases `owner` takes on this ledger (leases.py)."""
+        return Leases(self.db, owner, ttl_s)
+
+    def request_ids(self, window_s: float) -> RequestIds:
+        """The trigger request ids accepted on this ledger within `window_s` (requestids.py)."""
+        return RequestIds(self.db, window_s)
+
+    def view(self, generation_ttl_s: float = 0.0) -> MongoLedgerView:
+        """The operators' read side of this ledger (view.py)."""
+        return MongoLedgerView(self, generation_ttl_s)
+
+    def dataset_ages(self, rse: str) -> dict[bytes, float]:
+        """When the ledger first saw each dataset directory of the RSE's throttled plans (ages.first_seen)."""
+        return ages.first_seen(self.db, rse)
 
     def ensure_indexes(self) -> None:
         """Indexes for the operators' questions; each costs ingest time, so only these. Run at start-up, it also

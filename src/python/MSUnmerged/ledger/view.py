@@ -4,17 +4,18 @@ implementation over `Ledger`'s queries. Answers are plain dicts in the shapes do
 from __future__ import annotations
 
 import time
-from typing import Any, Iterator, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Protocol
 
 from bson.int64 import Int64
-from pymongo.database import Database
 
 from MSUnmerged.ledger import history, pending_dirs
 from MSUnmerged.ledger.base import EVENTS_KEPT
 from MSUnmerged.ledger.states import RETRIABLE, SUBMITTED, DirState, FileState, JobState
-from MSUnmerged.ledger.store import Ledger
 from MSUnmerged.redact import redact, redact_all
 from MSUnmerged.ttlcache import TtlCache
+
+if TYPE_CHECKING:  # the ledger builds its view (Ledger.view)
+    from MSUnmerged.ledger.store import Ledger
 
 # The states an operator may ask for: "submitted" = planned files whose job is live (Ledger.query_files).
 FILE_STATES = (*(s.value for s in FileState), SUBMITTED)
@@ -162,17 +163,17 @@ def _shown(doc: dict[str, Any]) -> dict[str, Any]:
 class MongoLedgerView:
     """LedgerView over the ledger's collections, through `Ledger`'s queries where it has them."""
 
-    def __init__(self, db: Database, generation_ttl_s: float = 0.0) -> None:
+    def __init__(self, ledger: Ledger, generation_ttl_s: float = 0.0) -> None:
         """generation_ttl_s: what every per-file page starts from, an RSE's current generation and a job's document
         (its generation and span), is read at most this often (0: on every page); a page then follows a newly
         recorded generation within that time."""
-        self.db = db
-        self.ledger = Ledger(db)
+        self.db = ledger.db
+        self.ledger = ledger
         self._read: TtlCache[Any] = TtlCache(generation_ttl_s)
         self._finished: dict[str, dict[str, Any]] = {}  # brief documents of recent finished cycles, by _id
 
     def ping(self) -> None:
-        self.db.client.admin.command("ping")
+        self.ledger.ping()
 
     # -- RSEs --------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from typing import Callable, Optional, Sequence
 
 from MSUnmerged.config import Config
 from MSUnmerged.jobs.backend import BatchBackend, JobState
-from MSUnmerged.ledger import LIVE_JOB_STATES, Leases, Ledger, with_retry
+from MSUnmerged.ledger import LIVE_JOB_STATES, Ledger, with_retry
 from MSUnmerged.service.jobkeeper import Fetched, JobKeeper
 from MSUnmerged.service.result import failure_of, jobs_detail
 from MSUnmerged.sources import Sources
@@ -56,7 +56,7 @@ class Drainer:
         self.ledger = ledger
         self.sources = sources
         self.rses = rses  # this instance's RSEs (those of its last cycle)
-        self.leases = Leases(ledger.db, f"{instance}-drain", config.service.lease_ttl_s)
+        self.leases = ledger.leases(f"{instance}-drain", config.service.lease_ttl_s)
         self.jobs = JobKeeper(config, ledger, sources, self.leases, backend, lambda step, rse: None)
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None

@@ -13,7 +13,6 @@ from MSUnmerged.config import Config
 from MSUnmerged.guards import scan_files
 from MSUnmerged.jobs.backend import BatchBackend
 from MSUnmerged.ledger import Ledger, LedgerError
-from MSUnmerged.ledger.view import MongoLedgerView
 from MSUnmerged.service.drain import Drainer
 from MSUnmerged.service.hold import HoldEnd, hold_end, held_for, runs_during_hold
 from MSUnmerged.service.result import Failure, Hook, RunAction, RunResult, describe, failure_of
@@ -66,7 +65,7 @@ class Service:
         self._in_flight: dict[str, Future[RunResult]] = {}
         self._stop = threading.Event()
         # After each cycle, what fires is pushed to AlertManager (alerts.alertmanager_url; none when empty).
-        self.notifier = Notifier(config, MongoLedgerView(ledger.db)) if config.alerts.alertmanager_url else None
+        self.notifier = Notifier(config, ledger.view()) if config.alerts.alertmanager_url else None
         self.last_rses: list[str] = []  # the RSEs of the last cycle: those the drainer looks after
         self._drainer: Optional[Drainer] = None
 

@@ -27,7 +27,7 @@ from MSUnmerged.guards import (PLAN_MODIFIED, PLAN_NOT_IN_CURRENT_DUMP, PLAN_OUT
                                check_counts, check_plan_scan, check_scan)
 from MSUnmerged.lfn import PrefixSet
 from MSUnmerged.jobs.backend import BatchBackend, JobState
-from MSUnmerged.ledger import (RETRIABLE, FileState, LeaseLost, Leases, Ledger, LedgerError, ages, gen_key,
+from MSUnmerged.ledger import (RETRIABLE, FileState, LeaseLost, Ledger, LedgerError, gen_key,
                                 pending_dirs, sitebackoff, slices)
 from MSUnmerged.ledger.base import state_update
 from MSUnmerged.service.jobkeeper import JobKeeper
@@ -57,7 +57,7 @@ class Runner:
         self.ledger = ledger
         self.sources = sources
         self.instance = instance or config.service.instance or default_instance()
-        self.leases = Leases(ledger.db, self.instance, config.service.lease_ttl_s)
+        self.leases = ledger.leases(self.instance, config.service.lease_ttl_s)
         self.rses = InstanceRSEs(config, sources)
         self.hook: Hook = hook or (lambda step, rse: None)  # told each step of a run (STEPS), the batch's too
         self.watch: Optional[Hook] = None  # the cycle's own (its hold, loop.py): told each step before the hook
@@ -207,8 +207,8 @@ class Runner:
                 return self._guarded(rse, result, plan.guard, plan.guard_detail)
             # The list read from WMStats now is the service's own: it may lower the baseline as
             # generations rotate out (workflows finish); an operator's list at apply never does.
-            self.ledger.record_plan(plan_dir, plan, decision.generation, baseline_count=len(protection),
-                                    sealed=sealed, max_lfn_length=self.config.planner.max_lfn_length,
+            self.ledger.record_plan(seal.PlanReader(plan_dir, sealed, self.config.planner.max_lfn_length), plan,
+                                    decision.generation, baseline_count=len(protection),
                                     scan_started=plan.scan_started, floor_depth=self.config.planner.dir_floor_depth)
             self._step("recorded", rse)
         else:
@@ -318,7 +318,7 @@ class Runner:
                    progress: Optional[planner.ProgressFn] = None, count_guards: bool = True) -> planner.Plan:
         """Open the RSE's dump and plan it into `out` with the configuration in force."""
         # A throttled RSE releases its oldest dataset directories first: when the ledger first saw each.
-        first_seen = ages.first_seen(self.ledger.db, rse) if limits_for(self.config, rse).max_files_per_cycle else None
+        first_seen = self.ledger.dataset_ages(rse) if limits_for(self.config, rse).max_files_per_cycle else None
         with self.sources.open_dump(rse) as dump:
             return planner.plan(rse, iter_chunks(dump), protected, self.config, out, stats=scan,
                                 previous_protected_count=baseline, progress=progress, count_guards=count_guards,
@@ -405,8 +405,8 @@ class Runner:
             return self._guarded(rse, result, guard.reason, guard.detail)
         self._step("planned", rse)  # the plan checked: its seal, the dump planned again, the comparison
         # An operator's list never lowers the baseline (the plan's own count is never used).
-        self.ledger.record_plan(plan_dir, plan, generation, baseline_count=max(baseline or 0, len(protection)),
-                                sealed=sealed, max_lfn_length=self.config.planner.max_lfn_length,
+        self.ledger.record_plan(seal.PlanReader(plan_dir, sealed, self.config.planner.max_lfn_length), plan,
+                                generation, baseline_count=max(baseline or 0, len(protection)),
                                 scan_started=now.scan_started, floor_depth=self.config.planner.dir_floor_depth)
         self._step("recorded", rse)
         result.dropped_protected = self.ledger.drop_protected(rse, generation, protection)
