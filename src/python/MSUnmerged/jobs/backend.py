@@ -73,6 +73,11 @@ class BatchBackend(Protocol):
         """Remove those of these jobs that have not started (revalidation); returns the removed job ids.
         A job that started meanwhile stays and keeps being tracked."""
 
+    def revalidated(self, batch_ids: Mapping[str, str]) -> None:
+        """A revalidation against a current protected list kept these waiting jobs: any the backend holds back
+        until then (the local backend's jobs adopted from an earlier service's queue) may start. A no-op where the
+        batch system holds the jobs."""
+
     def close(self) -> None:
         """Stop what the backend runs between calls (the service is closing): jobs already submitted stay
         where they are, and a later backend of the same kind finds them (`poll`, `find`)."""
