@@ -172,3 +172,30 @@ def test_a_restart_re_checks_the_jobs_its_predecessor_left_queued(tmp_path: Path
     assert Ledger(mongo_db).file_records(RSE, state="skipped_protected")
     run_to_clean(again)
     check_kept(tmp_path, mongo_db, dirs, waited)
+
+
+@pytest.mark.parametrize("stop", ["stopped", "crashed_before_marking"])
+def test_run_wait_after_a_restart_starts_no_adopted_job_before_revalidation(tmp_path: Path, mongo_db: Database,
+                                                                             stop: str) -> None:
+    """Before: the jobs a stopped service left queued were adopted by the first poll of `run --wait` and started
+    by its second, before the revalidation after the polls re-checked them: files protected meanwhile were
+    deleted. So too for jobs a crash left `submitting` (found on disk by reconciliation, then adopted)."""
+    src = write_sources(tmp_path / "src", [RSE], files=1200)
+    first = make_service(tmp_path, mongo_db, src, python=slow_python(tmp_path, 6))
+    first.config.jobs.local_parallel = first.runner.jobs.backend.parallel = 1
+    assert first.runner.run_once(RSE).submitted >= 3
+    first.runner.jobs.backend.close()  # the service stops: its queued jobs wait on disk
+    first.stop()
+    waiting = sorted(j["_id"] for j in mongo_db.jobs.find())[1:]
+    if stop == "crashed_before_marking":  # submitted, the submission not marked: reconciliation finds them
+        mongo_db.jobs.update_many({"_id": {"$in": waiting}}, {"$set": {"state": "submitting"},
+                                                                "$unset": {"batch_id": ""}})
+    waited = {lfn for jid in waiting for lfn in first.ledger.job_lfns(jid)}
+    dirs = protect(src, [first.ledger.job_lfns(jid)[0] for jid in waiting])
+    again = Service(first.config, Ledger(mongo_db), OfflineSources(src),
+                    LoggedLocalBackend(first.config, tmp_path / "batch"), instance="test-1")
+    again.runner.jobs.backend.parallel = 4  # slots free beside the first service's job still running
+    again.runner.run_once(RSE, wait_s=5)  # polls for 5 s, then revalidates
+    assert Ledger(mongo_db).file_records(RSE, state="skipped_protected")
+    run_to_clean(again)
+    check_kept(tmp_path, mongo_db, dirs, waited)

@@ -323,7 +323,8 @@ class JobKeeper:
         """Queued jobs are checked against a protected list fetched now (`fetch`, else fetch_protected) before they
         start: a job holding a file the list covers, or whose manifest has less than half of
         jobs.max_protection_age_s left (`renew`), is removed and planned again, its files' tries unchanged; the
-        next submission sends it with a fresh manifest.
+        next submission sends it with a fresh manifest. The others may start (backend.revalidated: a job adopted
+        from an earlier service's queue waits for this).
 
         A removed job's newly protected files become skipped_protected (protected_since_planning) first. A job
         that started meanwhile stays: the backend removes only jobs not started, and the worker re-checks
@@ -338,7 +339,8 @@ class JobKeeper:
         lfns_of = self.ledger.jobs_lfns([j["_id"] for j in waiting])  # a few queries, not one a job
         hit = {j["_id"]: j["batch_id"] for j in waiting
                if any(protection.holds_below(name.encode("utf-8", "surrogateescape")) for name in lfns_of[j["_id"]])}
-        self.renew(rse, [j for j in waiting if j["_id"] not in hit], fetched)
+        stale = self.renew(rse, [j for j in waiting if j["_id"] not in hit], fetched)
+        self.backend.revalidated({j["_id"]: j["batch_id"] for j in waiting if j["_id"] not in hit.keys() | stale})
         if not hit:
             return 0, 0
         gens = {j["_id"]: j["gen"] for j in waiting}
@@ -352,18 +354,18 @@ class JobKeeper:
                  len(hit), dropped)
         return len(removed), dropped
 
-    def renew(self, rse: str, waiting: Sequence[dict[str, Any]], fetched: float) -> int:
+    def renew(self, rse: str, waiting: Sequence[dict[str, Any]], fetched: float) -> set[str]:
         """Of these waiting jobs (none holding a file the list fetched at `fetched` covers), those whose manifest's
         protected list may be used for less than half of jobs.max_protection_age_s more are removed (if not started)
         and planned again, their files' tries unchanged: the next submission gives them a fresh manifest. Returns
-        how many."""
+        those found so, removed or started meanwhile."""
         half = self.config.jobs.max_protection_age_s / 2
         stale = {j["_id"]: j["batch_id"] for j in waiting if (j.get("protected_until") or 0.0) - fetched < half}
         if not stale:
-            return 0
+            return set()
         removed = self.backend.remove_pending(stale, "re-issued with a fresh protected list")
         for jid in removed:
             self.ledger.requeue_job(jid, "re-issued: its manifest's protected list was getting old")
         if removed:
             log.info("%s: %d waiting jobs re-issued with a fresh protected list", rse, len(removed))
-        return len(removed)
+        return set(stale)
