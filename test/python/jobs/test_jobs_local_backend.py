@@ -444,6 +444,7 @@ def test_a_job_left_queued_by_an_earlier_service_starts_only_once_revalidated(tm
         states = again.poll(ids)  # adopted
         assert {s.state for s in states.values()} == {JobState.QUEUED}
         assert {s.reason for s in states.values()} == {UNVETTED_REASON}
+        assert all(s.awaits_revalidation for s in states.values())
         # Other work of the site's backend pumps its queue: the adopted jobs must not start.
         other_ids = again.submit([other])
         assert wait_for(again, other_ids, timeout=120)[other.job_id].state is JobState.FINISHED

@@ -33,6 +33,8 @@ class JobStatus:
     reason: str = ""  # hold reason, failure reason, ...
     exit_code: Optional[int] = None
     started: Optional[bool] = None  # False: the batch system says it never started (None: not known)
+    # Held back until a revalidation keeps it (`revalidated`): a local job adopted from an earlier service's queue.
+    awaits_revalidation: bool = False
 
     @property
     def never_ran(self) -> bool:

@@ -14,10 +14,11 @@ too (it ends when nothing waits; a submit starts it again; `close` ends it for g
 (WAIT_REASON).
 Everything needed to answer `poll` and `find` after a restart is on disk: a queued job's manifest, the pid file of
 a running worker and the report's final summary line, which holds the worker's exit code. A job an earlier service
-left queued is queued again by the first `poll` that asks about it, but starts only once the revalidation after
-that poll has kept it (`revalidated`): its manifest's protected list is as old as its submission, and a pump for
-any other job of the site (another RSE's poll, the supervisor) must not start it first. The revalidation removes
-it instead when a file became protected (`remove_pending` starts nothing).
+left queued is queued again by the first `poll` that asks about it, but starts only once a revalidation has kept
+it (`revalidated`; its status says it awaits one, and the service's poll revalidates then): its manifest's
+protected list is as old as its submission, and a pump for any other job of the site (another RSE's poll, the
+supervisor) must not start it first. The revalidation removes it instead when a file became protected
+(`remove_pending` starts nothing).
 """
 from __future__ import annotations
 
@@ -377,8 +378,9 @@ class LocalBackend:
         if name in self._removed:
             return JobStatus(job_id, JobState.REMOVED, batch_id, "removed")
         if name in self._queue:
-            return JobStatus(job_id, JobState.QUEUED, batch_id,
-                             UNVETTED_REASON if name in self._unvetted else WAIT_REASON)
+            unvetted = name in self._unvetted
+            return JobStatus(job_id, JobState.QUEUED, batch_id, UNVETTED_REASON if unvetted else WAIT_REASON,
+                             awaits_revalidation=unvetted)
         proc = self._procs.get(name)
         if proc is not None:
             return JobStatus(job_id, JobState.RUNNING, batch_id)

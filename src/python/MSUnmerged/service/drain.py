@@ -55,7 +55,7 @@ class Drainer:
                 continue  # a cycle or another instance works on it now
             try:
                 try:
-                    self.jobs.poll(rse)
+                    self.jobs.poll(rse, fetch)
                     self.jobs.revalidate(rse, fetch)  # the jobs still waiting, against the pass's list
                     gen = self.ledger.rse(rse).get("generation")
                     n = 0 if gen is None else self.jobs.top_up(rse, gen, fetch)

@@ -300,8 +300,10 @@ class JobKeeper:
 
     # -- jobs in the batch system --------------------------------------------------------------
 
-    def poll(self, rse: str) -> int:
-        """Ask the backend about live jobs; collect the finished ones. Returns how many were collected."""
+    def poll(self, rse: str, fetch: Optional[Callable[[], Fetched]] = None) -> int:
+        """Ask the backend about live jobs; collect the finished ones. Returns how many were collected. A job the
+        backend holds back until it is revalidated (adopted from an earlier service's queue) is revalidated now
+        (`fetch`: see revalidate), so that it may start while the caller waits."""
         live = [j for j in self.ledger.jobs_in(rse, BACKEND_JOB_STATES) if j.get("batch_id")]
         if not live:
             return 0
@@ -322,6 +324,8 @@ class JobKeeper:
             log.warning("%s: %s", rse, sitebackoff.describe(hold))
         if n:
             self.hook("collected", rse)
+        if any(s.awaits_revalidation for s in statuses.values()):
+            self.revalidate(rse, fetch)
         return n
 
     def _collect(self, job: dict[str, Any], status: JobStatus, sites: dict[bool, tuple[float, str]]) -> bool:
