@@ -14,7 +14,7 @@ import pytest
 from MSUnmerged.collector import Collector, MemorySink, parse_report
 from MSUnmerged.config import Config
 from MSUnmerged.jobs.backend import BackendError, JobState, wait_for
-from MSUnmerged.jobs.local import CLAIM_GRACE_S, LocalBackend
+from MSUnmerged.jobs.local import CLAIM_GRACE_S, PUMP_INTERVAL_S, UNVETTED_REASON, LocalBackend
 from MSUnmerged.jobs.router import RoutingBackend
 from MSUnmerged.jobs.spec import CleanupJob, DeleteFilesStep
 from MSUnmerged.samplesite import write_siteconf
@@ -248,7 +248,10 @@ def test_close_ends_the_supervisor_and_leaves_the_queue_on_disk(tmp_path: Path,
     assert not any((router.for_rse(RSE).job_dir(j) / CLAIM_NAME).exists() for j in queued)
     gate.touch()
     again = LocalBackend(cfg, tmp_path / "work", siteconfig=str(sc))  # the restarted service's
-    finished = wait_for(again, again.find([j.job_id for j in jobs]), timeout=120)
+    found = again.find([j.job_id for j in jobs])
+    again.poll(found)
+    again.revalidated(found)  # as a revalidation does: the jobs adopted from disk may start
+    finished = wait_for(again, found, timeout=120)
     assert {s.state for s in finished.values()} == {JobState.FINISHED} and len(finished) == 4
     for j in jobs:  # each ran once: a second run would have found its files gone
         assert parse_report(again.job_dir(j.job_id) / "report.jsonl").counters() == {"deleted": 20}
@@ -292,7 +295,9 @@ def test_two_backends_on_one_work_folder_start_a_job_once(tmp_path: Path) -> Non
     ids = first.submit([job(0, slow), job(1, quick)])  # the second waits in first's queue
     second = LocalBackend(cfg, tmp_path / "work", siteconfig=str(sc))
     second.parallel = 2
-    states = wait_for(second, ids, timeout=120)  # second finds the queued one on disk and starts it
+    second.poll(ids)  # second finds the queued one on disk
+    second.revalidated(ids)  # and starts it once revalidated
+    states = wait_for(second, ids, timeout=120)
     wait_for(first, ids, timeout=120)  # first's supervisor meets the claim and leaves it
     assert {s.state for s in states.values()} == {JobState.FINISHED}
     report = parse_report(first.job_dir(job(1, quick).job_id) / "report.jsonl")
@@ -308,7 +313,7 @@ from pathlib import Path
 sys.path.insert(0, sys.argv[3])
 from test_jobs_local_backend import jobs_with_files, make_site
 from MSUnmerged.config import Config
-from MSUnmerged.jobs.local import CLAIM_GRACE_S, LocalBackend
+from MSUnmerged.jobs.local import CLAIM_GRACE_S, PUMP_INTERVAL_S, UNVETTED_REASON, LocalBackend
 real = subprocess.Popen
 def popen_then_die(args, *rest, **kwargs):
     proc = real(args, *rest, **kwargs)
@@ -417,5 +422,40 @@ def test_a_claim_without_a_pid_file_is_a_job_that_never_ran(tmp_path: Path) -> N
         status = again.poll(ids)[first.job_id]
         assert status.state is JobState.FAILED and status.never_ran, status
         assert len(list((storage / "store").rglob("*.root"))) == 3
+    finally:
+        again.close()
+
+
+def test_a_job_left_queued_by_an_earlier_service_starts_only_once_revalidated(tmp_path: Path) -> None:
+    """Before: a job an earlier service left queued on disk was adopted by the first poll that asked about it and
+    started by the next pump of the site's backend (another RSE's poll or submission, the supervisor, the second
+    poll of `run --wait`), before its own RSE's revalidation had re-checked its old manifest. Now it waits, says
+    why, and starts only once revalidated; removal stays exact."""
+    storage, sc = make_site(tmp_path)
+    cfg = Config()
+    closed = LocalBackend(cfg, tmp_path / "work", siteconfig=str(sc))
+    closed.close()  # it queues, never starts
+    kept, dropped, other = jobs_with_files(storage, 3, 3)
+    ids = closed.submit([kept, dropped])
+    closed.close()  # the service stops: its jobs stay queued on disk, no longer in this process's waiting list
+    again = LocalBackend(cfg, tmp_path / "work", siteconfig=str(sc))  # the restarted service's
+    try:
+        assert again.find([kept.job_id, dropped.job_id]) == ids
+        states = again.poll(ids)  # adopted
+        assert {s.state for s in states.values()} == {JobState.QUEUED}
+        assert {s.reason for s in states.values()} == {UNVETTED_REASON}
+        assert all(s.awaits_revalidation for s in states.values())
+        # Other work of the site's backend pumps its queue: the adopted jobs must not start.
+        other_ids = again.submit([other])
+        assert wait_for(again, other_ids, timeout=120)[other.job_id].state is JobState.FINISHED
+        time.sleep(PUMP_INTERVAL_S * 5)  # a supervisor would have started them by now
+        assert {s.state for s in again.poll(ids).values()} == {JobState.QUEUED}
+        assert not any((again.job_dir(j.job_id) / CLAIM_NAME).exists() for j in (kept, dropped))
+        assert again.remove_pending({dropped.job_id: ids[dropped.job_id]}, "revalidation") == [dropped.job_id]
+        again.revalidated({kept.job_id: ids[kept.job_id]})  # kept by the revalidation
+        assert wait_for(again, ids, timeout=120)[kept.job_id].state is JobState.FINISHED
+        assert again.poll(ids)[dropped.job_id].state is JobState.REMOVED
+        assert all((storage / lfn.lstrip("/")).exists() for lfn in dropped.step.lfns)  # never ran
+        assert not any((storage / lfn.lstrip("/")).exists() for lfn in kept.step.lfns + other.step.lfns)
     finally:
         again.close()

@@ -157,6 +157,8 @@ def test_a_worker_that_cannot_start_on_a_full_disk_is_never_failed(tmp_path: Pat
     fill(small_disk)
     runner = LocalBackend(config, siteconfig=siteconf)
     try:
+        runner.poll({first.job_id: batch})  # adopted from disk
+        runner.revalidated({first.job_id: batch})  # and kept, as a revalidation does: it may start
         seen = set()
         for _ in range(15):  # a few seconds with the disk full
             seen.add(runner.poll({first.job_id: batch})[first.job_id].state)

@@ -13,10 +13,12 @@ import pytest
 from pymongo.database import Database
 
 from MSUnmerged.jobs.backend import wait_for
+from MSUnmerged.config import SiteConfig
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.service import Service
 from MSUnmerged.service.drain import Drainer
 from MSUnmerged.sources.offline import PROTECTED_FILE, OfflineSources
+from MSUnmerged.worker.ids import MANIFEST_NAME
 from service_kit import LoggedLocalBackend, files_left, write_sources
 from test_service_run import RSE, make_service
 
@@ -171,3 +173,111 @@ def test_a_restart_re_checks_the_jobs_its_predecessor_left_queued(tmp_path: Path
     assert Ledger(mongo_db).file_records(RSE, state="skipped_protected")
     run_to_clean(again)
     check_kept(tmp_path, mongo_db, dirs, waited)
+
+
+@pytest.mark.parametrize("stop", ["stopped", "crashed_before_marking"])
+def test_run_wait_after_a_restart_starts_no_adopted_job_before_revalidation(tmp_path: Path, mongo_db: Database,
+                                                                             stop: str) -> None:
+    """Before: the jobs a stopped service left queued were adopted by the first poll of `run --wait` and started
+    by its second, before the revalidation after the polls re-checked them: files protected meanwhile were
+    deleted. So too for jobs a crash left `submitting` (found on disk by reconciliation, then adopted)."""
+    src = write_sources(tmp_path / "src", [RSE], files=1200)
+    first = make_service(tmp_path, mongo_db, src, python=slow_python(tmp_path, 6))
+    first.config.jobs.local_parallel = first.runner.jobs.backend.parallel = 1
+    assert first.runner.run_once(RSE).submitted >= 3
+    first.runner.jobs.backend.close()  # the service stops: its queued jobs wait on disk
+    first.stop()
+    waiting = sorted(j["_id"] for j in mongo_db.jobs.find())[1:]
+    if stop == "crashed_before_marking":  # submitted, the submission not marked: reconciliation finds them
+        mongo_db.jobs.update_many({"_id": {"$in": waiting}}, {"$set": {"state": "submitting"},
+                                                                "$unset": {"batch_id": ""}})
+    waited = {lfn for jid in waiting for lfn in first.ledger.job_lfns(jid)}
+    dirs = protect(src, [first.ledger.job_lfns(jid)[0] for jid in waiting])
+    again = Service(first.config, Ledger(mongo_db), OfflineSources(src),
+                    LoggedLocalBackend(first.config, tmp_path / "batch"), instance="test-1")
+    again.runner.jobs.backend.parallel = 4  # slots free beside the first service's job still running
+    again.runner.run_once(RSE, wait_s=5)  # polls for 5 s, then revalidates
+    assert Ledger(mongo_db).file_records(RSE, state="skipped_protected")
+    run_to_clean(again)
+    check_kept(tmp_path, mongo_db, dirs, waited)
+
+
+class Crash(BaseException):
+    """Stands for the process dying: nothing in run_once may catch it."""
+
+
+def manifest_until(backend: LoggedLocalBackend, jid: str) -> float:
+    return json.loads((backend.job_dir(jid) / MANIFEST_NAME).read_text())["task"]["steps"][0]["protected_until"]
+
+
+def test_a_reconciled_resubmission_records_until_when_its_new_list_may_be_used(tmp_path: Path,
+                                                                              mongo_db: Database) -> None:
+    """Before: jobs a crash left `submitting` (intent recorded, never submitted) went out again with a fresh list,
+    while the ledger kept their first intent's `protected_until`: a revalidation then re-issued them needlessly."""
+    src = write_sources(tmp_path / "src", [RSE], files=1200)
+    first = make_service(tmp_path, mongo_db, src, python=slow_python(tmp_path, 30))  # nothing ends meanwhile
+    first.config.jobs.max_protection_age_s = 8.0
+    first.config.jobs.local_parallel = 1  # the jobs after the first wait: revalidated
+
+    def crash(step: str, rse: str) -> None:
+        if step == "intent":
+            raise Crash(step)
+    first.runner.hook = crash
+    with pytest.raises(Crash):
+        first.runner.run_once(RSE)
+    first.runner.leases.release(RSE)
+    first.stop()
+    jobs = {j["_id"]: j["protected_until"] for j in mongo_db.jobs.find({"state": "submitting"})}
+    assert jobs
+    time.sleep(4.5)  # more than half of the bound: the first intent's list would be re-issued
+    again = Service(first.config, Ledger(mongo_db), OfflineSources(src),
+                    LoggedLocalBackend(first.config, tmp_path / "batch", python=first.runner.jobs.backend.python),
+                    instance="test-1")
+    try:
+        assert again.runner.run_once(RSE).action == "poll"  # reconciled, then revalidated
+        docs = {j["_id"]: j for j in mongo_db.jobs.find({"_id": {"$in": list(jobs)}})}
+        assert [d["state"] for d in docs.values()].count("queued") >= 2
+        assert {d.get("requeued") for d in docs.values()} == {None}
+        backend = again.runner.jobs.backend
+        assert all(d["protected_until"] == manifest_until(backend, jid) > jobs[jid] for jid, d in docs.items())
+    finally:
+        again.runner.jobs.backend.close()
+
+
+def test_run_wait_tops_up_with_a_list_no_older_than_half_the_bound(tmp_path: Path, mongo_db: Database) -> None:
+    """Before: `run --wait` sent every job it topped up with the list of its start: once older than the bound, each
+    worker refused (protection_expired), and the job went out again with the same list, until the wait ended."""
+    src = write_sources(tmp_path / "src", [RSE], files=1800)
+    svc = make_service(tmp_path, mongo_db, src, python=slow_python(tmp_path, 2))
+    svc.config.jobs.max_protection_age_s = 10.0  # a job sent with a list younger than 5 s starts in time
+    svc.config.jobs.sites.setdefault(RSE, SiteConfig()).max_in_flight = 1  # the others go out while it waits
+    result = svc.runner.run_once(RSE, wait_s=40)
+    assert result.submitted >= 5 and result.state == "clean", result
+    docs = list(mongo_db.jobs.find())
+    assert {d["state"] for d in docs} == {"finished"} and {d.get("requeued") for d in docs} == {None}, \
+        [(d["_id"], d.get("reason"), d.get("submitted_at"), d.get("protected_until")) for d in docs]
+    assert not files_left(tmp_path / "storage" / RSE) & {r["lfn"] for r in Ledger(mongo_db).file_records(RSE)}
+
+
+def test_a_top_up_that_only_re_issued_jobs_counts_them(tmp_path: Path, mongo_db: Database) -> None:
+    """Before: a top-up pass that re-issued waiting jobs but submitted nothing (here: the storage credential went
+    missing) left the RSE's job counts and state as they were, until the next cycle."""
+    src = write_sources(tmp_path / "src", [RSE], files=1200)
+    svc = make_service(tmp_path, mongo_db, src, python=slow_python(tmp_path, 8))
+    svc.config.jobs.local_parallel = svc.runner.jobs.backend.parallel = 1
+    bound = svc.config.jobs.max_protection_age_s = 6.0
+    assert svc.runner.run_once(RSE).submitted >= 3
+    until = min(j["protected_until"] for j in mongo_db.jobs.find())
+    time.sleep(max(0.0, until - bound / 2 - time.time() + 0.5))
+    svc.config.jobs.credential, svc.config.jobs.token_file = "token", str(tmp_path / "no-token")
+    Drainer(svc.config, svc.ledger, svc.sources, svc.runner.jobs.backend, "test-1", lambda: [RSE]).once()
+    jobs = list(mongo_db.jobs.find())
+    assert [j["state"] for j in jobs].count("planned") >= 2  # re-issued, not sent again
+    counted: dict[str, int] = {}
+    for j in jobs:
+        counted[j["state"]] = counted.get(j["state"], 0) + 1
+    doc = svc.ledger.rse(RSE)
+    assert doc["counters"]["jobs_by_state"] == counted
+    live = sum(counted.get(s, 0) for s in ("submitting", "queued", "running", "held"))
+    assert doc["detail"] == f"{live} jobs in the batch system"
+    svc.runner.jobs.backend.close()

@@ -33,6 +33,8 @@ class JobStatus:
     reason: str = ""  # hold reason, failure reason, ...
     exit_code: Optional[int] = None
     started: Optional[bool] = None  # False: the batch system says it never started (None: not known)
+    # Held back until a revalidation keeps it (`revalidated`): a local job adopted from an earlier service's queue.
+    awaits_revalidation: bool = False
 
     @property
     def never_ran(self) -> bool:
@@ -72,6 +74,11 @@ class BatchBackend(Protocol):
     def remove_pending(self, batch_ids: Mapping[str, str], reason: str) -> list[str]:
         """Remove those of these jobs that have not started (revalidation); returns the removed job ids.
         A job that started meanwhile stays and keeps being tracked."""
+
+    def revalidated(self, batch_ids: Mapping[str, str]) -> None:
+        """A revalidation against a current protected list kept these waiting jobs: any the backend holds back
+        until then (the local backend's jobs adopted from an earlier service's queue) may start. A no-op where the
+        batch system holds the jobs."""
 
     def close(self) -> None:
         """Stop what the backend runs between calls (the service is closing): jobs already submitted stay

@@ -527,6 +527,9 @@ class CondorBackend:
                     shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
         return removed
 
+    def revalidated(self, batch_ids: Mapping[str, str]) -> None:
+        """Nothing held back: the schedd holds the jobs (revalidation removes those it must)."""
+
     def close(self) -> None:
         """Nothing runs between calls: the schedds keep the jobs."""
 

@@ -14,8 +14,11 @@ too (it ends when nothing waits; a submit starts it again; `close` ends it for g
 (WAIT_REASON).
 Everything needed to answer `poll` and `find` after a restart is on disk: a queued job's manifest, the pid file of
 a running worker and the report's final summary line, which holds the worker's exit code. A job an earlier service
-left queued is queued again by the first `poll` that asks about it and started by a later pump, so that the
-revalidation after that poll may remove it first (`remove_pending` starts nothing).
+left queued is queued again by the first `poll` that asks about it, but starts only once a revalidation has kept
+it (`revalidated`; its status says it awaits one, and the service's poll revalidates then): its manifest's
+protected list is as old as its submission, and a pump for any other job of the site (another RSE's poll, the
+supervisor) must not start it first. The revalidation removes it instead when a file became protected
+(`remove_pending` starts nothing).
 """
 from __future__ import annotations
 
@@ -75,6 +78,7 @@ _running: dict[Path, dict[str, Optional[subprocess.Popen]]] = {}
 _waiting: dict[Path, list[str]] = {}
 _lock = threading.Lock()
 WAIT_REASON = "waiting for a free local slot (jobs.local_parallel at once; slots go in submission order across RSEs)"
+UNVETTED_REASON = "left queued by an earlier service: waits for its re-check against the current protected list"
 
 
 def _file_key(path: Path) -> FileKey:
@@ -100,6 +104,9 @@ class LocalBackend:
         self._worker = Path(worker) if worker else None
         self._procs: dict[str, subprocess.Popen] = {}  # job dir name -> running worker
         self._queue: list[str] = []  # job dir names waiting to start
+        # Of those, the ones an earlier service left queued on disk (adopted by _status): not started until a
+        # revalidation kept them (`revalidated`), and not waiting for a slot (_waiting) meanwhile.
+        self._unvetted: set[str] = set()
         self._removed: set[str] = set()
         self._retold: set[str] = set()  # jobs that could not be started, said so once
         # The supervisor thread and the service's calls share the queue: every use of it holds this lock.
@@ -189,6 +196,7 @@ class LocalBackend:
             # Written again also when an earlier submission left it queued: a re-issued job's manifest is fresh.
             self._write_folder(job, jdir, worker)
             self._removed.discard(name)  # removed before it started, and submitted again (re-issued)
+            self._unvetted.discard(name)  # its fresh manifest is as new as any submission's
             self._enqueue(name)
             out[job.job_id] = BATCH_PREFIX + name
         self._pump()
@@ -220,14 +228,37 @@ class LocalBackend:
         for name, proc in list(self._procs.items()):
             if proc.poll() is not None:
                 self._forget(name)
-        while self._queue and self._take_slot(self._queue[0]):
-            if not self._start(self._queue[0]):  # it cannot start now (a full disk): it waits at the queue's head
-                self._enqueue(self._queue[0], first=True)  # and keeps its turn among the other backends' jobs
+        name = self._next()
+        while name is not None and self._take_slot(name):
+            if not self._start(name):  # it cannot start now (a full disk): it waits at the queue's head
+                self._enqueue(name, first=True)  # and keeps its turn among the other backends' jobs
                 break
-            self._queue.pop(0)
-        if self._queue and (self._supervisor is None or not self._supervisor.is_alive()):
+            self._queue.remove(name)
+            name = self._next()
+        if self._next() is not None and (self._supervisor is None or not self._supervisor.is_alive()):
             self._supervisor = threading.Thread(target=self._supervise, name="local-jobs", daemon=True)
             self._supervisor.start()
+
+    def _next(self) -> Optional[str]:
+        """The queued job to start next: the first one not waiting for its re-check (_unvetted)."""
+        return next((name for name in self._queue if name not in self._unvetted), None)
+
+    def _adopt(self, name: str) -> None:
+        """A job an earlier service left queued on disk: queued here, started only once revalidated."""
+        if name not in self._queue:
+            self._queue.append(name)
+            self._unvetted.add(name)
+
+    def revalidated(self, batch_ids: Mapping[str, str]) -> None:
+        """These waiting jobs were kept by a revalidation against a current protected list: those adopted from an
+        earlier service's queue may start now, behind the jobs already waiting."""
+        with self._lock:
+            for batch_id in batch_ids.values():
+                name = self._dir_of(batch_id)
+                if name in self._unvetted:
+                    self._unvetted.discard(name)
+                    self._enqueue(name)
+            self._pump()
 
     def _enqueue(self, name: str, first: bool = False) -> None:
         """The job waits for a slot, behind every job submitted before it from this work folder (`first`: ahead of
@@ -258,7 +289,7 @@ class LocalBackend:
         while not self._closed.wait(PUMP_INTERVAL_S):
             with self._lock:
                 self._pump()
-                if not self._queue or self._closed.is_set():
+                if self._next() is None or self._closed.is_set():
                     self._supervisor = None
                     return
 
@@ -347,7 +378,9 @@ class LocalBackend:
         if name in self._removed:
             return JobStatus(job_id, JobState.REMOVED, batch_id, "removed")
         if name in self._queue:
-            return JobStatus(job_id, JobState.QUEUED, batch_id, WAIT_REASON)
+            unvetted = name in self._unvetted
+            return JobStatus(job_id, JobState.QUEUED, batch_id, UNVETTED_REASON if unvetted else WAIT_REASON,
+                             awaits_revalidation=unvetted)
         proc = self._procs.get(name)
         if proc is not None:
             return JobStatus(job_id, JobState.RUNNING, batch_id)
@@ -371,9 +404,9 @@ class LocalBackend:
             return JobStatus(job_id, JobState.FAILED, batch_id, "its starter stopped before starting the worker: "
                              "nothing was touched", started=False)
         if _queued_whole(jdir):
-            # Queued by an earlier instance that stopped before starting it: queued here, started by the next pump,
-            # so that the caller may remove it first (a restart's revalidation, remove_pending).
-            self._enqueue(name)
+            # Queued by an earlier instance that stopped before starting it: queued here, started only once a
+            # revalidation kept it (`revalidated`), which may remove it instead (remove_pending).
+            self._adopt(name)
             return self._status(job_id, batch_id)
         return JobStatus(job_id, JobState.VANISHED, batch_id, "no such local job")
 
@@ -406,6 +439,7 @@ class LocalBackend:
         jdir = self.work_dir / name
         if name in self._queue:
             self._queue.remove(name)
+            self._unvetted.discard(name)
             self._unqueue([name])
             self._removed.add(name)
             # Its folder goes too, once its claim is taken (no backend on this work folder starts it then): a

@@ -115,6 +115,11 @@ class RoutingBackend:
                 out += backend.remove_pending({i: batch_ids[i] for i in ids}, reason)
         return out
 
+    def revalidated(self, batch_ids: Mapping[str, str]) -> None:
+        for backend, ids in self._split(batch_ids).values():
+            with self._use(backend):
+                backend.revalidated({i: batch_ids[i] for i in ids})
+
     def close(self) -> None:
         """Close every backend built so far."""
         with self._lock:

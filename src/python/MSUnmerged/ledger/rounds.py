@@ -81,11 +81,12 @@ class Rounds(Entries):
         # The job has no row that could stand for an entry of its buckets (_live_entries): all are live.
         return lfns + [lfn for doc in buckets for lfn in bk.lfns(doc, codes)]
 
-    def record_job_intent(self, jobs: Sequence[JobIntent], backend: str = "") -> None:
+    def record_job_intent(self, jobs: Sequence[JobIntent], backend: str = "", again: bool = False) -> None:
         """Before submitting: the jobs go from planned to submitting (with site, backend, and until when their
-        manifests' protected list may be used)."""
+        manifests' protected list may be used); `again`: jobs left submitting by a crash, sent again (their new
+        manifests' list)."""
         now = time.time()
-        ops = [UpdateOne({"_id": j.job_id, "state": JobState.PLANNED},
+        ops = [UpdateOne({"_id": j.job_id, "state": JobState.SUBMITTING if again else JobState.PLANNED},
                          {"$set": {"state": JobState.SUBMITTING, "site": j.site, "backend": backend,
                                    "files": len(j.step.lfns), "dry_run": j.step.dry_run, "intent_at": now,
                                    "protected_until": j.step.protected_until}})

@@ -19,32 +19,11 @@ from typing import Callable, Optional, Sequence
 from MSUnmerged.config import Config
 from MSUnmerged.jobs.backend import BatchBackend, JobState
 from MSUnmerged.ledger import LIVE_JOB_STATES, Ledger, with_retry
-from MSUnmerged.service.jobkeeper import Fetched, JobKeeper
+from MSUnmerged.service.jobkeeper import JobKeeper, ProtectedList
 from MSUnmerged.service.result import failure_of, jobs_detail
 from MSUnmerged.sources import Sources
 
 log = logging.getLogger(__name__)
-
-
-class PassList:
-    """A pass's protected list: fetched when first needed, then the same for every RSE of the pass; a failure too
-    (WMStats down or hanging is asked once a pass, not once an RSE)."""
-
-    def __init__(self, fetch: Callable[[], Fetched]) -> None:
-        self._fetch = fetch
-        self._got: Optional[Fetched] = None
-        self._failed: Optional[Exception] = None
-
-    def __call__(self) -> Fetched:
-        if self._failed is not None:
-            raise self._failed
-        if self._got is None:
-            try:
-                self._got = self._fetch()
-            except Exception as exc:
-                self._failed = exc
-                raise
-        return self._got
 
 
 class Drainer:
@@ -70,21 +49,20 @@ class Drainer:
     def once(self) -> dict[str, int]:
         """One pass over the RSEs with jobs; returns the jobs submitted per RSE."""
         submitted: dict[str, int] = {}
-        fetch = PassList(self.jobs.fetch_protected)
+        fetch = ProtectedList(self.jobs.fetch_protected)  # the pass's
         for rse in self.with_jobs():
             if self._stop.is_set() or not self.leases.acquire(rse):
                 continue  # a cycle or another instance works on it now
             try:
-                collected, removed, n = self.jobs.poll(rse), 0, 0
                 try:
-                    removed, _ = self.jobs.revalidate(rse, fetch)  # the jobs still waiting, against the pass's list
+                    self.jobs.poll(rse, fetch)
+                    self.jobs.revalidate(rse, fetch)  # the jobs still waiting, against the pass's list
                     gen = self.ledger.rse(rse).get("generation")
-                    if gen is not None and self.jobs.ready(rse, gen):
-                        protected, at = fetch()
-                        self.jobs.protection(rse, protected)  # GuardTripped: an untrusted list submits nothing
-                        n = submitted[rse] = self.jobs.submit_planned(rse, gen, protected, at)
-                finally:  # what was collected is counted also when nothing more could be submitted
-                    if collected or removed or n:
+                    n = 0 if gen is None else self.jobs.top_up(rse, gen, fetch)
+                    if n:
+                        submitted[rse] = n
+                finally:  # what changed is counted also when nothing more could be submitted
+                    if self.jobs.changed(rse):  # collected, re-issued, removed, submitted, ...
                         self.ledger.refresh_counters(rse)
                         live = len(self.jobs.live(rse))
                         self.ledger.set_jobs_state(rse, live, jobs_detail(live))

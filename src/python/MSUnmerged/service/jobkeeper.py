@@ -1,9 +1,9 @@
 """An RSE's cleanup jobs: submit (intent first), reconcile after a crash, poll and collect, revalidate.
 
-Jobs are submitted in batches (`jobs.submit_batch`, the first at most FIRST_BATCH); for each, intent is recorded before the submission
-and the submission marked after it, so a crash in between leaves at most one batch `submitting`, repaired
-by `reconcile` on the next run (later batches stay planned for the next submission); every other step is
-idempotent against the ledger too.
+Jobs are submitted in batches (`jobs.submit_batch`, the first at most FIRST_BATCH); for each, intent is recorded
+before the submission and the submission marked after it, so a crash in between leaves at most one batch
+`submitting`, repaired by `reconcile` on the next run (later batches stay planned for the next submission); every
+other step is idempotent against the ledger too.
 """
 from __future__ import annotations
 
@@ -41,6 +41,34 @@ Fetched = tuple[Sequence[str], float]  # a protected list and when it was fetche
 FIRST_BATCH = 50
 
 
+class ProtectedList:
+    """A protected list fetched when first needed (`got`: one fetched already), then the same while younger than
+    `reuse_s` (None: for the holder's life, e.g. a top-up pass); a failure too, for as long (WMStats down or
+    hanging is asked once a pass, not once an RSE or a poll)."""
+
+    def __init__(self, fetch: Callable[[], Fetched], reuse_s: Optional[float] = None,
+                 got: Optional[Fetched] = None) -> None:
+        self._fetch = fetch
+        self.reuse_s = reuse_s
+        self._got = got
+        self._failed: Optional[Exception] = None
+        self._at = None if got is None else got[1]  # when the list kept (or the failure) was asked for
+
+    def __call__(self) -> Fetched:
+        if self._at is None or self.reuse_s is not None and time.time() - self._at >= self.reuse_s:
+            self._at = time.time()
+            try:
+                self._got, self._failed = self._fetch(), None
+            except Exception as exc:
+                self._failed = exc
+                raise
+            self._at = self._got[1]
+        if self._failed is not None:
+            raise self._failed
+        assert self._got is not None
+        return self._got
+
+
 def batch_bounds(n: int, size: int) -> Iterator[tuple[int, int]]:
     """[start, end) of each batch of `n` jobs: the first at most FIRST_BATCH long, the others `size`."""
     start, end = 0, min(size, FIRST_BATCH)
@@ -62,11 +90,30 @@ class JobKeeper:
         self.hook = hook
         self.collector = Collector(ledger)
         self._sent: dict[str, int] = {}  # jobs submitted per RSE since `sent` was last asked
+        self._changed: set[str] = set()  # RSEs whose jobs this keeper moved since `changed` was last asked
 
     def sent(self, rse: str) -> int:
         """How many jobs were submitted for the RSE since the last call: new ones and those a reconciliation
         submitted again, also when a later batch failed."""
         return self._sent.pop(rse, 0)
+
+    def changed(self, rse: str) -> bool:
+        """Whether this keeper changed the state of any of the RSE's jobs since the last call (submitted, polled
+        into another state, collected, planned again, superseded): its counters are to be refreshed."""
+        if rse in self._changed:
+            self._changed.discard(rse)
+            return True
+        return False
+
+    @property
+    def renew_s(self) -> float:
+        """A protected list older than this is not sent to a site (a waiting job's manifest with less use left
+        is re-issued, `renew`): half of jobs.max_protection_age_s."""
+        return self.config.jobs.max_protection_age_s / 2
+
+    def reusing(self, fetched: Fetched) -> ProtectedList:
+        """A list just fetched, for the submissions that follow (`top_up`): fetched again once older than renew_s."""
+        return ProtectedList(self.fetch_protected, self.renew_s, fetched)
 
     def protection(self, rse: str, protected: Sequence[str],
                    doc: Optional[Mapping[str, Any]] = None) -> tuple[PrefixSet, Optional[int]]:
@@ -118,6 +165,16 @@ class JobKeeper:
                     if slices.is_released(doc, entry)]
         return released[:self.room(rse, len(released), live)]
 
+    def top_up(self, rse: str, generation: float, fetch: Callable[[], Fetched]) -> int:
+        """More of the generation's released jobs as max_in_flight leaves room (between cycles, or while `run
+        --wait` waits), with the protected list `fetch` gives (asked only when a job is ready: a ProtectedList),
+        checked against the RSE's baseline (GuardTripped: nothing is submitted). Returns how many were submitted."""
+        if not self.ready(rse, generation):
+            return 0
+        protected, at = fetch()
+        self.protection(rse, protected)
+        return self.submit_planned(rse, generation, protected, at)
+
     def plan_directory_jobs(self, rse: str, generation: float, protection: PrefixSet) -> list[str]:
         """Directory jobs for the RSE's directories still to remove from earlier plans (ledger/pending_dirs.py);
         those the current protected list or the RSE's filters now keep, or above the floor, are forgotten."""
@@ -167,8 +224,9 @@ class JobKeeper:
                 credential_for(self.config.jobs, rse).check()
                 self.backend.preflight(rse)
                 checked = True
+            # Resubmitted too: a job's record says until when its new manifest's list may be used (revalidation).
+            self.ledger.record_job_intent(jobs, backend_name(self.backend, rse), again=not intent)
             if intent:
-                self.ledger.record_job_intent(jobs, backend_name(self.backend, rse))
                 self.hook("intent", rse)
             n += self._submit(rse, jobs)
         return n
@@ -204,6 +262,7 @@ class JobKeeper:
         self.leases.check(rse)  # fencing: never submit for an RSE another instance took over
         ids = self.backend.submit(jobs)
         self._sent[rse] = self._sent.get(rse, 0) + len(ids)
+        self._changed.add(rse)
         log.info("%s: submitted %d jobs (%d files, %d directories to retry) to %s for site %s", rse, len(ids),
                  sum(len(j.step.lfns) for j in jobs), sum(len(j.step.retry_dirs) for j in jobs),
                  backend_name(self.backend, rse), jobs[0].site)
@@ -241,8 +300,10 @@ class JobKeeper:
 
     # -- jobs in the batch system --------------------------------------------------------------
 
-    def poll(self, rse: str) -> int:
-        """Ask the backend about live jobs; collect the finished ones. Returns how many were collected."""
+    def poll(self, rse: str, fetch: Optional[Callable[[], Fetched]] = None) -> int:
+        """Ask the backend about live jobs; collect the finished ones. Returns how many were collected. A job the
+        backend holds back until it is revalidated (adopted from an earlier service's queue) is revalidated now
+        (`fetch`: see revalidate), so that it may start while the caller waits."""
         live = [j for j in self.ledger.jobs_in(rse, BACKEND_JOB_STATES) if j.get("batch_id")]
         if not live:
             return 0
@@ -255,6 +316,7 @@ class JobKeeper:
                 n += self._collect(job, status, sites)
             elif status.state is not JobState(job["state"]) or status.reason != job.get("reason", ""):
                 self.ledger.set_job_state(job["_id"], status.state, status.reason)  # e.g. why it waits
+                self._changed.add(rse)
         if True in sites:
             sitebackoff.cleared(self.ledger, rse)
         elif False in sites:  # one try however many of its jobs said so
@@ -262,6 +324,8 @@ class JobKeeper:
             log.warning("%s: %s", rse, sitebackoff.describe(hold))
         if n:
             self.hook("collected", rse)
+        if any(s.awaits_revalidation for s in statuses.values()):
+            self.revalidate(rse, fetch)
         return n
 
     def _collect(self, job: dict[str, Any], status: JobStatus, sites: dict[bool, tuple[float, str]]) -> bool:
@@ -274,9 +338,11 @@ class JobKeeper:
         dest.parent.mkdir(parents=True, exist_ok=True)
         path = self.backend.fetch_report(job["_id"], job["batch_id"], dest)
         collected = not (path is None and status.never_ran)
+        self._changed.add(job["rse"])
         if not collected:
             log.warning("%s: job %s never started (%s): planned again", job["rse"], job["_id"], status.reason)
-            self.ledger.requeue_job(job["_id"], f"never started: {status.reason or status.state.value}")
+            why = f"never started: {status.reason or status.state.value}"
+            self._requeue(job["rse"], {job["_id"]: (job["gen"], why)})
         else:
             report = parse_report(path) if path is not None else None
             lfns = self.ledger.job_lfns(job["_id"], states=None)
@@ -291,7 +357,7 @@ class JobKeeper:
             if got.reissued:  # its protected list grew too old at the site: the rest goes out with a fresh one
                 log.warning("%s: job %s: %d files or directories left with %s: planned again", job["rse"],
                             job["_id"], got.reissued, PROTECTION_EXPIRED)
-                self.ledger.requeue_job(job["_id"], f"{PROTECTION_EXPIRED}: {got.reason}")
+                self._requeue(job["rse"], {job["_id"]: (job["gen"], f"{PROTECTION_EXPIRED}: {got.reason}")})
             elif job.get("retry_dirs"):
                 pending_dirs.settle(self.ledger, job, held_dirs((), job["retry_dirs"]))
             if got.problems:
@@ -321,9 +387,10 @@ class JobKeeper:
 
     def revalidate(self, rse: str, fetch: Optional[Callable[[], Fetched]] = None) -> tuple[int, int]:
         """Queued jobs are checked against a protected list fetched now (`fetch`, else fetch_protected) before they
-        start: a job holding a file the list covers, or whose manifest has less than half of
-        jobs.max_protection_age_s left (`renew`), is removed and planned again, its files' tries unchanged; the
-        next submission sends it with a fresh manifest.
+        start: a job holding a file the list covers, or whose manifest has less than renew_s of use left (`renew`),
+        is removed and planned again, its files' tries unchanged; the next submission sends it with a fresh
+        manifest. The others may start (backend.revalidated: a job adopted from an earlier service's queue waits
+        for this).
 
         A removed job's newly protected files become skipped_protected (protected_since_planning) first. A job
         that started meanwhile stays: the backend removes only jobs not started, and the worker re-checks
@@ -338,32 +405,49 @@ class JobKeeper:
         lfns_of = self.ledger.jobs_lfns([j["_id"] for j in waiting])  # a few queries, not one a job
         hit = {j["_id"]: j["batch_id"] for j in waiting
                if any(protection.holds_below(name.encode("utf-8", "surrogateescape")) for name in lfns_of[j["_id"]])}
-        self.renew(rse, [j for j in waiting if j["_id"] not in hit], fetched)
+        stale = self.renew(rse, [j for j in waiting if j["_id"] not in hit], fetched)
+        self.backend.revalidated({j["_id"]: j["batch_id"] for j in waiting if j["_id"] not in hit.keys() | stale})
         if not hit:
             return 0, 0
         gens = {j["_id"]: j["gen"] for j in waiting}
         removed = self.backend.remove_pending(hit, "revalidation: files became protected")
-        dropped = 0
+        requeued, dropped = {}, 0
         for jid in removed:
             n = self.ledger.drop_protected(rse, gens[jid], protection, job=jid)
             dropped += n
-            self.ledger.requeue_job(jid, f"revalidation: {n} files became protected: the others sent again")
+            requeued[jid] = (gens[jid], f"revalidation: {n} files became protected: the others sent again")
+        self._requeue(rse, requeued)
         log.info("%s: revalidation removed %d of %d queued jobs (%d files now protected)", rse, len(removed),
                  len(hit), dropped)
         return len(removed), dropped
 
-    def renew(self, rse: str, waiting: Sequence[dict[str, Any]], fetched: float) -> int:
+    def renew(self, rse: str, waiting: Sequence[dict[str, Any]], fetched: float) -> set[str]:
         """Of these waiting jobs (none holding a file the list fetched at `fetched` covers), those whose manifest's
-        protected list may be used for less than half of jobs.max_protection_age_s more are removed (if not started)
-        and planned again, their files' tries unchanged: the next submission gives them a fresh manifest. Returns
-        how many."""
-        half = self.config.jobs.max_protection_age_s / 2
-        stale = {j["_id"]: j["batch_id"] for j in waiting if (j.get("protected_until") or 0.0) - fetched < half}
+        protected list may be used for less than renew_s more are removed (if not started) and planned again, their
+        files' tries unchanged: the next submission gives them a fresh manifest. Returns those found so, removed
+        or started meanwhile."""
+        stale = {j["_id"]: j["batch_id"] for j in waiting if (j.get("protected_until") or 0.0) - fetched < self.renew_s}
         if not stale:
-            return 0
+            return set()
         removed = self.backend.remove_pending(stale, "re-issued with a fresh protected list")
-        for jid in removed:
-            self.ledger.requeue_job(jid, "re-issued: its manifest's protected list was getting old")
+        gens = {j["_id"]: j["gen"] for j in waiting}
+        self._requeue(rse, {jid: (gens[jid], "re-issued: its manifest's protected list was getting old")
+                            for jid in removed})
         if removed:
             log.info("%s: %d waiting jobs re-issued with a fresh protected list", rse, len(removed))
-        return len(removed)
+        return set(stale)
+
+    def _requeue(self, rse: str, jobs: Mapping[str, tuple[float, str]]) -> None:
+        """These jobs (job id -> its generation, why) back to planned (ledger requeue_job). One of a generation a
+        newer plan replaced ends superseded instead, as that plan's recording left the others (only the current
+        generation is ever submitted): requeued first, the RSE's generation read after, so that a plan recorded
+        meanwhile either finds it planned (and supersedes it) or is read here."""
+        if not jobs:
+            return
+        for jid, (_, reason) in jobs.items():
+            self.ledger.requeue_job(jid, reason)
+        self._changed.add(rse)
+        current = self.ledger.rse(rse).get("generation")
+        if current is not None and any(gen < current for gen, _ in jobs.values()):
+            n = self.ledger.supersede(rse, current)
+            log.info("%s: %d jobs planned again of a generation older than the current one: superseded", rse, n)

@@ -237,11 +237,12 @@ class Runner:
             state = state_update(result.state, **submitted)
         else:
             self.ledger.set_rse_state(rse, result.state, **submitted)
+            listed = self.jobs.reusing((protected, fetched))  # fetched again once too old to be sent
             while time.monotonic() < deadline and self.jobs.live(rse):
                 time.sleep(0.2)
                 result.collected += self.jobs.poll(rse)
                 # More of the released jobs as the RSE's max_in_flight leaves room.
-                result.submitted += self.jobs.submit_planned(rse, decision.generation, protected, fetched)
+                result.submitted += self.jobs.top_up(rse, decision.generation, listed)
             if not self.jobs.live(rse):  # every job collected: say where the RSE stands
                 settled = self._decide(rse, self.ledger.rse(rse), scan)
                 if settled.action is Action.FINISH:

@@ -194,6 +194,9 @@ class SlurmBackend:
     def remove_pending(self, batch_ids: Mapping[str, str], reason: str) -> list[str]:
         return remove_queued(self, batch_ids, reason)
 
+    def revalidated(self, batch_ids: Mapping[str, str]) -> None:
+        """Nothing held back: Slurm holds the jobs (revalidation removes those it must)."""
+
     def remove(self, job_id: str, batch_id: str, reason: str) -> None:
         # The marker first: a pending task cancelled from its array leaves no record in Slurm at all.
         self.shell.write(f"{self._job_dir(job_id)}/{REMOVED_NAME}", (reason.replace("\n", " ") + "\n").encode())
