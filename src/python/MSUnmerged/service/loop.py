@@ -28,15 +28,15 @@ log = logging.getLogger(__name__)
 
 
 class FirstBatchHold:
-    """A cycle holding for its largest RSE's first batch: `batch` is done when the RSE's run submits one (the
-    Runner's watch, from the run's thread)."""
+    """A cycle holding for its largest RSE's first batch: `batch` is done when the RSE's run submits one
+    (`first_batch`, told by that run from its thread)."""
 
     def __init__(self, cid: str, rse: str, start: float, until: float) -> None:
         self.cid, self.rse, self.start, self.until = cid, rse, start, until
         self.batch: Future[None] = Future()
 
-    def watch(self, step: str, rse: str) -> None:
-        if step == "submitted" and rse == self.rse and not self.batch.done():  # one thread runs the RSE
+    def first_batch(self) -> None:
+        if not self.batch.done():  # one thread runs the RSE
             self.batch.set_result(None)
 
     def over(self, now: float, running: Iterable[str]) -> bool:
@@ -117,7 +117,8 @@ class Service:
                     continue
                 if retry_at.get(rse, 0.0) > now or (rse in self._in_flight and not self._in_flight[rse].done()):
                     continue  # another instance has it, or it is still working from an earlier cycle
-                fut = self._in_flight[rse] = self._pool.submit(self.runner.run_once, rse, slot, 0.0, stats)
+                told = hold.first_batch if hold is not None and rse == hold.rse else None
+                fut = self._in_flight[rse] = self._pool.submit(self.runner.run_once, rse, slot, 0.0, stats, told)
                 running[fut] = rse
                 room -= 1
             if not running:
@@ -141,7 +142,7 @@ class Service:
                 self.ledger.record_cycle_result(cid, rse, res.to_dict())
                 log.info("cycle %s: %s", cid, describe(res))
             if hold is not None and hold.over(time.monotonic(), running.values()):
-                hold, self.runner.watch = None, None
+                hold = None
         failures = [Failure(r.source, r.reason, r.detail).entry(r.rse) for r in results.values() if r.source]
         self.ledger.end_cycle(cid, failures=failures, unfinished=sorted(pending), dry_run=self.config.service.dry_run,
                               answered=self._answered(results.values()))
@@ -151,14 +152,12 @@ class Service:
         return results
 
     def _hold(self, cid: str, order: Sequence[str], stats: StatsRead) -> Optional[FirstBatchHold]:
-        """The cycle's hold for its largest RSE (hold.py held_for), None when there is none; watched from now."""
+        """The cycle's hold for its largest RSE (hold.py held_for), None when there is none."""
         bound = self.config.service.largest_first_hold_s
         rse = held_for(order, stats.answer, self.config.service.parallel_rses) if bound > 0 else None
         if rse is None or (rse in self._in_flight and not self._in_flight[rse].done()):
-            self.runner.watch = None
             return None  # nothing to hold for, or it still runs from an earlier cycle: not this cycle's to favour
         hold = FirstBatchHold(cid, rse, time.monotonic(), time.monotonic() + bound)
-        self.runner.watch = hold.watch
         log.info("cycle %s: %d of %d RSE threads until %s's first batch (at most %d s)", cid,
                  runs_during_hold(self.config.service.parallel_rses), self.config.service.parallel_rses, rse, bound)
         return hold
