@@ -21,8 +21,6 @@ KNOWN = {
     "MSUnmerged/collector.py:Collector.collect": 30,
     "MSUnmerged/worker/cleanup.py:Job.__init__": 33,
     "MSUnmerged/worker/cleanup.py:Cleanup._delete": 29,
-    "MSUnmerged/service/loop.py:Service.cycle": 29,
-    "MSUnmerged/service/run.py:Runner._run": 25,
     "MSUnmerged/ledger/counters.py:Counters.refresh_counters": 27,
     "MSUnmerged/rest/page.py:rse_page": 22,
     # Written in the same session as the budget, on branches made before it (issues 36-39), merged over it.
