@@ -55,10 +55,10 @@ class RunContext:
 
     rse: str
     result: RunResult
-    limits: RSELimits  # limits_for(config, rse), read once a run
     deadline: float = 0.0  # time.monotonic() until which the run waits for its jobs
     wait_s: float = 0.0  # how long it may (0: it does not wait)
     stats: Optional[StatsRead] = None  # the cycle's ConMon read (scans.scan_of)
+    limits: Optional[RSELimits] = None  # limits_for(config, rse): read when first needed (Runner._limits), once
     first_batch: Optional[FirstBatch] = None
     live: Optional[list[dict[str, Any]]] = None  # its live jobs as last read; None: not read (apply)
     doc: dict[str, Any] = field(default_factory=dict)  # its ledger document, read once before deciding
@@ -166,8 +166,7 @@ class Runner:
         self.leases.start_heartbeat()
         if not self.leases.acquire(rse, slot):
             return self._leased(rse, slot)
-        ctx = RunContext(rse, RunResult(rse, RunAction.POLL), limits_for(self.config, rse), wait_s=wait_s,
-                         stats=stats, first_batch=first_batch)
+        ctx = RunContext(rse, RunResult(rse, RunAction.POLL), wait_s=wait_s, stats=stats, first_batch=first_batch)
         result = self._recorded(ctx, RUN)
         result.submitted = ctx.sent  # with the jobs a reconciliation sent again, and before a failure
         result.seconds = round(time.time() - started, 3)
@@ -221,6 +220,12 @@ class Runner:
         them."""
         self.ledger.refresh_counters(ctx.rse, state)
         ctx.counted = True
+
+    def _limits(self, ctx: RunContext) -> RSELimits:
+        """The RSE's limits and filters (limits_for), read when the run first needs them."""
+        if ctx.limits is None:
+            ctx.limits = limits_for(self.config, ctx.rse)
+        return ctx.limits
 
     def _count_jobs(self, ctx: RunContext) -> None:
         """The RSE's jobs per state on its document, whatever way its run ended (the metrics read them there),
@@ -313,7 +318,8 @@ class Runner:
                     return
             except GuardTripped as broken:  # planned again below, from the dump
                 log.warning("%s: not reusing %s: %s", rse, plan_dir, broken)
-        ctx.plan = self._plan_dump(rse, ctx.limits, ctx.scan, ctx.checked.protected, ctx.checked.baseline, plan_dir)
+        checked = ctx.checked
+        ctx.plan = self._plan_dump(rse, self._limits(ctx), ctx.scan, checked.protected, checked.baseline, plan_dir)
         ctx.sealed, ctx.scan_started = seal.read_seal(plan_dir), ctx.plan.scan_started
 
     def _record(self, ctx: RunContext) -> Optional[RunResult]:
@@ -343,7 +349,7 @@ class Runner:
         # A throttled RSE also retries, and deletes what a dry run left, N files a cycle at most.
         self.ledger.new_round(ctx.rse, ctx.generation, 1 + self.config.jobs.retries,
                               self.config.planner.files_per_job, redo_dry_run=not self.config.service.dry_run,
-                              limit=ctx.limits.max_files_per_cycle or None)
+                              limit=self._limits(ctx).max_files_per_cycle or None)
 
     def _directory_jobs(self, ctx: RunContext) -> None:
         """Directory jobs for the RSE's directories still to remove from earlier plans."""
@@ -526,7 +532,7 @@ class Runner:
         refused = self._refused(rse)
         if refused is not None:
             return refused
-        ctx = RunContext(rse, RunResult(rse, RunAction.APPLY), limits_for(self.config, rse), plan_dir=plan_dir)
+        ctx = RunContext(rse, RunResult(rse, RunAction.APPLY), plan_dir=plan_dir)
         try:
             ctx.sealed = seal.verify(plan_dir, self.config.planner.max_lfn_length)
         except GuardTripped as broken:
@@ -559,7 +565,8 @@ class Runner:
         out = self.config.state_dir / "rederived" / rse
         shutil.rmtree(out, ignore_errors=True)
         try:
-            now = self._plan_dump(rse, ctx.limits, stats, checked.protected, checked.baseline, out, count_guards=False)
+            now = self._plan_dump(rse, self._limits(ctx), stats, checked.protected, checked.baseline, out,
+                                  count_guards=False)
             if now.guard:
                 raise GuardTripped(now.guard, f"the current dump of {rse} planned again: {now.guard_detail}")
             mine = [plan_dir / seal.JOBS_DIR / name for name in plan.job_files]
