@@ -187,6 +187,7 @@ class Runner:
         """The steps in turn, each going on telling the hook its `then`; the result of the first that ends the run,
         None when none does."""
         for step in steps:
+            log.debug("%s: %s", ctx.rse, step.name)
             ended = step.do(self, ctx)
             if ended is not None:
                 return ended
