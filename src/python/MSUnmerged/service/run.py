@@ -364,7 +364,8 @@ class Runner:
         """The released jobs go out, as many as the RSE's max_in_flight leaves room for."""
         checked, result = ctx.checked, ctx.result
         # A run's live jobs were read after its poll, under the lease: none, so max_in_flight's room needs no read of
-        # them (apply did not read them). Its document was read after the poll: its site's back-off is current.
+        # them (apply did not read them). Its document was read under the lease after the poll (apply: at its start):
+        # its site's back-off is current.
         result.submitted = self.jobs.submit_planned(ctx.rse, ctx.generation, checked.protected, checked.fetched,
                                                     ctx.entry, None if ctx.live is None else len(ctx.live), ctx.doc,
                                                     ctx.batch_sent)
