@@ -17,6 +17,7 @@ from MSUnmerged.config import Config, SiteConfig
 from MSUnmerged.ledger import Ledger
 from MSUnmerged.service import Runner, RunResult, Service
 from MSUnmerged.service.scans import StatsRead
+from MSUnmerged.service.run import FirstBatch
 from MSUnmerged.sources.offline import OfflineSources
 from service_kit import LoggedLocalBackend
 
@@ -29,8 +30,8 @@ class LoggingRunner(Runner):
         self.worklog = worklog
 
     def run_once(self, rse: str, slot: int | None = None, wait_s: float = 0.0,
-                 stats: StatsRead | None = None) -> RunResult:
-        result = super().run_once(rse, slot, wait_s, stats)
+                 stats: StatsRead | None = None, first_batch: FirstBatch | None = None) -> RunResult:
+        result = super().run_once(rse, slot, wait_s, stats, first_batch)
         if result.action not in ("leased_elsewhere", "done_this_cycle"):
             with open(self.worklog, "a") as fh:
                 fh.write(json.dumps({"rse": rse, "instance": self.instance, "action": result.action,

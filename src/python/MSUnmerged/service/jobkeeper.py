@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Optional, Sequence
 
 from MSUnmerged import seal
 from MSUnmerged.collector import Collector, Report, parse_report
@@ -36,6 +36,7 @@ from MSUnmerged.worker.report import PROTECTION_EXPIRED
 log = logging.getLogger(__name__)
 
 Fetched = tuple[Sequence[str], float]  # a protected list and when it was fetched (the fetch's start)
+Sent = Callable[[int], None]  # told how many jobs each submitted batch held (a run's own count, run.py RunContext)
 # A submission's first batch holds at most this many jobs: an RSE's first jobs go out after building these few
 # (their files read back from the ledger, their manifests written), not a whole `jobs.submit_batch`.
 FIRST_BATCH = 50
@@ -77,6 +78,16 @@ def batch_bounds(n: int, size: int) -> Iterator[tuple[int, int]]:
         start, end = end, end + size
 
 
+class Protected(NamedTuple):
+    """A protected list read now for an RSE: the list, when it was fetched, its index checked against the RSE's
+    baseline (check_protection), that baseline."""
+
+    protected: Sequence[str]
+    fetched: float
+    index: PrefixSet
+    baseline: Optional[int]
+
+
 class JobKeeper:
     """Owns the cleanup jobs of this instance's RSEs, from submission to collection."""
 
@@ -89,13 +100,7 @@ class JobKeeper:
         self.backend = backend
         self.hook = hook
         self.collector = Collector(ledger)
-        self._sent: dict[str, int] = {}  # jobs submitted per RSE since `sent` was last asked
         self._changed: set[str] = set()  # RSEs whose jobs this keeper moved since `changed` was last asked
-
-    def sent(self, rse: str) -> int:
-        """How many jobs were submitted for the RSE since the last call: new ones and those a reconciliation
-        submitted again, also when a later batch failed."""
-        return self._sent.pop(rse, 0)
 
     def changed(self, rse: str) -> bool:
         """Whether this keeper changed the state of any of the RSE's jobs since the last call (submitted, polled
@@ -129,6 +134,12 @@ class JobKeeper:
         at = time.time()
         return self.sources.protected(), at
 
+    def protected_now(self, rse: str, doc: Optional[Mapping[str, Any]] = None) -> Protected:
+        """The protected list read now (fetch_protected) with its index checked against the RSE's baseline
+        (`protection`; `doc` as there); SourceError or GuardTripped when it cannot be had or trusted."""
+        protected, fetched = self.fetch_protected()
+        return Protected(protected, fetched, *self.protection(rse, protected, doc))
+
     def live(self, rse: str) -> list[dict[str, Any]]:
         """The RSE's jobs submitted or being submitted and not yet collected."""
         return self.ledger.jobs_in(rse, LIVE_JOB_STATES)
@@ -137,13 +148,13 @@ class JobKeeper:
 
     def submit_planned(self, rse: str, generation: float, protected: Sequence[str], fetched: float,
                        entry: Optional[dict[str, Any]] = None, live: Optional[int] = None,
-                       doc: Optional[Mapping[str, Any]] = None) -> int:
+                       doc: Optional[Mapping[str, Any]] = None, sent: Optional[Sent] = None) -> int:
         """Submit the generation's planned jobs of the released slices (ledger/slices.py), as many as the RSE's
         `max_in_flight` leaves room for, in batches (batch_bounds): for each batch intent first, then submit,
         then mark (see `reconcile`). Returns how many were submitted. `fetched`: when `protected` was fetched
         (fetch_protected); `entry`: the generation's entry, when the caller has just read it
         (slices.release_next); `live`: see `room`; `doc`: the RSE's document, when the caller has read it since
-        its last poll (the site's back-off is read from it)."""
+        its last poll (the site's back-off is read from it); `sent`: told each batch submitted."""
         entry = self.ledger.generation_entry(rse, generation) if entry is None else entry
         doc = self.ledger.rse(rse) if doc is None else doc
         if sitebackoff.holds(doc):  # its site's configuration was unusable: its jobs wait, planned
@@ -154,7 +165,8 @@ class JobKeeper:
             ready = ready[:1]
             sitebackoff.probing(self.ledger, rse, hold, self.config)
             log.info("%s: one job tries the site configuration again after %d config_error tries", rse, hold["tries"])
-        return self._submit_batches(rse, ready, (protected, fetched), intent=True, entries={generation: entry})
+        return self._submit_batches(rse, ready, (protected, fetched), intent=True, entries={generation: entry},
+                                    sent=sent)
 
     def ready(self, rse: str, generation: float, entry: Optional[dict[str, Any]] = None,
               live: Optional[int] = None) -> list[dict[str, Any]]:
@@ -165,15 +177,16 @@ class JobKeeper:
                     if slices.is_released(doc, entry)]
         return released[:self.room(rse, len(released), live)]
 
-    def top_up(self, rse: str, generation: float, fetch: Callable[[], Fetched]) -> int:
+    def top_up(self, rse: str, generation: float, fetch: Callable[[], Fetched], sent: Optional[Sent] = None) -> int:
         """More of the generation's released jobs as max_in_flight leaves room (between cycles, or while `run
         --wait` waits), with the protected list `fetch` gives (asked only when a job is ready: a ProtectedList),
-        checked against the RSE's baseline (GuardTripped: nothing is submitted). Returns how many were submitted."""
+        checked against the RSE's baseline (GuardTripped: nothing is submitted); `sent` as submit_planned's. Returns how
+        many were submitted."""
         if not self.ready(rse, generation):
             return 0
         protected, at = fetch()
         self.protection(rse, protected)
-        return self.submit_planned(rse, generation, protected, at)
+        return self.submit_planned(rse, generation, protected, at, sent=sent)
 
     def plan_directory_jobs(self, rse: str, generation: float, protection: PrefixSet) -> list[str]:
         """Directory jobs for the RSE's directories still to remove from earlier plans (ledger/pending_dirs.py);
@@ -196,8 +209,9 @@ class JobKeeper:
             return wanted
         return max(0, min(wanted, cap - (len(self.live(rse)) if live is None else live)))
 
-    def reconcile(self, rse: str) -> None:
-        """Jobs left in `submitting` by a crash: adopt the ones the batch system has, submit the rest."""
+    def reconcile(self, rse: str, sent: Optional[Sent] = None) -> None:
+        """Jobs left in `submitting` by a crash: adopt the ones the batch system has, submit the rest (`sent`: told
+        each batch submitted)."""
         pending = self.ledger.jobs_in(rse, [JobState.SUBMITTING])
         if not pending:
             return
@@ -211,10 +225,11 @@ class JobKeeper:
         for gen in {doc["gen"] for doc in missing}:
             self.ledger.drop_protected(rse, gen, protection)
         log.info("%s: resubmitting %d jobs whose submission was not confirmed", rse, len(missing))
-        self._submit_batches(rse, missing, fetched, intent=False)
+        self._submit_batches(rse, missing, fetched, intent=False, sent=sent)
 
     def _submit_batches(self, rse: str, docs: Sequence[dict[str, Any]], fetched: Fetched,
-                        intent: bool, entries: Optional[dict[float, dict[str, Any]]] = None) -> int:
+                        intent: bool, entries: Optional[dict[float, dict[str, Any]]] = None,
+                        sent: Optional[Sent] = None) -> int:
         """Build and submit the jobs of these documents one batch at a time; `intent`: record it first (jobs
         still planned), else they are `submitting` already; `entries`: generation entries just read. The storage
         credential and the backend are checked before the first batch."""
@@ -228,7 +243,7 @@ class JobKeeper:
             self.ledger.record_job_intent(jobs, backend_name(self.backend, rse), again=not intent)
             if intent:
                 self.hook("intent", rse)
-            n += self._submit(rse, jobs)
+            n += self._submit(rse, jobs, sent)
         return n
 
     def _batches(self, rse: str, docs: Sequence[dict[str, Any]], fetched: Fetched,
@@ -258,11 +273,12 @@ class JobKeeper:
             if jobs:
                 yield jobs
 
-    def _submit(self, rse: str, jobs: list[CleanupJob]) -> int:
+    def _submit(self, rse: str, jobs: list[CleanupJob], sent: Optional[Sent]) -> int:
         self.leases.check(rse)  # fencing: never submit for an RSE another instance took over
         ids = self.backend.submit(jobs)
-        self._sent[rse] = self._sent.get(rse, 0) + len(ids)
         self._changed.add(rse)
+        if sent is not None:  # counted as it goes: a later batch's failure leaves this one's count
+            sent(len(ids))
         log.info("%s: submitted %d jobs (%d files, %d directories to retry) to %s for site %s", rse, len(ids),
                  sum(len(j.step.lfns) for j in jobs), sum(len(j.step.retry_dirs) for j in jobs),
                  backend_name(self.backend, rse), jobs[0].site)

@@ -1,11 +1,12 @@
-"""The polling loop: `Service.cycle()` works every RSE of this instance once, in parallel; `serve()` repeats it,
-with a Drainer (drain.py) collecting and topping up jobs in between."""
+"""The polling loop: `Service.cycle()` works every RSE of this instance once, in parallel (when each starts: its
+Schedule, schedule.py; each run: the Runner, run.py); `serve()` repeats it, with a Drainer (drain.py) collecting and
+topping up jobs in between."""
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Iterable, Optional, Sequence
 
 from MSUnmerged.alerts import Notifier
@@ -14,39 +15,16 @@ from MSUnmerged.guards import scan_files
 from MSUnmerged.jobs.backend import BatchBackend
 from MSUnmerged.ledger import Ledger, LedgerError
 from MSUnmerged.service.drain import Drainer
-from MSUnmerged.service.hold import HoldEnd, hold_end, held_for, runs_during_hold
 from MSUnmerged.service.result import Failure, Hook, RunAction, RunResult, describe, failure_of
 from MSUnmerged.service.rses import order_rses
 from MSUnmerged.service.run import Runner
+from MSUnmerged.service.schedule import Schedule, hold_for
 from MSUnmerged.service.scans import StatsRead
 from MSUnmerged.sources import Sources
 from MSUnmerged.sources.answered import AnsweredSources
 from MSUnmerged.sources.errors import SourceError
 
 log = logging.getLogger(__name__)
-
-
-class FirstBatchHold:
-    """A cycle holding for its largest RSE's first batch: `batch` is done when the RSE's run submits one (the
-    Runner's watch, from the run's thread)."""
-
-    def __init__(self, cid: str, rse: str, start: float, until: float) -> None:
-        self.cid, self.rse, self.start, self.until = cid, rse, start, until
-        self.batch: Future[None] = Future()
-
-    def watch(self, step: str, rse: str) -> None:
-        if step == "submitted" and rse == self.rse and not self.batch.done():  # one thread runs the RSE
-            self.batch.set_result(None)
-
-    def over(self, now: float, running: Iterable[str]) -> bool:
-        """Whether the hold has ended (hold.py hold_end), logged once when it does; `running`: the RSEs under way
-        (the held one among them from the cycle's first start on)."""
-        end = hold_end(self.batch.done(), self.rse not in running, now, self.until)
-        if end is None:
-            return False
-        log.log(logging.WARNING if end == HoldEnd.TIMED_OUT else logging.INFO,
-                "cycle %s: every RSE thread from now: %s: %s after %.1f s", self.cid, self.rse, end, now - self.start)
-        return True
 
 
 class Service:
@@ -71,13 +49,13 @@ class Service:
 
     def cycle(self, rses: Optional[Sequence[str]] = None, slot: Optional[int] = None) -> dict[str, RunResult]:
         """One polling cycle: every RSE of this instance once (across instances), in parallel, largest first; while a
-        much larger largest RSE has not submitted its first batch, on half the threads (FirstBatchHold, hold.py).
+        much larger largest RSE has not submitted its first batch, on half the threads (schedule.py FirstBatchHold).
 
         ConMon's `stats` is read once, before the interval's clock starts: it orders the RSEs (order_rses) and its
-        answer, or its failure, is handed to each run (scans.StatsRead). An RSE leased by another instance is
-        retried until that instance marks it done for this slot or its lease expires and we take it over. An RSE
-        still running from an earlier cycle is not started twice; the cycle does not wait past the interval for a
-        slow RSE.
+        answer, or its failure, is handed to each run (scans.StatsRead). Which RSE starts when is the cycle's
+        Schedule (schedule.py): an RSE leased by another instance is retried until that instance marks it done for
+        this slot or its lease expires and we take it over; an RSE still running from an earlier cycle is not
+        started twice; the cycle does not wait past the interval for a slow RSE.
         """
         interval = self.config.service.interval_s
         slot = int(time.time() // interval) if slot is None else slot
@@ -89,78 +67,38 @@ class Service:
             raise
         self.last_rses = names
         cid = self.ledger.start_cycle(self.instance, slot, names)
-        mode = "dry run" if self.config.service.dry_run else "real"
-        log.info("cycle %s: start, %d RSEs (%s)", cid, len(names), mode)
+        log.info("cycle %s: start, %d RSEs (%s)", cid, len(names), "dry run" if self.config.service.dry_run else "real")
         started = time.monotonic()
         stats = StatsRead.read(self.answered)
         order = self._start_order(cid, names, stats)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.config.service.parallel_rses, thread_name_prefix="rse")
+        pool = self._pool
         self.runner.leases.start_heartbeat()
         end = time.monotonic() + interval  # after the read: a hanging ConMon does not take the runs' time
-        pause = min(5.0, self.config.service.lease_ttl_s / 4)
-        hold = self._hold(cid, order, stats)
-        results: dict[str, RunResult] = {}
-        pending = set(names)
-        running: dict[Future[RunResult], str] = {}
-        retry_at: dict[str, float] = {}  # leased by another instance: asked again after a pause
-        while pending and not self._stop.is_set() and time.monotonic() < end:
-            now = time.monotonic()
-            # The pool queues what it cannot start at once; during a hold nothing is queued behind the runs allowed.
-            room = len(order) if hold is None else runs_during_hold(self.config.service.parallel_rses) - len(running)
-            busy = set(running.values())
-            for rse in order:
-                if room <= 0:
-                    break
-                if rse not in pending or rse in busy:
-                    continue
-                if retry_at.get(rse, 0.0) > now or (rse in self._in_flight and not self._in_flight[rse].done()):
-                    continue  # another instance has it, or it is still working from an earlier cycle
-                fut = self._in_flight[rse] = self._pool.submit(self.runner.run_once, rse, slot, 0.0, stats)
-                running[fut] = rse
-                room -= 1
-            if not running:
-                self._stop.wait(max(0.0, min(pause, end - time.monotonic())))
-                continue
-            # Each result is recorded as soon as its RSE finishes, whatever the others do; a hold's end (its RSE's
-            # first batch, or its bound) wakes the loop too.
-            timeout = min(pause, end - time.monotonic(), hold.until - time.monotonic() if hold else pause)
-            done, _ = wait([*running, *([hold.batch] if hold else [])], timeout=max(0.0, timeout),
-                           return_when=FIRST_COMPLETED)
-            for fut in done:
-                if fut not in running:  # the hold's first batch: over() says so next round
-                    continue
-                rse = running.pop(fut)
-                res = fut.result()
-                if res.action == RunAction.LEASED_ELSEWHERE:
-                    retry_at[rse] = time.monotonic() + pause
-                    continue
-                pending.discard(rse)
-                results[rse] = res
-                self.ledger.record_cycle_result(cid, rse, res.to_dict())
-                log.info("cycle %s: %s", cid, describe(res))
-            if hold is not None and hold.over(time.monotonic(), running.values()):
-                hold, self.runner.watch = None, None
-        failures = [Failure(r.source, r.reason, r.detail).entry(r.rse) for r in results.values() if r.source]
-        self.ledger.end_cycle(cid, failures=failures, unfinished=sorted(pending), dry_run=self.config.service.dry_run,
-                              answered=self._answered(results.values()))
-        log.info("cycle %s: end after %.0f s: %d of %d RSEs done, %d unfinished, %d failures%s", cid,
-                 time.monotonic() - started, len(results), len(names), len(pending), len(failures),
-                 f" ({', '.join(sorted({f['reason'] for f in failures}))})" if failures else "")
+        schedule = Schedule(order, hold_for(cid, order, stats, self.config.service, self._in_flight),
+                            self.config.service.parallel_rses, min(5.0, self.config.service.lease_ttl_s / 4), end,
+                            self._in_flight, self._stop)
+        results = schedule.run(lambda rse, told: pool.submit(self.runner.run_once, rse, slot, 0.0, stats, told),
+                               lambda rse, res: self._record_result(cid, rse, res))
+        self._end_cycle(cid, len(names), results, schedule.pending, started)
         return results
 
-    def _hold(self, cid: str, order: Sequence[str], stats: StatsRead) -> Optional[FirstBatchHold]:
-        """The cycle's hold for its largest RSE (hold.py held_for), None when there is none; watched from now."""
-        bound = self.config.service.largest_first_hold_s
-        rse = held_for(order, stats.answer, self.config.service.parallel_rses) if bound > 0 else None
-        if rse is None or (rse in self._in_flight and not self._in_flight[rse].done()):
-            self.runner.watch = None
-            return None  # nothing to hold for, or it still runs from an earlier cycle: not this cycle's to favour
-        hold = FirstBatchHold(cid, rse, time.monotonic(), time.monotonic() + bound)
-        self.runner.watch = hold.watch
-        log.info("cycle %s: %d of %d RSE threads until %s's first batch (at most %d s)", cid,
-                 runs_during_hold(self.config.service.parallel_rses), self.config.service.parallel_rses, rse, bound)
-        return hold
+    def _record_result(self, cid: str, rse: str, res: RunResult) -> None:
+        """An RSE's result on the cycle's document, as soon as its run ends."""
+        self.ledger.record_cycle_result(cid, rse, res.to_dict())
+        log.info("cycle %s: %s", cid, describe(res))
+
+    def _end_cycle(self, cid: str, names: int, results: dict[str, RunResult], pending: Iterable[str],
+                   started: float) -> None:
+        """The cycle's end on its document: the runs' failures, the RSEs unfinished, the sources heard from."""
+        failures = [Failure(r.source, r.reason, r.detail).entry(r.rse) for r in results.values() if r.source]
+        unfinished = sorted(pending)
+        self.ledger.end_cycle(cid, failures=failures, unfinished=unfinished, dry_run=self.config.service.dry_run,
+                              answered=self._answered(results.values()))
+        log.info("cycle %s: end after %.0f s: %d of %d RSEs done, %d unfinished, %d failures%s", cid,
+                 time.monotonic() - started, len(results), names, len(unfinished), len(failures),
+                 f" ({', '.join(sorted({f['reason'] for f in failures}))})" if failures else "")
 
     @staticmethod
     def _start_order(cid: str, names: Sequence[str], stats: StatsRead) -> list[str]:

@@ -42,7 +42,8 @@ class RunResult:
     state: str = ""  # a statemachine.RSEState, "" when none was recorded
     reason: str = ""
     detail: str = ""
-    source: str = ""  # for action failed: rucio, conmon, wmstats, ledger, backend, disk or internal (ledger.history.FAILURE_SOURCES)
+    # For action failed: rucio, conmon, wmstats, ledger, backend, disk or internal (ledger.history.FAILURE_SOURCES).
+    source: str = ""
     generation: Optional[float] = None
     submitted: int = 0
     collected: int = 0

@@ -1,13 +1,16 @@
 """One RSE start to end: `run_once(rse)` under its lease, `apply_plan(dir)` for a sealed plan, `preview(rse)`.
 
-The Runner owns the step order; its JobKeeper (jobkeeper.py) owns the batch system. run_once: refuse an RSE
-not this instance's -> lease -> reconcile jobs left in `submitting` -> poll and collect live jobs -> revalidate
-queued jobs against the fresh protected list (jobs still live: the RSE stays running, nothing more) -> ConMon
-stats -> state machine (skip; finish, then directory jobs for the directories still to remove) -> protected list
-checked against the baseline -> a new dump: plan (or reuse the sealed plan a crash left) -> record; else drop
-newly protected files and start a new round -> directory jobs -> release this cycle's slice -> submit, a batch at
-a time (credential and backend preflight before the first; per batch intent -> submit -> mark) -> RSE state ->
-(with wait_s) poll and top up -> counters.
+The Runner owns the step order; its JobKeeper (jobkeeper.py) owns the batch system. A run is data: its context
+(RunContext: the RSE, its document, generation entry and limits read once, scan, decision, protected list,
+what was sent and counted, the result) goes through a list of small steps (RUN, APPLY at the end of this file),
+each of which goes on or ends the run with its result; the hook hears each step by name (result.STEPS).
+run_once: refuse an RSE not this instance's -> lease -> reconcile jobs left in `submitting` -> poll and collect
+live jobs -> revalidate queued jobs against the fresh protected list (jobs still live: the RSE stays running,
+nothing more) -> decide: ConMon stats, state machine (skip; finish, then directory jobs for the directories still
+to remove) -> guard: protected list checked against the baseline -> a new dump: plan (or reuse the sealed plan a
+crash left) -> record; else drop newly protected files and start a new round -> directory jobs -> release this
+cycle's slice -> submit, a batch at a time (credential and backend preflight before the first; per batch intent
+-> submit -> mark) -> report the RSE's state -> settle (with wait_s: poll and top up) -> count.
 Every step is idempotent against the ledger, so a crash anywhere is repaired by running it again.
 """
 from __future__ import annotations
@@ -18,6 +21,7 @@ import shutil
 import socket
 import time
 from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 from MSUnmerged import planlines, planner, seal, subset
@@ -25,23 +29,85 @@ from MSUnmerged.config import Config
 from MSUnmerged.dumpreader import iter_chunks
 from MSUnmerged.guards import (PLAN_MODIFIED, PLAN_NOT_IN_CURRENT_DUMP, PLAN_OUTDATED, UNKNOWN_RSE, GuardTripped,
                                check_counts, check_plan_scan, check_scan)
-from MSUnmerged.lfn import PrefixSet
 from MSUnmerged.jobs.backend import BatchBackend, JobState
-from MSUnmerged.ledger import (RETRIABLE, FileState, LeaseLost, Ledger, LedgerError, gen_key,
-                                pending_dirs, sitebackoff, slices)
+from MSUnmerged.ledger import LeaseLost, Ledger, LedgerError, gen_key, pending_dirs, sitebackoff, slices
 from MSUnmerged.ledger.base import state_update
-from MSUnmerged.service.jobkeeper import JobKeeper
+from MSUnmerged.service.decide import decision as decision_of
+from MSUnmerged.service.jobkeeper import JobKeeper, Protected
 from MSUnmerged.service.result import INTERNAL_ERROR, LEASE_LOST, Hook, RunAction, RunResult, failure_of, jobs_detail
 from MSUnmerged.service.rses import InstanceRSEs, UnknownRSE
 from MSUnmerged.service.scans import StatsRead, scan_of
-from MSUnmerged.sitelimits import limits_for
+from MSUnmerged.sitelimits import RSELimits, limits_for
 from MSUnmerged.sources import Sources
 from MSUnmerged.sources.errors import SourceError
-from MSUnmerged.statemachine import JOBS_RUNNING, SITE_CONFIG_BACKOFF, Action, Decision, Progress, RSEState, decide
+from MSUnmerged.statemachine import JOBS_RUNNING, SITE_CONFIG_BACKOFF, Action, Decision, RSEState
 
 log = logging.getLogger(__name__)
 
 ALREADY_APPLIED = "already_applied"  # apply of a plan the ledger holds already: nothing changes
+
+FirstBatch = Callable[[], None]  # told when the run submits a batch (a cycle's hold, schedule.py)
+
+
+@dataclass
+class RunContext:
+    """One run of one RSE (run_once or apply_plan), from its lease to its result."""
+
+    rse: str
+    result: RunResult
+    deadline: float = 0.0  # time.monotonic() until which the run waits for its jobs
+    wait_s: float = 0.0  # how long it may (0: it does not wait)
+    stats: Optional[StatsRead] = None  # the cycle's ConMon read (scans.scan_of)
+    limits: Optional[RSELimits] = None  # limits_for(config, rse): read when first needed (Runner._limits), once
+    first_batch: Optional[FirstBatch] = None
+    live: Optional[list[dict[str, Any]]] = None  # its live jobs as last read; None: not read (apply)
+    doc: dict[str, Any] = field(default_factory=dict)  # its ledger document, read once before deciding
+    scan: Any = None  # its ConMon scan
+    decision: Optional[Decision] = None
+    protected: Optional[Protected] = None  # the protected list of the run, checked
+    operator_list: Optional[tuple[Sequence[str], float]] = None  # apply's list, when given: never lowers the baseline
+    plan_dir: Optional[Path] = None
+    plan: Optional[planner.Plan] = None
+    sealed: Optional[seal.Seal] = None
+    scan_started: Optional[float] = None  # the start of the scan the recorded plan is of
+    entry: dict[str, Any] = field(default_factory=dict)  # the generation's entry (after its slice's release)
+    state: Optional[dict[str, Any]] = None  # the RSE's state (ledger.base.state_update), written with its counters
+    counted: bool = False  # its counters (jobs per state among them) were written after its last submission
+    sent: int = 0  # jobs submitted: new ones, those a reconciliation sent again, also when a later batch failed
+
+    @property
+    def generation(self) -> float:
+        """The generation the run works on (decided, or the applied plan's)."""
+        assert self.result.generation is not None
+        return self.result.generation
+
+    @property
+    def checked(self) -> Protected:
+        """The run's protected list, read by its guard step."""
+        assert self.protected is not None
+        return self.protected
+
+    @property
+    def waits(self) -> bool:
+        """Whether the run waits for the jobs it submitted (wait_s)."""
+        return self.wait_s > 0 and self.result.submitted > 0
+
+    def batch_sent(self, n: int) -> None:
+        """A batch of `n` jobs went out (JobKeeper's `sent`): counted, and the cycle's hold told."""
+        self.sent += n
+        self.counted = False
+        if self.first_batch is not None:
+            self.first_batch()
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a run: `do` goes on (None) or ends the run with its result; `then`: the hook's step
+    (result.STEPS) told when it goes on."""
+
+    name: str
+    do: Callable[["Runner", RunContext], Optional[RunResult]]
+    then: str = ""
 
 
 def default_instance() -> str:
@@ -60,14 +126,10 @@ class Runner:
         self.leases = ledger.leases(self.instance, config.service.lease_ttl_s)
         self.rses = InstanceRSEs(config, sources)
         self.hook: Hook = hook or (lambda step, rse: None)  # told each step of a run (STEPS), the batch's too
-        self.watch: Optional[Hook] = None  # the cycle's own (its hold, loop.py): told each step before the hook
         self.jobs = JobKeeper(config, ledger, sources, self.leases, backend, self._step)
-        self._counted: set[str] = set()  # RSEs whose run ended by refreshing their counters (jobs counted with them)
 
     def _step(self, step: str, rse: str) -> None:
-        """`rse`'s run reached `step` (STEPS): tell the cycle's watcher, then the hook."""
-        if self.watch is not None:
-            self.watch(step, rse)
+        """`rse`'s run reached `step` (STEPS): tell the hook (the one in force: a test may replace it)."""
         self.hook(step, rse)
 
     def my_rses(self) -> list[str]:
@@ -93,51 +155,51 @@ class Runner:
     # -- one RSE -------------------------------------------------------------------------------
 
     def run_once(self, rse: str, slot: Optional[int] = None, wait_s: float = 0.0,
-                 stats: Optional[StatsRead] = None) -> RunResult:
-        """Work one RSE start to end under its lease; waits up to `wait_s` for its jobs to finish. `stats`: the
-        cycle's ConMon read, used while fresh (scans.scan_of); without it the run reads `stats` itself."""
+                 stats: Optional[StatsRead] = None, first_batch: Optional[FirstBatch] = None) -> RunResult:
+        """Work one RSE start to end under its lease (the steps of RUN); waits up to `wait_s` for its jobs to finish.
+        `stats`: the cycle's ConMon read, used while fresh (scans.scan_of); without it the run reads `stats` itself.
+        `first_batch`: told when the run submits a batch (a cycle's hold)."""
         started = time.time()
         refused = self._refused(rse)
         if refused is not None:
             return refused
         self.leases.start_heartbeat()
         if not self.leases.acquire(rse, slot):
-            lease = self.leases.describe(rse)
-            if slot is not None and lease.get("done_slot") == slot:
-                return RunResult(rse, RunAction.DONE_THIS_CYCLE, reason=RunAction.DONE_THIS_CYCLE)
-            return RunResult(rse, RunAction.LEASED_ELSEWHERE, reason=RunAction.LEASED_ELSEWHERE,
-                             detail=f"held by {lease.get('owner')} until {lease.get('expires')}")
-        self.jobs.sent(rse)  # counts from here
-        self._counted.discard(rse)
-        result = self._recorded(rse, lambda: self._run(rse, wait_s, stats))
-        result.submitted = self.jobs.sent(rse)  # with the jobs a reconciliation sent again, and before a failure
+            return self._leased(rse, slot)
+        ctx = RunContext(rse, RunResult(rse, RunAction.POLL), wait_s=wait_s, stats=stats, first_batch=first_batch)
+        result = self._recorded(ctx, RUN)
+        result.submitted = ctx.sent  # with the jobs a reconciliation sent again, and before a failure
         result.seconds = round(time.time() - started, 3)
         if result.reason != LEASE_LOST:
-            self._count_jobs(rse)
+            self._count_jobs(ctx)
             self.leases.release(rse, slot if result.action != RunAction.FAILED else None)
         return result
 
-    def _refresh_counters(self, rse: str, state: Optional[dict[str, Any]] = None) -> None:
-        """The RSE's counters, its jobs per state among them, as the last ledger step of its run: run_once does not
-        count its jobs again (two round trips an RSE). `state`: the RSE's state (state_update), written with them."""
-        self.ledger.refresh_counters(rse, state)
-        self._counted.add(rse)
+    def _leased(self, rse: str, slot: Optional[int]) -> RunResult:
+        """Another instance holds the RSE's lease: it worked the RSE in this slot already, or works it now."""
+        lease = self.leases.describe(rse)
+        if slot is not None and lease.get("done_slot") == slot:
+            return RunResult(rse, RunAction.DONE_THIS_CYCLE, reason=RunAction.DONE_THIS_CYCLE)
+        return RunResult(rse, RunAction.LEASED_ELSEWHERE, reason=RunAction.LEASED_ELSEWHERE,
+                         detail=f"held by {lease.get('owner')} until {lease.get('expires')}")
 
-    def _count_jobs(self, rse: str) -> None:
-        """The RSE's jobs per state on its document, whatever way its run ended (the metrics read them there),
-        unless the run ended by refreshing its counters."""
-        if rse in self._counted:
-            self._counted.discard(rse)
-            return
-        try:
-            self.ledger.refresh_job_counts(rse)
-        except LedgerError as exc:  # a gauge a run late; the run's own outcome is recorded already
-            log.warning("%s: could not count its jobs: %s", rse, exc)
+    def _through(self, ctx: RunContext, steps: Sequence[Step]) -> Optional[RunResult]:
+        """The steps in turn, each going on telling the hook its `then`; the result of the first that ends the run,
+        None when none does."""
+        for step in steps:
+            log.debug("%s: %s", ctx.rse, step.name)
+            ended = step.do(self, ctx)
+            if ended is not None:
+                return ended
+            if step.then:
+                self._step(step.then, ctx.rse)
+        return None
 
-    def _recorded(self, rse: str, work: Callable[[], RunResult]) -> RunResult:
-        """Run `work` for the RSE; any error is recorded on the RSE with its reason (never raised)."""
+    def _recorded(self, ctx: RunContext, steps: Sequence[Step]) -> RunResult:
+        """The run's steps (`_through`); any error is recorded on the RSE with its reason (never raised)."""
+        rse = ctx.rse
         try:
-            return work()
+            return self._through(ctx, steps) or ctx.result
         except LeaseLost as exc:  # someone else works on it now: leave everything to them
             return RunResult(rse, RunAction.FAILED, reason=LEASE_LOST, detail=str(exc))
         except Exception as exc:  # one RSE's error, a bug too, must not stop the others
@@ -147,186 +209,296 @@ class Runner:
             log.error("%s: %s: %s", rse, failure.reason, failure.detail)
             try:
                 self.ledger.set_rse_state(rse, RSEState.FAILED, failure.reason, failure.detail)
-                self._refresh_counters(rse)  # e.g. a preflight refusal after a plan was recorded
+                self._refresh_counters(ctx)  # e.g. a preflight refusal after a plan was recorded
             except LedgerError:
                 log.exception("%s: could not record the failure", rse)
             return RunResult(rse, RunAction.FAILED, RSEState.FAILED, failure.reason, failure.detail,
                              source=failure.source)
 
-    def _run(self, rse: str, wait_s: float, stats: Optional[StatsRead]) -> RunResult:
-        live = self.jobs.live(rse)  # none (submitting or in the batch system): nothing to reconcile, poll or revalidate
-        if live:
-            self.jobs.reconcile(rse)
-        self._step("reconciled", rse)
-        collected = 0
-        deadline = time.monotonic() + wait_s
-        while live:
-            collected += self.jobs.poll(rse)
-            live = self.jobs.live(rse)
-            if not live or time.monotonic() >= deadline:
-                break
-            time.sleep(min(2.0, max(0.05, deadline - time.monotonic())))
-        self._step("polled", rse)
-        removed, dropped = 0, 0
-        if live:
-            removed, dropped = self.jobs.revalidate(rse)
-            live = self.jobs.live(rse)
-        if live:
-            detail = jobs_detail(len(live))
-            self._refresh_counters(rse, state_update(RSEState.RUNNING, detail=detail))
-            return RunResult(rse, RunAction.POLL, RSEState.RUNNING, JOBS_RUNNING, detail,
-                             collected=collected, removed_jobs=removed, dropped_protected=dropped)
+    def _refresh_counters(self, ctx: RunContext, state: Optional[dict[str, Any]] = None) -> None:
+        """The RSE's counters, its jobs per state among them: run_once does not count its jobs again unless the run
+        submits more after this (two round trips an RSE). `state`: the RSE's state (state_update), written with
+        them."""
+        self.ledger.refresh_counters(ctx.rse, state)
+        ctx.counted = True
 
-        doc = self.ledger.rse(rse)
-        scan = scan_of(self.sources, rse, stats, self.config.service.stats_reuse_s)
-        decision = self._decide(rse, doc, scan)
-        result = RunResult(rse, decision.action, reason=decision.reason, detail=decision.detail,
-                           generation=decision.generation, collected=collected, removed_jobs=removed,
-                           dropped_protected=dropped)
-        if decision.action is Action.SKIP:  # the state with its jobs counted, one update
-            self.ledger.refresh_job_counts(rse, state_update(RSEState.SKIPPED, decision.reason, decision.detail))
-            self._counted.add(rse)
+    def _limits(self, ctx: RunContext) -> RSELimits:
+        """The RSE's limits and filters (limits_for), read when the run first needs them."""
+        if ctx.limits is None:
+            ctx.limits = limits_for(self.config, ctx.rse)
+        return ctx.limits
+
+    def _count_jobs(self, ctx: RunContext) -> None:
+        """The RSE's jobs per state on its document, whatever way its run ended (the metrics read them there),
+        unless the run counted them after its last submission."""
+        if ctx.counted:
+            return
+        try:
+            self.ledger.refresh_job_counts(ctx.rse)
+        except LedgerError as exc:  # a gauge a run late; the run's own outcome is recorded already
+            log.warning("%s: could not count its jobs: %s", ctx.rse, exc)
+
+    # -- the steps (RUN, APPLY): each goes on (None) or ends the run with its result --------------
+
+    def _reconcile(self, ctx: RunContext) -> None:
+        """Jobs a crash left `submitting` are adopted or sent again. None live (submitting or in the batch system):
+        nothing to reconcile, poll or revalidate."""
+        ctx.live = self.jobs.live(ctx.rse)
+        if ctx.live:
+            self.jobs.reconcile(ctx.rse, ctx.batch_sent)
+
+    def _poll(self, ctx: RunContext) -> None:
+        """Its live jobs polled and the finished ones collected, waiting for them up to `wait_s` from now."""
+        ctx.deadline = time.monotonic() + ctx.wait_s
+        while ctx.live:
+            ctx.result.collected += self.jobs.poll(ctx.rse)
+            ctx.live = self.jobs.live(ctx.rse)
+            if not ctx.live or time.monotonic() >= ctx.deadline:
+                break
+            time.sleep(min(2.0, max(0.05, ctx.deadline - time.monotonic())))
+
+    def _revalidate(self, ctx: RunContext) -> Optional[RunResult]:
+        """Its queued jobs checked against the fresh protected list (JobKeeper.revalidate); jobs still live: the RSE
+        stays running, nothing more."""
+        result = ctx.result
+        if ctx.live:
+            result.removed_jobs, result.dropped_protected = self.jobs.revalidate(ctx.rse)
+            ctx.live = self.jobs.live(ctx.rse)
+        if not ctx.live:
+            return None
+        result.state, result.reason, result.detail = RSEState.RUNNING, JOBS_RUNNING, jobs_detail(len(ctx.live))
+        self._refresh_counters(ctx, state_update(RSEState.RUNNING, detail=result.detail))
+        return result
+
+    def _decide(self, ctx: RunContext) -> Optional[RunResult]:
+        """The state machine on its document and scan: skip (its state with its jobs counted, one update), finish
+        (then the directories still to remove), or go on with a new generation or round."""
+        ctx.doc = self.ledger.rse(ctx.rse)
+        ctx.scan = scan_of(self.sources, ctx.rse, ctx.stats, self.config.service.stats_reuse_s)
+        current = None if ctx.doc.get("recording") is not None else ctx.doc.get("generation")
+        decision = ctx.decision = decision_of(self.ledger, self.config, ctx.rse, ctx.scan, current)
+        result = ctx.result
+        result.action, result.reason, result.detail = decision.action, decision.reason, decision.detail
+        result.generation = decision.generation
+        if decision.action is Action.SKIP:
+            self.ledger.refresh_job_counts(ctx.rse, state_update(RSEState.SKIPPED, decision.reason, decision.detail))
+            ctx.counted = True
             result.state = RSEState.SKIPPED
             return result
-        assert decision.generation is not None
         if decision.action is Action.FINISH:
-            return self._retry_dirs(rse, self._finish(rse, result, decision))
+            self._refresh_counters(ctx, self._finish(ctx, decision))
+            return self._retry_dirs(ctx)
+        return None
 
+    def _guard(self, ctx: RunContext) -> Optional[RunResult]:
+        """The protected list read now and checked against the RSE's baseline; a guard refusing it ends the run."""
         try:
-            protected, fetched = self.jobs.fetch_protected()  # GuardTripped too: a source answered an empty list
-            protection, baseline = self.jobs.protection(rse, protected, doc)
+            ctx.protected = self.jobs.protected_now(ctx.rse, ctx.doc)  # GuardTripped too: a source answered []
         except GuardTripped as guard:
-            return self._guarded(rse, result, guard.reason, guard.detail)
-        if decision.action is Action.NEW_GENERATION:
-            if doc.get("generation") is not None:  # its directories not removed are retried from now on
-                pending_dirs.remember(self.ledger, rse, doc["generation"])
-            plan_dir = self.config.state_dir / "plans" / rse / gen_key(decision.generation)
-            plan, sealed = self._plan(rse, scan, protected, plan_dir, decision.generation, doc, baseline)
-            self._step("planned", rse)
-            if plan.guard:
-                return self._guarded(rse, result, plan.guard, plan.guard_detail)
-            # The list read from WMStats now is the service's own: it may lower the baseline as
-            # generations rotate out (workflows finish); an operator's list at apply never does.
-            self.ledger.record_plan(seal.PlanReader(plan_dir, sealed, self.config.planner.max_lfn_length), plan,
-                                    decision.generation, baseline_count=len(protection),
-                                    scan_started=plan.scan_started, floor_depth=self.config.planner.dir_floor_depth)
-            self._step("recorded", rse)
-        else:
-            result.dropped_protected += self.ledger.drop_protected(rse, decision.generation, protection)
-            # Jobs a crash left planned between two submission batches go out before a new round starts, so
-            # that a file's round (its attempts) counts its tries.
-            if not self.ledger.jobs_in(rse, [JobState.PLANNED], decision.generation):
-                # A throttled RSE also retries, and deletes what a dry run left, N files a cycle at most.
-                self.ledger.new_round(rse, decision.generation, 1 + self.config.jobs.retries,
-                                      self.config.planner.files_per_job,
-                                      redo_dry_run=not self.config.service.dry_run,
-                                      limit=limits_for(self.config, rse).max_files_per_cycle or None)
-        self.jobs.plan_directory_jobs(rse, decision.generation, protection)
-        entry = slices.release_next(self.ledger, rse, decision.generation)  # a throttled plan: this cycle's slice
-        # No job is live (read above, under the lease): max_in_flight's room needs no read of them.
-        result.submitted = self.jobs.submit_planned(rse, decision.generation, protected, fetched, entry, live=0,
-                                                    doc=doc)  # read after this run's poll: its back-off is current
+            return self._guarded(ctx, guard.reason, guard.detail)
+        return None
+
+    def _plan_or_round(self, ctx: RunContext) -> Optional[RunResult]:
+        """A new dump is planned and recorded (NEW_GENERATION); else the current one starts a new round (NEW_ROUND)."""
+        assert ctx.decision is not None
+        return self._through(ctx, NEW_GENERATION if ctx.decision.action is Action.NEW_GENERATION else NEW_ROUND)
+
+    def _plan(self, ctx: RunContext) -> None:
+        """Plan the dump, or reuse the sealed plan whose recording a crash interrupted (same files, same jobs). The
+        directories the generation before did not remove are retried from now on."""
+        rse, doc, generation = ctx.rse, ctx.doc, ctx.generation
+        if doc.get("generation") is not None:
+            pending_dirs.remember(self.ledger, rse, doc["generation"])
+        plan_dir = ctx.plan_dir = self.config.state_dir / "plans" / rse / gen_key(generation)
+        if doc.get("recording") == generation and (plan_dir / seal.SEAL_NAME).exists():
+            try:
+                ctx.sealed = seal.verify(plan_dir, self.config.planner.max_lfn_length)
+                ctx.plan = planner.read_summary(plan_dir)
+                if ctx.plan.dump_version == generation and not ctx.plan.guard:
+                    ctx.scan_started = ctx.plan.scan_started
+                    return
+            except GuardTripped as broken:  # planned again below, from the dump
+                log.warning("%s: not reusing %s: %s", rse, plan_dir, broken)
+        checked = ctx.checked
+        ctx.plan = self._plan_dump(rse, self._limits(ctx), ctx.scan, checked.protected, checked.baseline, plan_dir)
+        ctx.sealed, ctx.scan_started = seal.read_seal(plan_dir), ctx.plan.scan_started
+
+    def _record(self, ctx: RunContext) -> Optional[RunResult]:
+        """Record the plan's files and jobs; a plan a guard refused ends the run."""
+        plan, checked = ctx.plan, ctx.checked
+        assert plan is not None and ctx.plan_dir is not None
+        if plan.guard:
+            return self._guarded(ctx, plan.guard, plan.guard_detail)
+        # The list read from WMStats now is the service's own: it may lower the baseline as generations rotate out
+        # (workflows finish); an operator's list at apply never does (the plan's own count is never used).
+        baseline = len(checked.index) if ctx.operator_list is None else max(checked.baseline or 0, len(checked.index))
+        lines = seal.PlanReader(ctx.plan_dir, ctx.sealed, self.config.planner.max_lfn_length)
+        self.ledger.record_plan(lines, plan, ctx.generation, baseline_count=baseline, scan_started=ctx.scan_started,
+                                floor_depth=self.config.planner.dir_floor_depth)
+        return None
+
+    def _drop_protected(self, ctx: RunContext) -> None:
+        """The generation's files the run's protected list covers now are not deleted (skipped_protected)."""
+        ctx.result.dropped_protected += self.ledger.drop_protected(ctx.rse, ctx.generation, ctx.checked.index)
+
+    def _new_round(self, ctx: RunContext) -> None:
+        """A new round of the current generation: its files still to delete or to retry, in new jobs."""
+        # Jobs a crash left planned between two submission batches go out before a new round starts, so that a
+        # file's round (its attempts) counts its tries.
+        if self.ledger.jobs_in(ctx.rse, [JobState.PLANNED], ctx.generation):
+            return
+        # A throttled RSE also retries, and deletes what a dry run left, N files a cycle at most.
+        self.ledger.new_round(ctx.rse, ctx.generation, 1 + self.config.jobs.retries,
+                              self.config.planner.files_per_job, redo_dry_run=not self.config.service.dry_run,
+                              limit=self._limits(ctx).max_files_per_cycle or None)
+
+    def _directory_jobs(self, ctx: RunContext) -> None:
+        """Directory jobs for the RSE's directories still to remove from earlier plans."""
+        self.jobs.plan_directory_jobs(ctx.rse, ctx.generation, ctx.checked.index)
+
+    def _release_slice(self, ctx: RunContext) -> None:
+        """This cycle's slice of a throttled plan is released (ledger/slices.py)."""
+        ctx.entry = slices.release_next(self.ledger, ctx.rse, ctx.generation)
+
+    def _submit(self, ctx: RunContext) -> None:
+        """The released jobs go out, as many as the RSE's max_in_flight leaves room for."""
+        checked, result = ctx.checked, ctx.result
+        # A run's live jobs were read after its poll, under the lease: none, so max_in_flight's room needs no read of
+        # them (apply did not read them). Its document was read under the lease after the poll (apply: at its start):
+        # its site's back-off is current.
+        result.submitted = self.jobs.submit_planned(ctx.rse, ctx.generation, checked.protected, checked.fetched,
+                                                    ctx.entry, None if ctx.live is None else len(ctx.live), ctx.doc,
+                                                    ctx.batch_sent)
         result.state = RSEState.RUNNING if result.submitted else RSEState.PLANNED
+
+    def _report(self, ctx: RunContext) -> None:
+        """The RSE's state after its submission: its jobs in the batch system, or why they wait (its site's
+        back-off); written now when the run waits for its jobs, else with its counters."""
+        result = ctx.result
         submitted = {"detail": jobs_detail(result.submitted), "started": time.time()}
-        hold = None if result.submitted else sitebackoff.current(self.ledger.rse(rse))
+        hold = None if result.submitted else sitebackoff.current(self.ledger.rse(ctx.rse))
         if hold is not None:  # its jobs wait for the site's configuration to be fixed: say so
             result.reason, result.detail = SITE_CONFIG_BACKOFF, sitebackoff.describe(hold)
             submitted.update(reason=result.reason, detail=result.detail)
-        state: Optional[dict[str, Any]] = None  # written with the counters below, unless the run waits for its jobs
-        if wait_s <= 0 or not result.submitted:
-            state = state_update(result.state, **submitted)
+        if ctx.waits:
+            self.ledger.set_rse_state(ctx.rse, result.state, **submitted)
         else:
-            self.ledger.set_rse_state(rse, result.state, **submitted)
-            listed = self.jobs.reusing((protected, fetched))  # fetched again once too old to be sent
-            while time.monotonic() < deadline and self.jobs.live(rse):
-                time.sleep(0.2)
-                result.collected += self.jobs.poll(rse)
-                # More of the released jobs as the RSE's max_in_flight leaves room.
-                result.submitted += self.jobs.top_up(rse, decision.generation, listed)
-            if not self.jobs.live(rse):  # every job collected: say where the RSE stands
-                settled = self._decide(rse, self.ledger.rse(rse), scan)
-                if settled.action is Action.FINISH:
-                    self._finish(rse, result, settled)
-        self._refresh_counters(rse, state)
-        self._step("counted", rse)
+            ctx.state = state_update(result.state, **submitted)
+
+    def _settle(self, ctx: RunContext) -> None:
+        """A run that waits for its jobs: they are polled and collected, and more of the released ones sent as the
+        RSE's max_in_flight leaves room, until none is live or the deadline; every job collected, the RSE's final
+        state when the state machine finishes it."""
+        if not ctx.waits:
+            return
+        checked = ctx.checked
+        listed = self.jobs.reusing((checked.protected, checked.fetched))  # fetched again once too old to be sent
+        live = self.jobs.live(ctx.rse)
+        while time.monotonic() < ctx.deadline and live:
+            time.sleep(0.2)
+            ctx.result.collected += self.jobs.poll(ctx.rse)
+            self.jobs.top_up(ctx.rse, ctx.generation, listed, sent=ctx.batch_sent)
+            live = self.jobs.live(ctx.rse)
+        if not live:  # the plan's recording is over: the generation is current
+            settled = decision_of(self.ledger, self.config, ctx.rse, ctx.scan, ctx.generation)
+            if settled.action is Action.FINISH:
+                ctx.state = self._finish(ctx, settled)
+
+    def _count(self, ctx: RunContext) -> None:
+        """The RSE's counters, its jobs per state among them, with its state, as the last ledger step of its run."""
+        self._refresh_counters(ctx, ctx.state)
+
+    def _already_applied(self, ctx: RunContext) -> Optional[RunResult]:
+        """A plan the ledger holds already (and recorded to its end) changes nothing."""
+        ctx.doc = self.ledger.rse(ctx.rse)
+        ctx.entry = self.ledger.generation_entry(ctx.rse, ctx.generation)
+        assert ctx.sealed is not None
+        if ctx.entry.get("seal") != ctx.sealed.digest or ctx.doc.get("recording") == ctx.generation:
+            return None  # another plan, or this one still `recording`: a crash interrupted it
+        result = ctx.result
+        result.state, result.reason = ctx.doc.get("state", ""), ALREADY_APPLIED
+        result.detail = f"{ctx.plan_dir} is recorded already as generation {gen_key(ctx.generation)}: nothing changed"
         return result
 
-    def _decide(self, rse: str, doc: dict[str, Any], scan: Any) -> Decision:
-        current = None if doc.get("recording") is not None else doc.get("generation")
-        return decide(scan, current, self._progress(rse, current), time.time(), self.config.guards.max_scan_age_h,
-                      dry_run=self.config.service.dry_run)
+    def _check_plan(self, ctx: RunContext) -> Optional[RunResult]:
+        """The plan is refused when older than the RSE's current generation, another plan of its generation, not of
+        the current sources (`_rederive`) or too large for the count guards in force."""
+        plan, current, generation = ctx.plan, ctx.doc.get("generation"), ctx.generation
+        assert plan is not None and ctx.sealed is not None and ctx.operator_list is not None
+        try:
+            if current is not None and generation < current:
+                raise GuardTripped(PLAN_OUTDATED, f"{ctx.plan_dir} is generation {gen_key(generation)}, older than "
+                                                  f"the RSE's current {gen_key(current)}")
+            if ctx.entry and ctx.entry.get("seal") != ctx.sealed.digest:
+                raise GuardTripped(PLAN_OUTDATED, f"generation {gen_key(generation)} is recorded already with "
+                                                  f"another plan ({ctx.entry.get('plan_dir')})")
+            slices.check(plan.job_sizes, plan.job_slices, plan.slice_sizes)  # the count guard judges the largest
+            listed, given = ctx.operator_list
+            ctx.protected = Protected(listed, given, *self.jobs.protection(ctx.rse, listed))
+            now = self._rederive(ctx)
+            check_counts(now.files_total, plan.files_to_delete, self.config.guards, max(plan.slice_sizes, default=None))
+        except GuardTripped as guard:
+            return self._guarded(ctx, guard.reason, guard.detail)
+        ctx.scan_started = now.scan_started
+        return None
 
-    def _finish(self, rse: str, result: RunResult, decision: Decision) -> RunResult:
-        """Nothing left to do on this dump: the final state (clean, done with errors, dry run done)."""
+    def _applied(self, ctx: RunContext) -> None:
+        """The applied plan's state: its jobs submitted and files dropped, written with the counters."""
+        result = ctx.result
+        ctx.state = state_update(result.state, detail=f"applied {ctx.plan_dir}: {result.submitted} jobs, "
+                                                      f"{result.dropped_protected} files dropped as protected since "
+                                                      "planning")
+
+    # -- helpers of the steps ------------------------------------------------------------------
+
+    def _finish(self, ctx: RunContext, decision: Decision) -> dict[str, Any]:
+        """Nothing left to do on this dump: the final state (clean, done with errors, dry run done) on the result,
+        and the update of the RSE's document that says so."""
         assert decision.state is not None
-        # Not _refresh_counters: _retry_dirs may submit directory jobs after this, so run_once counts jobs again.
-        self.ledger.refresh_counters(rse, state_update(decision.state, decision.reason, decision.detail,
-                                                       finished=time.time()))
+        result = ctx.result
         result.state, result.reason, result.detail = decision.state, decision.reason, decision.detail
-        return result
+        return state_update(decision.state, decision.reason, decision.detail, finished=time.time())
 
-    def _retry_dirs(self, rse: str, result: RunResult) -> RunResult:
+    def _retry_dirs(self, ctx: RunContext) -> RunResult:
         """The dump's work is over: its directories not removed are remembered, and directory jobs go out for
         those of any generation still to remove (ledger/pending_dirs.py). The RSE keeps its final state; a
         protected list that cannot be had or trusted now only postpones them to a later cycle."""
-        assert result.generation is not None
-        pending_dirs.remember(self.ledger, rse, result.generation)
+        rse, generation = ctx.rse, ctx.generation
+        pending_dirs.remember(self.ledger, rse, generation)
         if not pending_dirs.due(self.ledger, rse, 1 + self.config.jobs.retries):
-            return result
+            return ctx.result
         try:
-            protected, fetched = self.jobs.fetch_protected()
-            protection, _ = self.jobs.protection(rse, protected)
+            checked = self.jobs.protected_now(rse)
         except (SourceError, GuardTripped) as exc:
             log.warning("%s: directories still to remove wait for a later cycle: %s", rse, exc)
-            return result
-        if self.jobs.plan_directory_jobs(rse, result.generation, protection):  # reached with no job live
-            result.submitted = self.jobs.submit_planned(rse, result.generation, protected, fetched, live=0)
-        return result
+            return ctx.result
+        if self.jobs.plan_directory_jobs(rse, generation, checked.index):  # reached with no job live
+            ctx.result.submitted = self.jobs.submit_planned(rse, generation, checked.protected, checked.fetched,
+                                                            live=0, sent=ctx.batch_sent)
+        return ctx.result
 
-    def _guarded(self, rse: str, result: RunResult, reason: str, detail: str) -> RunResult:
+    def _guarded(self, ctx: RunContext, reason: str, detail: str) -> RunResult:
         """A guard refused: nothing is submitted for this RSE; the reason is on its document."""
-        self.ledger.set_rse_state(rse, RSEState.GUARDED, reason, detail)
+        self.ledger.set_rse_state(ctx.rse, RSEState.GUARDED, reason, detail)
+        result = ctx.result
         result.state, result.reason, result.detail = RSEState.GUARDED, reason, detail
         return result
 
-    def _progress(self, rse: str, generation: Optional[float]) -> Progress:
-        if generation is None:
-            return Progress()
-        max_attempts = 1 + self.config.jobs.retries
-        return Progress(
-            planned_jobs=len(self.ledger.jobs_in(rse, [JobState.PLANNED], generation)),
-            retriable=self.ledger.count_files(rse, generation, RETRIABLE, attempts={"$lt": max_attempts}),
-            exhausted=self.ledger.count_files(rse, generation, RETRIABLE, attempts={"$gte": max_attempts}),
-            would_delete=self.ledger.count_files(rse, generation, [FileState.WOULD_DELETE]))
-
     # -- planning ------------------------------------------------------------------------------
 
-    def _plan(self, rse: str, scan: Any, protected: list[str], plan_dir: Path, generation: float,
-              doc: dict[str, Any], baseline: Optional[int]) -> tuple[planner.Plan, seal.Seal]:
-        """Plan the dump, or reuse the sealed plan whose recording a crash interrupted (same files, same jobs)."""
-        if doc.get("recording") == generation and (plan_dir / seal.SEAL_NAME).exists():
-            try:
-                sealed = seal.verify(plan_dir, self.config.planner.max_lfn_length)
-                plan = planner.read_summary(plan_dir)
-                if plan.dump_version == generation and not plan.guard:
-                    return plan, sealed
-            except GuardTripped as broken:  # planned again below, from the dump
-                log.warning("%s: not reusing %s: %s", rse, plan_dir, broken)
-        plan = self._plan_dump(rse, scan, protected, baseline, plan_dir)
-        return plan, seal.read_seal(plan_dir)
-
-    def _plan_dump(self, rse: str, scan: Any, protected: Sequence[str], baseline: Optional[int], out: Path,
-                   progress: Optional[planner.ProgressFn] = None, count_guards: bool = True) -> planner.Plan:
-        """Open the RSE's dump and plan it into `out` with the configuration in force."""
+    def _plan_dump(self, rse: str, limits: RSELimits, scan: Any, protected: Sequence[str], baseline: Optional[int],
+                   out: Path, progress: Optional[planner.ProgressFn] = None,
+                   count_guards: bool = True) -> planner.Plan:
+        """Open the RSE's dump and plan it into `out` with the configuration in force (`limits`: the RSE's)."""
         # A throttled RSE releases its oldest dataset directories first: when the ledger first saw each.
-        first_seen = self.ledger.dataset_ages(rse) if limits_for(self.config, rse).max_files_per_cycle else None
+        first_seen = self.ledger.dataset_ages(rse) if limits.max_files_per_cycle else None
         with self.sources.open_dump(rse) as dump:
             return planner.plan(rse, iter_chunks(dump), protected, self.config, out, stats=scan,
                                 previous_protected_count=baseline, progress=progress, count_guards=count_guards,
                                 ages=first_seen)
 
     def preview(self, rse: str, progress: Optional[planner.ProgressFn] = None) -> planner.Plan:
-        """Plan the RSE now from the sources into <state_dir>/previews/<rse>.
+        """Plan the RSE now from the sources into <state_dir>/previews/<rse>: the plan step's work (`_plan_dump`).
 
         Planner only: nothing is recorded in the ledger and nothing is submitted. The guards are those
         of run_once: the ledger's baseline, the configuration in force. UnknownRSE for an RSE that is
@@ -336,8 +508,8 @@ class Runner:
         self.require_rse(rse)
         out = self.preview_dir(rse)
         shutil.rmtree(out, ignore_errors=True)  # a preview never mixes with an older one
-        return self._plan_dump(rse, scan, self.sources.protected(), self.ledger.protected_baseline(rse), out,
-                               progress)
+        return self._plan_dump(rse, limits_for(self.config, rse), scan, self.sources.protected(),
+                               self.ledger.protected_baseline(rse), out, progress)
 
     def preview_dir(self, rse: str) -> Path:
         """Where `preview` writes the RSE's plan."""
@@ -347,7 +519,7 @@ class Runner:
 
     def apply_plan(self, plan_dir: Path, protected: list[str]) -> RunResult:
         """Record and submit exactly the sealed plan in `plan_dir` (from `msunmerged plan`), under the RSE's
-        lease, after dropping the files the current protected list covers.
+        lease, after dropping the files the current protected list covers (the steps of APPLY).
 
         Refused, with the reason on the RSE's document: a plan directory that is not exactly what was
         sealed or holds a line that is not a canonical LFN (plan_modified), a plan older than the RSE's
@@ -363,71 +535,32 @@ class Runner:
         refused = self._refused(rse)
         if refused is not None:
             return refused
-        result = RunResult(rse, RunAction.APPLY)
+        ctx = RunContext(rse, RunResult(rse, RunAction.APPLY), plan_dir=plan_dir)
         try:
-            sealed = seal.verify(plan_dir, self.config.planner.max_lfn_length)
+            ctx.sealed = seal.verify(plan_dir, self.config.planner.max_lfn_length)
         except GuardTripped as broken:
-            return self._guarded(rse, result, broken.reason, f"{plan_dir}: {broken.detail}")
-        plan = planner.read_summary(plan_dir)
+            return self._guarded(ctx, broken.reason, f"{plan_dir}: {broken.detail}")
+        plan = ctx.plan = planner.read_summary(plan_dir)
         if plan.guard:
-            return self._guarded(rse, result, plan.guard, plan.guard_detail)
+            return self._guarded(ctx, plan.guard, plan.guard_detail)
         if not self.leases.acquire(rse):
             return RunResult(rse, RunAction.LEASED_ELSEWHERE, reason=RunAction.LEASED_ELSEWHERE)
         try:
-            return self._recorded(rse, lambda: self._apply(plan_dir, plan, sealed, protected))
+            ctx.result.generation = ctx.sealed.generation if ctx.sealed.generation is not None else plan.created
+            # An operator's list counts as fetched when apply was asked to use it.
+            ctx.operator_list = (protected, time.time())
+            return self._recorded(ctx, APPLY)
         finally:
             self.leases.release(rse)
 
-    def _apply(self, plan_dir: Path, plan: planner.Plan, sealed: seal.Seal, protected: list[str]) -> RunResult:
-        given = time.time()
-        rse = plan.rse
-        generation = sealed.generation if sealed.generation is not None else plan.created
-        result = RunResult(rse, RunAction.APPLY, generation=generation)
-        doc = self.ledger.rse(rse)
-        entry = self.ledger.generation_entry(rse, generation)
-        same = entry.get("seal") == sealed.digest  # this plan; still `recording` when a crash interrupted it
-        if same and doc.get("recording") != generation:
-            result.state, result.reason = doc.get("state", ""), ALREADY_APPLIED
-            result.detail = f"{plan_dir} is recorded already as generation {gen_key(generation)}: nothing changed"
-            return result
-        current = doc.get("generation")
-        try:
-            if current is not None and generation < current:
-                raise GuardTripped(PLAN_OUTDATED, f"{plan_dir} is generation {gen_key(generation)}, older than "
-                                                  f"the RSE's current {gen_key(current)}")
-            if entry and not same:
-                raise GuardTripped(PLAN_OUTDATED, f"generation {gen_key(generation)} is recorded already with "
-                                                  f"another plan ({entry.get('plan_dir')})")
-            slices.check(plan.job_sizes, plan.job_slices, plan.slice_sizes)  # the count guard judges the largest
-            protection, baseline = self.jobs.protection(rse, protected)
-            now = self._rederive(plan_dir, plan, sealed, protected, protection, baseline)
-            check_counts(now.files_total, plan.files_to_delete, self.config.guards, max(plan.slice_sizes, default=None))
-        except GuardTripped as guard:
-            return self._guarded(rse, result, guard.reason, guard.detail)
-        self._step("planned", rse)  # the plan checked: its seal, the dump planned again, the comparison
-        # An operator's list never lowers the baseline (the plan's own count is never used).
-        self.ledger.record_plan(seal.PlanReader(plan_dir, sealed, self.config.planner.max_lfn_length), plan,
-                                generation, baseline_count=max(baseline or 0, len(protection)),
-                                scan_started=now.scan_started, floor_depth=self.config.planner.dir_floor_depth)
-        self._step("recorded", rse)
-        result.dropped_protected = self.ledger.drop_protected(rse, generation, protection)
-        entry = slices.release_next(self.ledger, rse, generation)
-        # An operator's list counts as fetched when apply was asked to use it.
-        result.submitted = self.jobs.submit_planned(rse, generation, protected, given, entry)
-        result.state = RSEState.RUNNING if result.submitted else RSEState.PLANNED
-        self.ledger.refresh_counters(rse, state_update(
-            result.state, detail=f"applied {plan_dir}: {result.submitted} jobs, "
-                                 f"{result.dropped_protected} files dropped as protected since planning"))
-        self._step("counted", rse)
-        return result
-
-    def _rederive(self, plan_dir: Path, plan: planner.Plan, sealed: seal.Seal, protected: list[str],
-                  protection: PrefixSet, baseline: Optional[int]) -> planner.Plan:
+    def _rederive(self, ctx: RunContext) -> planner.Plan:
         """The plan is a reviewed intent only. From the sources: the RSE's current ConMon scan (the plan must be of
         it: its generation and start), and that scan's dump planned again with the protected list and
         configuration in force (the count guards aside: they are checked on the plan applied). Every planned
         file and removable directory must be in that plan, or be covered by the current list (then dropped, or
         kept by the worker). Returns the plan made now; GuardTripped, nothing recorded, otherwise."""
+        plan, plan_dir, sealed, checked = ctx.plan, ctx.plan_dir, ctx.sealed, ctx.checked
+        assert plan is not None and plan_dir is not None and sealed is not None
         rse, cfg = plan.rse, self.config.planner
         stats = self.sources.stats().get(rse)  # read now, never a cycle's: the plan must be of the current scan
         scan = check_scan(stats, self.config.guards.max_scan_age_h, time.time())
@@ -435,7 +568,8 @@ class Runner:
         out = self.config.state_dir / "rederived" / rse
         shutil.rmtree(out, ignore_errors=True)
         try:
-            now = self._plan_dump(rse, stats, protected, baseline, out, count_guards=False)
+            now = self._plan_dump(rse, self._limits(ctx), stats, checked.protected, checked.baseline, out,
+                                  count_guards=False)
             if now.guard:
                 raise GuardTripped(now.guard, f"the current dump of {rse} planned again: {now.guard_detail}")
             mine = [plan_dir / seal.JOBS_DIR / name for name in plan.job_files]
@@ -445,7 +579,7 @@ class Runner:
             engine = planlines.engine(cfg.engine)
             for what, candidates, allowed in (("file", mine, theirs),
                                               ("directory", [plan_dir / seal.DIRS_NAME], [out / seal.DIRS_NAME])):
-                line = subset.first_outside(candidates, allowed, out / ".compare", parts, protection.holds_below,
+                line = subset.first_outside(candidates, allowed, out / ".compare", parts, checked.index.holds_below,
                                             engine, cfg.max_lfn_length)
                 if line is not None:
                     shown = line.decode("utf-8", errors="backslashreplace")
@@ -455,3 +589,18 @@ class Runner:
             return now
         finally:
             shutil.rmtree(out, ignore_errors=True)
+
+
+# The steps of a run (run_once) and of an apply (apply_plan), in their order; `then`: the hook told after each.
+NEW_GENERATION = (Step("plan", Runner._plan, "planned"), Step("record", Runner._record, "recorded"))
+NEW_ROUND = (Step("drop protected", Runner._drop_protected), Step("new round", Runner._new_round))
+RUN = (Step("reconcile", Runner._reconcile, "reconciled"), Step("poll", Runner._poll, "polled"),
+       Step("revalidate", Runner._revalidate), Step("decide", Runner._decide), Step("guard", Runner._guard),
+       Step("plan or new round", Runner._plan_or_round), Step("directory jobs", Runner._directory_jobs),
+       Step("release slice", Runner._release_slice), Step("submit", Runner._submit), Step("report", Runner._report),
+       Step("settle", Runner._settle), Step("count", Runner._count, "counted"))
+APPLY = (Step("already applied", Runner._already_applied),
+         Step("check", Runner._check_plan, "planned"),  # its seal, the dump planned again, the comparison
+         Step("record", Runner._record, "recorded"), Step("drop protected", Runner._drop_protected),
+         Step("release slice", Runner._release_slice), Step("submit", Runner._submit),
+         Step("applied", Runner._applied), Step("count", Runner._count, "counted"))
