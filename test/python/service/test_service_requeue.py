@@ -13,6 +13,7 @@ from pymongo.database import Database
 from MSUnmerged.config import Config
 from MSUnmerged.jobs.backend import JobState, JobStatus
 from MSUnmerged.ledger import Ledger, job_id
+from MSUnmerged.seal import PlanReader
 from MSUnmerged.service.jobkeeper import JobKeeper
 from ledger.test_ledger_job_view import GEN, RSE, make_plan, submit
 
@@ -47,13 +48,13 @@ def test_a_job_of_an_older_generation_planned_again_ends_superseded(tmp_path: Pa
     right after the job is planned again (the moments a check of the generation could miss)."""
     ledger = Ledger(mongo_db, generations_kept=2)
     ledger.ensure_indexes()
-    ledger.record_plan(tmp_path / "a", make_plan(tmp_path, "a"), GEN)
+    ledger.record_plan(PlanReader(tmp_path / "a"), make_plan(tmp_path, "a"), GEN)
     waiting = [job_id(RSE, GEN, 1, n) for n in (1, 2)]
     submit(ledger, waiting)
     jobs = keeper(tmp_path, ledger)
 
     def record_newer() -> None:
-        ledger.record_plan(tmp_path / "b", make_plan(tmp_path, "b", files=300), GEN + 100)
+        ledger.record_plan(PlanReader(tmp_path / "b"), make_plan(tmp_path, "b", files=300), GEN + 100)
 
     if newer == "before":
         record_newer()
@@ -83,7 +84,7 @@ def test_a_job_of_the_current_generation_planned_again_stays_planned(tmp_path: P
     """The control: no newer plan, the job is planned again to be sent with the next submission."""
     ledger = Ledger(mongo_db, generations_kept=2)
     ledger.ensure_indexes()
-    ledger.record_plan(tmp_path / "a", make_plan(tmp_path, "a"), GEN)
+    ledger.record_plan(PlanReader(tmp_path / "a"), make_plan(tmp_path, "a"), GEN)
     waiting = [job_id(RSE, GEN, 1, n) for n in (1, 2)]
     submit(ledger, waiting)
     keeper(tmp_path, ledger).poll(RSE)
