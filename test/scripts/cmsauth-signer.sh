@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Builds a signer from dmwm/cmsauth's own Go code (the CMSWEB front end's: SetCMSHeaders + GetHmac), for
 # the vectors in test/fixtures/cmsauth/ (see its README), and a front end: a reverse proxy signing as CMSWEB's
-# auth-proxy-server does. Nothing of cmsauth is kept in this repository:
+# auth-proxy-server does:
 #   cmsauth-signer.sh            prints the path of the built signer (built once into test/.servers/cmsauth)
 #   cmsauth-signer.sh front-end  prints the path of the built front end (built with the signer)
-# The source is a clone of https://github.com/dmwm/cmsauth at COMMIT, or the folder $CMSAUTH_SRC (a checkout
-# of it, where github.com cannot be reached). utils.go needs github.com/vkuznet/x509proxy, which cannot be
+# The source is the three Go files of https://github.com/dmwm/cmsauth at COMMIT kept in test/fixtures/cmsauth/src
+# (MIT, its LICENSE beside them; checked against COMMIT's git blob ids below), or the folder $CMSAUTH_SRC (a
+# checkout of it, to build another commit's files). utils.go needs github.com/vkuznet/x509proxy, which cannot be
 # fetched here: its one function using it, TlsCerts (client certificates, nothing to do with signing), is
 # stubbed. Needs Debian's golang-go (installed here when missing).
 #   signer < request.json > headers.json
@@ -35,8 +36,15 @@ trap 'rm -rf "$BUILD"' EXIT
 if [ -n "${CMSAUTH_SRC:-}" ]; then
     git -C "$CMSAUTH_SRC" archive "$COMMIT" authz.go cric.go utils.go | tar -x -C "$BUILD"
 else
-    git clone -q https://github.com/dmwm/cmsauth "$BUILD/clone"
-    git -C "$BUILD/clone" archive "$COMMIT" authz.go cric.go utils.go | tar -x -C "$BUILD"
+    KEPT="$HERE/test/fixtures/cmsauth/src"
+    # git blob ids of COMMIT's files: the kept copy is cmsauth's, unedited
+    for pair in authz.go:808afe3c6fc18fbc32d0c891b979212f231a3ded cric.go:5f833946e945abd540b025bf203153464391eb00 \
+                utils.go:320acc839eb0dc1ba7ca9e9aeeea8237447fcb80; do
+        file="${pair%%:*}"; want="${pair##*:}"
+        got="$(git hash-object "$KEPT/$file")"
+        [ "$got" = "$want" ] || { echo "$KEPT/$file is not dmwm/cmsauth's at $COMMIT (blob $got, want $want)" >&2; exit 1; }
+        cp "$KEPT/$file" "$BUILD/"
+    done
 fi
 mkdir -p "$BUILD/cmsauth"
 mv "$BUILD"/*.go "$BUILD/cmsauth/"
