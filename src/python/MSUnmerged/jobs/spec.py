@@ -12,7 +12,7 @@ from typing import Any, Iterable, Optional, Sequence
 from MSUnmerged.config import Config, PlannerConfig
 from MSUnmerged.lfn import PreparedByList, normalise_base
 from MSUnmerged.sitelimits import limits_for
-from MSUnmerged.worker import defaults
+from MSUnmerged.worker import defaults, pfn
 from MSUnmerged.worker.ids import MANIFEST_VERSION
 from MSUnmerged.worker.paths import MIN_DIR_DEPTH, ancestors, depth
 
@@ -35,7 +35,7 @@ class DeleteFilesStep:
     backoff_s: float = defaults.BACKOFF_S
     max_consecutive_denied: int = defaults.MAX_CONSECUTIVE_DENIED
     unmerged_pfn: Optional[str] = None  # Rucio's PFN of /store/unmerged/ for the RSE; None: not asked (offline)
-    mapping_check: str = "site_config_only"  # "rucio" when unmerged_pfn is set: the worker compares the two
+    mapping_check: str = pfn.mapping_check(None)  # "rucio" when unmerged_pfn is set: the worker compares the two
     pfn_layout: str = "standard"  # "site_specific": PFNs need not end with the LFN's path (jobs.sites.<RSE>)
     unmerged_root: Optional[str] = None  # site_specific: the PFN of /store/unmerged/ the site config must give
     scan_started: Optional[float] = None  # the ConMon scan's start_time: files modified later are refused
@@ -225,7 +225,7 @@ def make_job(job_id: str, rse: str, site: str, lfns: list[str], removable: set[s
                            protected_at=protected_at, protected_until=protected_at + j.max_protection_age_s,
                            dry_run=config.service.dry_run, file_timeout_s=j.file_timeout_s, retries=j.retries,
                            max_consecutive_denied=j.max_consecutive_denied, unmerged_pfn=unmerged_pfn,
-                           mapping_check="rucio" if unmerged_pfn is not None else "site_config_only",
+                           mapping_check=pfn.mapping_check(unmerged_pfn),
                            pfn_layout=j.for_rse(rse).pfn_layout, unmerged_root=j.for_rse(rse).unmerged_root or None,
                            scan_started=scan_started, retry_dirs=sorted(retry_dirs),
                            sweep_empty_dirs=limits.remove_empty_dirs, dir_floor_depth=config.planner.dir_floor_depth,

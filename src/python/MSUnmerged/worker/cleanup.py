@@ -29,8 +29,6 @@ EXIT_AUTH = 5  # the storage credential is missing, expired or was refused: file
 REFUSED_PROTECTED = "under a protected directory"  # the error text of a PROTECTED refusal
 GOOD_FILE = ("deleted", "missing", "dry_run")
 BAD_DIR = ("permission_denied", "timeout", "storage_error", AUTH_FAILED)
-# mapping_check: which mappings the worker compares (docs/jobs.md).
-MAPPING_CHECKS = ("rucio", "site_config_only")
 Refusal = Tuple[str, str]  # (report.REASONS code, error text)
 
 

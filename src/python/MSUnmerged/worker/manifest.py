@@ -64,7 +64,7 @@ class Job:
     backoff: float = _step("backoff_s", _NUMBER, defaults.BACKOFF_S, _at_least(0.0, float))
     max_denied: int = _step("max_consecutive_denied", int, defaults.MAX_CONSECUTIVE_DENIED, _at_least(1, int))
     unmerged_pfn: Optional[str] = _step("unmerged_pfn", (str, _NONE), None)
-    mapping_check: str = _step("mapping_check", str, "site_config_only")
+    mapping_check: str = _step("mapping_check", str, pfn.mapping_check(None))
     pfn_layout: str = _step("pfn_layout", str, "standard")
     unmerged_root: Optional[str] = _step("unmerged_root", (str, _NONE), None)
     # Fail closed: without it a file changed since the scan looks unchanged.
@@ -113,7 +113,7 @@ def _settings_problem(job: Job) -> Optional[str]:
         return "DeleteFiles.pfn_layout site_specific needs unmerged_root (jobs.sites.<RSE>.unmerged_root)"
     if job.unmerged_root is not None and pfn.form_problem(job.unmerged_root) is not None:
         return "DeleteFiles.unmerged_root: %s" % pfn.form_problem(job.unmerged_root)
-    if job.mapping_check != ("rucio" if job.unmerged_pfn is not None else "site_config_only"):
+    if job.mapping_check != pfn.mapping_check(job.unmerged_pfn):
         return "DeleteFiles.mapping_check %r does not fit unmerged_pfn %r" % (job.mapping_check, job.unmerged_pfn)
     return None
 

@@ -16,6 +16,12 @@ from .paths import OTHER_NAMESPACES, UNMERGED
 # Mapped to find the site config's PFN of /store/unmerged/ (the name is stripped from the result).
 ROOT_PROBE = "msunmerged-root-probe"
 LAYOUTS = ("standard", "site_specific")
+
+
+def mapping_check(unmerged_pfn: Optional[str]) -> str:
+    """A manifest's `mapping_check` (docs/jobs.md): "rucio" when the service gave Rucio's PFN of /store/unmerged/,
+    which the worker compares with the site configuration's; else "site_config_only"."""
+    return "rucio" if unmerged_pfn is not None else "site_config_only"
 # How the stage-out method was chosen (docs/jobs.md, "Which stage-out method"): the report's method.choice.rule.
 FIRST_USABLE = "first_usable"  # no Rucio PFN to compare: the site's first usable method
 SAME_PFN = "same_pfn"  # the first usable method speaking Rucio's scheme whose root is Rucio's PFN
