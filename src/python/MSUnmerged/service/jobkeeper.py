@@ -359,10 +359,11 @@ class JobKeeper:
 
     def wait(self, rse: str, deadline: float, top_up: Optional[TopUp] = None) -> Waited:
         """The RSE's live jobs polled and the finished ones collected (`poll`) until none is live or
-        time.monotonic() reaches `deadline`. Jobs left from before (no `top_up`): polled at once, then again at most
-        every 2 s. A run's jobs just sent (`top_up`): polled first after a pause, then at most every 0.2 s, each
-        poll followed by more of the generation's released jobs as max_in_flight leaves room (`top_up`), with the
-        run's protected list while younger than renew_s, then one fetched again (a ProtectedList)."""
+        time.monotonic() reaches `deadline` (a pause ends 0.05 s after it at most). Jobs left from before (no `top_up`):
+        polled at once, then after pauses of up to 2 s. A run's jobs just sent (`top_up`): polled after pauses of up
+        to 0.2 s, the first one too, each poll followed by more of the generation's released jobs as max_in_flight
+        leaves room (`top_up`), with the run's protected list while younger than renew_s, then one fetched again
+        (a ProtectedList)."""
         more = None if top_up is None else partial(self.top_up, rse, top_up.generation, sent=top_up.sent,
                                                    fetch=ProtectedList(self.fetch_protected, self.renew_s,
                                                                        top_up.fetched))
