@@ -12,7 +12,7 @@ from typing import Callable, Iterator
 import pytest
 
 from MSUnmerged.collector import parse_report
-from MSUnmerged.worker import deleters
+from MSUnmerged.worker import choose, deleters
 from MSUnmerged.worker.cleanup import Cleanup
 from MSUnmerged.worker.manifest import parse_manifest
 from MSUnmerged.worker.report import ReportWriter
@@ -31,7 +31,7 @@ def storage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     root = world_dir("msunmerged-races-")
     store = root / "storage"
     store.mkdir()
-    monkeypatch.setitem(deleters.COMMANDS, "cp", [Attacked])  # the site's stage-out command: cp (POSIX)
+    monkeypatch.setitem(choose.COMMANDS, "cp", [Attacked])  # the site's stage-out command: cp (POSIX)
     monkeypatch.setenv("SITECONFIG_PATH", str(posix_site(root, store)))
     for lfn in LFNS:
         put(store, lfn)

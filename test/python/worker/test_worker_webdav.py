@@ -11,7 +11,7 @@ from typing import Callable, Iterator, Optional
 import pytest
 
 from MSUnmerged.collector import parse_report
-from MSUnmerged.worker import deleters
+from MSUnmerged.worker import choose
 from MSUnmerged.worker.cleanup import Cleanup
 from MSUnmerged.worker.manifest import parse_manifest
 from MSUnmerged.worker.report import ReportWriter
@@ -65,7 +65,7 @@ class Site:
 
 @pytest.fixture()
 def attacked(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(deleters.COMMANDS, "gfal2", [Attacked])
+    monkeypatch.setitem(choose.COMMANDS, "gfal2", [Attacked])
 
 
 @pytest.fixture()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, NamedTuple, Optional, Sequence
 
@@ -88,6 +89,22 @@ class Protected(NamedTuple):
     baseline: Optional[int]
 
 
+class TopUp(NamedTuple):
+    """What a run waiting for the jobs it has just sent tops up with (JobKeeper.wait): its generation, the protected
+    list it sent them with (Fetched) and its `sent` (as submit_planned's)."""
+
+    generation: float
+    fetched: Fetched
+    sent: Optional[Sent] = None
+
+
+class Waited(NamedTuple):
+    """The end of a wait (JobKeeper.wait): how many jobs it collected, the RSE's jobs still live."""
+
+    collected: int
+    live: list[dict[str, Any]]
+
+
 class JobKeeper:
     """Owns the cleanup jobs of this instance's RSEs, from submission to collection."""
 
@@ -115,10 +132,6 @@ class JobKeeper:
         """A protected list older than this is not sent to a site (a waiting job's manifest with less use left
         is re-issued, `renew`): half of jobs.max_protection_age_s."""
         return self.config.jobs.max_protection_age_s / 2
-
-    def reusing(self, fetched: Fetched) -> ProtectedList:
-        """A list just fetched, for the submissions that follow (`top_up`): fetched again once older than renew_s."""
-        return ProtectedList(self.fetch_protected, self.renew_s, fetched)
 
     def protection(self, rse: str, protected: Sequence[str],
                    doc: Optional[Mapping[str, Any]] = None) -> tuple[PrefixSet, Optional[int]]:
@@ -343,6 +356,26 @@ class JobKeeper:
         if any(s.awaits_revalidation for s in statuses.values()):
             self.revalidate(rse, fetch)
         return n
+
+    def wait(self, rse: str, deadline: float, top_up: Optional[TopUp] = None) -> Waited:
+        """The RSE's live jobs polled and the finished ones collected (`poll`) until none is live or
+        time.monotonic() reaches `deadline` (a pause ends 0.05 s after it at most). Jobs left from before (no `top_up`):
+        polled at once, then after pauses of up to 2 s. A run's jobs just sent (`top_up`): polled after pauses of up
+        to 0.2 s, the first one too, each poll followed by more of the generation's released jobs as max_in_flight
+        leaves room (`top_up`), with the run's protected list while younger than renew_s, then one fetched again
+        (a ProtectedList)."""
+        more = None if top_up is None else partial(self.top_up, rse, top_up.generation, sent=top_up.sent,
+                                                   fetch=ProtectedList(self.fetch_protected, self.renew_s,
+                                                                       top_up.fetched))
+        collected = self.poll(rse) if more is None else 0
+        live, pause = self.live(rse), 2.0 if more is None else 0.2
+        while live and time.monotonic() < deadline:
+            time.sleep(min(pause, max(0.05, deadline - time.monotonic())))
+            collected += self.poll(rse)
+            if more is not None:
+                more()
+            live = self.live(rse)
+        return Waited(collected, live)
 
     def _collect(self, job: dict[str, Any], status: JobStatus, sites: dict[bool, tuple[float, str]]) -> bool:
         """Report -> per-file outcomes -> job closed (unreported files: unknown) -> job removed; True. A job that

@@ -33,7 +33,7 @@ from MSUnmerged.jobs.backend import BatchBackend, JobState
 from MSUnmerged.ledger import LeaseLost, Ledger, LedgerError, gen_key, pending_dirs, sitebackoff, slices
 from MSUnmerged.ledger.base import state_update
 from MSUnmerged.service.decide import decision as decision_of
-from MSUnmerged.service.jobkeeper import JobKeeper, Protected
+from MSUnmerged.service.jobkeeper import JobKeeper, Protected, TopUp
 from MSUnmerged.service.result import INTERNAL_ERROR, LEASE_LOST, Hook, RunAction, RunResult, failure_of, jobs_detail
 from MSUnmerged.service.rses import InstanceRSEs, UnknownRSE
 from MSUnmerged.service.scans import StatsRead, scan_of
@@ -248,14 +248,13 @@ class Runner:
             self.jobs.reconcile(ctx.rse, ctx.batch_sent)
 
     def _poll(self, ctx: RunContext) -> None:
-        """Its live jobs polled and the finished ones collected, waiting for them up to `wait_s` from now."""
+        """Its live jobs polled and the finished ones collected, waiting for them up to `wait_s` from now
+        (JobKeeper.wait)."""
         ctx.deadline = time.monotonic() + ctx.wait_s
-        while ctx.live:
-            ctx.result.collected += self.jobs.poll(ctx.rse)
-            ctx.live = self.jobs.live(ctx.rse)
-            if not ctx.live or time.monotonic() >= ctx.deadline:
-                break
-            time.sleep(min(2.0, max(0.05, ctx.deadline - time.monotonic())))
+        if ctx.live:
+            waited = self.jobs.wait(ctx.rse, ctx.deadline)
+            ctx.result.collected += waited.collected
+            ctx.live = waited.live
 
     def _revalidate(self, ctx: RunContext) -> Optional[RunResult]:
         """Its queued jobs checked against the fresh protected list (JobKeeper.revalidate); jobs still live: the RSE
@@ -387,19 +386,15 @@ class Runner:
 
     def _settle(self, ctx: RunContext) -> None:
         """A run that waits for its jobs: they are polled and collected, and more of the released ones sent as the
-        RSE's max_in_flight leaves room, until none is live or the deadline; every job collected, the RSE's final
-        state when the state machine finishes it."""
+        RSE's max_in_flight leaves room, until none is live or the deadline (JobKeeper.wait); every job collected,
+        the RSE's final state when the state machine finishes it."""
         if not ctx.waits:
             return
         checked = ctx.checked
-        listed = self.jobs.reusing((checked.protected, checked.fetched))  # fetched again once too old to be sent
-        live = self.jobs.live(ctx.rse)
-        while time.monotonic() < ctx.deadline and live:
-            time.sleep(0.2)
-            ctx.result.collected += self.jobs.poll(ctx.rse)
-            self.jobs.top_up(ctx.rse, ctx.generation, listed, sent=ctx.batch_sent)
-            live = self.jobs.live(ctx.rse)
-        if not live:  # the plan's recording is over: the generation is current
+        waited = self.jobs.wait(ctx.rse, ctx.deadline, TopUp(ctx.generation, (checked.protected, checked.fetched),
+                                                             ctx.batch_sent))
+        ctx.result.collected += waited.collected
+        if not waited.live:  # the plan's recording is over: the generation is current
             settled = decision_of(self.ledger, self.config, ctx.rse, ctx.scan, ctx.generation)
             if settled.action is Action.FINISH:
                 ctx.state = self._finish(ctx, settled)

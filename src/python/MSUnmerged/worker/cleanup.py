@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple
 
-from . import credentials, deleters, paths, pfn, siteconf, storage, sweep
+from . import choose, credentials, deleters, paths, pfn, siteconf, storage, sweep
 from .deleters import AUTH_FAILED, DELETED, DENIED, MISSING, REFUSED, Deleter, Result, Seen
 from .manifest import Job
 from .pace import Pacer
@@ -132,7 +132,7 @@ def _rucio_volume(job: Job, cfg: siteconf.SiteLocalConfig, env: Mapping[str, str
                 method = siteconf.StageOutMethod("volume", "", volume=str(entry.get("volume")), protocol=protocol,
                                                  storage_site=cfg.site)
                 label = "%s %s" % (method.kind, method.describe())
-                tools, why = deleters.for_scheme(pfn.scheme(root), job.timeout, env)
+                tools, why = choose.for_scheme(pfn.scheme(root), job.timeout, env)
                 choice, why_not, held = _consider(method, catalog, protocol, tools, probe_lfn) if tools \
                     else (None, why, False)
                 held_any = held_any or held
@@ -150,7 +150,7 @@ def _site_method(method: siteconf.StageOutMethod, job: Job, cfg: siteconf.SiteLo
                  probe_lfn: Optional[str]) -> Tuple[Optional[Choice], str, bool]:
     """One of the site's stage-out methods as _consider gives it, when a tool here runs its command and it maps the
     RSE's LFNs; else (None, why not, False)."""
-    tools, why = deleters.for_command(method.command, job.timeout, env)
+    tools, why = choose.for_command(method.command, job.timeout, env)
     if not tools:
         return None, why, False
     try:

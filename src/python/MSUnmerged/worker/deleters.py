@@ -416,7 +416,8 @@ class XrootdDeleter(Deleter):
             if said:
                 seen.append(Seen(from_message(said[0].rstrip("\x00"))))
             else:
-                why = "xrdfs stat killed after %gs" % limit if rc is None else "no stat answer from xrdfs: %s" % _tail(err)
+                why = "xrdfs stat killed after %gs" % limit if rc is None else \
+                    "no stat answer from xrdfs: %s" % _tail(err)
                 seen.append(Seen(_no_answer(rc, why)))
         return seen
 
@@ -646,55 +647,3 @@ class GfalRmDeleter(_GfalDeleter):
 
     def rmdir(self, pfn: str) -> Result:
         raise NotImplementedError("gfal-rm cannot remove a directory without removing its content")
-
-
-# Stage-out command (site-local-config) -> deleters to try, in order: the first usable one that accepts the method's
-# PFNs. WMCore's other copy commands delete with the tool of their protocol: SRM (srmcp, lcg-cp) through gfal2,
-# FNAL's xrdcp wrapper through xrdfs. WebDAV PFNs go to the worker's own client (worker/webdav.py), whose DELETE is
-# conditional and never recursive; gfal2's http plugin (davix) is not used for them.
-def _commands() -> Dict[str, List[type]]:
-    from .webdav import WebDavDeleter  # it imports this module
-    gfal = [WebDavDeleter, Gfal2Deleter, GfalRmDeleter]
-    return {"gfal2": gfal, "srmv2": gfal, "srmv2-lcg": gfal, "xrdcp": [XrootdDeleter],
-            "stageout-xrdcp-fnal": [XrootdDeleter], "cp": [PosixDeleter], "posix": [PosixDeleter]}
-
-
-def _schemes() -> Dict[str, List[type]]:
-    from .webdav import WebDavDeleter
-    xrootd = [Gfal2Deleter, GfalRmDeleter, XrootdDeleter]
-    return {"https": [WebDavDeleter], "http": [WebDavDeleter], "root": xrootd, "roots": xrootd}
-
-
-COMMANDS: Dict[str, List[type]] = _commands()
-# The protocol of a storage.json volume's PFN (pfn.scheme) -> deleters to try, when the job deletes through the
-# volume Rucio names rather than a stage-out method (pfn.RUCIO_VOLUME).
-SCHEMES: Dict[str, List[type]] = _schemes()
-
-
-def _usable(kinds: List[type], timeout: float, env: Mapping[str, str]) -> "tuple[List[Deleter], str]":
-    found, reasons = [], []
-    for kind in kinds:
-        deleter = kind(timeout, env)
-        why = deleter.problem()
-        if why is None:
-            found.append(deleter)
-        else:
-            reasons.append(why)
-    return found, "; ".join(reasons)
-
-
-def for_command(command: str, timeout: float, env: Mapping[str, str]) -> "tuple[List[Deleter], str]":
-    """(the usable deleters of a known stage-out command, in order, and why the others are not) -- no deleter
-    and the reason for an unknown command or one whose tools are all missing."""
-    kinds = COMMANDS.get(command)
-    if kinds is None:
-        return [], "unknown stage-out command %r (known: %s)" % (command, ", ".join(sorted(COMMANDS)))
-    return _usable(kinds, timeout, env)
-
-
-def for_scheme(scheme: str, timeout: float, env: Mapping[str, str]) -> "tuple[List[Deleter], str]":
-    """Like for_command, for a storage.json protocol's PFN scheme (pfn.scheme)."""
-    kinds = SCHEMES.get(scheme)
-    if kinds is None:
-        return [], "no deleter for %s PFNs (known: %s)" % (scheme, ", ".join(sorted(SCHEMES)))
-    return _usable(kinds, timeout, env)
