@@ -20,45 +20,85 @@ class Tally:
     unexplained: list[str] = field(default_factory=list)  # deletable, still there, no reason recorded
 
 
-def check_rse(world: World, lay: Layout, tally: Tally, use_rest: bool = True,
-              deny_ok: bool = False) -> dict[str, str]:
+@dataclass(frozen=True)
+class RseSeen:
+    """One RSE as the checks found it at one moment: each file's expected fate then, whether storage held it, its
+    ledger and REST records (a scenario observes now and asserts later)."""
+
+    rse: str
+    fates: dict[str, str]
+    dump: frozenset[str]
+    exists: dict[str, bool]
+    ledger: dict[str, dict]
+    rest: dict[str, dict]
+
+
+def observe_rse(world: World, lay: Layout) -> RseSeen:
+    """Storage, ledger and REST for every file of the layout, now."""
+    return RseSeen(lay.rse, dict(lay.fates), frozenset(lay.dump),
+                   {lfn: world.storage(lay.rse, lfn).exists() for lfn in lay.fates},
+                   world.files(lay.rse), rest_files(world, lay.rse))
+
+
+def check_rse(seen: RseSeen, tally: Tally) -> dict[str, str]:
     """Storage, ledger and REST against the expected fates; returns LFN -> ledger state (or '')."""
-    ledger = world.files(lay.rse)
-    rest = rest_files(world, lay.rse) if use_rest else ledger
+    ledger, rest = seen.ledger, seen.rest
     states = {}
-    for lfn, fate in lay.fates.items():
-        exists = world.storage(lay.rse, lfn).exists()
+    for lfn, fate in seen.fates.items():
+        exists = seen.exists[lfn]
         rec = ledger.get(lfn)
         state = rec["state"] if rec else ""
         states[lfn] = state
         tally.checked += 1
         tally.by_fate[fate] = tally.by_fate.get(fate, 0) + 1
-        if use_rest:
-            assert (rest.get(lfn) or {}).get("state", "") == state, (lfn, rest.get(lfn), state)
+        assert (rest.get(lfn) or {}).get("state", "") == state, (lfn, rest.get(lfn), state)
         if fate in (PROTECT, EXCLUDE, STALE):
             if not exists:
-                tally.lost.append(f"{lay.rse}:{lfn}")
-            assert state in ("", "skipped_protected"), (lay.rse, lfn, fate, rec)
+                tally.lost.append(f"{seen.rse}:{lfn}")
+            assert state in ("", "skipped_protected"), (seen.rse, lfn, fate, rec)
         elif fate == ABSENT:
             assert not exists, (lfn, rec)
-            if lfn in lay.dump and ledger:  # found missing, or not tried (e.g. the storage refused the others) with a reason
+            # Found missing, or not tried (e.g. the storage refused the others) with a reason.
+            if lfn in seen.dump and ledger:
                 assert state == "missing" or (state in ("failed", "unknown") and rec.get("error_class")), (lfn, rec)
         elif fate == DELETE:
-            assert not exists, (lay.rse, lfn, rec)
-            assert state in ("deleted", "missing"), (lay.rse, lfn, rec)
+            assert not exists, (seen.rse, lfn, rec)
+            assert state in ("deleted", "missing"), (seen.rse, lfn, rec)
         elif fate == DENY:
             if exists:
                 if not (rec and rec.get("state") in ("failed", "unknown") and (rec.get("error_class")
                                                                                or rec.get("error"))):
-                    tally.unexplained.append(f"{lay.rse}:{lfn}")
+                    tally.unexplained.append(f"{seen.rse}:{lfn}")
             else:
                 assert state in ("deleted", "missing"), (lfn, rec)
     return states
 
 
-def deletions_per_lfn(world: World, rse_prefix: str = "T2_XE_") -> dict[str, int]:
-    """How many worker reports acted on each (RSE, generation, LFN) (outcome deleted or missing):
-    more than one means two jobs went for the same file of the same dump."""
+def checked(*seen: RseSeen) -> Tally:
+    """check_rse over these observations, into one tally."""
+    tally = Tally()
+    for one in seen:
+        check_rse(one, tally)
+    return tally
+
+
+def fate_counts(*seen: RseSeen) -> dict[str, int]:
+    """How many files of each expected fate these observations hold (a scenario's figures)."""
+    return dict(Counter(fate for one in seen for fate in one.fates.values()))
+
+
+def batches_per_job(world: World, rse_prefix: str = "T2_XE_") -> dict[str, set[str]]:
+    """Each job id of these RSEs -> the schedd records (cluster.proc) that carried it: more than one means the job
+    was submitted twice."""
+    batches: dict[str, set[str]] = {}
+    for ad in world.our_condor_jobs(rse_prefix):
+        batches.setdefault(ad["job"], set()).add(ad["batch"])
+    return batches
+
+
+def deleted_twice(world: World, rse_prefix: str = "T2_XE_") -> dict[str, int]:
+    """The (RSE, generation, LFN) that more than one worker report acted on (outcome deleted or missing), with how
+    many: two jobs went for the same file of the same dump."""
     counts: dict[str, int] = {}
     reports = world.dir / "state" / "reports"
     if not reports.exists():
@@ -77,7 +117,7 @@ def deletions_per_lfn(world: World, rse_prefix: str = "T2_XE_") -> dict[str, int
             if isinstance(rec, dict) and rec.get("outcome") in ("deleted", "missing") and "lfn" in rec:
                 key = f"{rse}|{gen}|{rec['lfn']}"
                 counts[key] = counts.get(key, 0) + 1
-    return counts
+    return {k: n for k, n in counts.items() if n > 1}
 
 
 def files_in_two_live_jobs(world: World) -> list[str]:

@@ -5,17 +5,19 @@ the step (its `occurrence`-th time: for reconciled/polled the second run, when j
 system), pauses, and is killed with SIGKILL. "recording" kills itself a few ms after `planned`, while
 record_plan writes the files. Then ONE restarted service (serve mode) must bring every RSE to the
 same end state as a run without a kill, file by file, with no job submitted twice and no file deleted
-by two jobs.
+by two jobs. The scenario runs once (`kills`, what it saw); each test asserts one behaviour of it.
 """
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
+from typing import Iterator
 
 import pytest
 
-from e2e.e2e_checks_kit import Tally, check_rse, deletions_per_lfn
-from e2e.e2e_layout_kit import make_layout
+from e2e.e2e_checks_kit import RseSeen, batches_per_job, checked, deleted_twice, fate_counts, observe_rse
+from e2e.e2e_layout_kit import DELETE, Layout, make_layout
 from e2e.e2e_service_kit import ServiceProcess, wait_until
 from e2e.e2e_world_kit import World, configure
 from MSUnmerged.ledger import Ledger
@@ -37,8 +39,17 @@ KILL_POINTS = [
 ]
 
 
-def test_kill_at_every_step_then_restart(e2e_world: World) -> None:
-    w = e2e_world
+@dataclass
+class KillsSeen:
+    """What the scenario observed after the restarted service finished every killed RSE."""
+
+    ends: list[RseSeen]
+    deleted_twice: dict[str, int]
+    batches: dict[str, set[str]]
+
+
+def kill_layouts(w: World) -> dict[str, Layout]:
+    """An RSE per kill point, its files on storage and its scan published."""
     lays = {}
     for i, (name, *_rest) in enumerate(KILL_POINTS):
         site = "T2_XE_Alpha" if i % 2 == 0 else "T2_XE_Beta"
@@ -51,7 +62,11 @@ def test_kill_at_every_step_then_restart(e2e_world: World) -> None:
     for lay in lays.values():
         w.publish(lay)
     configure(w)
+    return lays
 
+
+def kill_each(w: World, lays: dict[str, Layout]) -> None:
+    """A service process per RSE, killed at its step (or killing itself while recording)."""
     procs = []
     for name, step, occurrence, selfkill in KILL_POINTS:
         env = {"E2E_PAUSE": f"{step}:{lays[name].rse}:{occurrence}"}
@@ -59,37 +74,50 @@ def test_kill_at_every_step_then_restart(e2e_world: World) -> None:
             env["E2E_SELFKILL_MS"] = str(selfkill)
         procs.append((name, ServiceProcess(w, f"kill-{name}", "once", lays[name].rse, env=env)))
         time.sleep(0.5)  # each process builds the worker zipapp once; they share the state folder
-    killed_at = {}
     for name, proc in procs:
         if name == "recording":
             proc.wait_mark("armed", 240)
             proc.wait(60)
-            killed_at[name] = "self"
         else:
             proc.wait_mark("paused", 240)
             proc.kill()
-            killed_at[name] = "paused"
-    db = w.db()
-    partial = len(Ledger(db).file_records(lays["recording"].rse))
-    planned = sum(1 for f in lays["recording"].fates.values() if f == "delete")
+
+
+@pytest.fixture(scope="module")
+def kills(e2e_world: World) -> Iterator[KillsSeen]:
+    """The scenario, run once: every RSE's service killed at its step, then one restarted service until every
+    RSE is clean."""
+    w = e2e_world
+    lays = kill_layouts(w)
+    kill_each(w, lays)
+    partial = len(Ledger(w.db()).file_records(lays["recording"].rse))
+    planned = sum(1 for f in lays["recording"].fates.values() if f == DELETE)
 
     restarted = ServiceProcess(w, "kill-restart", "serve")
     try:
         wait_until("every killed RSE finished", lambda: all(
             w.rse_doc(lay.rse).get("state") == "clean" for lay in lays.values()), 420, proc=restarted)
-        tally = Tally()
-        for lay in lays.values():
-            check_rse(w, lay, tally)
-        assert not tally.lost and not tally.unexplained, (tally.lost, tally.unexplained)
-        dup = {k: n for k, n in deletions_per_lfn(w, "T2_XE_KILL_").items() if n > 1}
-        assert not dup, dup
-        batches: dict[str, set[str]] = {}
-        for ad in w.our_condor_jobs("T2_XE_KILL_"):
-            batches.setdefault(ad["job"], set()).add(ad["batch"])
-        twice = {j: b for j, b in batches.items() if len(b) > 1}
-        assert not twice, f"jobs submitted twice: {twice}"
-        figures = {"kill_points": len(KILL_POINTS), "files_checked": tally.checked, "by_fate": tally.by_fate,
-                   "recording_kill_left_files": f"{partial} of {planned}", "condor_jobs": len(batches)}
-        (w.dir / "out" / "figures-kills.json").write_text(json.dumps(figures))
+        seen = KillsSeen([observe_rse(w, lay) for lay in lays.values()],
+                         deleted_twice(w, "T2_XE_KILL_"),
+                         batches_per_job(w, "T2_XE_KILL_"))
     finally:
         restarted.stop()
+    by_fate = fate_counts(*seen.ends)
+    figures = {"kill_points": len(KILL_POINTS), "files_checked": sum(by_fate.values()), "by_fate": by_fate,
+               "recording_kill_left_files": f"{partial} of {planned}", "condor_jobs": len(seen.batches)}
+    (w.dir / "out" / "figures-kills.json").write_text(json.dumps(figures))
+    yield seen
+
+
+def test_no_file_is_lost_or_left_without_a_reason(kills: KillsSeen) -> None:
+    tally = checked(*kills.ends)
+    assert not tally.lost and not tally.unexplained, (tally.lost, tally.unexplained)
+
+
+def test_no_file_is_deleted_by_two_jobs(kills: KillsSeen) -> None:
+    assert not kills.deleted_twice, kills.deleted_twice
+
+
+def test_no_job_is_submitted_twice(kills: KillsSeen) -> None:
+    twice = {j: b for j, b in kills.batches.items() if len(b) > 1}
+    assert not twice, f"jobs submitted twice: {twice}"

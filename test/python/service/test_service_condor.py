@@ -72,6 +72,11 @@ def make_service(tmp: str, db: Database, src: str, tokens: str, hook: Optional[H
 
 @pytest.fixture
 def site(condor_pool: CondorPool, tmp_path: Path) -> Path:
+    """make_site for one test."""
+    return make_site(condor_pool, tmp_path)
+
+
+def make_site(condor_pool: CondorPool, tmp_path: Path) -> Path:
     """Sources for the RSE (a fresh dump version) and its files in the pool's storage folder."""
     src = write_sources(tmp_path / "src", [RSE], files=60)
     write_siteconf(condor_pool.inside(SITECONF), SITE, RSE, f"{SITE}_posix", STORAGE)
