@@ -70,7 +70,7 @@ def test_kill_at_every_step_then_restart(e2e_world: World) -> None:
             proc.kill()
             killed_at[name] = "paused"
     db = w.db()
-    partial = len(Ledger(db).file_records(lays["recording"].rse))
+    partial = len(Ledger(db).reads.file_records(lays["recording"].rse))
     planned = sum(1 for f in lays["recording"].fates.values() if f == "delete")
 
     restarted = ServiceProcess(w, "kill-restart", "serve")

@@ -28,9 +28,9 @@ def test_idle_condor_jobs_are_re_checked_and_re_issued(condor_pool: CondorPool, 
     svc = make_service(str(tmp_path), mongo_db, str(site), tokens, configure=idle)
     assert svc.runner.run_once(RSE).submitted >= 2
     jobs = sorted(j["_id"] for j in mongo_db.jobs.find())
-    all_files = {lfn for jid in jobs for lfn in svc.ledger.job_lfns(jid)}
+    all_files = {lfn for jid in jobs for lfn in svc.ledger.rounds.job_lfns(jid)}
     hit = jobs[0]
-    dirs = protect(site, [svc.ledger.job_lfns(hit)[0]])
+    dirs = protect(site, [svc.ledger.rounds.job_lfns(hit)[0]])
     # A file of an idle job became protected: the job is removed, its file dropped, the rest planned again.
     second = svc.runner.run_once(RSE)
     assert second.removed_jobs == 1 and second.dropped_protected > 0, second
@@ -48,7 +48,7 @@ def test_idle_condor_jobs_are_re_checked_and_re_issued(condor_pool: CondorPool, 
     # Every idle one was sent again before it ran: the hit one without its protected files, the others because
     # their manifests had less than half of the (new) bound left.
     assert all(d.get("requeued", 0) >= 1 and d["state"] == "finished" for d in docs)
-    records = Ledger(mongo_db).file_records(RSE)
+    records = Ledger(mongo_db).reads.file_records(RSE)
     kept = {r["lfn"] for r in records if r["lfn"] in all_files and any(r["lfn"].startswith(d + "/") for d in dirs)}
     assert kept and all(condor_pool.inside(STORAGE + lfn).exists() for lfn in kept)
     assert {(r["state"], r.get("error_class")) for r in records if r["lfn"] in kept} == \

@@ -114,5 +114,10 @@ class LedgerBase:
             flt["gen"] = generation
         return with_retry(lambda: list(self.jobs.find(flt).sort("_id", ASCENDING)), f"jobs of {rse}")
 
+    def rses_with_jobs(self, states: Sequence[str]) -> set[str]:
+        """The RSEs that have jobs in these states (any generation)."""
+        flt = {"state": {"$in": list(states)}}
+        return set(with_retry(lambda: self.jobs.distinct("rse", flt), "RSEs with jobs"))
+
     def job(self, job_id_: str) -> dict[str, Any]:
         return with_retry(lambda: self.jobs.find_one({"_id": job_id_}), f"job {job_id_}") or {}
