@@ -9,8 +9,8 @@ package's __init__; an arrow to a module inside a package is also one to the pac
 but from a module inside that package. Figures: modules, arrows (module level, lazy), the import cycles (strongly connected sets of
 modules, with the lazy arrows and without), the arrows in a cycle (from A to B where B reaches A), the arrows that
 run back up (the lazy ones among those: how a cycle is kept from failing at import time), the largest
-fan-out and fan-in, and the places outside ledger/ that reach into a ledger's database (`ledger.base.db`). One JSON
-line; `--list` also prints the arrows running up, the cycles and the `ledger.base.db` uses.
+fan-out and fan-in, and the places outside ledger/ that reach into a ledger's database (`ledger.base.db` or a
+collection). One JSON line; `--list` also prints the arrows running up, the cycles and the `ledger.base.db` uses.
 """
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Iterator
 
 PACKAGE = "MSUnmerged"
-LEDGER_DB = re.compile(r"\bledger\.db\b")
+# A ledger's database or collections, through its shared base (or, before issue 40's parts, directly).
+LEDGER_DB = re.compile(r"\bledger\.(?:db|base\.(?:db|rses|buckets|files|dirs|jobs|cycles|meta|fences))\b")
 
 
 def module_name(root: Path, path: Path) -> str:

@@ -179,7 +179,7 @@ class Counters:
         jobs = with_retry(lambda: list(self.base.jobs.find({"rse": rse, "gen": gen}, {
             "summary.bytes_freed": 1, "summary.failed_by_message": 1, "files": 1, "round": 1})), "job summaries")
         summaries = [j.get("summary") or {} for j in jobs]
-        # Directory jobs (no file, a later round: pending_dirs.plan_jobs) remove earlier dumps' directories too.
+        # Directory jobs (no file, a later round: PendingDirs.plan_jobs) remove earlier dumps' directories too.
         dir_jobs = [j["_id"] for j in jobs if not j.get("files") and j.get("round", 1) > 1]
         removed_by_dir_jobs = with_retry(lambda: self.base.dirs.count_documents(
             {"rse": rse, "gen": gen, "state": DirState.REMOVED.value, "job": {"$in": dir_jobs}}), "dirs retried") \

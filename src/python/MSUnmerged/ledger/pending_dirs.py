@@ -113,24 +113,3 @@ class PendingDirs:
         ops += [DeleteOne({"_id": f"{job['rse']}|{d}"}) for d in sorted(others) if records.get(d) in SETTLED]
         if ops:
             with_retry(lambda: self.coll.bulk_write(ops, ordered=False), "settle directories")
-
-
-# TEMPORARY: the old module functions, until every call site names its part
-def remember(ledger: Any, *args: Any, **kw: Any) -> Any:
-    return getattr(ledger, 'pending_dirs').remember(*args, **kw)
-
-
-def due(ledger: Any, *args: Any, **kw: Any) -> Any:
-    return getattr(ledger, 'pending_dirs').due(*args, **kw)
-
-
-def given_up(ledger: Any, *args: Any, **kw: Any) -> Any:
-    return getattr(ledger, 'pending_dirs').given_up(*args, **kw)
-
-
-def plan_jobs(ledger: Any, *args: Any, **kw: Any) -> Any:
-    return getattr(ledger, 'pending_dirs').plan_jobs(*args, **kw)
-
-
-def settle(ledger: Any, *args: Any, **kw: Any) -> Any:
-    return getattr(ledger, 'pending_dirs').settle(*args, **kw)

@@ -47,7 +47,7 @@ class Reads:
                     pack_floor: float = 0) -> dict[str, Any]:
         """Files (dirs=True: directory records) of one RSE generation (default: current), by state, error
         class, job or path prefix (filequery.FileQuery). `read_job`: how the job's document (its span) is read
-        (default: Ledger.job); `pack_floor`: the generation's buckets.pack_floor when the caller knows it (0: not
+        (default: LedgerBase.job); `pack_floor`: the generation's buckets.pack_floor when the caller knows it (0: not
         known).
 
         Paginated by _id: pass the answer's `next` as `after`. State "submitted" means planned

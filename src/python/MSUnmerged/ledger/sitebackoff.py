@@ -73,16 +73,3 @@ class SiteBackoff:
         """A job got past the site configuration: the RSE is no longer backed off."""
         with_retry(lambda: self.base.rses.update_one({"_id": rse, FIELD: {"$exists": True}}, {"$unset": {FIELD: ""}}),
                    f"clear back-off {rse}")
-
-
-# TEMPORARY: the old module functions, until every call site names its part
-def failed(ledger: Any, *args: Any, **kw: Any) -> Any:
-    return getattr(ledger, 'site_backoff').failed(*args, **kw)
-
-
-def probing(ledger: Any, *args: Any, **kw: Any) -> Any:
-    return getattr(ledger, 'site_backoff').probing(*args, **kw)
-
-
-def cleared(ledger: Any, *args: Any, **kw: Any) -> Any:
-    return getattr(ledger, 'site_backoff').cleared(*args, **kw)

@@ -78,12 +78,3 @@ class Slices:
             return 0
         waiting = {"rse": rse, "gen": generation, "state": JobState.PLANNED, "slice": {"$gt": released(entry)}}
         return with_retry(lambda: self.base.jobs.count_documents(waiting), "unreleased jobs")
-
-
-# TEMPORARY: the old module functions, until every call site names its part
-def release_next(ledger: Any, *args: Any, **kw: Any) -> Any:
-    return getattr(ledger, 'slices').release_next(*args, **kw)
-
-
-def unreleased_jobs(ledger: Any, *args: Any, **kw: Any) -> Any:
-    return getattr(ledger, 'slices').unreleased_jobs(*args, **kw)

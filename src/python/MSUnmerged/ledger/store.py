@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
 
 from pymongo import ASCENDING, DESCENDING, ReturnDocument
 
@@ -88,14 +87,6 @@ class Ledger:
         self.reads = Reads(self.base)
         self.pending_dirs = PendingDirs(self.base)
         self.site_backoff = SiteBackoff(self.base)
-
-    def __getattr__(self, name: str) -> Any:  # TEMPORARY: the old flat names, until every call site names its part
-        if name == "dataset_ages":
-            return self.__dict__["ages"].first_seen
-        for part in ("base", "plans", "rounds", "outcomes", "counters", "cycles", "reads"):
-            if part in self.__dict__ and hasattr(self.__dict__[part], name):
-                return getattr(self.__dict__[part], name)
-        raise AttributeError(name)
 
     def instance_id(self) -> str:
         """This ledger's id, made once and kept in the database: batch jobs carry it, so that services with

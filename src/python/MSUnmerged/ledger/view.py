@@ -17,7 +17,7 @@ from MSUnmerged.ttlcache import TtlCache
 if TYPE_CHECKING:  # the ledger builds its view (Ledger.view)
     from MSUnmerged.ledger.store import Ledger
 
-# The states an operator may ask for: "submitted" = planned files whose job is live (Ledger.query_files).
+# The states an operator may ask for: "submitted" = planned files whose job is live (Reads.query_files).
 FILE_STATES = (*(s.value for s in FileState), SUBMITTED)
 DIR_STATES = tuple(s.value for s in DirState)
 JOB_STATES = tuple(s.value for s in JobState)
@@ -75,7 +75,7 @@ class LedgerView(Protocol):
         """Every recorded cycle failure by (source, reason)."""
 
     def given_up_dirs(self, rse: str, max_tries: int) -> list[dict[str, Any]]:
-        """Directories the service stopped retrying on this RSE (pending_dirs.given_up), with their last outcome."""
+        """Directories the service stopped retrying on this RSE (PendingDirs.given_up), with their last outcome."""
 
 
 def sources_of(cycle: dict[str, Any]) -> dict[str, int]:
@@ -196,7 +196,7 @@ class MongoLedgerView:
     # -- files -------------------------------------------------------------------------------
 
     def _generation(self, rse: str) -> tuple[Optional[float], float]:
-        """The RSE's current generation and its pack floor (Ledger.current_generation), read again once
+        """The RSE's current generation and its pack floor (Reads.current_generation), read again once
         generation_ttl_s passed."""
         return self._read.get(("generation", rse), lambda: self.ledger.reads.current_generation(rse))
 
@@ -207,7 +207,7 @@ class MongoLedgerView:
     def files(self, rse: Optional[str], state: Optional[str], error_class: Optional[str],
               dir_prefix: Optional[str], job: Optional[str], after: Optional[str],
               limit: int, dirs: bool = False) -> Iterator[dict[str, Any]]:
-        """Pages of Ledger.query_files (one index range each) until `limit` records or the end."""
+        """Pages of Reads.query_files (one index range each) until `limit` records or the end."""
         pack_floor: float = 0  # not known for a job's generation: every ancestor directory's buckets are read
         if job and not rse:
             doc = self._job(job)

@@ -153,7 +153,7 @@ class JobKeeper:
         `max_in_flight` leaves room for, in batches (batch_bounds): for each batch intent first, then submit,
         then mark (see `reconcile`). Returns how many were submitted. `fetched`: when `protected` was fetched
         (fetch_protected); `entry`: the generation's entry, when the caller has just read it
-        (slices.release_next); `live`: see `room`; `doc`: the RSE's document, when the caller has read it since
+        (ledger.slices.release_next); `live`: see `room`; `doc`: the RSE's document, when the caller has read it since
         its last poll (the site's back-off is read from it); `sent`: told each batch submitted."""
         entry = self.ledger.base.generation_entry(rse, generation) if entry is None else entry
         doc = self.ledger.base.rse(rse) if doc is None else doc
