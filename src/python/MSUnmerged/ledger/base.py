@@ -65,7 +65,8 @@ def insert_ignoring_duplicates(coll: Collection, docs: list[dict[str, Any]]) -> 
 
 
 class LedgerBase:
-    """The collections (see store.py), an RSE's document, a generation's entry and a job's document."""
+    """The database, its collections (see store.py) and the look-ups every part shares (each part holds this one
+    object): an RSE's document and state, a generation's entry, a job and the jobs in some states."""
 
     def __init__(self, db: Database, generations_kept: int = 3, cycles_kept_days: float = 30.0) -> None:
         self.db = db
