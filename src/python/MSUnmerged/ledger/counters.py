@@ -10,6 +10,7 @@ from MSUnmerged.ledger import slices
 from MSUnmerged.ledger.base import LedgerBase, with_state
 from MSUnmerged.ledger.outcomes import message_tally
 from MSUnmerged.ledger.retry import with_retry
+from MSUnmerged.ledger.slices import Slices
 from MSUnmerged.ledger.states import DirState, FileState, dir_failed
 from MSUnmerged.worker.ids import job_id
 
@@ -60,9 +61,9 @@ def counted_update(doc: Mapping[str, Any], gen: float, counters: dict[str, Any],
 class Counters:
     """Files per state of a generation (rows and bucket entries), jobs per state, the RSE's counters."""
 
-    def __init__(self, base: LedgerBase, slices_: slices.Slices) -> None:
+    def __init__(self, base: LedgerBase, released: Slices) -> None:
         self.base = base
-        self.slices = slices_  # a throttled generation's jobs not released yet
+        self.slices = released  # a throttled generation's jobs not released yet
 
     def count_files(self, rse: str, generation: float, states: Sequence[str], **extra: Any) -> int:
         """Files of a generation in these states; `extra` may filter on `attempts` (bucket entries have 1)."""
