@@ -119,12 +119,12 @@ def drain(src: Path, work: Path, cap: int, per_cycle: int, top_up: float) -> dic
                 raise RuntimeError(f"cycle {cycles}: {result.reason}: {result.detail}")
             if result.action == "finish" or cycles > 10_000:
                 break
-            while service.ledger.jobs_in(RSE, LIVE_JOB_STATES):
+            while service.ledger.base.jobs_in(RSE, LIVE_JOB_STATES):
                 time.sleep(top_up)
                 drainer.once()
         row["drain_s"] = round(time.perf_counter() - start, 1)
-        doc = service.ledger.rse(RSE)
-        jobs = list(service.ledger.jobs.find({"rse": RSE}))
+        doc = service.ledger.base.rse(RSE)
+        jobs = list(service.ledger.base.jobs.find({"rse": RSE}))
         spans = [(j["intent_at"], j["finished_at"]) for j in jobs if "intent_at" in j]
         row.update(cycles=cycles, guarded=guarded, state=doc.get("state"), slices=doc["counters"].get("slices"),
                    deleted=doc["counters"].get("deleted"), to_delete=doc["counters"].get("to_delete"), jobs=len(jobs),

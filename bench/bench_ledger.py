@@ -85,49 +85,49 @@ def main() -> int:
             docs += buckets.build(RSE, GEN, prefix, job_id(RSE, GEN, 1, i), i, lines, time.time(),
                                   config.planner.dir_floor_depth)
         t = time.perf_counter()
-        raw.buckets.insert_many(docs, ordered=False)
+        raw.base.buckets.insert_many(docs, ordered=False)
         t_raw = time.perf_counter() - t
         del docs
 
         ledger = Ledger(client["bench_ledger"])
         ledger.ensure_indexes()
         t = time.perf_counter()
-        recorded = ledger.record_plan(PlanReader(work / "plan"), plan, GEN)
+        recorded = ledger.plans.record_plan(PlanReader(work / "plan"), plan, GEN)
         t_ledger = time.perf_counter() - t
-        assert recorded == n == ledger.count_files(RSE, GEN, ["planned"]), (recorded, n)
+        assert recorded == n == ledger.counters.count_files(RSE, GEN, ["planned"]), (recorded, n)
         t = time.perf_counter()
-        ledger.record_plan(PlanReader(work / "plan"), plan, GEN)  # crash-repeat: every record already there
+        ledger.plans.record_plan(PlanReader(work / "plan"), plan, GEN)  # crash-repeat: every record already there
         t_repeat = time.perf_counter() - t
 
         # The collector's sink: whole reports of round-1 jobs (every 20th file failed: a row), timed together.
         reports = {j: [{"lfn": x, "state": "failed", "error_class": "permission_denied", "error": "Permission denied"}
                        if k % 20 == 0 else {"lfn": x, "state": "deleted", "size": 10}
-                       for k, x in enumerate(ledger.job_lfns(j))]
+                       for k, x in enumerate(ledger.rounds.job_lfns(j))]
                    for j in (job_id(RSE, GEN, 1, i) for i in range(2, min(2 + args.outcome_jobs, plan.jobs // 2)))}
         t = time.perf_counter()
         for j, report in reports.items():
-            ledger.record_outcomes(j, report)
+            ledger.outcomes.record_outcomes(j, report)
         t_outcomes = time.perf_counter() - t
         n_outcomes = sum(len(r) for r in reports.values())
         some_job = job_id(RSE, GEN, 1, plan.jobs // 2)
         some_dir = "/store/unmerged/Run3Summer23/Primary123/AODSIM/Proc-v1/"
-        ledger.record_outcomes(some_job, [{"lfn": x, "state": "deleted", "size": 10}
-                                          for x in ledger.job_lfns(some_job)])
-        lfn = ledger.job_lfns(job_id(RSE, GEN, 1, 1))[0]
+        ledger.outcomes.record_outcomes(some_job, [{"lfn": x, "state": "deleted", "size": 10}
+                                                   for x in ledger.rounds.job_lfns(some_job)])
+        lfn = ledger.rounds.job_lfns(job_id(RSE, GEN, 1, 1))[0]
         queries = {
-            "files by rse+state (planned, first page of 100)": lambda: ledger.query_files(RSE, state="planned"),
-            "files by rse+state (deleted, 2000 of 1M, page)": lambda: ledger.query_files(RSE, state="deleted"),
-            "files by job (2000 files)": lambda: ledger.query_files(RSE, job=some_job, limit=2000),
-            "files by directory prefix (first page of 100)": lambda: ledger.query_files(RSE, dir_prefix=some_dir),
-            "files by directory prefix (all ~5000)": lambda: ledger.query_files(RSE, dir_prefix=some_dir,
+            "files by rse+state (planned, first page of 100)": lambda: ledger.reads.query_files(RSE, state="planned"),
+            "files by rse+state (deleted, 2000 of 1M, page)": lambda: ledger.reads.query_files(RSE, state="deleted"),
+            "files by job (2000 files)": lambda: ledger.reads.query_files(RSE, job=some_job, limit=2000),
+            "files by directory prefix (first page of 100)": lambda: ledger.reads.query_files(RSE, dir_prefix=some_dir),
+            "files by directory prefix (all ~5000)": lambda: ledger.reads.query_files(RSE, dir_prefix=some_dir,
                                                                                   limit=10_000),
-            "one file's history": lambda: ledger.file_history(RSE, lfn),
-            "count by rse+generation+state (deleted)": lambda: ledger.count_files(RSE, GEN, ["deleted"]),
-            "files in live jobs ('submitted', page)": lambda: ledger.query_files(RSE, state="submitted"),
-            "recompute RSE counters (all states)": lambda: ledger.refresh_counters(RSE),
+            "one file's history": lambda: ledger.reads.file_history(RSE, lfn),
+            "count by rse+generation+state (deleted)": lambda: ledger.counters.count_files(RSE, GEN, ["deleted"]),
+            "files in live jobs ('submitted', page)": lambda: ledger.reads.query_files(RSE, state="submitted"),
+            "recompute RSE counters (all states)": lambda: ledger.counters.refresh_counters(RSE),
         }
         latencies = {name: timed(fn) for name, fn in queries.items()}
-        check = ledger.query_files(RSE, dir_prefix=some_dir, limit=10_000)
+        check = ledger.reads.query_files(RSE, dir_prefix=some_dir, limit=10_000)
         assert check["items"] and all(d["lfn"].startswith(some_dir) for d in check["items"])
     finally:
         server.stop()

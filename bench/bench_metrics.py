@@ -79,17 +79,17 @@ def load(ledger: Ledger, rses: int, jobs_per_rse: int, work: Path, n_cycles: int
     for r, rse in enumerate(names):
         ledgersim.record_sample(ledger, rse, LINES_PER_RSE, work, gen, seed=r,
                                 files_per_job=max(1, LINES_PER_RSE // 10 // jobs_per_rse))
-        jobs = [j["_id"] for j in ledger.query_jobs(rse, limit=10_000)["items"]]
+        jobs = [j["_id"] for j in ledger.reads.query_jobs(rse, limit=10_000)["items"]]
         ledgersim.collect(ledger, jobs[:len(jobs) // 2])
-        ledger.refresh_counters(rse)
-        state = ledger.rse(rse)["state"]
+        ledger.counters.refresh_counters(rse)
+        state = ledger.base.rse(rse)["state"]
         for i in range(events):  # an RSE skipped cycle after cycle: its document keeps the last EVENTS_KEPT
-            ledger.set_rse_state(rse, "skipped", "conmon_scan_not_done",
-                                 f"ConMon status 'running' for {rse}; skip {i}: the dump is not final yet")
+            ledger.base.set_rse_state(rse, "skipped", "conmon_scan_not_done",
+                                      f"ConMon status 'running' for {rse}; skip {i}: the dump is not final yet")
         if events:
-            ledger.set_rse_state(rse, state)
+            ledger.base.set_rse_state(rse, state)
     ledgersim.cycles(ledger, n_cycles, names)
-    return ledger.db.jobs.count_documents({})
+    return ledger.base.db.jobs.count_documents({})
 
 
 def events_per_rse(db: Any) -> int:
@@ -107,11 +107,11 @@ def stop_all(spinners: list[subprocess.Popen]) -> None:
 def cycle_under_way(ledger: Ledger, rses: int) -> None:
     """A cycle started, half its RSEs' results recorded (as while `serve` works: each scrape reads its document
     again); on a kept database, only when none is under way yet."""
-    if ledger.db.cycles.find_one({"finished": {"$exists": False}}, {"_id": 1}) is None:
-        cid = ledger.start_cycle("bench-0", 10_000, [rse_name(r) for r in range(rses)])
+    if ledger.base.db.cycles.find_one({"finished": {"$exists": False}}, {"_id": 1}) is None:
+        cid = ledger.cycles.start_cycle("bench-0", 10_000, [rse_name(r) for r in range(rses)])
         for r in range(rses // 2):
-            ledger.record_cycle_result(cid, rse_name(r),
-                                       {"action": "poll", "state": "submitted", "reason": "", "source": ""})
+            ledger.cycles.record_cycle_result(cid, rse_name(r),
+                                              {"action": "poll", "state": "submitted", "reason": "", "source": ""})
 
 
 def render_with(src: str, url: str, scrapes: int, server: int) -> dict[str, float]:

@@ -267,7 +267,7 @@ def one_cycle(data: Path, spread: list[tuple[int, int]], parallel_rses: int | No
                 walls.append((time.perf_counter() - m) * 1000)
             row["metrics_ms_median"] = round(statistics.median(walls), 1)
             for rse in names:  # nothing keeps running after the benchmark
-                for job in service.ledger.jobs_in(rse, LIVE_JOB_STATES):
+                for job in service.ledger.base.jobs_in(rse, LIVE_JOB_STATES):
                     if job.get("batch_id"):
                         backend_of(service).remove(job["_id"], job["batch_id"], "benchmark over")
         row["db_mib"] = du_mib(state / "db") if (state / "db").exists() else du_mib(state)

@@ -115,7 +115,7 @@ class Target:
 
 def find_target(ledger: Ledger, rse: str, job: str) -> Target:
     """A Target from one collected job: its first file, and that file's dataset folder."""
-    lfn = ledger.job_lfns(job, states=None)[0]
+    lfn = ledger.rounds.job_lfns(job, states=None)[0]
     return Target(rse, job, lfn.rsplit("/", 2)[0] + "/", lfn)
 
 
@@ -136,7 +136,7 @@ def operator_queries(t: Target) -> list[tuple[str, str, Callable[[MongoLedgerVie
         ("files under a directory", f"{files}&dir={quote(t.dir)}&limit=100",
          lambda v: list(v.files(t.rse, None, None, t.dir, None, None, 100))),
         ("one LFN's history", f"{files}&dir={quote(t.lfn)}&limit=10",
-         lambda v: v.ledger.file_history(t.rse, t.lfn)),
+         lambda v: v.ledger.reads.file_history(t.rse, t.lfn)),
     ]
 
 
@@ -311,9 +311,9 @@ def load(ledger: Ledger, n_files: int, work: Path, n_cycles: int) -> tuple[float
     for r in range(N_RSES):
         rse = f"T2_BE_Bench{r:02d}"
         plan, _ = ledgersim.record_sample(ledger, rse, int(n_files / 0.7 / N_RSES), work, gen, seed=r)
-        jobs = [j["_id"] for j in ledger.query_jobs(rse, limit=10_000)["items"]]
+        jobs = [j["_id"] for j in ledger.reads.query_jobs(rse, limit=10_000)["items"]]
         ledgersim.collect(ledger, jobs[:len(jobs) * 3 // 4])
-        ledger.refresh_counters(rse)
+        ledger.counters.refresh_counters(rse)
         if target is None and jobs:
             target = find_target(ledger, rse, jobs[0])
         print(f"  loaded {rse}: {plan.files_to_delete:,} files, {time.time() - start:.0f} s", flush=True)

@@ -123,8 +123,8 @@ def command(kind: str, work: Path) -> None:
             result = runner_of(service).apply_plan(work / "plan", sources.protected())
         took = time.perf_counter() - start
         assert result.submitted, result
-        gen = service.ledger.rse(RSE)["generation"]
-        for job in service.ledger.jobs_in(RSE, LIVE_JOB_STATES, gen):  # nothing keeps running after it
+        gen = service.ledger.base.rse(RSE)["generation"]
+        for job in service.ledger.base.jobs_in(RSE, LIVE_JOB_STATES, gen):  # nothing keeps running after it
             backend_of(service).remove(job["_id"], job["batch_id"], "benchmark over")
         db_rss = vm_hwm_mib(db_pid)
     print(json.dumps({"code": str(Path(MSUnmerged.__file__).parents[1]), "seconds": round(took, 2), "jobs": result.submitted, "peak_rss_mib": vm_hwm_mib(os.getpid()),
@@ -205,20 +205,20 @@ def one_size(lines: int, data: Path, collect_jobs: int, queries: bool, clients: 
                     phases[step] = round(marks[step] - last, 2)
                     last = marks[step]
             ledger = service.ledger
-            gen = ledger.rse(RSE)["generation"]
-            row.update(files_to_delete=ledger.generation_entry(RSE, gen)["to_delete"], jobs=result.submitted,
+            gen = ledger.base.rse(RSE)["generation"]
+            row.update(files_to_delete=ledger.base.generation_entry(RSE, gen)["to_delete"], jobs=result.submitted,
                        run_once_s=round(total, 1), phases_s=phases, plan_share=round(phases["planned"] / total, 3),
                        db_peak_rss_mib=round(vm_hwm_mib(db_pid), 1), db_peak_rss_by_step_mib=rss,
                        peak_rss_by_step_mib=serve_rss)
             print(json.dumps(row), flush=True)
 
-            jobs = [j["_id"] for j in ledger.jobs_in(RSE, [JobState.QUEUED], gen)][:collect_jobs]
+            jobs = [j["_id"] for j in ledger.base.jobs_in(RSE, [JobState.QUEUED], gen)][:collect_jobs]
             t = time.perf_counter()
             n = ledgersim.collect(ledger, jobs)
             row["collect"] = {"jobs": len(jobs), "files": n, "s": round(time.perf_counter() - t, 2),
                               "files_per_s": round(n / (time.perf_counter() - t))}
             t = time.perf_counter()
-            ledger.refresh_counters(RSE)
+            ledger.counters.refresh_counters(RSE)
             row["refresh_counters_s"] = round(time.perf_counter() - t, 2)
             print(json.dumps({"lines": lines, "collect": row["collect"],
                               "refresh_counters_s": row["refresh_counters_s"]}), flush=True)
@@ -229,9 +229,10 @@ def one_size(lines: int, data: Path, collect_jobs: int, queries: bool, clients: 
                 row["cli_process_s"] = {"status --rse": round(run_cli(state, "status", "--rse", RSE), 2),
                                         "files --error-class": round(run_cli(state, "files", "--rse", RSE,
                                                                              "--error-class", target.error_class), 2)}
-                row["queries"] = measure_queries(ledger.db, state, work, target, clients, seconds, pages_only, before)
+                row["queries"] = measure_queries(ledger.base.db, state, work, target, clients, seconds, pages_only,
+                                                 before)
                 row["db_peak_rss_after_queries_mib"] = round(vm_hwm_mib(db_pid), 1)
-            for job in ledger.jobs_in(RSE, LIVE_JOB_STATES, gen):  # nothing keeps running after the benchmark
+            for job in ledger.base.jobs_in(RSE, LIVE_JOB_STATES, gen):  # nothing keeps running after the benchmark
                 backend_of(service).remove(job["_id"], job["batch_id"], "benchmark over")
         if keep:
             kept.write_text(json.dumps({"row": row, "target": dataclasses.asdict(target)}))
@@ -267,7 +268,7 @@ def queries_on_kept(work: Path, kept: dict[str, Any], clients: list[int], second
     row = {**kept["row"], "load_before": round(os.getloadavg()[0], 2), "reused": str(work)}
     state = work / "state"
     with build_service(bench_config(state), sources=OfflineSources(work / "sources")) as service:
-        row["queries"] = measure_queries(service.ledger.db, state, work, bench_rest.Target(**kept["target"]),
+        row["queries"] = measure_queries(service.ledger.base.db, state, work, bench_rest.Target(**kept["target"]),
                                          clients, seconds, pages_only, before)
     row["load_after"] = round(os.getloadavg()[0], 2)
     return row

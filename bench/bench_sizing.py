@@ -138,18 +138,18 @@ def simulate(db: Any, traffic: Traffic, rses: int, lines: int, work: Path) -> di
                 0].files_to_delete
 
     def round_jobs(round_: int) -> list[str]:
-        return [j["_id"] for rse in names for j in ledger.query_jobs(rse, generation=gen, limit=10_000)["items"]
+        return [j["_id"] for rse in names for j in ledger.reads.query_jobs(rse, generation=gen, limit=10_000)["items"]
                 if j.get("round") == round_]
 
     def retry() -> None:
         for rse in names:
-            ledger.new_round(rse, gen, MAX_ATTEMPTS, FILES_PER_JOB)
+            ledger.rounds.new_round(rse, gen, MAX_ATTEMPTS, FILES_PER_JOB)
         ledgersim.collect(ledger, round_jobs(2))
 
     phases = [phase(traffic, db, "record", record),
               phase(traffic, db, "collect round 1", lambda: ledgersim.collect(ledger, round_jobs(1))),
               phase(traffic, db, "retry round 2", retry),
-              phase(traffic, db, "refresh counters", lambda: [ledger.refresh_counters(r) for r in names])]
+              phase(traffic, db, "refresh counters", lambda: [ledger.counters.refresh_counters(r) for r in names])]
     files = sum(planned.values())
     colls = collections(db)
     # Operator queries on the first RSE, their read commands captured and explained.

@@ -9,8 +9,8 @@ package's __init__; an arrow to a module inside a package is also one to the pac
 but from a module inside that package. Figures: modules, arrows (module level, lazy), the import cycles (strongly connected sets of
 modules, with the lazy arrows and without), the arrows in a cycle (from A to B where B reaches A), the arrows that
 run back up (the lazy ones among those: how a cycle is kept from failing at import time), the largest
-fan-out and fan-in, and the places outside ledger/ that reach into a ledger's database (`ledger.db`). One JSON
-line; `--list` also prints the arrows running up, the cycles and the `ledger.db` uses.
+fan-out and fan-in, and the places outside ledger/ that reach into a ledger's database (`ledger.base.db` or a
+collection). One JSON line; `--list` also prints the arrows running up, the cycles and the `ledger.base.db` uses.
 """
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Iterator
 
 PACKAGE = "MSUnmerged"
-LEDGER_DB = re.compile(r"\bledger\.db\b")
+# A ledger's database or collections, through its shared base (or, before issue 40's parts, directly).
+LEDGER_DB = re.compile(r"\bledger\.(?:db|base\.(?:db|rses|buckets|files|dirs|jobs|cycles|meta|fences))\b")
 
 
 def module_name(root: Path, path: Path) -> str:
@@ -55,7 +56,7 @@ def imports(tree: ast.Module, name: str, is_package: bool) -> Iterator[tuple[str
 
 
 def graph(root: Path) -> tuple[dict[str, dict[str, bool]], dict[str, int]]:
-    """Arrows {module: {imported module: lazy (no module-level import of it)}}, and `ledger.db` uses per module
+    """Arrows {module: {imported module: lazy (no module-level import of it)}}, and `ledger.base.db` uses per module
     outside ledger/."""
     files = {module_name(root, p): p for p in sorted((root / PACKAGE).rglob("*.py"))}
     arrows: dict[str, dict[str, bool]] = {}
@@ -152,7 +153,7 @@ def main() -> int:
         for group in cycles(arrows, True):
             print(f"cycle: {' '.join(group)}")
         for name, n in sorted(reaches.items()):
-            print(f"ledger.db: {name} x{n}")
+            print(f"ledger.base.db: {name} x{n}")
     return 0
 
 

@@ -48,11 +48,11 @@ def collect(ledger: Ledger, job_ids: Sequence[str]) -> int:
     returns the files."""
     n = 0
     for jid in job_ids:
-        lfns = ledger.job_lfns(jid, states=None)
-        ledger.record_outcomes(jid, outcomes_for(lfns))
-        ledger.record_dirs(jid, [{"dir": d, "state": DirState.REMOVED.value}
-                                 for d in sorted({lfn.rsplit("/", 1)[0] for lfn in lfns})])
-        ledger.close_job(jid, JobState.FINISHED.value, "bench: worker report without some files")
+        lfns = ledger.rounds.job_lfns(jid, states=None)
+        ledger.outcomes.record_outcomes(jid, outcomes_for(lfns))
+        ledger.outcomes.record_dirs(jid, [{"dir": d, "state": DirState.REMOVED.value}
+                                          for d in sorted({lfn.rsplit("/", 1)[0] for lfn in lfns})])
+        ledger.outcomes.close_job(jid, JobState.FINISHED.value, "bench: worker report without some files")
         n += len(lfns)
     return n
 
@@ -74,7 +74,7 @@ def record_sample(ledger: Ledger, rse: str, lines: int, work: Path, generation: 
     dump.unlink()
     assert not plan.guard, plan.guard_detail
     t = time.perf_counter()
-    ledger.record_plan(PlanReader(work / f"plan-{rse}"), plan, generation)
+    ledger.plans.record_plan(PlanReader(work / f"plan-{rse}"), plan, generation)
     return plan, time.perf_counter() - t
 
 
@@ -82,8 +82,9 @@ def cycles(ledger: Ledger, n: int, rses: Sequence[str], instances: int = 2) -> N
     """`n` polling cycles of `instances` instances over the RSEs (a result each), one in ten with a failure: the
     history an operator's status page sits on (30 days of hourly cycles: 720)."""
     for i in range(n):
-        cid = ledger.start_cycle(f"bench-{i % instances}", i, list(rses))
+        cid = ledger.cycles.start_cycle(f"bench-{i % instances}", i, list(rses))
         for rse in rses:
-            ledger.record_cycle_result(cid, rse, {"action": "poll", "state": "submitted", "reason": "", "source": ""})
-        ledger.end_cycle(cid, [{"source": "rucio", "reason": "timeout", "detail": "bench", "rse": ""}] if i % 10 == 0
-                         else [], dry_run=True, unfinished=[])
+            ledger.cycles.record_cycle_result(cid, rse, {"action": "poll", "state": "submitted", "reason": "",
+                                                         "source": ""})
+        failures = [{"source": "rucio", "reason": "timeout", "detail": "bench", "rse": ""}] if i % 10 == 0 else []
+        ledger.cycles.end_cycle(cid, failures, dry_run=True, unfinished=[])

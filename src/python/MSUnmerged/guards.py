@@ -60,7 +60,7 @@ _indexes: PreparedByList[PrefixSet] = PreparedByList(PrefixSet)
 def check_protection(protected: Iterable[str], baseline: Optional[int], max_shrink: float) -> PrefixSet:
     """Build the protection index, or raise GuardTripped when the list cannot be trusted.
 
-    `baseline` is the ledger's (Ledger.protected_baseline), or the operator's for offline planning.
+    `baseline` is the ledger's (ledger.plans.protected_baseline), or the operator's for offline planning.
     """
     bases = list(protected)
     if not bases:

@@ -100,7 +100,7 @@ class Seal:
 
 @dataclass
 class PlanReader:
-    """A plan directory's jobs files as the ledger records them (Ledger.record_plan): each file is checked when it
+    """A plan directory's jobs files as the ledger records them (ledger.plans.record_plan): each file is checked when it
     is read, against `sealed` (its sealed content, then every line a canonical LFN below /store/unmerged), or,
     for a plan without a seal, every line alone; GuardTripped(plan_modified) else."""
 

@@ -151,11 +151,11 @@ def failing_ledger(db: Database, started_ago: float) -> Ledger:
     """Two failed cycles, the first `started_ago` seconds ago, and an RSE guarded three cycles in a row."""
     ledger = Ledger(db)
     for slot in (1, 2):
-        ledger.end_cycle(ledger.start_cycle("ms-unmer-t1", slot, []), failures=[
+        ledger.cycles.end_cycle(ledger.cycles.start_cycle("ms-unmer-t1", slot, []), failures=[
             {"source": "rucio", "reason": "rucio_http_status", "detail": "503", "rse": ""}])
     db.meta.update_one({"_id": "cycles"}, {"$inc": {"first_started": -started_ago}})
     for _ in range(3):
-        ledger.set_rse_state("T1_AL_Guarded", "guarded", "protected_list_shrank", "the list lost 80%")
+        ledger.base.set_rse_state("T1_AL_Guarded", "guarded", "protected_list_shrank", "the list lost 80%")
     return ledger
 
 
@@ -192,8 +192,8 @@ def test_push_reaches_alertmanager_then_resolves(mongo_db: Database, alertmanage
     again = {a["labels"]["alertname"]: a for a in alertmanager.alerts(partition="t1")}
     assert len(again) == 2 and {name: rfc3339_seconds(a["startsAt"]) for name, a in again.items()} == starts
 
-    ledger.end_cycle(ledger.start_cycle("ms-unmer-t1", 3, []))  # a good cycle
-    ledger.set_rse_state("T1_AL_Guarded", "planned")
+    ledger.cycles.end_cycle(ledger.cycles.start_cycle("ms-unmer-t1", 3, []))  # a good cycle
+    ledger.base.set_rse_state("T1_AL_Guarded", "planned")
     assert notifier.after_cycle() == 2  # both resolved (endsAt now)
     deadline = time.monotonic() + 30
     while alertmanager.alerts(partition="t1") and time.monotonic() < deadline:

@@ -31,7 +31,7 @@ def test_a_lazy_import_closing_a_cycle_through_a_package_init_is_the_arrow_up(tm
         "ledger/base.py": "KEPT = 10\n",
         "ledger/store.py": "from MSUnmerged import config\nfrom . import base\nimport typing\n"
                            "if typing.TYPE_CHECKING:\n    from MSUnmerged import later\n",
-        "later.py": "from MSUnmerged.ledger import base\nx = ledger.db\n",
+        "later.py": "from MSUnmerged.ledger import base\nx = ledger.base.db\n",
     })
     arrows, reaches = import_graph.graph(root)
     assert arrows["MSUnmerged.config"] == {"MSUnmerged.ledger": True, "MSUnmerged.ledger.base": True}

@@ -97,13 +97,13 @@ def test_clean_shows_the_plan_and_applies_only_when_told(offline_env: Database,
     assert main(["clean", "--rse", DEMO_RSE]) == EXIT_OK  # no terminal: shown, not applied
     out = capsys.readouterr()
     assert "to delete" in out.out and "nothing applied" in out.err
-    assert not Ledger(offline_env).file_records() and offline_env.jobs.count_documents({}) == 0
+    assert not Ledger(offline_env).reads.file_records() and offline_env.jobs.count_documents({}) == 0
     assert main(["clean", "--rse", DEMO_RSE, "--apply"]) == EXIT_OK
     out = capsys.readouterr()
     assert "new_generation" in out.out and f"{DEMO_RSE}: recorded" in out.err
     jobs = list(offline_env.jobs.find({"rse": DEMO_RSE}))
     assert jobs and all(j["state"] in ("queued", "running", "finished") for j in jobs)
-    assert len(Ledger(offline_env).file_records(DEMO_RSE)) == sum(j["files"] for j in jobs)
+    assert len(Ledger(offline_env).reads.file_records(DEMO_RSE)) == sum(j["files"] for j in jobs)
 
 
 def test_status_and_jobs_tell_the_drain_and_the_truth_of_each_job(cli_env: Database,
@@ -111,15 +111,15 @@ def test_status_and_jobs_tell_the_drain_and_the_truth_of_each_job(cli_env: Datab
     """Issue 39: `status` says what an RSE's backlog does, at what rate and until when; `jobs` shows each job's
     slice and why it waits; an older dump's unsubmitted jobs read `superseded`."""
     ledger = Ledger(cli_env)
-    doc = ledger.rse(RSE)
-    running = [j["_id"] for j in ledger.jobs_in(RSE, ["running"])]
-    ledger.set_job_state(running[0], "queued", "waiting for a free local slot (jobs.local_parallel at once)")
+    doc = ledger.base.rse(RSE)
+    running = [j["_id"] for j in ledger.base.jobs_in(RSE, ["running"])]
+    ledger.rounds.set_job_state(running[0], "queued", "waiting for a free local slot (jobs.local_parallel at once)")
     cli_env.jobs.update_one({"_id": running[0]}, {"$set": {"slice": 2}})
     cli_env.jobs.insert_one({"_id": f"{RSE}:old:1-1", "rse": RSE, "gen": doc["generation"] - 1000, "round": 1,
                              "n": 1, "state": "superseded", "files": 7, "reason": "superseded by the plan of dump X"})
     now = time.time()
     cli_env.rses.update_one({"_id": RSE}, {"$set": {"drained": [{"t": now - 100, "n": 0}, {"t": now, "n": 4}]}})
-    ledger.refresh_job_counts(RSE)
+    ledger.counters.refresh_job_counts(RSE)
     assert main(["status"]) == EXIT_OK
     out = capsys.readouterr().out
     header = next(line for line in out.splitlines() if line.startswith("RSE"))

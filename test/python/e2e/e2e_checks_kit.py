@@ -123,5 +123,5 @@ def deleted_twice(world: World, rse_prefix: str = "T2_XE_") -> dict[str, int]:
 def files_in_two_live_jobs(world: World) -> list[str]:
     """LFNs whose ledger record points at a job while another job document also lists it."""
     db = world.db()
-    seen = Counter((d["rse"], d["gen"], d["lfn"]) for d in Ledger(db).file_records())
+    seen = Counter((d["rse"], d["gen"], d["lfn"]) for d in Ledger(db).reads.file_records())
     return [str(k) for k, n in seen.items() if n > 1]

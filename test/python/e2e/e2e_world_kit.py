@@ -132,7 +132,7 @@ class World:
         out = {}
         if gen is None:
             return out
-        for rec in Ledger(db).file_records(rse, gen):
+        for rec in Ledger(db).reads.file_records(rse, gen):
             out[rec["lfn"]] = rec
         return out
 

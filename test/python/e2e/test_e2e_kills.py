@@ -90,7 +90,7 @@ def kills(e2e_world: World) -> Iterator[KillsSeen]:
     w = e2e_world
     lays = kill_layouts(w)
     kill_each(w, lays)
-    partial = len(Ledger(w.db()).file_records(lays["recording"].rse))
+    partial = len(Ledger(w.db()).reads.file_records(lays["recording"].rse))
     planned = sum(1 for f in lays["recording"].fates.values() if f == DELETE)
 
     restarted = ServiceProcess(w, "kill-restart", "serve")

@@ -17,8 +17,8 @@ FAILED = [{"source": "rucio", "reason": "timeout", "detail": "", "rse": ""}]
 def run_cycles(ledger: Ledger, n: int, bad: set[int] = frozenset()) -> list[str]:
     ids = []
     for i in range(n):
-        ids.append(ledger.start_cycle(f"inst-{i % 2}", i, ["T2_XX_A"]))
-        ledger.end_cycle(ids[-1], FAILED if i in bad else [])
+        ids.append(ledger.cycles.start_cycle(f"inst-{i % 2}", i, ["T2_XX_A"]))
+        ledger.cycles.end_cycle(ids[-1], FAILED if i in bad else [])
     return ids
 
 
@@ -32,9 +32,9 @@ def test_latest_and_last_good_cycles_match_a_sort_of_all(mongo_db: Database) -> 
     run_cycles(ledger, RECENT_CYCLES + 7, bad={RECENT_CYCLES + 4, RECENT_CYCLES + 5, RECENT_CYCLES + 6})
     everything = sorted_on_server(mongo_db, {})
     for limit in (1, 5, RECENT_CYCLES, RECENT_CYCLES + 3):  # the last one: more than `meta` names
-        assert [d["_id"] for d in ledger.query_cycles(limit)] == everything[:limit]
+        assert [d["_id"] for d in ledger.cycles.query_cycles(limit)] == everything[:limit]
     assert len(mongo_db.meta.find_one({"_id": CYCLES_META})["recent"]) == RECENT_CYCLES
-    good = ledger.last_good_cycle()
+    good = ledger.cycles.last_good_cycle()
     assert good["_id"] == sorted_on_server(mongo_db, {"ok": True})[0] == everything[3] and good["ok"]
     assert "results" in good  # the whole cycle document
 
@@ -43,9 +43,9 @@ def test_a_ledger_without_the_meta_document_is_read_as_before(mongo_db: Database
     ledger = Ledger(mongo_db)
     ids = run_cycles(ledger, 6, bad={5})
     mongo_db.meta.delete_one({"_id": CYCLES_META})
-    assert [d["_id"] for d in ledger.query_cycles(3)] == ids[::-1][:3]
-    assert ledger.last_good_cycle()["_id"] == ids[4]
-    assert Ledger(mongo_db.client[mongo_db.name + "_empty"]).last_good_cycle() == {}
+    assert [d["_id"] for d in ledger.cycles.query_cycles(3)] == ids[::-1][:3]
+    assert ledger.cycles.last_good_cycle()["_id"] == ids[4]
+    assert Ledger(mongo_db.client[mongo_db.name + "_empty"]).cycles.last_good_cycle() == {}
     mongo_db.client.drop_database(mongo_db.name + "_empty")
 
 
@@ -57,6 +57,6 @@ def test_old_cycles_are_pruned_and_the_last_good_one_is_still_known(mongo_db: Da
                                                              "last_good.finished": -2 * 86400}})
     later = run_cycles(ledger, 2, bad={0, 1})
     assert sorted(d["_id"] for d in mongo_db.cycles.find()) == sorted(later)  # the old ones pruned
-    kept = ledger.last_good_cycle()
+    kept = ledger.cycles.last_good_cycle()
     assert kept["_id"] == good and kept["ok"] and kept["finished"] < time.time() - 86400
-    assert [d["_id"] for d in ledger.query_cycles(2)] == later[::-1]
+    assert [d["_id"] for d in ledger.cycles.query_cycles(2)] == later[::-1]

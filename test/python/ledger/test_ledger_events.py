@@ -41,9 +41,9 @@ def test_an_rse_keeps_its_last_events_newest_last(mongo_db: Database) -> None:
     ledger = Ledger(mongo_db)
     ledger.ensure_indexes()
     for i in range(EVENTS_KEPT + 5):
-        ledger.set_rse_state("T2_XX_Skip", RSEState.SKIPPED, "scan_running", f"skip {i}")
-    ledger.refresh_job_counts("T2_XX_Skip", state_update(RSEState.SKIPPED, "scan_failed", "the last one"))
-    ledger.set_rse_state("T2_XX_Skip", RSEState.RUNNING)  # no reason: no event
+        ledger.base.set_rse_state("T2_XX_Skip", RSEState.SKIPPED, "scan_running", f"skip {i}")
+    ledger.counters.refresh_job_counts("T2_XX_Skip", state_update(RSEState.SKIPPED, "scan_failed", "the last one"))
+    ledger.base.set_rse_state("T2_XX_Skip", RSEState.RUNNING)  # no reason: no event
     kept = mongo_db.rses.find_one({"_id": "T2_XX_Skip"})["events"]
     assert [e["detail"] for e in kept] == [f"skip {i}" for i in range(6, EVENTS_KEPT + 5)] + ["the last one"]
     shown = Ledger(mongo_db).view().rse("T2_XX_Skip")
@@ -64,10 +64,10 @@ def test_a_ledger_of_the_older_code_reads_the_same_and_is_cut_at_start_up(mongo_
     ledger.ensure_indexes()  # start-up
     docs = {d["_id"]: d.get("events", []) for d in mongo_db.rses.find()}
     assert docs == {n: e[-EVENTS_KEPT:] for n, e in written.items()}  # the newest kept, in order; others untouched
-    assert ledger.trim_events() == 0  # nothing left to cut
+    assert ledger.base.trim_events() == 0  # nothing left to cut
     assert view.rses() == before and view.rse("T2_OLD_Full") == next(r for r in before if r["name"] == "T2_OLD_Full")
     assert evaluate({}, view.rses(), cfg, now) == alerts_before
 
-    ledger.set_rse_state("T2_OLD_Full", RSEState.GUARDED, GUARD, "one more")  # the next event joins the kept ones
+    ledger.base.set_rse_state("T2_OLD_Full", RSEState.GUARDED, GUARD, "one more")  # the next event joins the kept ones
     assert [e["detail"] for e in view.rse("T2_OLD_Full")["events"]] == \
         [f"refusal {i}" for i in range(OLD_KEPT - EVENTS_KEPT + 1, OLD_KEPT)] + ["one more"]

@@ -55,7 +55,7 @@ def test_recorded_plan_has_complete_fences_read_once_and_pruned(tmp_path: Path, 
     plan = make_plan(tmp_path)
     ledger = Ledger(mongo_db, generations_kept=1)
     ledger.ensure_indexes()
-    ledger.record_plan(PlanReader(tmp_path / "plan"), plan, GEN)
+    ledger.plans.record_plan(PlanReader(tmp_path / "plan"), plan, GEN)
     bucket_ids = sorted(d["_id"] for d in mongo_db.buckets.find({}, {"_id": 1}))
     reader = fences.FenceCache(mongo_db.fences)
     assert reader.get(RSE, GEN) == bucket_ids
@@ -65,11 +65,11 @@ def test_recorded_plan_has_complete_fences_read_once_and_pruned(tmp_path: Path, 
     # Each job's span holds all its records.
     for job in mongo_db.jobs.find():
         first, last = job["span"]
-        ids = [d["_id"] for d in ledger.file_records() if d["job"] == job["_id"]]
+        ids = [d["_id"] for d in ledger.reads.file_records() if d["job"] == job["_id"]]
         ids += [d["_id"] for d in mongo_db.buckets.find({"job": job["_id"]}, {"_id": 1})]
         assert ids and first == min(ids) and last == max(ids)
-    ledger.record_plan(PlanReader(tmp_path / "plan"), plan, GEN)  # repeated after a crash: written again
-    ledger.record_plan(PlanReader(tmp_path / "2" / "plan"), make_plan(tmp_path / "2"), GEN + 1)
+    ledger.plans.record_plan(PlanReader(tmp_path / "plan"), plan, GEN)  # repeated after a crash: written again
+    ledger.plans.record_plan(PlanReader(tmp_path / "2" / "plan"), make_plan(tmp_path / "2"), GEN + 1)
     assert {d["gen"] for d in mongo_db.fences.find()} == {GEN + 1}
 
 
@@ -109,14 +109,14 @@ def test_a_page_reads_one_window_not_the_rest_of_the_generation(tmp_path: Path, 
     one directory a bucket (a generation recorded before packing) and with packed directories."""
     monkeypatch.setattr(bk, "PACK_NAMES", pack)
     Ledger(mongo_db).ensure_indexes()
-    Ledger(mongo_db).record_plan(PlanReader(tmp_path / "plan"), make_plan(tmp_path, files=3000), GEN)
+    Ledger(mongo_db).plans.record_plan(PlanReader(tmp_path / "plan"), make_plan(tmp_path, files=3000), GEN)
     reads = BucketReads()
     with MongoClient(mongo_url, event_listeners=[reads]) as client:
         ledger = Ledger(client[mongo_db.name])
-        page = ledger.query_files(RSE, limit=10)
+        page = ledger.reads.query_files(RSE, limit=10)
         fenced, reads.returned = reads.returned, []
-        ledger.fences._lists[(RSE, GEN)] = []  # as for a generation recorded before fences
-        assert ledger.query_files(RSE, limit=10) == page
+        ledger.base.fences._lists[(RSE, GEN)] = []  # as for a generation recorded before fences
+        assert ledger.reads.query_files(RSE, limit=10) == page
     assert len(page["items"]) == 10
     assert sum(fenced) <= records.FIRST_BUCKETS < mongo_db.buckets.count_documents({}) / 4
     # One read up to the end of the generation, limited.
@@ -127,24 +127,24 @@ def test_a_page_reads_one_window_not_the_rest_of_the_generation(tmp_path: Path, 
 def test_directory_pages_read_in_windows_give_every_record_once(tmp_path: Path, mongo_db: Database) -> None:
     ledger = Ledger(mongo_db)
     ledger.ensure_indexes()
-    ledger.record_plan(PlanReader(tmp_path / "plan"), make_plan(tmp_path, files=3000), GEN)
+    ledger.plans.record_plan(PlanReader(tmp_path / "plan"), make_plan(tmp_path, files=3000), GEN)
     for n, job in enumerate(mongo_db.jobs.find()):
-        lfns = ledger.job_lfns(job["_id"], states=None)
+        lfns = ledger.rounds.job_lfns(job["_id"], states=None)
         dirs = sorted({lfn.rsplit("/", 1)[0] for lfn in lfns} | {lfn.rsplit("/", 2)[0] for lfn in lfns})
-        ledger.record_dirs(job["_id"], [{"dir": d, "state": ("removed", "not_empty")[(n + i) % 2]}
-                                        for i, d in enumerate(dirs)])
+        ledger.outcomes.record_dirs(job["_id"], [{"dir": d, "state": ("removed", "not_empty")[(n + i) % 2]}
+                                                 for i, d in enumerate(dirs)])
     everything = list(mongo_db.dirs.find().sort("_id", 1))
     assert len(everything) > 10
 
     def paged(**query: str) -> list[str]:
         out, after = [], None
         while True:
-            page = ledger.query_files(RSE, dirs=True, after=after, limit=4, **query)
+            page = ledger.reads.query_files(RSE, dirs=True, after=after, limit=4, **query)
             out += [d["_id"] for d in page["items"]]
             if not (after := page["next"]):
                 return out
-    for fence_ids in (ledger.fences.get(RSE, GEN), []):
-        ledger.fences._lists[(RSE, GEN)] = fence_ids
+    for fence_ids in (ledger.base.fences.get(RSE, GEN), []):
+        ledger.base.fences._lists[(RSE, GEN)] = fence_ids
         assert paged() == [d["_id"] for d in everything]
         assert paged(state="not_empty") == [d["_id"] for d in everything if d["state"] == "not_empty"]
         prefix = everything[5]["dir"].rsplit("/", 1)[0] + "/"
@@ -191,25 +191,25 @@ def test_a_page_asked_again_reads_the_window_that_held_it(tmp_path: Path, mongo_
     ledger = Ledger(mongo_db)
     ledger.ensure_indexes()
     monkeypatch.setattr(bk, "PACK_NAMES", 1)  # one directory a bucket: many buckets, as recorded before packing
-    ledger.record_plan(PlanReader(tmp_path / "plan"), make_plan(tmp_path, files=6000, dirs=40), GEN)
+    ledger.plans.record_plan(PlanReader(tmp_path / "plan"), make_plan(tmp_path, files=6000, dirs=40), GEN)
     assert mongo_db.buckets.count_documents({}) > 4 * records.FIRST_ROW_BUCKETS
     jobs = sorted(mongo_db.jobs.find(), key=lambda j: j["span"][0])
 
     def fail(job: str, every: int) -> None:
-        ledger.record_outcomes(job, [{"lfn": x, "state": "failed", "error_class": "e", "error": "x"}
-                                     for x in ledger.job_lfns(job)[::every]])
+        ledger.outcomes.record_outcomes(job, [{"lfn": x, "state": "failed", "error_class": "e", "error": "x"}
+                                              for x in ledger.rounds.job_lfns(job)[::every]])
     fail(jobs[-1]["_id"], 3)
     reads = FileReads()
     with MongoClient(mongo_url, event_listeners=[reads]) as client:
         reader = Ledger(client[mongo_db.name])
-        first = reader.query_files(RSE, error_class="e", limit=10)
+        first = reader.reads.query_files(RSE, error_class="e", limit=10)
         grown, reads.n = reads.n, 0
-        assert reader.query_files(RSE, error_class="e", limit=10) == first
+        assert reader.reads.query_files(RSE, error_class="e", limit=10) == first
         assert grown > 1 and reads.n == 1
         fail(jobs[0]["_id"], 2)  # rows below where the page filled, and some of its own gone
         mongo_db.files.delete_many({"_id": {"$in": [d["_id"] for d in first["items"][:4]]}})
         for limit in (1, 10, 1000):
-            want = Ledger(mongo_db).query_files(RSE, error_class="e", limit=limit)
-            assert reader.query_files(RSE, error_class="e", limit=limit) == want
-            assert reader.query_files(RSE, error_class="e", limit=limit) == want
+            want = Ledger(mongo_db).reads.query_files(RSE, error_class="e", limit=limit)
+            assert reader.reads.query_files(RSE, error_class="e", limit=limit) == want
+            assert reader.reads.query_files(RSE, error_class="e", limit=limit) == want
         assert len(first["items"]) == 10

@@ -12,7 +12,7 @@ from pymongo.database import Database
 from MSUnmerged import planner
 from MSUnmerged.config import Config
 from MSUnmerged.drainstatus import Waiting, drain, rate
-from MSUnmerged.ledger import Ledger, job_id, pending_dirs, slices
+from MSUnmerged.ledger import Ledger, job_id, pending_dirs
 from MSUnmerged.ledger.states import LIVE_JOB_STATES, JobState
 from MSUnmerged.ledger.view import JOB_STATES
 from MSUnmerged.seal import PlanReader
@@ -35,26 +35,26 @@ def make_plan(tmp_path: Path, name: str, files: int = 900, sliced: bool = False)
 
 
 def submit(ledger: Ledger, jobs: list[str]) -> None:
-    ledger.jobs.update_many({"_id": {"$in": jobs}}, {"$set": {"state": JobState.SUBMITTING}})
-    ledger.mark_all_submitted({j: f"local:{j}" for j in jobs})
+    ledger.base.jobs.update_many({"_id": {"$in": jobs}}, {"$set": {"state": JobState.SUBMITTING}})
+    ledger.rounds.mark_all_submitted({j: f"local:{j}" for j in jobs})
 
 
 def test_an_older_dumps_unsubmitted_jobs_are_superseded_out_of_the_live_counts(tmp_path: Path,
                                                                                 mongo_db: Database) -> None:
     ledger = Ledger(mongo_db, generations_kept=2)
     ledger.ensure_indexes()
-    ledger.record_plan(PlanReader(tmp_path / "a"), make_plan(tmp_path, "a", sliced=True), GEN)
+    ledger.plans.record_plan(PlanReader(tmp_path / "a"), make_plan(tmp_path, "a", sliced=True), GEN)
     submit(ledger, [job_id(RSE, GEN, 1, n) for n in (1, 2)])  # slice 1 went out; slices 2 and 3 never did
-    ledger.record_plan(PlanReader(tmp_path / "b"), make_plan(tmp_path, "b", files=300), GEN + 100)
+    ledger.plans.record_plan(PlanReader(tmp_path / "b"), make_plan(tmp_path, "b", files=300), GEN + 100)
     old = {d["_id"]: d for d in mongo_db.jobs.find({"gen": GEN})}
     assert [old[job_id(RSE, GEN, 1, n)]["state"] for n in range(1, 6)] == \
         ["queued", "queued", "superseded", "superseded", "superseded"]
     assert "superseded by the plan of dump" in old[job_id(RSE, GEN, 1, 3)]["reason"]
     assert all(JobState(d["state"]).terminal for n, d in old.items() if d["state"] == "superseded")
-    c = ledger.refresh_counters(RSE)
+    c = ledger.counters.refresh_counters(RSE)
     assert c["jobs_by_state"] == {"queued": 2, "superseded": 3, "planned": 2}  # planned: the new dump's two
-    assert not ledger.jobs_in(RSE, [JobState.PLANNED], GEN)  # the top-up (service/drain.py) no longer sees them
-    assert {j["_id"] for j in ledger.jobs_in(RSE, LIVE_JOB_STATES)} == {job_id(RSE, GEN, 1, n) for n in (1, 2)}
+    assert not ledger.base.jobs_in(RSE, [JobState.PLANNED], GEN)  # the top-up (service/drain.py) no longer sees them
+    assert {j["_id"] for j in ledger.base.jobs_in(RSE, LIVE_JOB_STATES)} == {job_id(RSE, GEN, 1, n) for n in (1, 2)}
     assert "superseded" in JOB_STATES and "collected" not in JOB_STATES  # one final state: finished
 
 
@@ -67,37 +67,37 @@ def test_a_job_closed_as_collected_by_older_code_reads_finished(mongo_db: Databa
 def test_counts_keep_the_drain_samples_and_the_slices_not_released(tmp_path: Path, mongo_db: Database) -> None:
     ledger = Ledger(mongo_db)
     ledger.ensure_indexes()
-    ledger.record_plan(PlanReader(tmp_path / "a"), make_plan(tmp_path, "a", sliced=True), GEN)
-    entry = slices.release_next(ledger, RSE, GEN)  # slice 1 of 3
-    c = ledger.refresh_counters(RSE)
+    ledger.plans.record_plan(PlanReader(tmp_path / "a"), make_plan(tmp_path, "a", sliced=True), GEN)
+    entry = ledger.slices.release_next(RSE, GEN)  # slice 1 of 3
+    c = ledger.counters.refresh_counters(RSE)
     assert (c["slice"], c["slices"], c["unreleased_files"], c["unreleased_jobs"], c["pending"]) == (1, 3, 500, 3, 900)
-    doc = ledger.rse(RSE)
+    doc = ledger.base.rse(RSE)
     assert [x["n"] for x in doc["drained"]] == [0]  # the first count of the generation
-    ledger.refresh_counters(RSE)
-    assert len(ledger.rse(RSE)["drained"]) == 1  # counted again with nothing done: no sample
+    ledger.counters.refresh_counters(RSE)
+    assert len(ledger.base.rse(RSE)["drained"]) == 1  # counted again with nothing done: no sample
     first = job_id(RSE, GEN, 1, 1)
     submit(ledger, [first])
     time.sleep(0.05)
-    ledger.record_outcomes(first, [{"lfn": lfn, "state": "deleted"} for lfn in ledger.job_lfns(first)])
-    ledger.close_job(first, JobState.FINISHED)
-    ledger.refresh_counters(RSE)
-    doc = ledger.rse(RSE)
+    ledger.outcomes.record_outcomes(first, [{"lfn": lfn, "state": "deleted"} for lfn in ledger.rounds.job_lfns(first)])
+    ledger.outcomes.close_job(first, JobState.FINISHED)
+    ledger.counters.refresh_counters(RSE)
+    doc = ledger.base.rse(RSE)
     assert [x["n"] for x in doc["drained"]] == [0, 200] and rate(doc["drained"]) > 0
     view = Ledger(mongo_db).view().rse(RSE)
     d = drain(view, time.time(), 3600)
     assert d["waiting"] == Waiting.FOR_TOP_UP and d["backlog_files"] == 700 and d["next_slice_files"] == 400
     assert entry["released"] == 1
     # A new generation starts the samples again.
-    ledger.record_plan(PlanReader(tmp_path / "b"), make_plan(tmp_path, "b", files=300), GEN + 100)
-    ledger.refresh_counters(RSE)
-    assert [x["n"] for x in ledger.rse(RSE)["drained"]] == [0]
+    ledger.plans.record_plan(PlanReader(tmp_path / "b"), make_plan(tmp_path, "b", files=300), GEN + 100)
+    ledger.counters.refresh_counters(RSE)
+    assert [x["n"] for x in ledger.base.rse(RSE)["drained"]] == [0]
 
 
 def test_directories_given_up_and_removed_by_directory_jobs_are_told_apart(tmp_path: Path,
                                                                            mongo_db: Database) -> None:
     ledger = Ledger(mongo_db)
     ledger.ensure_indexes()
-    ledger.record_plan(PlanReader(tmp_path / "a"), make_plan(tmp_path, "a", files=200), GEN)
+    ledger.plans.record_plan(PlanReader(tmp_path / "a"), make_plan(tmp_path, "a", files=200), GEN)
     coll = mongo_db[pending_dirs.COLLECTION]
     coll.insert_many([
         {"_id": f"{RSE}|/store/unmerged/Old/A", "rse": RSE, "dir": "/store/unmerged/Old/A", "since": GEN - 100,
@@ -107,10 +107,10 @@ def test_directories_given_up_and_removed_by_directory_jobs_are_told_apart(tmp_p
     given = Ledger(mongo_db).view().given_up_dirs(RSE, 4)
     assert [(g["dir"], g["state"], g["error"], g["tries"]) for g in given] == \
         [("/store/unmerged/Old/A", "permission_denied", "EACCES on rmdir", 4)]
-    made = pending_dirs.plan_jobs(ledger, RSE, GEN, 4, 100, lambda d: True)  # B still has tries left
+    made = ledger.pending_dirs.plan_jobs(RSE, GEN, 4, 100, lambda d: True)  # B still has tries left
     assert len(made) == 1
-    ledger.record_dirs(made[0], [{"dir": "/store/unmerged/Old/B", "state": "removed"}])
+    ledger.outcomes.record_dirs(made[0], [{"dir": "/store/unmerged/Old/B", "state": "removed"}])
     plan_job = job_id(RSE, GEN, 1, 1)
-    ledger.record_dirs(plan_job, [{"dir": "/store/unmerged/Era/P0/RAW/Proc-v1/000/000", "state": "removed"}])
-    c = ledger.refresh_counters(RSE)
+    ledger.outcomes.record_dirs(plan_job, [{"dir": "/store/unmerged/Era/P0/RAW/Proc-v1/000/000", "state": "removed"}])
+    c = ledger.counters.refresh_counters(RSE)
     assert (c["dirs_removed"], c["dirs_removed_by_dir_jobs"]) == (2, 1)

@@ -86,17 +86,17 @@ def record(ledger: Ledger, tmp: Path, jobs: list[list[str]]) -> int:
     plan = SimpleNamespace(rse=RSE, guard=None, created=0.0, files_total=0, files_to_delete=0, files_protected=0,
                            files_excluded=0, files_invalid={}, dirs_removable=0, jobs=len(jobs), protected_count=1,
                            job_files=names, job_sizes=[len(j) for j in jobs])
-    return ledger.record_plan(PlanReader(tmp), plan, GEN)
+    return ledger.plans.record_plan(PlanReader(tmp), plan, GEN)
 
 
 def answers(ledger: Ledger) -> dict[str, tuple[Any, ...]]:
-    return {d["lfn"]: (d["state"], d["job"], d["attempts"], d.get("error_class")) for d in ledger.file_records()}
+    return {d["lfn"]: (d["state"], d["job"], d["attempts"], d.get("error_class")) for d in ledger.reads.file_records()}
 
 
 def paged(ledger: Ledger, limit: int, **query: Any) -> list[dict[str, Any]]:
     out, after = [], None
     while True:
-        page = ledger.query_files(RSE, generation=GEN, after=after, limit=limit, **query)
+        page = ledger.reads.query_files(RSE, generation=GEN, after=after, limit=limit, **query)
         out += page["items"]
         after = page["next"]
         if not after:
@@ -106,21 +106,21 @@ def paged(ledger: Ledger, limit: int, **query: Any) -> list[dict[str, Any]]:
 def fence_variants(ledger: Ledger, records: list[dict[str, Any]]) -> Iterator[str]:
     """Puts each fence list the pages may meet in the ledger's cache: the recorded one, none (a generation
     recorded before fences), and stale ones (every file id and odd strings, some outside the generation)."""
-    recorded = ledger.fences.get(RSE, GEN)
-    assert recorded == sorted(d["_id"] for d in ledger.buckets.find({"rse": RSE, "gen": GEN}, {"_id": 1}))
+    recorded = ledger.base.fences.get(RSE, GEN)
+    assert recorded == sorted(d["_id"] for d in ledger.base.buckets.find({"rse": RSE, "gen": GEN}, {"_id": 1}))
     ids = [d["_id"] for d in records]
     prefix = file_id(RSE, GEN, "")
     for name, fences in (("recorded", recorded), ("none", []), ("stale", sorted(ids[::2] + [
             prefix[:-1], prefix, prefix + ROOT, prefix + ROOT + "/000/s", prefix + "\U0010ffff", "~"]))):
-        ledger.fences._lists[(RSE, GEN)] = fences
+        ledger.base.fences._lists[(RSE, GEN)] = fences
         yield name
-    ledger.fences._lists.pop((RSE, GEN))
+    ledger.base.fences._lists.pop((RSE, GEN))
 
 
 def check(ledger: Ledger, model: Model, limit: int, prefix: str) -> None:
     want = {lfn: (f["state"], f["job"], f["attempts"], f["error_class"]) for lfn, f in model.files.items()}
     assert answers(ledger) == want
-    records = ledger.file_records()
+    records = ledger.reads.file_records()
     assert [d["_id"] for d in records] == sorted(file_id(RSE, GEN, x) for x in model.files)
     for fences in fence_variants(ledger, records):
         assert paged(ledger, limit) == records, fences
@@ -133,11 +133,11 @@ def check(ledger: Ledger, model: Model, limit: int, prefix: str) -> None:
         for job in model.rounds:
             assert paged(ledger, limit, job=job) == [d for d in records if d["job"] == job], fences
     for state in FileState:
-        assert ledger.count_files(RSE, GEN, [state]) == sum(1 for d in records if d["state"] == state)
+        assert ledger.counters.count_files(RSE, GEN, [state]) == sum(1 for d in records if d["state"] == state)
     for job in model.rounds:
-        assert ledger.job_lfns(job, None) == sorted(d["lfn"] for d in records if d["job"] == job)
+        assert ledger.rounds.job_lfns(job, None) == sorted(d["lfn"] for d in records if d["job"] == job)
     for d in records[::5]:
-        assert ledger.file_history(RSE, d["lfn"]) == [d]
+        assert ledger.reads.file_history(RSE, d["lfn"]) == [d]
 
 
 lfns_st = st.lists(st.sampled_from([f"{d}/{n}" for d in DIRS for n in NAMES]), min_size=1, max_size=24, unique=True)
@@ -189,20 +189,21 @@ def run_model(tmp_path: Path, mongo_db: Database, lfns: list[str], per_job: int,
             model.outcomes(job, given_)
             outs = [{"lfn": lfn, "state": s, "error_class": c, "size": 7} for lfn, s, c in given_]
             for _ in range(2 if op[0] == "collect" or op[3] else 1):  # repeated: the same records
-                ledger.record_outcomes(job, outs)
+                ledger.outcomes.record_outcomes(job, outs)
             if op[0] == "collect":
-                assert ledger.close_job(job, "finished") == model.close(job)
+                assert ledger.outcomes.close_job(job, "finished") == model.close(job)
         elif op[0] == "close":
             job = jobs_now[op[1] % len(jobs_now)]
-            assert ledger.close_job(job, "failed") == model.close(job)
+            assert ledger.outcomes.close_job(job, "failed") == model.close(job)
             if op[2]:
-                assert ledger.close_job(job, "failed") == 0
+                assert ledger.outcomes.close_job(job, "failed") == 0
         elif op[0] == "retry":
-            assert ledger.new_round(RSE, GEN, op[1], op[2], redo_dry_run=op[3]) == model.new_round(op[1], op[2], op[3])
+            assert ledger.rounds.new_round(RSE, GEN, op[1], op[2], redo_dry_run=op[3]) \
+                == model.new_round(op[1], op[2], op[3])
         elif op[0] == "drop":
             covered = PrefixSet([op[1]])
             job = jobs_now[op[3] % len(jobs_now)] if op[2] else None
-            assert ledger.drop_protected(RSE, GEN, covered, job) == model.drop(covered, job)
+            assert ledger.plans.drop_protected(RSE, GEN, covered, job) == model.drop(covered, job)
         check(ledger, model, limit, prefix)
 
 
@@ -217,15 +218,16 @@ def test_a_per_file_ledger_from_before_buckets_is_read_and_updated_as_rows(mongo
     mongo_db.jobs.insert_one({"_id": jid, "rse": RSE, "gen": GEN, "round": 1, "n": 1, "state": "queued", "files": 8})
     mongo_db.rses.insert_one({"_id": RSE, "generation": GEN, "generations": [{"gen": GEN}]})
     model = Model([lfns])
-    assert ledger.job_lfns(jid) == sorted(lfns)
+    assert ledger.rounds.job_lfns(jid) == sorted(lfns)
     given_ = [(lfns[0], "deleted", ""), (lfns[1], "failed", "timeout")]
-    ledger.record_outcomes(jid, [{"lfn": x, "state": s, "error_class": c} for x, s, c in given_])
+    ledger.outcomes.record_outcomes(jid, [{"lfn": x, "state": s, "error_class": c} for x, s, c in given_])
     model.outcomes(jid, given_)
-    assert ledger.close_job(jid, "finished") == model.close(jid) == 6
-    assert ledger.new_round(RSE, GEN, 3, 4) == model.new_round(3, 4, False)
+    assert ledger.outcomes.close_job(jid, "finished") == model.close(jid) == 6
+    assert ledger.rounds.new_round(RSE, GEN, 3, 4) == model.new_round(3, 4, False)
     check(ledger, model, 3, f"{ROOT}/000/s")
     assert not mongo_db.buckets.count_documents({})
-    assert ledger.refresh_counters(RSE)["unknown"] == 0 and ledger.refresh_counters(RSE)["pending"] == 7
+    assert ledger.counters.refresh_counters(RSE)["unknown"] == 0
+    assert ledger.counters.refresh_counters(RSE)["pending"] == 7
 
 
 def test_names_sort_like_ids() -> None:

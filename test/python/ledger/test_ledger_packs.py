@@ -50,7 +50,7 @@ def write_plan(plan_dir: Path, jobs: list[list[str]], raw: Optional[list[bytes]]
 
 
 def record(ledger: Ledger, plan_dir: Path, jobs: list[list[str]], gen: float = GEN, floor: int = 7) -> int:
-    return ledger.record_plan(PlanReader(plan_dir), write_plan(plan_dir, jobs), gen, floor_depth=floor)
+    return ledger.plans.record_plan(PlanReader(plan_dir), write_plan(plan_dir, jobs), gen, floor_depth=floor)
 
 
 def job_ids(jobs: list[list[str]], gen: float = GEN) -> list[str]:
@@ -65,10 +65,10 @@ def assert_manifests_are_the_plan(ledger: Ledger, mongo_db: Database, jobs: list
     """Every job's files, read all ways the submission and the pages read them, are exactly its plan lines."""
     ids = job_ids(jobs, gen)
     want = {jid: sorted(set(lfns)) for jid, lfns in zip(ids, jobs)}
-    assert ledger.jobs_lfns(ids) == want
-    assert ledger.jobs_lfns(ids, None) == want
+    assert ledger.rounds.jobs_lfns(ids) == want
+    assert ledger.rounds.jobs_lfns(ids, None) == want
     for jid in ids:
-        assert ledger.job_lfns(jid) == want[jid]
+        assert ledger.rounds.job_lfns(jid) == want[jid]
     docs = list(mongo_db.buckets.find({"rse": RSE, "gen": gen}))
     assert len({d["_id"] for d in docs}) == len(docs) == mongo_db.buckets.count_documents({"gen": gen})
     for d in docs:  # a bucket's id sorts before each of its files, all of them under its `dir`
@@ -105,9 +105,9 @@ def test_every_job_manifest_is_exactly_its_plan_lines(tmp_path_factory: pytest.T
     assert_manifests_are_the_plan(ledger, mongo_db, jobs)
     for n, lfns_ in enumerate(jobs, 1):
         for lfn in lfns_[:3]:
-            assert [d["job"] for d in ledger.file_history(RSE, lfn)] == [job_id(RSE, GEN, 1, n)]
+            assert [d["job"] for d in ledger.reads.file_history(RSE, lfn)] == [job_id(RSE, GEN, 1, n)]
     missing = lfns[0] + "x"  # no plan line: in no bucket
-    assert ledger.file_history(RSE, missing) == [] or missing in lfns
+    assert ledger.reads.file_history(RSE, missing) == [] or missing in lfns
     # pages under a path prefix cut anywhere (inside a name too), and a job's, in pieces of `limit`
     prefix = lfns[-1][:cut]
     assert paged(ledger, limit, dir_prefix=prefix) == sorted(x for x in lfns if x.startswith(prefix))
@@ -119,7 +119,7 @@ def test_every_job_manifest_is_exactly_its_plan_lines(tmp_path_factory: pytest.T
 def paged(ledger: Ledger, limit: int, gen: float = GEN, **query: Any) -> list[str]:
     out, after = [], None
     while True:
-        page = ledger.query_files(RSE, generation=gen, after=after, limit=limit, **query)
+        page = ledger.reads.query_files(RSE, generation=gen, after=after, limit=limit, **query)
         out += [d["lfn"] for d in page["items"]]
         if not (after := page["next"]):
             return out
@@ -130,7 +130,7 @@ def test_a_plan_line_that_is_not_utf8_is_refused_before_any_bucket(tmp_path: Pat
     good = [f"{DATASET}/000/a.root"]
     plan = write_plan(tmp_path, [good, good], raw=[f"{good[0]}\n".encode(), f"{DATASET}/000/b\xff.root\n".encode("latin-1")])
     with pytest.raises(GuardTripped):
-        ledger.record_plan(PlanReader(tmp_path), plan, GEN)
+        ledger.plans.record_plan(PlanReader(tmp_path), plan, GEN)
     assert mongo_db.buckets.count_documents({}) == 0
 
 
@@ -188,7 +188,7 @@ def test_a_recording_repeated_after_a_crash_gives_the_buckets_of_one_whole_recor
         with pytest.raises(Crash):
             record(ledger, tmp_path, jobs)
     assert 0 < mongo_db.buckets.count_documents({}) < len(whole)
-    assert ledger.rse(RSE)["recording"] == GEN
+    assert ledger.base.rse(RSE)["recording"] == GEN
     record(ledger, tmp_path, jobs)
     assert bucket_shape(mongo_db) == whole
     assert_manifests_are_the_plan(ledger, mongo_db, jobs)
@@ -214,14 +214,14 @@ def test_a_repeat_after_a_crash_keeps_the_generation_s_packing(tmp_path: Path, m
             record(ledger, tmp_path, jobs)
     if change == "before_packing":  # that code wrote no `packing` on the generation's entry
         mongo_db.rses.update_one({"_id": RSE, "generations.gen": GEN}, {"$unset": {"generations.$.packing": ""}})
-        assert "packing" not in ledger.rse(RSE)["generations"][0]
+        assert "packing" not in ledger.base.rse(RSE)["generations"][0]
     with monkeypatch.context() as m:
         if change == "pack":
             m.setattr(bk, "PACK_NAMES", 5)
         record(ledger, tmp_path, jobs, floor=8 if change == "floor" else 7)
     assert bucket_shape(mongo_db) == whole
     assert_manifests_are_the_plan(ledger, mongo_db, jobs)
-    assert sorted(d["lfn"] for d in ledger.file_records()) == sorted(x for j in jobs for x in j)
+    assert sorted(d["lfn"] for d in ledger.reads.file_records()) == sorted(x for j in jobs for x in j)
 
 
 def test_generations_of_both_shapes_and_floors_read_side_by_side(tmp_path: Path, mongo_db: Database,
@@ -241,7 +241,7 @@ def test_generations_of_both_shapes_and_floors_read_side_by_side(tmp_path: Path,
         assert_manifests_are_the_plan(ledger, mongo_db, js, gen)
         assert paged(ledger, 7, gen, dir_prefix=f"{DATASET[:-2]}v2/003") == sorted(x for j in js for x in j if x.startswith(f"{DATASET[:-2]}v2/003/"))
     for lfn in (jobs[0][0], jobs[1][5], jobs[-1][-1]):
-        hist = ledger.file_history(RSE, lfn)
+        hist = ledger.reads.file_history(RSE, lfn)
         n = next(i for i, j in enumerate(jobs, 1) if lfn in j)
         want = [(GEN + 2, job_id(RSE, GEN + 2, 1, n - 1))] if n > 1 else []
         want += [(GEN + 1, job_id(RSE, GEN + 1, 1, n)), (GEN, job_id(RSE, GEN, 1, n))]
@@ -266,16 +266,16 @@ def test_drop_protected_inside_a_pack_takes_exactly_the_covered_files(tmp_path: 
     assert covered == sorted([f"{DATASET}/0001/{n}" for n in ("a.root", "ab.root", "b.root")]
                              + [f"{DATASET}/001/ab.root", f"{DATASET}/000"])
     jid = job_id(RSE, GEN, 1, 1) if job else None
-    assert ledger.drop_protected(RSE, GEN, protection, jid) == len(covered)
-    states = {d["lfn"]: (d["state"], d.get("error_class")) for d in ledger.file_records()}
+    assert ledger.plans.drop_protected(RSE, GEN, protection, jid) == len(covered)
+    states = {d["lfn"]: (d["state"], d.get("error_class")) for d in ledger.reads.file_records()}
     assert {x for x, s in states.items() if s[0] == "skipped_protected"} == set(covered)
     assert all(s == ("skipped_protected", "protected_since_planning") for x, s in states.items() if x in covered)
     assert all(s[0] == "planned" for x, s in states.items() if x not in covered)
-    assert ledger.job_lfns(job_id(RSE, GEN, 1, 1)) == sorted(set(files) - set(covered))
-    assert ledger.drop_protected(RSE, GEN, protection, jid) == 0  # repeated: nothing more
+    assert ledger.rounds.job_lfns(job_id(RSE, GEN, 1, 1)) == sorted(set(files) - set(covered))
+    assert ledger.plans.drop_protected(RSE, GEN, protection, jid) == 0  # repeated: nothing more
     more = PrefixSet([f"{DATASET}/000"])  # a subdirectory's files, "000-x" and "0001" sorting around it stay
-    assert ledger.drop_protected(RSE, GEN, more, jid) == 3
-    assert ledger.job_lfns(job_id(RSE, GEN, 1, 1)) == sorted(
+    assert ledger.plans.drop_protected(RSE, GEN, more, jid) == 3
+    assert ledger.rounds.job_lfns(job_id(RSE, GEN, 1, 1)) == sorted(
         x for x in set(files) - set(covered) if not (x == f"{DATASET}/000" or x.startswith(f"{DATASET}/000/")))
 
 
@@ -300,13 +300,13 @@ def test_a_recording_repeated_with_another_plan_keeps_nothing_of_the_first(tmp_p
         m.setattr(recording, "RECORD_BATCH_FILES", 3)
         m.setattr(recording, "insert_ignoring_duplicates", crash_after(1))
         with pytest.raises(Crash):
-            ledger.record_plan(PlanReader(tmp_path, sealed), plan, GEN)
+            ledger.plans.record_plan(PlanReader(tmp_path, sealed), plan, GEN)
     assert mongo_db.buckets.count_documents({}) == 1
     plan, sealed = sealed_plan(tmp_path, second)
-    ledger.record_plan(PlanReader(tmp_path, sealed), plan, GEN)
+    ledger.plans.record_plan(PlanReader(tmp_path, sealed), plan, GEN)
     assert_manifests_are_the_plan(ledger, mongo_db, second)
-    assert sorted(d["lfn"] for d in ledger.file_records()) == sorted(x for j in second for x in j)
-    assert [g["seal"] for g in ledger.rse(RSE)["generations"]] == [sealed.digest]
+    assert sorted(d["lfn"] for d in ledger.reads.file_records()) == sorted(x for j in second for x in j)
+    assert [g["seal"] for g in ledger.base.rse(RSE)["generations"]] == [sealed.digest]
     assert mongo_db.jobs.count_documents({}) == len(second)
 
 
@@ -316,11 +316,11 @@ def test_another_plan_s_recording_whose_job_started_is_refused_and_kept(tmp_path
     first = [[f"{DATASET}/000/{n}.root" for n in "abc"]]
     ledger = fresh(mongo_db)
     plan, sealed = sealed_plan(tmp_path, first)
-    ledger.record_plan(PlanReader(tmp_path, sealed), plan, GEN)
+    ledger.plans.record_plan(PlanReader(tmp_path, sealed), plan, GEN)
     mongo_db.rses.update_one({"_id": RSE}, {"$set": {"recording": GEN}})
     mongo_db.jobs.update_one({}, {"$set": {"state": "queued"}})
     plan, other = sealed_plan(tmp_path, [first[0][1:]])
     with pytest.raises(GuardTripped, match="plan_outdated.*has started"):
-        ledger.record_plan(PlanReader(tmp_path, other), plan, GEN)
-    assert ledger.jobs_lfns(job_ids(first)) == {job_ids(first)[0]: first[0]}
-    assert [g["seal"] for g in ledger.rse(RSE)["generations"]] == [sealed.digest]
+        ledger.plans.record_plan(PlanReader(tmp_path, other), plan, GEN)
+    assert ledger.rounds.jobs_lfns(job_ids(first)) == {job_ids(first)[0]: first[0]}
+    assert [g["seal"] for g in ledger.base.rse(RSE)["generations"]] == [sealed.digest]

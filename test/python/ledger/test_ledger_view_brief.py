@@ -22,12 +22,12 @@ RSES = [f"T2_XX_{i:03d}" for i in range(30)]
 
 def cycles(ledger: Ledger, bad: set[int]) -> None:
     for i in range(8):
-        cid = ledger.start_cycle(f"inst-{i % 2}", i, RSES)
+        cid = ledger.cycles.start_cycle(f"inst-{i % 2}", i, RSES)
         for rse in RSES:
-            ledger.record_cycle_result(cid, rse, {"outcome": "submitted", "jobs": i, "detail": "x" * 50})
+            ledger.cycles.record_cycle_result(cid, rse, {"outcome": "submitted", "jobs": i, "detail": "x" * 50})
         failures = [{"source": "rucio", "reason": "rucio_unavailable", "detail": "d", "rse": ""}] if i in bad else []
-        ledger.end_cycle(cid, failures)
-    ledger.start_cycle("inst-0", 9, RSES)  # one still running: the newest finished one is the last cycle
+        ledger.cycles.end_cycle(cid, failures)
+    ledger.cycles.start_cycle("inst-0", 9, RSES)  # one still running: the newest finished one is the last cycle
 
 
 def same_but_bulk(full: dict, brief: dict) -> None:
@@ -68,14 +68,14 @@ def test_brief_health_keeps_finished_cycles_and_follows_changes(mongo_db: Databa
     assert view.cycles(5, brief=True) == view.cycles(5, brief=True)  # a caller's changes do not reach the cache
     running = mongo_db.cycles.find_one({"finished": {"$exists": False}})["_id"]
     assert running not in view._finished and len(view._finished) == 8  # the 8 finished ones kept, not the running one
-    ledger.end_cycle(running)  # good: the running cycle is now the last one and the last good one
+    ledger.cycles.end_cycle(running)  # good: the running cycle is now the last one and the last good one
     then = view.health(3600.0, brief=True)
     assert then["last_cycle"]["id"] == running and then["last_good_cycle_at"] == then["last_cycle"]["finished"]
     assert first["last_cycle"]["id"] != running and first["sources"]["rucio"] == 0 and then["sources"]["rucio"] == 1
     full = view.health(3600.0)
     assert then["last_cycle"] == {k: v for k, v in full["last_cycle"].items() if k not in CYCLE_BRIEF}
     for i in range(12):  # older cycles leave the cache with the meta document's recent list
-        ledger.end_cycle(ledger.start_cycle("inst-0", 20 + i, RSES))
+        ledger.cycles.end_cycle(ledger.cycles.start_cycle("inst-0", 20 + i, RSES))
     view.health(3600.0, brief=True)
     assert set(view._finished) <= set(mongo_db.meta.find_one({"_id": CYCLES_META})["recent"][-10:])
 

@@ -43,7 +43,7 @@ class Finds(monitoring.CommandListener):
 def paged(ledger: Ledger, limit: int, **query: Any) -> list[dict[str, Any]]:
     out, after = [], None
     while True:
-        page = ledger.query_files(RSE, after=after, limit=limit, **query)
+        page = ledger.reads.query_files(RSE, after=after, limit=limit, **query)
         out += page["items"]
         if not (after := page["next"]):
             return out
@@ -63,20 +63,20 @@ def a_recorded_job(tmp_path: Path, db: Database) -> tuple[Ledger, str, list[str]
     """A ledger with a plan recorded, one of its jobs and that job's files."""
     ledger = Ledger(db)
     ledger.ensure_indexes()
-    ledger.record_plan(PlanReader(tmp_path / "plan"), make_plan(tmp_path), GEN)
+    ledger.plans.record_plan(PlanReader(tmp_path / "plan"), make_plan(tmp_path), GEN)
     job = job_id(RSE, GEN, 1, 2)
-    return ledger, job, ledger.job_lfns(job)
+    return ledger, job, ledger.rounds.job_lfns(job)
 
 
 def test_a_job_page_reads_its_span_rows_and_looks_no_entry_up(tmp_path: Path, mongo_url: str,
                                                               mongo_db: Database) -> None:
     ledger, job, lfns = a_recorded_job(tmp_path, mongo_db)
-    ledger.record_outcomes(job, [{"lfn": x, "state": ("failed", "deleted", "would_delete", "missing")[i % 4],
-                                  **({"error_class": "e", "error": "x"} if i % 4 == 0 else {})}
-                                 for i, x in enumerate(lfns)])
+    ledger.outcomes.record_outcomes(job, [{"lfn": x, "state": ("failed", "deleted", "would_delete", "missing")[i % 4],
+                                           **({"error_class": "e", "error": "x"} if i % 4 == 0 else {})}
+                                          for i, x in enumerate(lfns)])
     retry = job_id(RSE, GEN, 2, 1)
     shadowed = {a_row_beside_its_entry(mongo_db, job, code, retry) for code in ("d", "w")}
-    want = [d for d in ledger.file_records() if d["job"] == job]
+    want = [d for d in ledger.reads.file_records() if d["job"] == job]
     assert len(want) == len(lfns) - len(shadowed) and not shadowed & {d["_id"] for d in want}
     finds = Finds()
     with MongoClient(mongo_url, event_listeners=[finds]) as client:
@@ -96,8 +96,8 @@ def test_directory_pages_read_their_ancestors_buckets_by_the_index_fields_alone(
     for a filter with any other field (a state, a job)."""
     ledger = Ledger(mongo_db)
     ledger.ensure_indexes()
-    ledger.record_plan(PlanReader(tmp_path / "plan"), make_plan(tmp_path), GEN)
-    everything = ledger.file_records()
+    ledger.plans.record_plan(PlanReader(tmp_path / "plan"), make_plan(tmp_path), GEN)
+    everything = ledger.reads.file_records()
     prefix = "/store/unmerged/Era/P1/RAW/Proc-v1/000/001/"
     assert mongo_db.buckets.count_documents({"dir": prefix.rsplit("/", 2)[0]})  # packed: held by the parent's buckets
     assert not mongo_db.buckets.count_documents({"dir": prefix[:-1]})
@@ -105,7 +105,7 @@ def test_directory_pages_read_their_ancestors_buckets_by_the_index_fields_alone(
     with MongoClient(mongo_url, event_listeners=[finds]) as client:
         reader = Ledger(client[mongo_db.name])
         inside = [d for d in everything if d["lfn"].startswith(prefix)]
-        assert reader.query_files(RSE, dir_prefix=prefix, limit=5)["items"] == inside[:5]
+        assert reader.reads.query_files(RSE, dir_prefix=prefix, limit=5)["items"] == inside[:5]
         assert paged(reader, 5, dir_prefix=prefix) == inside
         assert paged(reader, 5, dir_prefix=prefix + "f1") == [d for d in everything if d["lfn"].startswith(prefix + "f1")]
         assert paged(reader, 7, state="planned") == [d for d in everything if d["state"] == "planned"]
@@ -118,11 +118,11 @@ def test_directory_pages_read_their_ancestors_buckets_by_the_index_fields_alone(
 def test_serve_view_keeps_the_current_generation_for_its_ttl(tmp_path: Path, mongo_db: Database) -> None:
     ledger = Ledger(mongo_db, generations_kept=2)
     ledger.ensure_indexes()
-    ledger.record_plan(PlanReader(tmp_path / "1" / "plan"), make_plan(tmp_path / "1"), GEN)
+    ledger.plans.record_plan(PlanReader(tmp_path / "1" / "plan"), make_plan(tmp_path / "1"), GEN)
     kept, fresh = Ledger(mongo_db).view(3600.0), Ledger(mongo_db).view()
     for view in (kept, fresh):
         assert {r["gen"] for r in view.files(RSE, None, None, None, None, None, 10)} == {GEN}
-    ledger.record_plan(PlanReader(tmp_path / "2" / "plan"), make_plan(tmp_path / "2"), GEN + 1)
+    ledger.plans.record_plan(PlanReader(tmp_path / "2" / "plan"), make_plan(tmp_path / "2"), GEN + 1)
     assert {r["gen"] for r in fresh.files(RSE, None, None, None, None, None, 10)} == {GEN + 1}
     assert {r["gen"] for r in kept.files(RSE, None, None, None, None, None, 10)} == {GEN}  # within its ttl
     assert list(kept.files("T2_XX_None", None, None, None, None, None, 10)) == []
@@ -131,7 +131,8 @@ def test_serve_view_keeps_the_current_generation_for_its_ttl(tmp_path: Path, mon
 def test_serve_view_keeps_a_job_document_for_its_ttl_and_never_past_it(tmp_path: Path, mongo_url: str,
                                                                        mongo_db: Database) -> None:
     ledger, job, lfns = a_recorded_job(tmp_path, mongo_db)
-    ledger.record_outcomes(job, [{"lfn": x, "state": "failed", "error_class": "e", "error": "x"} for x in lfns[::5]])
+    ledger.outcomes.record_outcomes(job, [{"lfn": x, "state": "failed", "error_class": "e", "error": "x"}
+                                         for x in lfns[::5]])
     fresh, now = Ledger(mongo_db).view(), [0.0]
     finds = Finds()
     with MongoClient(mongo_url, event_listeners=[finds]) as client:
@@ -172,17 +173,19 @@ def test_a_directory_page_reads_no_ancestor_bucket_above_the_generation_s_pack_f
     with the floor not known (a generation given by the caller) every ancestor is read; the records are the same."""
     ledger = Ledger(mongo_db)
     ledger.ensure_indexes()
-    ledger.record_plan(PlanReader(tmp_path / "plan"), make_plan(tmp_path), GEN)
-    everything = ledger.file_records()
+    ledger.plans.record_plan(PlanReader(tmp_path / "plan"), make_plan(tmp_path), GEN)
+    everything = ledger.reads.file_records()
     dataset, packed = "/store/unmerged/Era/P1/RAW/Proc-v1/", "/store/unmerged/Era/P1/RAW/Proc-v1/000/001/"
-    assert ledger.current_generation(RSE) == (GEN, 7)  # planner.dir_floor_depth's default, as the entry records it
+    # planner.dir_floor_depth's default, as the entry records it
+    assert ledger.reads.current_generation(RSE) == (GEN, 7)
     assert mongo_db.buckets.count_documents({"dir": packed.rsplit("/", 2)[0]})
     for prefix, reads_ancestors in ((dataset, False), (packed, True), (dataset + "000/0", True)):
         inside = [d for d in everything if d["lfn"].startswith(prefix)]
         for generation in (None, GEN):
             finds = Finds()
             with MongoClient(mongo_url, event_listeners=[finds]) as client:
-                page = Ledger(client[mongo_db.name]).query_files(RSE, dir_prefix=prefix, generation=generation, limit=5)
+                page = Ledger(client[mongo_db.name]).reads.query_files(RSE, dir_prefix=prefix, generation=generation,
+                                                                       limit=5)
             assert inside and page["items"] == inside[:5]
             ancestors_read = [f for c, f in finds.seen if c == "buckets" and "dir" in f]
             assert bool(ancestors_read) == (reads_ancestors or generation is not None), (prefix, generation)

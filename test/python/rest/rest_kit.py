@@ -36,18 +36,18 @@ def seed_rse(db: Database, rse: str, work: Path, dump: list[str], protected: lis
     assert not plan.guard, plan.guard_detail
     ledger = Ledger(db)
     ledger.ensure_indexes()
-    ledger.record_plan(PlanReader(plan_dir), plan, generation)
-    job_ids = [j["_id"] for j in ledger.jobs_in(rse, [JobState.PLANNED], generation)]
+    ledger.plans.record_plan(PlanReader(plan_dir), plan, generation)
+    job_ids = [j["_id"] for j in ledger.base.jobs_in(rse, [JobState.PLANNED], generation)]
     bases = ProtectedBases(protected)
-    jobs = [make_job(jid, rse, rse, ledger.job_lfns(jid), set(), bases, config, generation)
+    jobs = [make_job(jid, rse, rse, ledger.rounds.job_lfns(jid), set(), bases, config, generation)
             for jid in job_ids]
-    ledger.record_job_intent(jobs, "local")
+    ledger.rounds.record_job_intent(jobs, "local")
     outcomes: dict[str, dict[str, Any]] = {}
     i = 0
     for n, job in enumerate(jobs):
-        ledger.mark_submitted(job.job_id, f"local:{n}")
+        ledger.rounds.mark_submitted(job.job_id, f"local:{n}")
         if n >= done_jobs:
-            ledger.set_job_state(job.job_id, "running")
+            ledger.rounds.set_job_state(job.job_id, "running")
             continue
         reported = []
         for lfn in job.step.lfns:
@@ -56,11 +56,11 @@ def seed_rse(db: Database, rse: str, work: Path, dump: list[str], protected: lis
             if o is not None:
                 reported.append({"lfn": lfn, **o})
                 outcomes[lfn] = o
-        ledger.record_outcomes(job.job_id, reported)
-        ledger.record_dirs(job.job_id, dirs if n == 0 else ())
-        ledger.close_job(job.job_id, "finished")
-    ledger.set_rse_state(rse, state, reason, detail=f"{len(jobs) - done_jobs} jobs in the batch system")
-    counters = ledger.refresh_counters(rse)
+        ledger.outcomes.record_outcomes(job.job_id, reported)
+        ledger.outcomes.record_dirs(job.job_id, dirs if n == 0 else ())
+        ledger.outcomes.close_job(job.job_id, "finished")
+    ledger.base.set_rse_state(rse, state, reason, detail=f"{len(jobs) - done_jobs} jobs in the batch system")
+    counters = ledger.counters.refresh_counters(rse)
     return {"plan": plan, "jobs": job_ids, "outcomes": outcomes, "counters": counters,
             "failed": sorted(lfn for lfn, o in outcomes.items() if o["state"] == FileState.FAILED)}
 
@@ -68,9 +68,9 @@ def seed_rse(db: Database, rse: str, work: Path, dump: list[str], protected: lis
 def record_cycle(db: Database, rse: str, result: dict[str, Any]) -> str:
     """One finished polling cycle, as the service records it."""
     ledger = Ledger(db)
-    cid = ledger.start_cycle("rest-test", int(time.time() // 3600), [rse])
-    ledger.record_cycle_result(cid, rse, result)
-    ledger.end_cycle(cid, unfinished=[])
+    cid = ledger.cycles.start_cycle("rest-test", int(time.time() // 3600), [rse])
+    ledger.cycles.record_cycle_result(cid, rse, result)
+    ledger.cycles.end_cycle(cid, unfinished=[])
     return cid
 
 

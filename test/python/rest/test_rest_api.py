@@ -417,13 +417,13 @@ def test_status_error_says_what_failed(seeded: Any) -> None:
     """Before: `error` stayed "" while every cycle failed. Now WMCore's callers read what failed."""
     from MSUnmerged.ledger import Ledger
     ledger = Ledger(seeded.db)
-    cid = ledger.start_cycle("rest-test", 99, [RSE])
-    ledger.end_cycle(cid, failures=[{"source": "conmon", "reason": "conmon_http_status", "detail": "HTTP 502",
-                                     "rse": RSE}])
+    cid = ledger.cycles.start_cycle("rest-test", 99, [RSE])
+    ledger.cycles.end_cycle(cid, failures=[{"source": "conmon", "reason": "conmon_http_status", "detail": "HTTP 502",
+                                            "rse": RSE}])
     _, body, _ = get(seeded, "data/status?detail=false")
     (doc,) = body["result"]
     assert doc["error"].startswith("last cycle: 1 failures: conmon/conmon_http_status (T2_RT_Api): HTTP 502")
     assert time.strptime(doc["start_time"], "%a, %d %b %Y %H:%M:%S UTC")  # WMCore's format
-    ledger.end_cycle(ledger.start_cycle("rest-test", 100, [RSE]))  # a good one: no error again
+    ledger.cycles.end_cycle(ledger.cycles.start_cycle("rest-test", 100, [RSE]))  # a good one: no error again
     _, body, _ = get(seeded, "data/status?detail=false")
     assert body["result"][0]["error"] == ""

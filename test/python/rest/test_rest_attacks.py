@@ -262,9 +262,10 @@ def test_secrets_in_source_urls_are_never_shown(attacked: Any, mongo_url: str, t
     version holds them: unredacted."""
     ledger = Ledger(attacked.db)
     detail = f"conmon: unreachable: GET {secret_url(1)}: ConnectionError; Authorization: Bearer {SECRETS[3]}"
-    ledger.end_cycle(ledger.start_cycle("attack", int(time.time() // 3600), []),
-                     failures=[{"source": "conmon", "reason": "conmon_unreachable", "detail": detail, "rse": RSE}])
-    ledger.set_rse_state(RSE, "failed", "conmon_unreachable", detail=f"GET {secret_url(2)}")
+    ledger.cycles.end_cycle(ledger.cycles.start_cycle("attack", int(time.time() // 3600), []),
+                            failures=[{"source": "conmon", "reason": "conmon_unreachable", "detail": detail,
+                                       "rse": RSE}])
+    ledger.base.set_rse_state(RSE, "failed", "conmon_unreachable", detail=f"GET {secret_url(2)}")
     shown = [get(attacked, path)[1] for path in ("", f"rse?name={RSE}", "data/cycles", "data/status",
                                                   f"data/info?rse={RSE}")]
     config = tmp_path / "cli.toml"

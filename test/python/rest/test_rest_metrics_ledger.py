@@ -59,9 +59,9 @@ def ledger(mongo_db: Database, tmp_path: Path) -> Ledger:
     seed_rse(mongo_db, "T1_MT_Guarded", tmp_path, DUMP[:150] + DUMP[-50:], PROTECTED, gen, done_jobs=1, outcome=outcome,
              files_per_job=100, state="guarded", reason="protected_list_shrank")
     led = Ledger(mongo_db)
-    led.end_cycle(led.start_cycle("ms-unmer-t1", 1, ["T2_MT_Busy"]), failures=[
+    led.cycles.end_cycle(led.cycles.start_cycle("ms-unmer-t1", 1, ["T2_MT_Busy"]), failures=[
         {"source": "rucio", "reason": "rucio_http_status", "detail": "503", "rse": ""}])
-    led.start_cycle("ms-unmer-t1", 2, ["T2_MT_Busy"])
+    led.cycles.start_cycle("ms-unmer-t1", 2, ["T2_MT_Busy"])
     return led
 
 
@@ -97,14 +97,14 @@ def test_gauges_are_the_ledger_documents_and_prometheus_client_bytes(mongo_db: D
     assert text == generate_latest(Families(*parsed)).decode()
     # Scrapes that follow changes: counters recounted after more outcomes, a state set, the running cycle ended.
     job = next(j["_id"] for j in mongo_db.jobs.find({"rse": "T2_MT_Busy", "state": "running"}))
-    lfns = ledger.job_lfns(job)
-    ledger.record_outcomes(job, [{"lfn": lfn, "state": "deleted", "size": 7} for lfn in lfns])
-    ledger.close_job(job, "finished")
-    ledger.set_rse_state("T2_MT_Done", "clean", "")
-    ledger.refresh_counters("T2_MT_Busy")
-    ledger.refresh_counters("T2_MT_Done")
+    lfns = ledger.rounds.job_lfns(job)
+    ledger.outcomes.record_outcomes(job, [{"lfn": lfn, "state": "deleted", "size": 7} for lfn in lfns])
+    ledger.outcomes.close_job(job, "finished")
+    ledger.base.set_rse_state("T2_MT_Done", "clean", "")
+    ledger.counters.refresh_counters("T2_MT_Busy")
+    ledger.counters.refresh_counters("T2_MT_Done")
     running = mongo_db.cycles.find_one({"finished": {"$exists": False}})["_id"]
-    ledger.end_cycle(running)
+    ledger.cycles.end_cycle(running)
     text = metrics.render(view, config)
     check_against_ledger(mongo_db, text)
     got = samples(text)

@@ -68,7 +68,7 @@ def mounts(rest_app: Any, mongo_client: MongoClient, tmp_path_factory: pytest.Te
                             "failed_by_class": {"timeout": back}})
     ledger = Ledger(db)
     for slot in (1, 2):  # two cycles that failed before any RSE (Rucio down), none ever good
-        ledger.end_cycle(ledger.start_cycle("op-test", slot, []), dry_run=True, failures=[
+        ledger.cycles.end_cycle(ledger.cycles.start_cycle("op-test", slot, []), dry_run=True, failures=[
             {"source": "rucio", "reason": "rucio_bad_content", "detail": "<html>login</html>", "rse": ""}])
     db.meta.update_one({"_id": "cycles"}, {"$inc": {"first_started": -18000}})  # failing for five hours
     dry, real = Config(), Config()

@@ -155,7 +155,7 @@ def test_metrics_port_serves_metrics_only(served: Served) -> None:
 def test_trigger_plan_previews_without_recording(served: Served) -> None:
     rec = trigger(served, "plan")
     assert rec["result"]["rse"] == DEMO_RSE and rec["result"]["files_to_delete"] > 0 and not rec["result"]["guard"]
-    assert not Ledger(served.db).file_records(DEMO_RSE) and served.db.jobs.count_documents({}) == 0
+    assert not Ledger(served.db).reads.file_records(DEMO_RSE) and served.db.jobs.count_documents({}) == 0
 
 
 def test_trigger_apply_cleans_the_rse_and_the_ledger_shows_it(served: Served) -> None:

@@ -58,8 +58,8 @@ def test_apply_drops_newly_protected_and_submits_the_rest(tmp_path: Path, mongo_
                  for lfn in json.loads((d / "manifest.json").read_text())["task"]["steps"][0]["lfns"]]
     planned = [x for name in plan.job_files for x in (tmp_path / "plan" / "jobs" / name).read_text().split()]
     assert sorted(submitted) == sorted(x for x in planned if not x.startswith(newly + "/"))
-    assert len(Ledger(mongo_db).file_records(state="skipped_protected")) == 50
-    assert ledger.rse(RSE)["generations"][0]["dropped_protected"] == 50
+    assert len(Ledger(mongo_db).reads.file_records(state="skipped_protected")) == 50
+    assert ledger.base.rse(RSE)["generations"][0]["dropped_protected"] == 50
     manifests = [json.loads((d / "manifest.json").read_text()) for d in (tmp_path / "batch").iterdir() if d.is_dir()]
     assert all(m["task"]["steps"][0]["dry_run"] for m in manifests)  # dry run is the default
     states = wait_for(backend, {j["_id"]: j["batch_id"] for j in mongo_db.jobs.find()}, timeout=60)
@@ -79,7 +79,7 @@ def test_apply_refuses_an_empty_protected_list(tmp_path: Path, mongo_db: Databas
     result = svc.runner.apply_plan(tmp_path / "plan", [])
     svc.stop()
     assert (result.state, result.reason) == ("guarded", "protected_list_empty")
-    assert backend.submissions() == [] and not Ledger(mongo_db).file_records()
+    assert backend.submissions() == [] and not Ledger(mongo_db).reads.file_records()
 
 
 def test_apply_carries_the_scan_start_to_the_workers(tmp_path: Path, mongo_db: Database) -> None:

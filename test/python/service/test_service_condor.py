@@ -98,7 +98,7 @@ def run_to_end(svc: Service) -> None:
 
 def check_outcomes(pool: CondorPool, src: Path, db: Database) -> None:
     """Every planned file deleted at the site and recorded so, each in exactly one job."""
-    files = Ledger(db).file_records(RSE)
+    files = Ledger(db).reads.file_records(RSE)
     assert files and {f["state"] for f in files} == {"deleted"}
     assert len({f["lfn"] for f in files}) == len(files)
     for f in files:

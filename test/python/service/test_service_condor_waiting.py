@@ -58,9 +58,9 @@ def waited(condor_pool: CondorPool, tmp_path_factory: pytest.TempPathFactory,
         svc = make_service(str(tmp_path), db, str(site), tokens, configure=idle)
         first = svc.runner.run_once(RSE)
         jobs = sorted(j["_id"] for j in db.jobs.find())
-        all_files = {lfn for jid in jobs for lfn in svc.ledger.job_lfns(jid)}
+        all_files = {lfn for jid in jobs for lfn in svc.ledger.rounds.job_lfns(jid)}
         hit = jobs[0]
-        dirs = protect(site, [svc.ledger.job_lfns(hit)[0]])
+        dirs = protect(site, [svc.ledger.rounds.job_lfns(hit)[0]])
         # A file of an idle job became protected: the job is removed, its file dropped, the rest planned again.
         second = svc.runner.run_once(RSE)
         hit_doc = db.jobs.find_one({"_id": hit})
@@ -70,7 +70,7 @@ def waited(condor_pool: CondorPool, tmp_path_factory: pytest.TempPathFactory,
         svc.runner.run_once(RSE)  # re-issues the idle jobs now, without first waiting on jobs that cannot start
         run_to_end(svc)
         svc.stop()
-        yield Waited(first, second, hit_doc, all_files, dirs, list(db.jobs.find()), Ledger(db).file_records(RSE),
+        yield Waited(first, second, hit_doc, all_files, dirs, list(db.jobs.find()), Ledger(db).reads.file_records(RSE),
                      {lfn for lfn in all_files if condor_pool.inside(STORAGE + lfn).exists()},
                      set(dump_file(site, RSE).read_text().split()))
     finally:

@@ -54,7 +54,8 @@ def run_to_end(svc: Service) -> None:
 def snapshot(db: Database, submissions: list[str]) -> dict[str, Any]:
     """The ledger's records and the jobs submitted, the generation written as "<gen>": each run fills its own site,
     and its scan starts after that (workers refuse files changed after the scan started), so generations differ."""
-    files = {d["_id"]: (d["state"], d["job"], d["attempts"], d.get("error_class")) for d in Ledger(db).file_records()}
+    files = {d["_id"]: (d["state"], d["job"], d["attempts"], d.get("error_class"))
+             for d in Ledger(db).reads.file_records()}
     # A local batch id is the job's folder, which holds a hash of its id: compared as "its own folder".
     jobs = {d["_id"]: (d["state"], d["files"], d.get("batch_id") == f"local:{job_folder(d['_id'])}", d.get("summary"))
             for d in db.jobs.find()}

@@ -71,7 +71,7 @@ def test_a_directory_emptied_after_an_earlier_cycle_is_removed_by_a_later_one(tm
     assert all(j["gen"] == second.generation for j in retry_jobs)
     recorded = {d["dir"]: d["state"] for d in mongo_db.dirs.find({"rse": RSE, "gen": second.generation})}
     assert all(recorded[d] == "removed" for d in emptied)
-    assert svc.ledger.rse(RSE)["counters"]["dirs_removed"] >= len(emptied)
+    assert svc.ledger.base.rse(RSE)["counters"]["dirs_removed"] >= len(emptied)
     # Settled entries leave; directories of files still listed were planned again and removed by gen 2's jobs.
     left = {e["dir"] for e in mongo_db[pending_dirs.COLLECTION].find({"rse": RSE})}
     assert not left & set(emptied)
@@ -114,7 +114,7 @@ def test_sweep_removes_old_empty_directories_and_counts_them(tmp_path: Path, mon
     assert recorded[f"{dataset}/999/empty"] == recorded[f"{dataset}/999"] == "removed"
     # The collector took the swept directories as the job's own (no report line rejected), and counted them.
     assert all("rejected" not in (j.get("reason") or "") for j in mongo_db.jobs.find({"rse": RSE}))
-    assert svc.ledger.rse(RSE)["counters"]["dirs_removed"] == sum(1 for s in recorded.values() if s == "removed")
+    assert svc.ledger.base.rse(RSE)["counters"]["dirs_removed"] == sum(1 for s in recorded.values() if s == "removed")
 
 
 def test_directory_jobs_of_the_same_dump_remove_retried_directories_and_their_emptied_parents(
@@ -181,6 +181,6 @@ def test_settle_drops_the_entries_of_parents_a_directory_job_removed_and_counts_
                                for d, s in records.items()])
     mongo_db[pending_dirs.COLLECTION].insert_many([
         {"_id": f"{RSE}|{d}", "rse": RSE, "dir": d, "tries": 1, "state": "not_empty"} for d in records])
-    pending_dirs.settle(ledger, job, held_dirs((), job["retry_dirs"]))
+    ledger.pending_dirs.settle(job, held_dirs((), job["retry_dirs"]))
     left = {e["dir"]: e["tries"] for e in mongo_db[pending_dirs.COLLECTION].find({"rse": RSE})}
     assert left == {top: 1}

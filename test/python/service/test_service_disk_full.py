@@ -88,7 +88,7 @@ def test_a_full_state_disk_is_named_and_recovered(tmp_path: Path, mongo_db: Data
     assert 'id="disk-low"' in page.disk_line(page.Context.from_config(config))
     first = svc.runner.run_once(RSE)
     assert (first.action, first.reason, first.source) == ("failed", "state_disk_full", "disk"), first
-    assert svc.ledger.rse(RSE)["reason"] == "state_disk_full"
+    assert svc.ledger.base.rse(RSE)["reason"] == "state_disk_full"
 
     # Space back, then full again between recording the plan and submitting its jobs.
     free(small_disk)
@@ -109,7 +109,7 @@ def test_a_full_state_disk_is_named_and_recovered(tmp_path: Path, mongo_db: Data
     for _ in range(6):
         if svc.runner.run_once(RSE, wait_s=60).state == "clean":
             break
-    doc = svc.ledger.rse(RSE)
+    doc = svc.ledger.base.rse(RSE)
     c = doc["counters"]
     assert doc["state"] == "clean" and c["deleted"] == c["to_delete"] > 0, (doc["state"], c)
     assert c.get("unknown", 0) == 0 and c.get("failed", 0) == 0

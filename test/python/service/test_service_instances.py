@@ -96,15 +96,16 @@ def test_two_instances_one_killed_mid_cycle(tmp_path: Path, mongo_url: str, mong
         assert (result.action, result.state, result.submitted) == ("finish", "clean", 0), result
     check.stop()
     assert {d["state"] for d in db.jobs.find()} == {"finished"}
-    assert {d["state"] for d in Ledger(db).file_records()} == {"deleted"}, "a file deleted twice is reported missing"
+    assert {d["state"] for d in Ledger(db).reads.file_records()} == {"deleted"}, \
+        "a file deleted twice is reported missing"
     for rse in RSES:
-        deleted = {d["lfn"] for d in Ledger(db).file_records(rse)}
+        deleted = {d["lfn"] for d in Ledger(db).reads.file_records(rse)}
         everything = set(dump_file(tmp_path / "src", rse).read_text().split())
         assert files_left(storages[rse]) == everything - deleted
     for rse in RSES:
         doc = db.rses.find_one({"_id": rse})
         assert len(doc["generations"]) == 1
-        n = len(Ledger(db).file_records(rse))
+        n = len(Ledger(db).reads.file_records(rse))
         assert n == doc["generations"][0]["to_delete"] > 0
         assert sum(j["files"] for j in jobs.values() if j["rse"] == rse) == n  # each file in exactly one job
     mongo_client.drop_database(db_name)

@@ -32,7 +32,7 @@ def test_dry_run_is_dry_run_done_then_real_mode_deletes_the_same_generation(tmp_
     before = files_left(tmp_path / "storage" / RSE)
 
     first = svc.runner.run_once(RSE, wait_s=60)
-    doc = svc.ledger.rse(RSE)
+    doc = svc.ledger.base.rse(RSE)
     c = doc["counters"]
     # Every job was collected within --wait: the RSE is settled, not `running`, and says it was a dry run.
     assert (first.state, doc["state"], doc["reason"]) == ("dry_run_done", "dry_run_done", "dry_run")
@@ -49,11 +49,11 @@ def test_dry_run_is_dry_run_done_then_real_mode_deletes_the_same_generation(tmp_
 
     svc.config.service.dry_run = False
     real = svc.runner.run_once(RSE, wait_s=60)
-    doc = svc.ledger.rse(RSE)
+    doc = svc.ledger.base.rse(RSE)
     assert (real.action, real.generation, real.submitted > 0) == ("resume", generation, True)
     assert (doc["state"], doc["generation"], len(doc["generations"])) == ("clean", generation, 1)
     assert doc["counters"]["deleted"] == c["to_delete"] and doc["counters"]["would_delete"] == 0
-    deleted = {f["lfn"] for f in Ledger(mongo_db).file_records(RSE, state="deleted")}
+    deleted = {f["lfn"] for f in Ledger(mongo_db).reads.file_records(RSE, state="deleted")}
     assert files_left(tmp_path / "storage" / RSE) == before - deleted
     days = history.rse_days(mongo_db, RSE)
     assert sum(d["deleted"] for d in days) == len(deleted)
@@ -66,7 +66,7 @@ def test_preflight_refusal_refreshes_the_counters(tmp_path: Path, mongo_db: Data
     svc = make_service(tmp_path, mongo_db, src)
     svc.runner.jobs.backend = LocalBackend(svc.config, tmp_path / "batch", python="/nonexistent/python3")
     result = svc.runner.run_once(RSE)
-    doc = svc.ledger.rse(RSE)
+    doc = svc.ledger.base.rse(RSE)
     assert (result.reason, result.source, doc["state"]) == ("backend_unreachable", "backend", "failed")
     assert doc["counters"]["to_delete"] > 0 and doc["counters"]["pending"] == doc["counters"]["to_delete"]
 
@@ -111,14 +111,15 @@ def test_a_cycle_failing_before_any_rse_is_recorded_with_its_source(tmp_path: Pa
 
 def test_alert_when_the_last_good_cycle_is_too_old(mongo_db: Database) -> None:
     ledger = Ledger(mongo_db)
-    cid = ledger.start_cycle("old", 1, [])
-    ledger.end_cycle(cid)
+    cid = ledger.cycles.start_cycle("old", 1, [])
+    ledger.cycles.end_cycle(cid)
     # Ended two hours ago: end_cycle keeps the end on the cycle and on the cycles' meta document (health reads it there).
     ended = time.time() - 7200
     mongo_db.cycles.update_one({"_id": cid}, {"$set": {"finished": ended}})
     mongo_db.meta.update_one({"_id": CYCLES_META}, {"$set": {"last_good.finished": ended}})
-    failing = ledger.start_cycle("now", 2, [])
-    ledger.end_cycle(failing, failures=[{"source": "ledger", "reason": "ledger_unavailable", "detail": "", "rse": ""}])
+    failing = ledger.cycles.start_cycle("now", 2, [])
+    ledger.cycles.end_cycle(failing, failures=[{"source": "ledger", "reason": "ledger_unavailable", "detail": "",
+                                                "rse": ""}])
     health = Ledger(mongo_db).view().health(3600)
     assert 7100 < health["last_good_age_s"] < 7300 and "for 120 min" in health["alert"]
     assert "ledger_unavailable" in health["alert"] and health["sources"]["ledger"] == 0

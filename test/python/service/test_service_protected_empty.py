@@ -44,7 +44,7 @@ def test_an_empty_protected_list_guards_the_rse(tmp_path: Path, mongo_db: Databa
         finally:
             svc.stop()
     assert (result.state, result.reason) == ("guarded", "protected_list_empty"), result
-    doc = svc.ledger.rse(RSE)
+    doc = svc.ledger.base.rse(RSE)
     assert (doc["state"], doc["reason"]) == ("guarded", "protected_list_empty")
     assert result.submitted == 0 and mongo_db.jobs.count_documents({}) == 0
     assert svc.runner.jobs.backend.submissions() == []

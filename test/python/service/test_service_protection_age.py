@@ -45,7 +45,7 @@ def run_to_clean(svc: Service) -> None:
     for _ in range(8):
         if svc.runner.run_once(RSE, wait_s=60).action == "finish":
             break
-    assert svc.ledger.rse(RSE)["state"] == "clean", svc.ledger.rse(RSE)
+    assert svc.ledger.base.rse(RSE)["state"] == "clean", svc.ledger.base.rse(RSE)
 
 
 def check_kept(tmp_path: Path, db: Database, dirs: list[str], waited: set[str]) -> None:
@@ -53,7 +53,7 @@ def check_kept(tmp_path: Path, db: Database, dirs: list[str], waited: set[str]) 
     skipped_protected; their other files were deleted, in their first try. (A job that started before the change
     may delete files of those directories: its list was within the bound.)"""
     left = files_left(tmp_path / "storage" / RSE)
-    records = Ledger(db).file_records(RSE)
+    records = Ledger(db).reads.file_records(RSE)
     kept = {r["lfn"] for r in records if r["lfn"] in waited and any(r["lfn"].startswith(d + "/") for d in dirs)}
     assert kept and kept <= left
     assert {r["state"] for r in records if r["lfn"] in kept} == {"skipped_protected"}
@@ -71,14 +71,14 @@ def test_the_top_up_drops_files_protected_while_their_job_waits(tmp_path: Path, 
     svc.config.jobs.local_parallel = svc.runner.jobs.backend.parallel = 1
     assert svc.runner.run_once(RSE).submitted >= 3
     waiting = sorted(j["_id"] for j in mongo_db.jobs.find())[1:]
-    waited = {lfn for jid in waiting for lfn in svc.ledger.job_lfns(jid)}
-    dirs = protect(src, [svc.ledger.job_lfns(jid)[0] for jid in waiting])
+    waited = {lfn for jid in waiting for lfn in svc.ledger.rounds.job_lfns(jid)}
+    dirs = protect(src, [svc.ledger.rounds.job_lfns(jid)[0] for jid in waiting])
     drainer = Drainer(svc.config, svc.ledger, svc.sources, svc.runner.jobs.backend, "test-1", lambda: [RSE])
     drainer.once()
     # The jobs holding a newly protected file were removed before they started and sent again without it.
     renewed = [j for j in mongo_db.jobs.find({"_id": {"$in": waiting}}) if j.get("requeued") == 1]
     assert renewed and all(j["reason"].startswith("revalidation: ") and j["state"] == "queued" for j in renewed)
-    dropped = Ledger(mongo_db).file_records(RSE, state="skipped_protected")
+    dropped = Ledger(mongo_db).reads.file_records(RSE, state="skipped_protected")
     assert dropped and {d["error_class"] for d in dropped} == {"protected_since_planning"}
     shown = list(Ledger(mongo_db).view().files(RSE, "skipped_protected", "protected_since_planning", None, None,
                                                  None, 0))  # what REST's data/files answers
@@ -111,12 +111,12 @@ def test_waiting_jobs_are_re_issued_before_their_list_is_too_old(tmp_path: Path,
     renewed = [j for j in jobs.values() if j.get("requeued") == 1]
     assert renewed and all(j["state"] == "queued" and j["protected_until"] > first for j in renewed)
     assert all(j["reason"].startswith("re-issued: ") for j in renewed)
-    assert {(r["state"], r.get("attempts", 1)) for j in renewed for r in Ledger(mongo_db).file_records(job=j["_id"])} \
-        == {("planned", 1)}
+    assert {(r["state"], r.get("attempts", 1))
+            for j in renewed for r in Ledger(mongo_db).reads.file_records(job=j["_id"])} == {("planned", 1)}
     svc.config.jobs.max_protection_age_s = 3600.0
     svc.runner.jobs.backend.python = sys.executable
     run_to_clean(svc)
-    records = Ledger(mongo_db).file_records(RSE)
+    records = Ledger(mongo_db).reads.file_records(RSE)
     assert {(r["state"], r.get("attempts", 1)) for r in records if r["job"] in jobs} == {("deleted", 1)}
 
 
@@ -129,8 +129,8 @@ def test_a_service_stopped_past_the_bound_deletes_nothing_protected(tmp_path: Pa
     svc.config.jobs.max_protection_age_s = 2.0
     assert svc.runner.run_once(RSE).submitted >= 3
     jobs = {j["_id"]: j["batch_id"] for j in mongo_db.jobs.find()}
-    all_files = {lfn for jid in jobs for lfn in svc.ledger.job_lfns(jid)}
-    dirs = protect(src, [svc.ledger.job_lfns(jid)[0] for jid in sorted(jobs)])
+    all_files = {lfn for jid in jobs for lfn in svc.ledger.rounds.job_lfns(jid)}
+    dirs = protect(src, [svc.ledger.rounds.job_lfns(jid)[0] for jid in sorted(jobs)])
     backend = svc.runner.jobs.backend
     states = wait_for(backend, jobs, 120)  # nobody re-checks them: the service is away
     assert {s.state.value for s in states.values()} == {"finished"} and {s.exit_code for s in states.values()} == {2}
@@ -141,8 +141,8 @@ def test_a_service_stopped_past_the_bound_deletes_nothing_protected(tmp_path: Pa
     assert all(d["reason"].startswith("protection_expired: ") for d in docs)
     shown = Ledger(mongo_db).view().jobs(RSE, "planned", 100)  # what REST's data/jobs answers
     assert len(shown) == len(docs) and all("protection_expired" in j["reason"] and j["requeued"] == 1 for j in shown)
-    assert {(r["state"], r.get("attempts", 1)) for r in Ledger(mongo_db).file_records(RSE) if r["lfn"] in all_files} \
-        == {("planned", 1)}
+    assert {(r["state"], r.get("attempts", 1))
+            for r in Ledger(mongo_db).reads.file_records(RSE) if r["lfn"] in all_files} == {("planned", 1)}
     # Back with a bound its jobs meet (and workers that start at once): the files protected meanwhile stay.
     svc.config.jobs.max_protection_age_s = 3600.0
     backend.python = sys.executable
@@ -161,8 +161,8 @@ def test_a_restart_re_checks_the_jobs_its_predecessor_left_queued(tmp_path: Path
     first.runner.jobs.backend.close()  # the service stops: its queued jobs wait on disk
     first.stop()
     waiting = sorted(j["_id"] for j in mongo_db.jobs.find())[1:]
-    waited = {lfn for jid in waiting for lfn in first.ledger.job_lfns(jid)}
-    dirs = protect(src, [first.ledger.job_lfns(jid)[0] for jid in waiting])
+    waited = {lfn for jid in waiting for lfn in first.ledger.rounds.job_lfns(jid)}
+    dirs = protect(src, [first.ledger.rounds.job_lfns(jid)[0] for jid in waiting])
     # The same configuration and site, a new process's backend on the same work folder, workers that start at once.
     again = Service(first.config, Ledger(mongo_db), OfflineSources(src),
                     LoggedLocalBackend(first.config, tmp_path / "batch"), instance="test-1")
@@ -170,7 +170,7 @@ def test_a_restart_re_checks_the_jobs_its_predecessor_left_queued(tmp_path: Path
     drainer = Drainer(again.config, again.ledger, again.sources, again.runner.jobs.backend, "test-1",
                       lambda: again.last_rses)
     drainer.once()
-    assert Ledger(mongo_db).file_records(RSE, state="skipped_protected")
+    assert Ledger(mongo_db).reads.file_records(RSE, state="skipped_protected")
     run_to_clean(again)
     check_kept(tmp_path, mongo_db, dirs, waited)
 
@@ -191,13 +191,13 @@ def test_run_wait_after_a_restart_starts_no_adopted_job_before_revalidation(tmp_
     if stop == "crashed_before_marking":  # submitted, the submission not marked: reconciliation finds them
         mongo_db.jobs.update_many({"_id": {"$in": waiting}}, {"$set": {"state": "submitting"},
                                                                 "$unset": {"batch_id": ""}})
-    waited = {lfn for jid in waiting for lfn in first.ledger.job_lfns(jid)}
-    dirs = protect(src, [first.ledger.job_lfns(jid)[0] for jid in waiting])
+    waited = {lfn for jid in waiting for lfn in first.ledger.rounds.job_lfns(jid)}
+    dirs = protect(src, [first.ledger.rounds.job_lfns(jid)[0] for jid in waiting])
     again = Service(first.config, Ledger(mongo_db), OfflineSources(src),
                     LoggedLocalBackend(first.config, tmp_path / "batch"), instance="test-1")
     again.runner.jobs.backend.parallel = 4  # slots free beside the first service's job still running
     again.runner.run_once(RSE, wait_s=5)  # polls for 5 s, then revalidates
-    assert Ledger(mongo_db).file_records(RSE, state="skipped_protected")
+    assert Ledger(mongo_db).reads.file_records(RSE, state="skipped_protected")
     run_to_clean(again)
     check_kept(tmp_path, mongo_db, dirs, waited)
 
@@ -256,7 +256,7 @@ def test_run_wait_tops_up_with_a_list_no_older_than_half_the_bound(tmp_path: Pat
     docs = list(mongo_db.jobs.find())
     assert {d["state"] for d in docs} == {"finished"} and {d.get("requeued") for d in docs} == {None}, \
         [(d["_id"], d.get("reason"), d.get("submitted_at"), d.get("protected_until")) for d in docs]
-    assert not files_left(tmp_path / "storage" / RSE) & {r["lfn"] for r in Ledger(mongo_db).file_records(RSE)}
+    assert not files_left(tmp_path / "storage" / RSE) & {r["lfn"] for r in Ledger(mongo_db).reads.file_records(RSE)}
 
 
 def test_a_top_up_that_only_re_issued_jobs_counts_them(tmp_path: Path, mongo_db: Database) -> None:
@@ -276,7 +276,7 @@ def test_a_top_up_that_only_re_issued_jobs_counts_them(tmp_path: Path, mongo_db:
     counted: dict[str, int] = {}
     for j in jobs:
         counted[j["state"]] = counted.get(j["state"], 0) + 1
-    doc = svc.ledger.rse(RSE)
+    doc = svc.ledger.base.rse(RSE)
     assert doc["counters"]["jobs_by_state"] == counted
     live = sum(counted.get(s, 0) for s in ("submitting", "queued", "running", "held"))
     assert doc["detail"] == f"{live} jobs in the batch system"

@@ -48,18 +48,18 @@ def test_a_job_of_an_older_generation_planned_again_ends_superseded(tmp_path: Pa
     right after the job is planned again (the moments a check of the generation could miss)."""
     ledger = Ledger(mongo_db, generations_kept=2)
     ledger.ensure_indexes()
-    ledger.record_plan(PlanReader(tmp_path / "a"), make_plan(tmp_path, "a"), GEN)
+    ledger.plans.record_plan(PlanReader(tmp_path / "a"), make_plan(tmp_path, "a"), GEN)
     waiting = [job_id(RSE, GEN, 1, n) for n in (1, 2)]
     submit(ledger, waiting)
     jobs = keeper(tmp_path, ledger)
 
     def record_newer() -> None:
-        ledger.record_plan(PlanReader(tmp_path / "b"), make_plan(tmp_path, "b", files=300), GEN + 100)
+        ledger.plans.record_plan(PlanReader(tmp_path / "b"), make_plan(tmp_path, "b", files=300), GEN + 100)
 
     if newer == "before":
         record_newer()
     else:
-        requeue: Callable[[str, str], None] = ledger.requeue_job
+        requeue: Callable[[str, str], None] = ledger.rounds.requeue_job
         done: list[str] = []
 
         def racing(jid: str, reason: str) -> None:
@@ -69,13 +69,13 @@ def test_a_job_of_an_older_generation_planned_again_ends_superseded(tmp_path: Pa
             if newer == "meanwhile_after" and not done:
                 record_newer()
             done.append(jid)
-        ledger.requeue_job = racing  # type: ignore[method-assign]
+        ledger.rounds.requeue_job = racing  # type: ignore[method-assign]
     jobs.poll(RSE)
     docs = {d["_id"]: d for d in mongo_db.jobs.find({"_id": {"$in": waiting}})}
     assert {d["state"] for d in docs.values()} == {"superseded"}, docs
     assert all(d["requeued"] == 1 and "superseded by the plan of dump" in d["reason"] for d in docs.values())
     # Their files stay as superseding leaves them; the newer generation's jobs are planned, untouched.
-    assert {r["state"] for jid in waiting for r in ledger.file_records(job=jid)} == {"planned"}
+    assert {r["state"] for jid in waiting for r in ledger.reads.file_records(job=jid)} == {"planned"}
     assert {d["state"] for d in mongo_db.jobs.find({"gen": GEN + 100})} == {"planned"}
     assert jobs.changed(RSE) and not jobs.changed(RSE)
 
@@ -84,7 +84,7 @@ def test_a_job_of_the_current_generation_planned_again_stays_planned(tmp_path: P
     """The control: no newer plan, the job is planned again to be sent with the next submission."""
     ledger = Ledger(mongo_db, generations_kept=2)
     ledger.ensure_indexes()
-    ledger.record_plan(PlanReader(tmp_path / "a"), make_plan(tmp_path, "a"), GEN)
+    ledger.plans.record_plan(PlanReader(tmp_path / "a"), make_plan(tmp_path, "a"), GEN)
     waiting = [job_id(RSE, GEN, 1, n) for n in (1, 2)]
     submit(ledger, waiting)
     keeper(tmp_path, ledger).poll(RSE)

@@ -84,7 +84,7 @@ def test_a_new_small_rse_run_reads_its_document_three_times_and_counts_once(
     assert c[("find", "jobs")] == 3, c  # live jobs, those planned, the summaries
     assert c[("findAndModify", "rses")] + c[("update", "rses")] == 3, c  # 6 on main 0c2af26
     assert sum(c.values()) <= 24, c  # 35 before issue 29's fourth session, 28 after its first round
-    doc = svc.ledger.rse(RSE)
+    doc = svc.ledger.base.rse(RSE)
     counts = doc["counters"]["jobs_by_state"]
     assert sum(counts.values()) == 1 and counts == {db.jobs.find_one({"rse": RSE})["state"]: 1}
     assert (doc["state"], doc["detail"]) == ("running", "1 jobs in the batch system") and doc["started"] >= doc["counted_at"] - 60
@@ -103,7 +103,7 @@ def test_a_skipped_rse_is_written_once(tmp_path: Path, counted_db: tuple[Databas
     assert (result.action, result.reason) == ("skip", "scan_missing")
     c = commands.counts
     assert c[("update", "rses")] == 1 and c[("aggregate", "jobs")] == 1, c
-    doc = svc.ledger.rse(RSE)
+    doc = svc.ledger.base.rse(RSE)
     assert (doc["state"], doc["reason"], doc["counters"]["jobs_by_state"]) == ("skipped", "scan_missing", {})
     assert doc["events"][-1]["reason"] == "scan_missing" and "created" in doc
     svc.stop()

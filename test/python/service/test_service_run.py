@@ -52,22 +52,22 @@ def test_run_once_plans_submits_collects_and_ends_clean(tmp_path: Path, mongo_db
     svc = make_service(tmp_path, mongo_db, src)
     first = svc.runner.run_once(RSE, wait_s=30)
     assert first.action == "new_generation" and first.submitted > 0
-    doc = svc.ledger.rse(RSE)
+    doc = svc.ledger.base.rse(RSE)
     c = doc["counters"]
     assert c["to_delete"] > 0 and c["deleted"] == c["to_delete"] and c["pending"] == 0
     assert c["bytes_freed"] == 0  # the sample files are empty (sizes come from the worker's stat)
     assert c["protected"] + c["excluded"] + c["to_delete"] + sum(c["invalid"].values()) == 1200
     assert doc["protected_count"] > 0
     # Every planned file has exactly one record, in exactly one job.
-    assert len(Ledger(mongo_db).file_records(RSE)) == c["to_delete"]
+    assert len(Ledger(mongo_db).reads.file_records(RSE)) == c["to_delete"]
     assert sorted(svc.runner.jobs.backend.submissions()) == sorted(j["_id"] for j in mongo_db.jobs.find())
     # The files are really gone from the site, and only those.
-    deleted = {d["lfn"] for d in Ledger(mongo_db).file_records(state="deleted")}
+    deleted = {d["lfn"] for d in Ledger(mongo_db).reads.file_records(state="deleted")}
     all_files = set(dump_file(src, RSE).read_text().split())
     assert files_left(tmp_path / "storage" / RSE) == all_files - deleted
     second = svc.runner.run_once(RSE)
     assert (second.action, second.state) == ("finish", "clean")
-    assert svc.ledger.rse(RSE)["state"] == "clean"
+    assert svc.ledger.base.rse(RSE)["state"] == "clean"
     assert len(svc.runner.jobs.backend.submissions()) == first.submitted  # nothing submitted again
 
 
@@ -88,7 +88,7 @@ def test_skip_reasons_are_recorded(tmp_path: Path, mongo_db: Database, scan: dic
     svc = make_service(tmp_path, mongo_db, src)
     result = svc.runner.run_once(RSE)
     assert (result.action, result.reason) == ("skip", reason)
-    doc = svc.ledger.rse(RSE)
+    doc = svc.ledger.base.rse(RSE)
     assert doc["state"] == "skipped" and doc["reason"] == reason and doc["events"][-1]["reason"] == reason
     assert svc.runner.jobs.backend.submissions() == []
 
@@ -104,8 +104,8 @@ def test_missing_or_empty_protected_list_submits_nothing(tmp_path: Path, mongo_d
     result = svc.runner.run_once(RSE)
     assert result.state in ("guarded", "failed")
     assert result.reason in ("protected_list_empty", "wmstats_http_status")
-    assert svc.ledger.rse(RSE)["reason"] == result.reason
-    assert svc.runner.jobs.backend.submissions() == [] and not Ledger(mongo_db).file_records()
+    assert svc.ledger.base.rse(RSE)["reason"] == result.reason
+    assert svc.runner.jobs.backend.submissions() == [] and not Ledger(mongo_db).reads.file_records()
 
 
 def test_failures_are_retried_then_reported_not_clean(mongo_db: Database) -> None:
@@ -129,9 +129,9 @@ def test_failures_are_retried_then_reported_not_clean(mongo_db: Database) -> Non
         assert svc.runner.run_once(RSE, wait_s=30).action == "resume"  # one retry round for the failed file
         last = svc.runner.run_once(RSE)
         assert (last.action, last.state, last.reason) == ("finish", "done_with_errors", "files_failed")
-        c = svc.ledger.rse(RSE)["counters"]
+        c = svc.ledger.base.rse(RSE)["counters"]
         assert c["failed"] == 1 and c["failed_by_class"] == {"permission_denied": 1} and c["missing"] == 1
-        failed = next(iter(Ledger(mongo_db).file_records(state="failed")), None)
+        failed = next(iter(Ledger(mongo_db).reads.file_records(state="failed")), None)
         assert failed["attempts"] == 2 and failed["job"].split(":")[-1].startswith("2-")
         assert failed["lfn"] == lines[-1] and (storage / lines[-1].lstrip("/")).exists()
     finally:
@@ -141,7 +141,7 @@ def test_failures_are_retried_then_reported_not_clean(mongo_db: Database) -> Non
 def test_new_dump_starts_new_generation_and_old_ones_are_pruned(tmp_path: Path, mongo_db: Database) -> None:
     src = write_sources(tmp_path / "src", [RSE], files=200)
     svc = make_service(tmp_path, mongo_db, src)
-    svc.ledger.generations_kept = 2
+    svc.ledger.base.generations_kept = 2
     gens = []
     for k in range(3):
         stats = json.loads((src / STATS_FILE).read_text())
@@ -150,10 +150,10 @@ def test_new_dump_starts_new_generation_and_old_ones_are_pruned(tmp_path: Path, 
         result = svc.runner.run_once(RSE, wait_s=30)
         assert result.action == "new_generation"
         gens.append(result.generation)
-    doc = svc.ledger.rse(RSE)
+    doc = svc.ledger.base.rse(RSE)
     assert [g["gen"] for g in doc["generations"]] == gens[1:] and doc["generation"] == gens[2]
-    assert sorted({d["gen"] for d in Ledger(mongo_db).file_records()}) == gens[1:]
-    history = svc.ledger.file_history(RSE, Ledger(mongo_db).file_records(generation=gens[2])[0]["lfn"])
+    assert sorted({d["gen"] for d in Ledger(mongo_db).reads.file_records()}) == gens[1:]
+    history = svc.ledger.reads.file_history(RSE, Ledger(mongo_db).reads.file_records(generation=gens[2])[0]["lfn"])
     assert [h["gen"] for h in history] == [gens[2], gens[1]]
 
 
@@ -169,8 +169,8 @@ def test_revalidation_removes_queued_jobs_with_newly_protected_files(tmp_path: P
     assert first.submitted >= 3
     jobs = sorted(j["_id"] for j in mongo_db.jobs.find())
     running, queued = jobs[0], jobs[1]
-    queued_files = set(svc.ledger.job_lfns(queued))
-    newly = [svc.ledger.job_lfns(running)[0], svc.ledger.job_lfns(queued)[0]]
+    queued_files = set(svc.ledger.rounds.job_lfns(queued))
+    newly = [svc.ledger.rounds.job_lfns(running)[0], svc.ledger.rounds.job_lfns(queued)[0]]
     newly = [lfn[:lfn.rfind("/")] for lfn in newly]  # their directories become protected
     prot = json.loads((src / PROTECTED_FILE).read_text())
     (src / PROTECTED_FILE).write_text(json.dumps({"result": prot["result"] + newly}))
@@ -183,17 +183,18 @@ def test_revalidation_removes_queued_jobs_with_newly_protected_files(tmp_path: P
     for _ in range(6):
         if svc.runner.run_once(RSE, wait_s=60).action == "finish":
             break
-    assert svc.ledger.rse(RSE)["state"] == "clean"
-    kept = {d["lfn"] for d in Ledger(mongo_db).file_records(job=queued, state="skipped_protected")}
+    assert svc.ledger.base.rse(RSE)["state"] == "clean"
+    kept = {d["lfn"] for d in Ledger(mongo_db).reads.file_records(job=queued, state="skipped_protected")}
     assert kept and all(lfn.startswith(newly[1] + "/") for lfn in kept)
     left = files_left(tmp_path / "storage" / RSE)
     assert kept <= left  # never deleted
     # The removed job's other files were sent again in it and deleted there, in their first try.
     rest = queued_files - kept
     assert rest and not rest & left
-    assert {(d["state"], d.get("attempts", 1)) for d in Ledger(mongo_db).file_records() if d["lfn"] in rest} == {("deleted", 1)}
+    assert {(d["state"], d.get("attempts", 1)) for d in Ledger(mongo_db).reads.file_records() if d["lfn"] in rest} \
+        == {("deleted", 1)}
     assert mongo_db.jobs.find_one({"_id": queued})["state"] == "finished"
-    assert not [d for d in Ledger(mongo_db).file_records() if d["state"] in ("planned", "unknown", "failed")]
+    assert not [d for d in Ledger(mongo_db).reads.file_records() if d["state"] in ("planned", "unknown", "failed")]
     # The running job was not touched by revalidation: the worker decided (its manifest predates the change).
     assert mongo_db.jobs.find_one({"_id": running})["state"] == "finished"
 
@@ -209,7 +210,7 @@ def test_preflight_refusal_is_recorded_and_other_rses_go_on(tmp_path: Path, mong
     svc.runner.jobs.backend = RoutingBackend(svc.config, lambda rse: rse, factory=lambda kind, site: backends[site])
     results = svc.cycle([broken, fine], slot=1)
     assert (results[broken].action, results[broken].reason) == ("failed", "backend_unreachable")
-    doc = svc.ledger.rse(broken)
+    doc = svc.ledger.base.rse(broken)
     assert doc["reason"] == "backend_unreachable" and "cannot run" in doc["detail"]
     assert mongo_db.jobs.count_documents({"rse": broken, "state": {"$ne": "planned"}}) == 0  # nothing submitted
     assert not [j for j in backends[fine].submissions() if j.startswith(broken)]
@@ -231,7 +232,7 @@ def test_job_counts_on_the_rse_document_follow_every_way_a_run_ends(tmp_path: Pa
 
     first = svc.runner.run_once(RSE)
     assert first.submitted >= 3
-    assert svc.ledger.rse(RSE)["counters"]["jobs_by_state"] == actual()
+    assert svc.ledger.base.rse(RSE)["counters"]["jobs_by_state"] == actual()
     ids = {j["_id"]: j["batch_id"] for j in mongo_db.jobs.find({"rse": RSE})}
     wait_for(svc.runner.jobs.backend, ids, timeout=120)  # finished in the batch system, not yet collected
     stats = json.loads((src / STATS_FILE).read_text())
@@ -239,7 +240,7 @@ def test_job_counts_on_the_rse_document_follow_every_way_a_run_ends(tmp_path: Pa
     (src / STATS_FILE).write_text(json.dumps(stats))
     second = svc.runner.run_once(RSE)
     assert (second.action, second.reason, second.collected) == ("skip", "scan_missing", first.submitted)
-    counts = svc.ledger.rse(RSE)["counters"]["jobs_by_state"]
+    counts = svc.ledger.base.rse(RSE)["counters"]["jobs_by_state"]
     assert counts == actual() and sum(counts.values()) == first.submitted
     assert not set(counts) & {"queued", "running", "submitting"}
 
@@ -265,7 +266,7 @@ def test_a_scan_without_a_usable_start_deletes_nothing(tmp_path: Path, mongo_db:
     result = svc.runner.run_once(RSE, wait_s=10)
     reason = "scan_start_missing" if start in ("absent", None) else "scan_start_invalid"
     assert (result.action, result.reason) == ("skip", reason), result
-    doc = svc.ledger.rse(RSE)
+    doc = svc.ledger.base.rse(RSE)
     assert (doc["state"], doc["reason"]) == ("skipped", reason) and doc["events"][-1]["reason"] == reason
     assert svc.runner.jobs.backend.submissions() == [] and files_left(storage) == before
 
@@ -277,8 +278,8 @@ def test_a_dry_run_that_finds_every_file_gone_is_not_clean(tmp_path: Path, mongo
     shutil.rmtree(tmp_path / "storage" / RSE / "store")
     first = svc.runner.run_once(RSE, wait_s=30)
     assert first.submitted > 0 and first.collected == first.submitted
-    c = svc.ledger.rse(RSE)["counters"]
+    c = svc.ledger.base.rse(RSE)["counters"]
     assert c["missing"] == c["to_delete"] > 0 and c["would_delete"] == 0
     last = svc.runner.run_once(RSE)
     assert (last.action, last.state, last.reason) == ("finish", "dry_run_done", "dry_run")
-    assert svc.ledger.rse(RSE)["state"] == "dry_run_done"
+    assert svc.ledger.base.rse(RSE)["state"] == "dry_run_done"

@@ -66,7 +66,7 @@ def test_a_run_uses_the_handed_read_or_reads_again_when_stale(tmp_path: Path, mo
             first = svc.runner.run_once(RSE, stats=failed)
             assert stats_reads(web) == 0  # the handed failure, no read of its own
             assert (first.action, first.source, first.reason) == ("failed", "conmon", "conmon_timeout")
-            assert svc.ledger.rse(RSE)["reason"] == "conmon_timeout"
+            assert svc.ledger.base.rse(RSE)["reason"] == "conmon_timeout"
             # service.stats_reuse_s as set, not the default: a read 31 s old is stale with 30 s (fresh with 300 s).
             svc.config.service.stats_reuse_s = 30.0
             stale = StatsRead(time.monotonic() - 31, error=failed.error)

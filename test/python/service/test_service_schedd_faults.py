@@ -24,7 +24,7 @@ RENEWED = "eyJhbGciOiJFUzI1NiJ9.eyJleHAiOjQxMDI0NDQ4MDAsInNjb3BlIjoic3RvcmFnZS5t
 
 def tries(db: Database) -> set[tuple[str, int]]:
     """(state, attempts) of the RSE's files."""
-    return {(f["state"], f.get("attempts", 1)) for f in Ledger(db).file_records(RSE)}
+    return {(f["state"], f.get("attempts", 1)) for f in Ledger(db).reads.file_records(RSE)}
 
 
 def queued(pool: CondorPool, db: Database) -> list[str]:

@@ -82,10 +82,10 @@ class Site:
     def nothing_happened(self, result: RunResult, reason: str) -> None:
         """Refused with `reason`, recorded on the RSE's document; nothing recorded, submitted or deleted."""
         assert (result.state, result.reason) == ("guarded", reason), result
-        doc = self.ledger.rse(RSE)
+        doc = self.ledger.base.rse(RSE)
         assert (doc["state"], doc["reason"]) == ("guarded", reason)
         assert doc["events"][-1]["reason"] == reason
-        assert not Ledger(self.db).file_records() and self.db.jobs.count_documents({}) == 0
+        assert not Ledger(self.db).reads.file_records() and self.db.jobs.count_documents({}) == 0
         assert self.db.rses.count_documents({"_id": {"$ne": RSE}}) == 0
         assert self.backend.submissions() == []
         assert files_left(self.storage) == set(self.lines)
@@ -193,8 +193,8 @@ def test_the_sealed_plan_is_applied_exactly(tmp_path: Path, mongo_db: Database) 
     site.settle()
     want = planned(plan_dir)
     assert files_left(site.storage) == set(site.lines) - want  # file by file
-    assert {d["lfn"] for d in Ledger(mongo_db).file_records()} == want
-    entry = site.ledger.rse(RSE)["generations"][0]
+    assert {d["lfn"] for d in Ledger(mongo_db).reads.file_records()} == want
+    entry = site.ledger.base.rse(RSE)["generations"][0]
     assert entry["seal"] == sealed["digest"] and entry["baseline_count"] == len(site.protected)
 
 
@@ -217,11 +217,11 @@ def test_an_applied_plan_applied_again_changes_nothing(tmp_path: Path, mongo_db:
     assert site.apply(plan_dir).submitted > 0
     site.settle()
     site.svc.runner.run_once(RSE)  # collects: the RSE is clean
-    before = (site.ledger.rse(RSE), Ledger(mongo_db).file_records(), list(mongo_db.jobs.find()))
+    before = (site.ledger.base.rse(RSE), Ledger(mongo_db).reads.file_records(), list(mongo_db.jobs.find()))
     assert before[0]["state"] == "clean"
     again = site.apply(plan_dir)
     assert (again.reason, again.submitted, again.state) == ("already_applied", 0, "clean")
-    assert (site.ledger.rse(RSE), Ledger(mongo_db).file_records(), list(mongo_db.jobs.find())) == before
+    assert (site.ledger.base.rse(RSE), Ledger(mongo_db).reads.file_records(), list(mongo_db.jobs.find())) == before
 
 
 def test_an_older_or_another_plan_of_the_generation_is_outdated(tmp_path: Path, mongo_db: Database) -> None:
@@ -237,9 +237,9 @@ def test_an_older_or_another_plan_of_the_generation_is_outdated(tmp_path: Path, 
     for plan_dir in (old, other):
         result = site.apply(plan_dir)
         assert (result.state, result.reason) == ("guarded", guards.PLAN_OUTDATED), result
-        assert site.ledger.rse(RSE)["reason"] == guards.PLAN_OUTDATED
+        assert site.ledger.base.rse(RSE)["reason"] == guards.PLAN_OUTDATED
     assert files_left(site.storage) == left
-    assert [g["gen"] for g in site.ledger.rse(RSE)["generations"]] == [seal.read_seal(new).generation]
+    assert [g["gen"] for g in site.ledger.base.rse(RSE)["generations"]] == [seal.read_seal(new).generation]
 
 
 def test_count_guards_are_checked_again_with_the_configuration_in_force(tmp_path: Path, mongo_db: Database) -> None:
@@ -257,7 +257,7 @@ def test_shrink_through_plan_and_apply_is_refused_and_the_baseline_kept(tmp_path
     site = Site(tmp_path, mongo_db)
     assert site.apply(site.plan("full", end_time=time.time() - 7200)).submitted > 0
     site.settle()
-    assert site.ledger.protected_baseline(RSE) == 12
+    assert site.ledger.plans.protected_baseline(RSE) == 12
     left = files_left(site.storage)
     short = [f"/store/unmerged/Run3Era/Primary1/AODSIM/Proc{RSE[-3:]}-v1/000/003"]
     plan_dir = site.plan("short", protected=short)  # offline, no --previous-protected-count: planned
@@ -266,14 +266,14 @@ def test_shrink_through_plan_and_apply_is_refused_and_the_baseline_kept(tmp_path
     assert (result.state, result.reason) == ("guarded", guards.GUARD_PROTECTED_SHRANK)
     assert "12" in result.detail
     assert files_left(site.storage) == left
-    assert site.ledger.protected_baseline(RSE) == 12 and site.ledger.rse(RSE)["protected_count"] == 12
+    assert site.ledger.plans.protected_baseline(RSE) == 12 and site.ledger.base.rse(RSE)["protected_count"] == 12
     # The plan's own idea of the baseline is ignored: it cannot raise or lower the ledger's either.
     assert json.loads((plan_dir / "summary.json").read_text())["protected_count"] == 1
     # An operator's shorter list that passes the guard does not lower the baseline.
     eight = site.protected[:8]
     assert site.apply(site.plan("eight", protected=eight), protected=eight).reason == ""
     site.settle()
-    assert site.ledger.protected_baseline(RSE) == 12
+    assert site.ledger.plans.protected_baseline(RSE) == 12
     assert not any("/Primary0/" in x for x in set(site.lines) - files_left(site.storage))
 
 
@@ -287,8 +287,9 @@ def test_a_plan_file_changed_after_the_check_is_refused_where_it_is_read(tmp_pat
     original = first_job(plan_dir).read_bytes()
     append(first_job(plan_dir), PROTECTED_FILE.encode() + b"\n")
     with pytest.raises(guards.GuardTripped, match="plan_modified"):
-        site.ledger.record_plan(PlanReader(plan_dir, sealed), plan, plan.dump_version, scan_started=plan.scan_started)
-    assert not Ledger(mongo_db).file_records()
+        site.ledger.plans.record_plan(PlanReader(plan_dir, sealed), plan, plan.dump_version,
+                                      scan_started=plan.scan_started)
+    assert not Ledger(mongo_db).reads.file_records()
     first_job(plan_dir).write_bytes(original)
     assert site.apply(plan_dir).submitted > 0
     assert site.svc.runner.jobs.removable(RSE, plan.dump_version)  # as sealed
@@ -335,7 +336,7 @@ def test_a_plan_relabelled_for_another_rse_and_resealed_is_refused(tmp_path: Pat
     reseal(plan_dir, rse=OTHER)
     result = site.apply(plan_dir)
     assert (result.rse, result.state, result.reason) == (OTHER, "guarded", guards.PLAN_NOT_FROM_CURRENT_SCAN), result
-    assert site.ledger.rse(OTHER)["reason"] == guards.PLAN_NOT_FROM_CURRENT_SCAN
+    assert site.ledger.base.rse(OTHER)["reason"] == guards.PLAN_NOT_FROM_CURRENT_SCAN
     # The same, with OTHER's scan at exactly the plan's times: its dump does not hold RSE's files.
     sealed = seal.read_seal(plan_dir)
     stats = json.loads((site.src / STATS_FILE).read_text())
@@ -344,7 +345,7 @@ def test_a_plan_relabelled_for_another_rse_and_resealed_is_refused(tmp_path: Pat
     result = site.apply(plan_dir)
     assert (result.state, result.reason) == ("guarded", guards.PLAN_NOT_IN_CURRENT_DUMP), result
     assert "/store/unmerged/Run3Era/" in result.detail and OTHER in result.detail
-    assert not Ledger(mongo_db).file_records() and mongo_db.jobs.count_documents({}) == 0
+    assert not Ledger(mongo_db).reads.file_records() and mongo_db.jobs.count_documents({}) == 0
     assert site.backend.submissions() == []
     assert files_left(other) == before and files_left(site.storage) == set(site.lines)
 
@@ -388,7 +389,7 @@ def test_a_resealed_plan_with_another_scan_is_refused(tmp_path: Path, mongo_db: 
     cycle = site.svc.runner.run_once(RSE, wait_s=60)
     assert (cycle.action, cycle.generation, cycle.collected) == ("new_generation", plan.dump_version, cycle.submitted)
     assert changed in files_left(site.storage)  # changed after the scan started: refused at the site
-    record = [r for r in Ledger(mongo_db).file_records() if r["lfn"] == changed]
+    record = [r for r in Ledger(mongo_db).reads.file_records() if r["lfn"] == changed]
     assert [(r["state"], r["error_class"]) for r in record] == [("failed", "modified_since_scan")]
 
 

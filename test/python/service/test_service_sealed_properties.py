@@ -122,7 +122,7 @@ def test_apply_is_exactly_the_sealed_plan_or_nothing(pristine: Pristine, mongo_c
     svc = Service(pristine.config, Ledger(db), pristine.sources, backend, instance="prop")
     try:
         result = svc.runner.apply_plan(plan_dir, pristine.protected)
-        recorded = {d["lfn"].encode() for d in Ledger(db).file_records()}
+        recorded = {d["lfn"].encode() for d in Ledger(db).reads.file_records()}
         submitted = {x.encode() for d in (work / "batch").glob("*/manifest.json")
                      for x in json.loads(d.read_text())["task"]["steps"][0]["lfns"]}
         if result.reason == "":

@@ -40,7 +40,7 @@ def test_an_unusable_site_backs_off_then_recovers(tmp_path: Path, mongo_db: Data
     first = svc.runner.run_once(RSE, wait_s=60)
     sent = len(backend.submissions())
     assert first.submitted > 1 and sent == first.submitted
-    hold = sitebackoff.current(svc.ledger.rse(RSE))
+    hold = sitebackoff.current(svc.ledger.base.rse(RSE))
     assert hold is not None and hold["tries"] == 1, hold  # one try, not one per job
     assert hold["until"] - hold["tried_at"] == pytest.approx(60.0) and hold["until"] > time.time()  # a cycle
     failed = mongo_db.files.count_documents({"rse": RSE, "error_class": "config_error"})
@@ -51,7 +51,7 @@ def test_an_unusable_site_backs_off_then_recovers(tmp_path: Path, mongo_db: Data
         again = svc.runner.run_once(RSE)
         assert again.submitted == 0 and again.reason == SITE_CONFIG_BACKOFF, again
     assert len(backend.submissions()) == sent
-    doc = svc.ledger.rse(RSE)
+    doc = svc.ledger.base.rse(RSE)
     assert (doc["state"], doc["reason"]) == ("planned", SITE_CONFIG_BACKOFF)
     assert "no-such-siteconf" in doc["detail"] or "config" in doc["detail"]
     rse = next(r for r in Ledger(mongo_db).view().rses() if r["name"] == RSE)
@@ -64,7 +64,7 @@ def test_an_unusable_site_backs_off_then_recovers(tmp_path: Path, mongo_db: Data
         wait_out(mongo_db, RSE)
         probe = svc.runner.run_once(RSE, wait_s=60)
         assert probe.submitted == 1, probe
-        hold = sitebackoff.current(svc.ledger.rse(RSE))
+        hold = sitebackoff.current(svc.ledger.base.rse(RSE))
         assert hold["tries"] == tries and hold["until"] - hold["tried_at"] == pytest.approx(wait), hold
     assert len(backend.submissions()) == sent + 2
 
@@ -72,9 +72,9 @@ def test_an_unusable_site_backs_off_then_recovers(tmp_path: Path, mongo_db: Data
     site.siteconfig = good
     wait_out(mongo_db, RSE)
     svc.runner.run_once(RSE, wait_s=90)
-    assert sitebackoff.current(svc.ledger.rse(RSE)) is None
+    assert sitebackoff.current(svc.ledger.base.rse(RSE)) is None
     for _ in range(5):
         if svc.runner.run_once(RSE, wait_s=90).state == "clean":
             break
-    doc = svc.ledger.rse(RSE)
+    doc = svc.ledger.base.rse(RSE)
     assert doc["state"] == "clean" and doc["counters"]["deleted"] == doc["counters"]["to_delete"], doc["counters"]

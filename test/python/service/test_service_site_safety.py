@@ -93,7 +93,7 @@ def of(snap: dict[str, Any], rse: str) -> dict[str, Any]:
 def check_rse(db: Database, rse: str, kind: str, before: dict[str, Any], after: dict[str, Any],
               dry_run: bool) -> None:
     """Storage and ledger of one RSE after its jobs ran."""
-    files = {f["lfn"]: f for f in Ledger(db).file_records(rse)}
+    files = {f["lfn"]: f for f in Ledger(db).reads.file_records(rse)}
     dirs = {d["dir"]: d for d in db.dirs.find({"rse": rse})}
     outcome = {lfn: (f["state"], f.get("error_class", "")) for lfn, f in files.items()}
     assert set(files) == set(dump_of(kind)) - {KEPT}
@@ -199,7 +199,7 @@ def test_rucio_mapping_must_agree_with_the_site(rucio_server: RucioServer, tmp_p
 
     check_rse(mongo_db, agree, LINKS, before, after, False)
     assert not changed(of(before, disagree), of(after, disagree))
-    states = {(f["state"], f["error_class"]) for f in Ledger(mongo_db).file_records(disagree)}
+    states = {(f["state"], f["error_class"]) for f in Ledger(mongo_db).reads.file_records(disagree)}
     assert states == {("failed", "mapping_disagrees")}
     assert {(d["state"], d["error_class"]) for d in mongo_db.dirs.find({"rse": disagree})} == \
         {("refused", "mapping_disagrees")}

@@ -38,7 +38,7 @@ def make_service(tmp_path: Path, db: Database, src: Path, cluster) -> Service:
 
 def pending(svc: Service) -> dict[str, JobState]:
     """The RSE's live jobs as Slurm sees them, once every one is in Slurm's queue."""
-    live = {j["_id"]: j["batch_id"] for j in svc.ledger.jobs_in(RSE, [JobState.QUEUED, JobState.HELD])}
+    live = {j["_id"]: j["batch_id"] for j in svc.ledger.base.jobs_in(RSE, [JobState.QUEUED, JobState.HELD])}
     deadline = time.monotonic() + 60
     while True:
         states = {j: s.state for j, s in svc.runner.jobs.backend.poll(live).items()}
@@ -57,15 +57,15 @@ def test_pending_slurm_jobs_are_re_checked_and_re_issued(slurm_cluster, tmp_path
         jobs = sorted(j["_id"] for j in mongo_db.jobs.find())
         states = pending(svc)
         assert states and set(states.values()) <= {JobState.QUEUED, JobState.HELD}, states
-        all_files = {lfn for jid in jobs for lfn in svc.ledger.job_lfns(jid)}
+        all_files = {lfn for jid in jobs for lfn in svc.ledger.rounds.job_lfns(jid)}
         hit = jobs[0]
-        dirs = protect(src, [svc.ledger.job_lfns(hit)[0]])
+        dirs = protect(src, [svc.ledger.rounds.job_lfns(hit)[0]])
         # A file of a pending job became protected: the job is removed, its file dropped, the rest sent again.
         second = svc.runner.run_once(RSE)
         assert (second.action, second.removed_jobs) == ("poll", 1) and second.dropped_protected > 0, second
         doc = mongo_db.jobs.find_one({"_id": hit})
         assert (doc["state"], doc["requeued"]) == ("planned", 1) and doc["reason"].startswith("revalidation: ")
-        assert {d["error_class"] for d in Ledger(mongo_db).file_records(RSE, state="skipped_protected")} == \
+        assert {d["error_class"] for d in Ledger(mongo_db).reads.file_records(RSE, state="skipped_protected")} == \
             {"protected_since_planning"}
         # A longer bound: every manifest still pending now has less than half of it left, and is sent again.
         svc.config.jobs.max_protection_age_s = 4 * 3600.0 * 2
@@ -74,7 +74,7 @@ def test_pending_slurm_jobs_are_re_checked_and_re_issued(slurm_cluster, tmp_path
         docs = {d["_id"]: d for d in mongo_db.jobs.find()}
         assert all(d["requeued"] >= 1 and d["state"] == "queued" for d in docs.values())
         assert all(d["reason"].startswith("re-issued: ") for jid, d in docs.items() if jid != hit)
-        assert {(r["state"], r.get("attempts", 1)) for r in Ledger(mongo_db).file_records(RSE)
+        assert {(r["state"], r.get("attempts", 1)) for r in Ledger(mongo_db).reads.file_records(RSE)
                 if r["lfn"] in all_files and r["state"] != "skipped_protected"} == {("planned", 1)}
     finally:
         slurm_cluster.resume_node()
@@ -99,9 +99,9 @@ def test_a_pending_job_cancelled_by_someone_else_costs_no_try(slurm_cluster, tmp
         svc.runner.run_once(RSE)
         doc = mongo_db.jobs.find_one({"_id": cancelled})
         assert doc["requeued"] == 1 and doc["reason"].startswith("never started"), doc
-        assert {(r["state"], r.get("attempts", 1)) for r in Ledger(mongo_db).file_records(job=cancelled)} == \
+        assert {(r["state"], r.get("attempts", 1)) for r in Ledger(mongo_db).reads.file_records(job=cancelled)} == \
             {("planned", 1)}
     finally:
         slurm_cluster.resume_node()
     run_to_clean(svc)
-    assert {(r["state"], r.get("attempts", 1)) for r in Ledger(mongo_db).file_records(RSE)} == {("deleted", 1)}
+    assert {(r["state"], r.get("attempts", 1)) for r in Ledger(mongo_db).reads.file_records(RSE)} == {("deleted", 1)}

@@ -39,7 +39,7 @@ def test_a_backlog_larger_than_the_guard_drains_over_several_cycles(tmp_path: Pa
         results.append(result)
         if result.action == "finish":
             break
-        c = svc.ledger.rse(RSE)["counters"]
+        c = svc.ledger.base.rse(RSE)["counters"]
         shares.append((c["slice"], c["cycle_files"], c["to_delete"], c["slices"]))
     assert [r.state for r in results if r.state == "guarded"] == [] and results[-1].state == "clean"
     assert results[0].action == "new_generation" and {r.action for r in results[1:-1]} == {"resume"}
@@ -49,7 +49,7 @@ def test_a_backlog_larger_than_the_guard_drains_over_several_cycles(tmp_path: Pa
     # One slice per cycle, in order, each at most 300 files, together the whole plan.
     assert [s[0] for s in shares] == list(range(1, shares[0][3] + 1))
     assert all(0 < s[1] <= 300 for s in shares) and sum(s[1] for s in shares) == to_delete
-    deleted = {d["lfn"] for d in Ledger(mongo_db).file_records(state="deleted")}
+    deleted = {d["lfn"] for d in Ledger(mongo_db).reads.file_records(state="deleted")}
     assert len(deleted) == to_delete and files_left(tmp_path / "storage" / RSE) == all_files - deleted
     # Each cycle submitted only its own slice's jobs.
     jobs = list(mongo_db.jobs.find({"rse": RSE}))
@@ -136,8 +136,8 @@ def test_a_per_site_exclusion_is_honoured(tmp_path: Path, mongo_db: Database) ->
     under = [x for x in lines if x.startswith(wmagent_logs + "/")]
     storage = tmp_path / "storage" / RSE
     assert under and all((storage / x.lstrip("/")).exists() for x in under)
-    assert not [r for r in Ledger(mongo_db).file_records(RSE) if r["lfn"].startswith(wmagent_logs + "/")]
-    entry = svc.ledger.generation_entry(RSE, result.generation)
+    assert not [r for r in Ledger(mongo_db).reads.file_records(RSE) if r["lfn"].startswith(wmagent_logs + "/")]
+    entry = svc.ledger.base.generation_entry(RSE, result.generation)
     assert entry["excluded"] == len(under)
     summary = json.loads((Path(entry["plan_dir"]) / "summary.json").read_text())
     assert wmagent_logs in summary["filters"]["exclude"]
@@ -155,8 +155,8 @@ def test_after_a_dry_run_the_real_deletions_stay_throttled(tmp_path: Path, mongo
     for _ in range(8):
         if svc.runner.run_once(RSE, wait_s=60).state == "dry_run_done":
             break
-    to_delete = svc.ledger.rse(RSE)["counters"]["would_delete"]
-    assert to_delete > 300 and not Ledger(mongo_db).file_records(state="deleted")
+    to_delete = svc.ledger.base.rse(RSE)["counters"]["would_delete"]
+    assert to_delete > 300 and not Ledger(mongo_db).reads.file_records(state="deleted")
     svc.config.service.dry_run = False
     rounds = []
     for _ in range(10):
@@ -171,5 +171,5 @@ def test_after_a_dry_run_the_real_deletions_stay_throttled(tmp_path: Path, mongo
     for job in real:
         per_round[job["round"]] += job["files"]
     assert max(per_round.values()) <= 300 and sum(per_round.values()) == to_delete
-    deleted = Ledger(mongo_db).file_records(state="deleted")
+    deleted = Ledger(mongo_db).reads.file_records(state="deleted")
     assert len(deleted) == to_delete and {d["attempts"] for d in deleted} == {2}

@@ -85,7 +85,7 @@ def test_apply_refusals_exit_with_the_guard_code_and_show_in_status(cli: Path, m
         fh.write(b"/store/unmerged/Run3Era/Primary0/x.root\n")
     assert main(["apply", str(plan_dir), "--protected", str(cli / PROTECTED_FILE)]) == EXIT_GUARD
     assert "plan_modified" in capsys.readouterr().err
-    assert not Ledger(mongo_db).file_records()
+    assert not Ledger(mongo_db).reads.file_records()
     assert main(["status", "--json"]) == EXIT_OK
     assert guards.PLAN_MODIFIED in capsys.readouterr().out
 

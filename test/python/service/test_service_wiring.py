@@ -36,11 +36,11 @@ def test_build_service_routes_two_rses_to_two_sites(tmp_path: Path, mongo_url: s
         with build_service(config, sources=OfflineSources(src)) as svc:
             results = {rse: svc.runner.run_once(rse, wait_s=60) for rse in RSES}
             routed = dict(svc.runner.jobs.backend._backends)  # type: ignore[attr-defined]
-            db = svc.ledger.db
+            db = svc.ledger.base.db
             for rse in RSES:
                 assert results[rse].action == "new_generation" and results[rse].submitted > 0, results[rse]
-                deleted = {d["lfn"] for d in Ledger(db).file_records(rse, state="deleted")}
-                assert deleted and deleted == {d["lfn"] for d in Ledger(db).file_records(rse)}
+                deleted = {d["lfn"] for d in Ledger(db).reads.file_records(rse, state="deleted")}
+                assert deleted and deleted == {d["lfn"] for d in Ledger(db).reads.file_records(rse)}
                 everything = set(dump_file(src, rse).read_text().split())
                 assert files_left(storages[rse]) == everything - deleted
                 assert {j["site"] for j in db.jobs.find({"rse": rse})} == {config.jobs.sites[rse].site}
@@ -69,9 +69,9 @@ def test_site_from_the_rse_attribute_where_configured(tmp_path: Path, mongo_url:
         with build_service(config, sources=OfflineSources(src)) as svc:
             result = svc.runner.run_once(rse, wait_s=60)
             assert result.action == "new_generation" and result.submitted > 0, result
-            assert {j["site"] for j in svc.ledger.db.jobs.find({"rse": rse})} == {"T2_ZZ_Moved"}
+            assert {j["site"] for j in svc.ledger.base.db.jobs.find({"rse": rse})} == {"T2_ZZ_Moved"}
             assert list(svc.runner.jobs.backend._backends) == [("local", "T2_ZZ_Moved")]  # type: ignore[attr-defined]
-            deleted = {d["lfn"] for d in svc.ledger.file_records(rse, state=FileState.DELETED)}
+            deleted = {d["lfn"] for d in svc.ledger.reads.file_records(rse, state=FileState.DELETED)}
             assert deleted and files_left(storage) == set(dump_file(src, rse).read_text().split()) - deleted
     finally:
         mongo_client.drop_database(config.mongo.database)

@@ -68,7 +68,7 @@ def test_killed_worker_partial_report_then_replanned(tmp_path: Path, mongo_db: D
 
     # Every file has one record and an outcome; only the killed job's unreported last batch can be
     # "missing" (deleted, then the worker died before writing it down).
-    files = Ledger(mongo_db).file_records(RSE)
+    files = Ledger(mongo_db).reads.file_records(RSE)
     assert len(files) == len({f["lfn"] for f in files}) == to_delete
     states = {f["state"] for f in files}
     assert states <= {"deleted", "missing"}

@@ -92,8 +92,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
     with build_service(cfg, sources=OfflineSources(sources)) as service:
         result = service.runner.run_once(DEMO_RSE, wait_s=args.wait)
         final = service.runner.run_once(DEMO_RSE)  # jobs collected: the state machine closes the RSE
-        counters = service.ledger.refresh_counters(DEMO_RSE)
-        examples = service.ledger.query_files(DEMO_RSE, limit=5)["items"]
+        counters = service.ledger.counters.refresh_counters(DEMO_RSE)
+        examples = service.ledger.reads.query_files(DEMO_RSE, limit=5)["items"]
         service.stop()
     after = count_files(storage)
     c = counters

@@ -65,7 +65,8 @@ def insert_ignoring_duplicates(coll: Collection, docs: list[dict[str, Any]]) -> 
 
 
 class LedgerBase:
-    """The collections (see store.py), an RSE's document, a generation's entry and a job's document."""
+    """The database, its collections (see store.py) and the look-ups every part shares (each part holds this one
+    object): an RSE's document and state, a generation's entry, a job and the jobs in some states."""
 
     def __init__(self, db: Database, generations_kept: int = 3, cycles_kept_days: float = 30.0) -> None:
         self.db = db
@@ -113,6 +114,11 @@ class LedgerBase:
         if generation is not None:
             flt["gen"] = generation
         return with_retry(lambda: list(self.jobs.find(flt).sort("_id", ASCENDING)), f"jobs of {rse}")
+
+    def rses_with_jobs(self, states: Sequence[str]) -> set[str]:
+        """The RSEs that have jobs in these states (any generation)."""
+        flt = {"state": {"$in": list(states)}}
+        return set(with_retry(lambda: self.jobs.distinct("rse", flt), "RSEs with jobs"))
 
     def job(self, job_id_: str) -> dict[str, Any]:
         return with_retry(lambda: self.jobs.find_one({"_id": job_id_}), f"job {job_id_}") or {}

@@ -10,6 +10,7 @@ from MSUnmerged.ledger import slices
 from MSUnmerged.ledger.base import LedgerBase, with_state
 from MSUnmerged.ledger.outcomes import message_tally
 from MSUnmerged.ledger.retry import with_retry
+from MSUnmerged.ledger.slices import Slices
 from MSUnmerged.ledger.states import DirState, FileState, dir_failed
 from MSUnmerged.worker.ids import job_id
 
@@ -56,13 +57,18 @@ def counted_update(doc: Mapping[str, Any], gen: float, counters: dict[str, Any],
         update.setdefault("$push", {})["drained"] = drained
     return update, upsert
 
-class Counters(LedgerBase):
+
+class Counters:
     """Files per state of a generation (rows and bucket entries), jobs per state, the RSE's counters."""
+
+    def __init__(self, base: LedgerBase, released: Slices) -> None:
+        self.base = base
+        self.slices = released  # a throttled generation's jobs not released yet
 
     def count_files(self, rse: str, generation: float, states: Sequence[str], **extra: Any) -> int:
         """Files of a generation in these states; `extra` may filter on `attempts` (bucket entries have 1)."""
         flt = {"rse": rse, "gen": generation, "state": {"$in": list(states)}, **extra}
-        rows = with_retry(lambda: self.files.count_documents(flt), "count files")
+        rows = with_retry(lambda: self.base.files.count_documents(flt), "count files")
         if not any(s in bk.CODES for s in states) or not _first_try_matches(extra):
             return rows
         counts = self._bucket_counts(rse, generation, [FileState(s) for s in states if s in bk.CODES])
@@ -72,7 +78,7 @@ class Counters(LedgerBase):
                        entry: Optional[dict[str, Any]] = None) -> dict[str, int]:
         """Bucket entries (not rows) per state, summed from the `counts` of the buckets holding these states
         (default: all); `entry`: the generation's entry when the caller has it."""
-        entry = self.generation_entry(rse, generation) if entry is None else entry
+        entry = self.base.generation_entry(rse, generation) if entry is None else entry
         match: dict[str, Any] = {}
         if states is not None:
             match["states"] = {"$in": [s.value for s in states]}
@@ -83,7 +89,7 @@ class Counters(LedgerBase):
         totals = {s.value: 0 for s in bk.CODES}
         for start in range(0, len(jobs), COUNT_JOBS):
             flt = {**match, "job": {"$in": jobs[start:start + COUNT_JOBS]}}
-            for doc in with_retry(lambda: list(self.buckets.find(flt, {"_id": 0, "counts": 1})), "count buckets"):
+            for doc in with_retry(lambda: list(self.base.buckets.find(flt, {"_id": 0, "counts": 1})), "count buckets"):
                 for state, n in doc.get("counts", {}).items():
                     totals[state] += int(n)
         return totals
@@ -94,7 +100,7 @@ class Counters(LedgerBase):
         error class (rows only: a bucket entry never failed), from one aggregation of its rows."""
         by_state = {s.value: 0 for s in FileState}
         failed_by_class: dict[str, int] = {}
-        for r in with_retry(lambda: list(self.files.aggregate([
+        for r in with_retry(lambda: list(self.base.files.aggregate([
                 {"$match": {"rse": rse, "gen": generation}},
                 {"$group": {"_id": {"state": "$state", "cls": "$error_class"}, "n": {"$sum": 1}}}])), "count rows"):
             state = r["_id"]["state"]
@@ -108,7 +114,7 @@ class Counters(LedgerBase):
 
     def _job_counts(self, rse: str) -> dict[str, int]:
         """The RSE's job documents per state (every generation), read through the (rse, ...) index."""
-        return {r["_id"]: r["n"] for r in with_retry(lambda: list(self.jobs.aggregate([
+        return {r["_id"]: r["n"] for r in with_retry(lambda: list(self.base.jobs.aggregate([
             {"$match": {"rse": rse}}, {"$group": {"_id": "$state", "n": {"$sum": 1}}}])), "jobs by state")}
 
     def refresh_job_counts(self, rse: str, state: Optional[dict[str, Any]] = None) -> None:
@@ -116,13 +122,13 @@ class Counters(LedgerBase):
         there, not from every job document at each scrape); the service does it at the end of each RSE's run.
         `state`: the RSE's state (base.state_update), written in the same update."""
         update, upsert = with_state({"counters.jobs_by_state": self._job_counts(rse)}, state)
-        with_retry(lambda: self.rses.update_one({"_id": rse}, update, upsert=upsert), "job counts")
+        with_retry(lambda: self.base.rses.update_one({"_id": rse}, update, upsert=upsert), "job counts")
 
     def refresh_counters(self, rse: str, state: Optional[dict[str, Any]] = None) -> dict[str, Any]:
         """Recompute the RSE's counters for its current generation from the records (idempotent); its jobs per
         state are recounted also without a generation (a first plan's recording interrupted). `state`: the RSE's
         state (base.state_update), written in the same update as the counters."""
-        doc = self.rse(rse)
+        doc = self.base.rse(rse)
         gen = doc.get("generation")
         if gen is None:
             self.refresh_job_counts(rse, state)
@@ -144,15 +150,15 @@ class Counters(LedgerBase):
                     "dirs_by_state": dirs["by_state"], "dirs_refused_by_reason": dirs["refused_by_reason"],
                     "jobs_by_state": self._job_counts(rse), **slices.cycle_counters(entry)}
         if entry.get("slice_sizes"):
-            counters["unreleased_jobs"] = slices.unreleased_jobs(self, rse, gen, entry)
+            counters["unreleased_jobs"] = self.slices.unreleased_jobs(rse, gen, entry)
         update, upsert = counted_update(doc, gen, counters, state)
-        with_retry(lambda: self.rses.update_one({"_id": rse}, update, upsert=upsert), "counters")
+        with_retry(lambda: self.base.rses.update_one({"_id": rse}, update, upsert=upsert), "counters")
         return counters
 
     def _dir_counts(self, rse: str, gen: float) -> dict[str, Any]:
         """The generation's directory outcomes: `by_state`, `refused_by_reason`, and how many `failed` (not removed
         for a storage error or an unexpected refusal, not for the plan's keep rules)."""
-        rows = with_retry(lambda: list(self.dirs.aggregate([
+        rows = with_retry(lambda: list(self.base.dirs.aggregate([
             {"$match": {"rse": rse, "gen": gen}},
             {"$group": {"_id": {"state": "$state", "cls": "$error_class"}, "n": {"$sum": 1}}}])), "dirs by state")
         by_state: dict[str, int] = {}
@@ -171,12 +177,12 @@ class Counters(LedgerBase):
     def _job_summaries(self, rse: str, gen: float) -> dict[str, Any]:
         """What the generation's jobs reported: `bytes_freed`, `failed_by_message` (tallied), and the directories
         its directory jobs removed (`dirs_removed_by_dir_jobs`)."""
-        jobs = with_retry(lambda: list(self.jobs.find({"rse": rse, "gen": gen}, {
+        jobs = with_retry(lambda: list(self.base.jobs.find({"rse": rse, "gen": gen}, {
             "summary.bytes_freed": 1, "summary.failed_by_message": 1, "files": 1, "round": 1})), "job summaries")
         summaries = [j.get("summary") or {} for j in jobs]
-        # Directory jobs (no file, a later round: pending_dirs.plan_jobs) remove earlier dumps' directories too.
+        # Directory jobs (no file, a later round: PendingDirs.plan_jobs) remove earlier dumps' directories too.
         dir_jobs = [j["_id"] for j in jobs if not j.get("files") and j.get("round", 1) > 1]
-        removed_by_dir_jobs = with_retry(lambda: self.dirs.count_documents(
+        removed_by_dir_jobs = with_retry(lambda: self.base.dirs.count_documents(
             {"rse": rse, "gen": gen, "state": DirState.REMOVED.value, "job": {"$in": dir_jobs}}), "dirs retried") \
             if dir_jobs else 0
         failed_by_message: dict[str, int] = {}

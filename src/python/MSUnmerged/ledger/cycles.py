@@ -15,15 +15,18 @@ from MSUnmerged.ledger.retry import with_retry
 CYCLES_META, RECENT_CYCLES = "cycles", 50
 
 
-class Cycles(LedgerBase):
+class Cycles:
     """A cycle started, its RSEs' results, its end; the latest cycles, the last good one and the first."""
+
+    def __init__(self, base: LedgerBase) -> None:
+        self.base = base
 
     def start_cycle(self, instance: str, slot: int, rses: Sequence[str]) -> str:
         cid = f"{instance}:{slot}:{time.time():.3f}"
-        with_retry(lambda: self.cycles.update_one({"_id": cid}, {"$setOnInsert": {
+        with_retry(lambda: self.base.cycles.update_one({"_id": cid}, {"$setOnInsert": {
             "instance": instance, "slot": slot, "started": time.time(), "rses": list(rses), "results": {}}},
             upsert=True), "start cycle")
-        with_retry(lambda: self.meta.update_one(
+        with_retry(lambda: self.base.meta.update_one(
             {"_id": CYCLES_META}, {"$push": {"recent": {"$each": [cid], "$slice": -RECENT_CYCLES}},
                                    "$min": {"first_started": time.time()}}, upsert=True),
             "recent cycles")
@@ -31,29 +34,29 @@ class Cycles(LedgerBase):
 
     def record_cycle_result(self, cycle_id: str, rse: str, result: Mapping[str, Any]) -> None:
         # RSE names hold no dots (Rucio naming), so they are safe as field names.
-        with_retry(lambda: self.cycles.update_one({"_id": cycle_id}, {"$set": {f"results.{rse}": dict(result)}}),
+        with_retry(lambda: self.base.cycles.update_one({"_id": cycle_id}, {"$set": {f"results.{rse}": dict(result)}}),
                    "cycle result")
 
     def end_cycle(self, cycle_id: str, failures: Sequence[Mapping[str, Any]] = (), **fields: Any) -> None:
         """The cycle is over; `failures` ({source, reason, detail, rse}) say what went wrong. A cycle is `ok`
         when nothing failed; its day's aggregate counts it (history)."""
         ok, finished = not failures, time.time()
-        doc = with_retry(lambda: self.cycles.find_one_and_update(
+        doc = with_retry(lambda: self.base.cycles.find_one_and_update(
             {"_id": cycle_id}, {"$set": {"finished": finished, "failures": list(failures), "ok": ok, **fields}}),
             "end cycle") or {}
         started = doc.get("started") or finished
-        history.record_cycle(self.db, cycle_id, started, ok, failures)
+        history.record_cycle(self.base.db, cycle_id, started, ok, failures)
         if ok:
             good = {"_id": cycle_id, "started": started, "finished": finished, "ok": True}
             newer = {"$or": [{"last_good": {"$exists": False}}, {"last_good.started": {"$lt": started}}]}
-            with_retry(lambda: self.meta.update_one({"_id": CYCLES_META, **newer}, {"$set": {"last_good": good}}),
+            with_retry(lambda: self.base.meta.update_one({"_id": CYCLES_META, **newer}, {"$set": {"last_good": good}}),
                        "last good cycle")
-        with_retry(lambda: self.cycles.delete_many({"started": {"$lt": finished - self.cycles_kept_days * 86400}}),
-                   "prune cycles")
+        oldest = finished - self.base.cycles_kept_days * 86400
+        with_retry(lambda: self.base.cycles.delete_many({"started": {"$lt": oldest}}), "prune cycles")
 
     def cycles_meta(self) -> dict[str, Any]:
         """The `meta` document of the cycles ({} before any): read once, it can be handed to the reads below."""
-        return with_retry(lambda: self.meta.find_one({"_id": CYCLES_META}), "cycles meta") or {}
+        return with_retry(lambda: self.base.meta.find_one({"_id": CYCLES_META}), "cycles meta") or {}
 
     def last_good_cycle(self, fields: Optional[Mapping[str, Any]] = None,
                         meta: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
@@ -64,10 +67,11 @@ class Cycles(LedgerBase):
         if good:
             if fields is not None and set(fields) <= set(good):
                 return {"_id": good["_id"], **{k: good[k] for k in fields}}
-            return with_retry(lambda: self.cycles.find_one({"_id": good["_id"]}, fields), "last good cycle") or good
+            return with_retry(lambda: self.base.cycles.find_one({"_id": good["_id"]}, fields),
+                              "last good cycle") or good
         # A ledger from before the meta document: sorted on the server.
-        docs = with_retry(lambda: list(self.cycles.find({"ok": True}, fields).sort("started", DESCENDING).limit(1)),
-                          "last good cycle")
+        docs = with_retry(lambda: list(self.base.cycles.find({"ok": True}, fields).sort("started", DESCENDING)
+                                       .limit(1)), "last good cycle")
         return docs[0] if docs else {}
 
     def first_cycle_started(self, meta: Optional[Mapping[str, Any]] = None) -> Optional[float]:
@@ -75,8 +79,8 @@ class Cycles(LedgerBase):
         delay from there until a cycle succeeds. `meta`: cycles_meta if read."""
         first = (self.cycles_meta() if meta is None else meta).get("first_started")
         if first is None:  # a ledger from before the meta field: its oldest kept cycle
-            docs = with_retry(lambda: list(self.cycles.find({}, {"started": 1}).sort("started", ASCENDING).limit(1)),
-                              "first cycle")
+            docs = with_retry(lambda: list(self.base.cycles.find({}, {"started": 1}).sort("started", ASCENDING)
+                                           .limit(1)), "first cycle")
             first = docs[0].get("started") if docs else None
         return first
 
@@ -95,7 +99,7 @@ class Cycles(LedgerBase):
             rest = [i for i in ids if i not in known]
             docs = list(known.values())
             if rest:
-                docs += with_retry(lambda: list(self.cycles.find({"_id": {"$in": rest}}, fields)), "recent cycles")
+                docs += with_retry(lambda: list(self.base.cycles.find({"_id": {"$in": rest}}, fields)), "recent cycles")
             # Single dict operations only: request threads may share the cache.
             cache.update({d["_id"]: dict(d) for d in docs if d.get("finished") is not None})
             for old in set(cache) - set(ids):
@@ -103,4 +107,5 @@ class Cycles(LedgerBase):
             if len(docs) >= limit:
                 return sorted(docs, key=lambda d: d["started"], reverse=True)[:limit]
         # Fewer recorded (pruned, or a ledger from before the meta document): sorted on the server.
-        return with_retry(lambda: list(self.cycles.find({}, fields).sort("started", DESCENDING).limit(limit)), "cycles")
+        return with_retry(lambda: list(self.base.cycles.find({}, fields).sort("started", DESCENDING).limit(limit)),
+                          "cycles")

@@ -9,7 +9,7 @@ from pymongo import UpdateMany, UpdateOne
 
 from MSUnmerged.ledger import buckets as bk
 from MSUnmerged.ledger import history
-from MSUnmerged.ledger.base import BATCH, write_ignoring_duplicates
+from MSUnmerged.ledger.base import BATCH, LedgerBase, write_ignoring_duplicates
 from MSUnmerged.ledger.entries import Changes, Entries, Entry
 from MSUnmerged.ledger.retry import LedgerError, with_retry
 from MSUnmerged.ledger.states import DIR_RANK, OUTCOME_STATES, FileState, JobState
@@ -41,8 +41,12 @@ def _needs_row(state: str, error_class: str, error: str) -> bool:
     return state not in bk.CODES or bool(error_class or error)
 
 
-class Outcomes(Entries):
+class Outcomes:
     """What a job's report and its end change: its files' and directories' records, its summary."""
+
+    def __init__(self, base: LedgerBase, entries: Entries) -> None:
+        self.base = base
+        self.entries = entries
 
     def record_outcomes(self, job_id_: str, outcomes: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         """Sink for the collector: per-file outcomes of one job, as
@@ -51,7 +55,7 @@ class Outcomes(Entries):
         Only files still assigned to this job change (a late report never overwrites a retry);
         repeating the call gives the same records. Returns the job's outcome summary.
         """
-        job = self.job(job_id_)
+        job = self.base.job(job_id_)
         if not job:
             raise LedgerError("unknown_job", f"no job {job_id_} in the ledger")
         prefix = f"{job['rse']}|{gen_key(job['gen'])}|"
@@ -82,9 +86,9 @@ class Outcomes(Entries):
         summary["failed_by_message"] = message_tally(by_message)
         self._record_file_outcomes(job_id_, given, now)
         day = job.get("day") or history.day_of(now)  # a repeated call counts on the first call's day
-        with_retry(lambda: self.jobs.update_one({"_id": job_id_}, {"$set": {"summary": summary, "day": day}}),
+        with_retry(lambda: self.base.jobs.update_one({"_id": job_id_}, {"$set": {"summary": summary, "day": day}}),
                    "job summary")
-        history.record_job(self.db, job["rse"], job_id_, day, summary)
+        history.record_job(self.base.db, job["rse"], job_id_, day, summary)
         return summary
 
     def _record_file_outcomes(self, job_id_: str, given: Mapping[str, tuple[str, str, str, Optional[int]]],
@@ -93,10 +97,10 @@ class Outcomes(Entries):
         outcome needs one; files with a row of another job, or in none of this job's buckets, are left.
         The job's rows are read by job, not looked up file by file (_live_entries says why that suffices; it also
         sets ROW on entries a crash left beside their row, so that the counts follow the rows)."""
-        rows = {d["_id"] for d in with_retry(lambda: list(self.files.find({"job": job_id_}, {"_id": 1})),
+        rows = {d["_id"] for d in with_retry(lambda: list(self.base.files.find({"job": job_id_}, {"_id": 1})),
                                              f"rows of {job_id_}")}
         entries = {bk.file_prefix(e[0]) + e[2]: e
-                   for e in self._live_entries({"job": job_id_}, "".join(bk.CODES.values()), rows)}
+                   for e in self.entries.live({"job": job_id_}, "".join(bk.CODES.values()), rows)}
         row_ops: list[Any] = []
         to_rows: list[tuple[Entry, dict[str, Any]]] = []  # (entry, its row's fields)
         coded: Changes = {}
@@ -120,14 +124,14 @@ class Outcomes(Entries):
                 row_ops.append(UpdateMany({"_id": {"$in": ids[start:start + BATCH]}, "job": job_id_},
                                           {"$set": {"state": state, "error_class": cls, "error": err, "t": now}}))
         if row_ops:
-            with_retry(lambda: self.files.bulk_write(row_ops, ordered=False), f"outcomes of {job_id_}")
-        self._move_to_rows(to_rows, {"job": job_id_}, coded)
+            with_retry(lambda: self.base.files.bulk_write(row_ops, ordered=False), f"outcomes of {job_id_}")
+        self.entries.move_to_rows(to_rows, {"job": job_id_}, coded)
 
     def record_dirs(self, job_id_: str, outcomes: Iterable[Mapping[str, Any]]) -> int:
         """Sink for the collector: directory outcomes of one job, as {"dir", "state" (a DIR_RANK key),
         "error_class"?, "error"?, "pfn"?}. A directory keeps the outcome of highest rank any job reported
         (equal rank: the latest); repeating the call gives the same records. Returns how many were given."""
-        job = self.job(job_id_)
+        job = self.base.job(job_id_)
         if not job:
             raise LedgerError("unknown_job", f"no job {job_id_} in the ledger")
         prefix = f"{job['rse']}|{gen_key(job['gen'])}|"
@@ -143,7 +147,7 @@ class Outcomes(Entries):
             # A higher-ranked record makes the upsert's insert collide: a duplicate key, ignored below.
             ops.append(UpdateOne({"_id": prefix + o["dir"], "rank": {"$lte": doc["rank"]}}, {"$set": doc}, upsert=True))
         if ops:
-            write_ignoring_duplicates(self.dirs, ops)
+            write_ignoring_duplicates(self.base.dirs, ops)
         return len(ops)
 
     def close_job(self, job_id_: str, state: str, reason: str = "", error_class: str = "no_report",
@@ -152,15 +156,15 @@ class Outcomes(Entries):
         returns how many. `facts`: the batch system's own words (exit_code, batch_reason) kept on the job."""
         now = time.time()
         unknown = {"state": FileState.UNKNOWN, "error_class": error_class, "error": reason[:1000]}
-        res = with_retry(lambda: self.files.update_many(
+        res = with_retry(lambda: self.base.files.update_many(
             {"job": job_id_, "state": FileState.PLANNED}, {"$set": {**unknown, "t": now}}), f"close {job_id_}")
-        n = res.modified_count + self._move_to_rows(
-            [(e, unknown) for e in self._live_entries({"job": job_id_, "states": FileState.PLANNED.value},
+        n = res.modified_count + self.entries.move_to_rows(
+            [(e, unknown) for e in self.entries.live({"job": job_id_, "states": FileState.PLANNED.value},
                                                       bk.CODES[FileState.PLANNED])],
             {"job": job_id_, "state": FileState.PLANNED})
-        job = with_retry(lambda: self.jobs.find_one_and_update({"_id": job_id_}, {"$set": {
+        job = with_retry(lambda: self.base.jobs.find_one_and_update({"_id": job_id_}, {"$set": {
             "state": state, "reason": reason, "finished_at": now, **facts}}), f"close {job_id_}") or {}
         if job and n and state != JobState.REMOVED:  # our own removal (revalidation) is no failure
-            history.record_unreported(self.db, job["rse"], job_id_, job.get("day") or history.day_of(now),
+            history.record_unreported(self.base.db, job["rse"], job_id_, job.get("day") or history.day_of(now),
                                       error_class, n)
         return n

@@ -11,9 +11,11 @@ from pymongo.collection import Collection
 
 from MSUnmerged.config import PlannerConfig
 from MSUnmerged.guards import PLAN_OUTDATED, GuardTripped
-from MSUnmerged.ledger import ages, fences
+from MSUnmerged.ledger import fences
 from MSUnmerged.ledger import buckets as bk
 from MSUnmerged.ledger.base import BATCH, BUCKET_BATCH, RECORD_BATCH_FILES, insert_ignoring_duplicates, span
+from MSUnmerged.ledger.ages import Ages
+from MSUnmerged.ledger.base import LedgerBase
 from MSUnmerged.ledger.entries import Entries
 from MSUnmerged.ledger.retry import with_retry
 from MSUnmerged.ledger.states import LIVE_JOB_STATES, NOT_DELETED, FileState, JobState
@@ -67,8 +69,13 @@ def prune_of(generations: Iterable[Mapping[str, Any]], kept: int) -> list[float]
     return sorted(g["gen"] for g in generations)[:-kept]
 
 
-class Recording(Entries):
+class Plans:
     """A plan's generation recorded (record_plan), the shrink guard's baseline, protection dropped, pruning."""
+
+    def __init__(self, base: LedgerBase, entries: Entries, ages: Ages) -> None:
+        self.base = base
+        self.entries = entries
+        self.ages = ages  # a throttled plan's dataset directories
 
     def record_plan(self, read: PlanReader, plan: PlanSummary, generation: float,
                     baseline_count: Optional[int] = None, scan_started: Optional[float] = None,
@@ -108,13 +115,14 @@ class Recording(Entries):
             """`recording` set and the generation's entry added in one write; the document as it stands after
             serves the pruning and the baseline below (neither reads it again)."""
             try:
-                return self.rses.find_one_and_update(
+                return self.base.rses.find_one_and_update(
                     {"_id": rse, "generations.gen": {"$ne": generation}},
                     {**marked, "$push": {"generations": entry},
                      "$setOnInsert": {"created": now, "state": RSEState.NEW}},
                     upsert=True, return_document=ReturnDocument.AFTER) or {}
             except errors.DuplicateKeyError:  # the entry is there already: a recording a crash interrupted
-                return self.rses.find_one_and_update({"_id": rse}, marked, return_document=ReturnDocument.AFTER) or {}
+                return self.base.rses.find_one_and_update({"_id": rse}, marked,
+                                                          return_document=ReturnDocument.AFTER) or {}
         doc = with_retry(mark_and_add, "mark recording")
         recorded = next((g for g in doc.get("generations", []) if g.get("gen") == generation), entry)
         if entry.get("seal") is not None and recorded.get("seal") not in (None, entry["seal"]):
@@ -135,14 +143,14 @@ class Recording(Entries):
                 for i, (name, size) in enumerate(zip(plan.job_files, plan.job_sizes), 1)]
         for job, slice_ in zip(jobs, job_slices):
             job["slice"] = slice_
-        insert_ignoring_duplicates(self.jobs, jobs)
+        insert_ignoring_duplicates(self.base.jobs, jobs)
         if slice_sizes:
-            ages.record(self.db, rse, generation, {
+            self.ages.record(rse, generation, {
                 dataset_of(d.encode("utf-8", "surrogateescape"), floor_depth).decode("utf-8", "surrogateescape")
                 for d in dirs})
-        pruned = prune_of(doc.get("generations", []), self.generations_kept)
+        pruned = prune_of(doc.get("generations", []), self.base.generations_kept)
         baseline = baseline_of(g for g in doc.get("generations", []) if g["gen"] not in pruned)
-        with_retry(lambda: self.rses.update_one(
+        with_retry(lambda: self.base.rses.update_one(
             {"_id": rse}, {"$set": {"generation": generation, "state": RSEState.PLANNED, "reason": "", "detail": "",
                                     "updated": time.time(), "protected_count": baseline},
                            "$unset": {"recording": ""}}), "finish recording")
@@ -155,7 +163,7 @@ class Recording(Entries):
         """The older generations' jobs never submitted (their slices not released, their room never came) end
         `superseded`: only the current generation's jobs are ever submitted. Returns how many."""
         reason = f"superseded by the plan of dump {gen_key(generation)} before it was submitted"
-        return with_retry(lambda: self.jobs.update_many(
+        return with_retry(lambda: self.base.jobs.update_many(
             {"rse": rse, "gen": {"$lt": generation}, "state": JobState.PLANNED},
             {"$set": {"state": JobState.SUPERSEDED, "reason": reason, "finished_at": time.time()}}),
             "supersede jobs").modified_count
@@ -163,7 +171,7 @@ class Recording(Entries):
     def _forget_other_plan(self, rse: str, generation: float, earlier: Mapping[str, Any]) -> None:
         """The records of an interrupted recording of another plan of this generation, its entry included; refused
         (GuardTripped plan_outdated) when any of its jobs went further than planned."""
-        moved = with_retry(lambda: self.jobs.find_one({"rse": rse, "gen": generation,
+        moved = with_retry(lambda: self.base.jobs.find_one({"rse": rse, "gen": generation,
                                                        "state": {"$ne": JobState.PLANNED}}, {"_id": 1}), "jobs moved")
         if moved is not None:
             raise GuardTripped(PLAN_OUTDATED, f"generation {gen_key(generation)} of {rse} is recorded already with "
@@ -173,7 +181,7 @@ class Recording(Entries):
 
     def protected_baseline(self, rse: str) -> Optional[int]:
         """The shrink guard's baseline of the RSE as the ledger holds it now (baseline_of)."""
-        return baseline_of(self.rse(rse).get("generations", []))
+        return baseline_of(self.base.rse(rse).get("generations", []))
 
     def _insert_buckets(self, rse: str, generation: float, jobs: Iterable[list[str]], floor_depth: int,
                         pack_names: int) -> tuple[int, list[list[str]], set[str]]:
@@ -203,15 +211,15 @@ class Recording(Entries):
                 if batch_files >= RECORD_BATCH_FILES:
                     if inflight is not None:
                         inflight.result()
-                    inflight = writer.submit(insert_ignoring_duplicates, self.buckets, batch)
+                    inflight = writer.submit(insert_ignoring_duplicates, self.base.buckets, batch)
                     batch, batch_files = [], 0
             if inflight is not None:
                 inflight.result()
-        insert_ignoring_duplicates(self.buckets, batch)
+        insert_ignoring_duplicates(self.base.buckets, batch)
         # After every bucket: a complete fence list is never short of a bucket (fences.FenceCache).
         fence_docs = fences.documents(rse, generation, ids)
         if fence_docs:
-            with_retry(lambda: self.fences.coll.bulk_write(
+            with_retry(lambda: self.base.fences.coll.bulk_write(
                 [ReplaceOne({"_id": d["_id"]}, d, upsert=True) for d in fence_docs]), "write fences")
         return n, spans, dirs
 
@@ -229,31 +237,31 @@ class Recording(Entries):
         # projection): a whole generation's rows or buckets are read one window of fences at a time (a job's from
         # its own index range), each query by an index's leading fields and a range on its last.
         shape = {"lfn": 1, "state": 1, "rse": 1, "gen": 1}
-        rows = (self._read({"job": job}, self.files, shape) if job is not None
-                else self._windows(rse, generation, self.files, ROW_WINDOW, shape))
+        rows = (self._read({"job": job}, self.base.files, shape) if job is not None
+                else self._windows(rse, generation, self.base.files, ROW_WINDOW, shape))
         ids = [d["_id"] for d in rows if live(d) and d["state"] in not_deleted and held(d["lfn"])]
         dropped = {"state": FileState.SKIPPED_PROTECTED, "error_class": PROTECTED_SINCE_PLANNING}
         for start in range(0, len(ids), BATCH):
             chunk = ids[start:start + BATCH]
-            with_retry(lambda: self.files.update_many(
+            with_retry(lambda: self.base.files.update_many(
                 {"_id": {"$in": chunk}, "state": {"$in": not_deleted}},
                 {"$set": {**dropped, "t": time.time()}}), "drop protected")
         states = {FileState.PLANNED.value, FileState.WOULD_DELETE.value}
         shape = {"dir": 1, "states": 1, "rse": 1, "gen": 1}
-        buckets = (self._read({"job": job}, self.buckets, shape) if job is not None
-                   else self._windows(rse, generation, self.buckets, BUCKET_BATCH, shape))
+        buckets = (self._read({"job": job}, self.base.buckets, shape) if job is not None
+                   else self._windows(rse, generation, self.base.buckets, BUCKET_BATCH, shape))
         # A base at or below <dir>/<name> is at or below <dir> (PrefixSet): only the buckets of directories
         # that hold a base below them can have entries to drop, and only those are read whole, by _id alone.
         near = [b["_id"] for b in buckets if live(b) and states.intersection(b["states"]) and held(b["dir"])]
         codes = bk.CODES[FileState.PLANNED] + bk.CODES[FileState.WOULD_DELETE]
         n = len(ids)
         for start in range(0, len(near), BUCKET_BATCH):
-            covered = [e for e in self._live_entries({"_id": {"$in": near[start:start + BUCKET_BATCH]}}, codes)
+            covered = [e for e in self.entries.live({"_id": {"$in": near[start:start + BUCKET_BATCH]}}, codes)
                        if held(f"{e[0]['dir']}/{e[2]}")]
-            self._move_to_rows([(e, dropped) for e in covered], {"state": {"$in": not_deleted}})
+            self.entries.move_to_rows([(e, dropped) for e in covered], {"state": {"$in": not_deleted}})
             n += len(covered)
         if n:
-            with_retry(lambda: self.rses.update_one({"_id": rse, "generations.gen": generation},
+            with_retry(lambda: self.base.rses.update_one({"_id": rse, "generations.gen": generation},
                                                     {"$inc": {"generations.$.dropped_protected": n}}),
                        "count dropped")
         return n
@@ -268,7 +276,7 @@ class Recording(Entries):
         are every `step`-th fence (fences.Windows), so a missing or partial fence list only makes fewer, larger
         windows, never a record left out."""
         lo = gen_prefix(rse, generation)
-        windows = fences.Windows(self.fences.get(rse, generation), lo, lo + "\U0010ffff", step)
+        windows = fences.Windows(self.base.fences.get(rse, generation), lo, lo + "\U0010ffff", step)
         start, end = lo, ""
         while end != windows.hi:
             end = windows.end()
@@ -280,11 +288,11 @@ class Recording(Entries):
         `generations_kept`) and their entries."""
         if not old:
             return
-        with_retry(lambda: self.buckets.delete_many({"rse": rse, "gen": {"$in": old}}), "prune buckets")
-        with_retry(lambda: self.fences.coll.delete_many({"rse": rse, "gen": {"$in": old}}), "prune fences")
-        with_retry(lambda: self.files.delete_many({"rse": rse, "gen": {"$in": old}}), "prune files")
-        with_retry(lambda: self.dirs.delete_many({"rse": rse, "gen": {"$in": old}}), "prune dirs")
-        with_retry(lambda: self.jobs.delete_many({"rse": rse, "gen": {"$in": old},
+        with_retry(lambda: self.base.buckets.delete_many({"rse": rse, "gen": {"$in": old}}), "prune buckets")
+        with_retry(lambda: self.base.fences.coll.delete_many({"rse": rse, "gen": {"$in": old}}), "prune fences")
+        with_retry(lambda: self.base.files.delete_many({"rse": rse, "gen": {"$in": old}}), "prune files")
+        with_retry(lambda: self.base.dirs.delete_many({"rse": rse, "gen": {"$in": old}}), "prune dirs")
+        with_retry(lambda: self.base.jobs.delete_many({"rse": rse, "gen": {"$in": old},
                                                   "state": {"$nin": list(LIVE_JOB_STATES)}}), "prune jobs")
-        with_retry(lambda: self.rses.update_one({"_id": rse}, {"$pull": {"generations": {"gen": {"$in": old}}}}),
+        with_retry(lambda: self.base.rses.update_one({"_id": rse}, {"$pull": {"generations": {"gen": {"$in": old}}}}),
                    "prune generations")

@@ -8,7 +8,7 @@ from typing import Any, Mapping, Optional, Protocol, Sequence
 from pymongo import UpdateOne
 
 from MSUnmerged.ledger import buckets as bk
-from MSUnmerged.ledger.base import insert_ignoring_duplicates, span
+from MSUnmerged.ledger.base import LedgerBase, insert_ignoring_duplicates, span
 from MSUnmerged.ledger.entries import Entries, Entry
 from MSUnmerged.ledger.retry import with_retry
 from MSUnmerged.ledger.states import BACKEND_JOB_STATES, RETRIABLE, FileState, JobState
@@ -35,8 +35,12 @@ class JobIntent(Protocol):
     step: StepFiles
 
 
-class Rounds(Entries):
+class Rounds:
     """Jobs from planned to live (intent, submitted, requeued, polled states) and new rounds of retries."""
+
+    def __init__(self, base: LedgerBase, entries: Entries) -> None:
+        self.base = base
+        self.entries = entries
 
     def job_lfns(self, job_id_: str, states: Optional[Sequence[str]] = (FileState.PLANNED,)) -> list[str]:
         """The files of a job in these states (default: still to work on; None: all), sorted."""
@@ -61,11 +65,11 @@ class Rounds(Entries):
         flt = {"job": chunk[0] if len(chunk) == 1 else {"$in": chunk}}
         what = f"files of {chunk[0]}" + (f" and {len(chunk) - 1} more jobs" if len(chunk) > 1 else "")
         rows: dict[str, list[dict[str, Any]]] = {jid: [] for jid in chunk}
-        for row in with_retry(lambda: list(self.files.find(flt, {"lfn": 1, "state": 1, "job": 1})), what):
+        for row in with_retry(lambda: list(self.base.files.find(flt, {"lfn": 1, "state": 1, "job": 1})), what):
             rows[row["job"]].append(row)
         buckets: dict[str, list[dict[str, Any]]] = {jid: [] for jid in chunk}
         if with_buckets:
-            for doc in with_retry(lambda: list(self.buckets.find(flt, BUCKET_FIELDS)), f"buckets of {what}"):
+            for doc in with_retry(lambda: list(self.base.buckets.find(flt, BUCKET_FIELDS)), f"buckets of {what}"):
                 buckets[doc["job"]].append(doc)
         return rows, buckets
 
@@ -76,7 +80,7 @@ class Rounds(Entries):
         if not codes:
             return lfns
         if rows or bk.CODES[FileState.WOULD_DELETE] in codes:  # such an entry may have a row of another job
-            return lfns + [f"{doc['dir']}/{name}" for doc, _, name in self._live_entries(
+            return lfns + [f"{doc['dir']}/{name}" for doc, _, name in self.entries.live(
                 {"job": jid}, codes, {d["_id"] for d in rows}, buckets)]
         # The job has no row that could stand for an entry of its buckets (_live_entries): all are live.
         return lfns + [lfn for doc in buckets for lfn in bk.lfns(doc, codes)]
@@ -92,7 +96,7 @@ class Rounds(Entries):
                                    "protected_until": j.step.protected_until}})
                for j in jobs]
         if ops:
-            with_retry(lambda: self.jobs.bulk_write(ops, ordered=False), "record intent")
+            with_retry(lambda: self.base.jobs.bulk_write(ops, ordered=False), "record intent")
 
     def mark_submitted(self, job_id_: str, batch_id: str) -> None:
         """The batch system accepted the job (or reconciliation found it there)."""
@@ -106,21 +110,21 @@ class Rounds(Entries):
                          {"$set": {"state": JobState.QUEUED, "batch_id": batch_id, "submitted_at": now}})
                for jid, batch_id in batch_ids.items()]
         if ops:
-            with_retry(lambda: self.jobs.bulk_write(ops, ordered=False), "mark submitted")
+            with_retry(lambda: self.base.jobs.bulk_write(ops, ordered=False), "mark submitted")
 
     def requeue_job(self, job_id_: str, reason: str) -> None:
         """A job the batch system gave up on before it ever started, one revalidation removed before it started, or
         one whose worker left its files because its protected list was too old: back to planned, its files still
         assigned to it with their tries unchanged (a submission that deleted nothing is not a try); `requeued`
         counts these."""
-        with_retry(lambda: self.jobs.update_one(
+        with_retry(lambda: self.base.jobs.update_one(
             {"_id": job_id_, "state": {"$in": list(BACKEND_JOB_STATES)}},
             {"$set": {"state": JobState.PLANNED, "reason": reason, "polled_at": time.time()},
              "$unset": {"batch_id": ""}, "$inc": {"requeued": 1}}), "requeue job")
 
     def set_job_state(self, job_id_: str, state: str, reason: str = "") -> None:
         """A live job's state as the backend reports it (queued, running, held)."""
-        with_retry(lambda: self.jobs.update_one({"_id": job_id_, "state": {"$in": list(BACKEND_JOB_STATES)}},
+        with_retry(lambda: self.base.jobs.update_one({"_id": job_id_, "state": {"$in": list(BACKEND_JOB_STATES)}},
                                                 {"$set": {"state": state, "reason": reason,
                                                           "polled_at": time.time()}}), "set job state")
 
@@ -131,28 +135,30 @@ class Rounds(Entries):
         `limit` of them (in path order; the rest wait for the next rounds), and each file's attempts then count
         its own tries (one more than before; a would_delete entry's first real try is its second look)."""
         # A crash between creating a job and assigning its files leaves an empty planned job: drop it.
-        for job in self.jobs_in(rse, [JobState.PLANNED], generation):
+        for job in self.base.jobs_in(rse, [JobState.PLANNED], generation):
             if not self._has_files(job["_id"]):
-                with_retry(lambda: self.jobs.delete_one({"_id": job["_id"], "state": JobState.PLANNED}), "drop job")
+                with_retry(lambda: self.base.jobs.delete_one({"_id": job["_id"], "state": JobState.PLANNED}),
+                           "drop job")
         rounds = [j.get("round", 1) for j in with_retry(
-            lambda: list(self.jobs.find({"rse": rse, "gen": generation}, {"round": 1})), "rounds")]
+            lambda: list(self.base.jobs.find({"rse": rse, "gen": generation}, {"round": 1})), "rounds")]
         round_ = max(rounds, default=0) + 1
-        queries = [{"rse": rse, "gen": generation, "state": {"$in": list(RETRIABLE)}, "attempts": {"$lt": max_attempts}}]
+        queries = [{"rse": rse, "gen": generation, "state": {"$in": list(RETRIABLE)},
+                    "attempts": {"$lt": max_attempts}}]
         entries: dict[str, Entry] = {}
         if redo_dry_run:
             queries.append({"rse": rse, "gen": generation, "state": FileState.WOULD_DELETE})
             wd = FileState.WOULD_DELETE
-            entries = {bk.file_prefix(doc) + name: (doc, i, name) for doc, i, name in self._live_entries(
+            entries = {bk.file_prefix(doc) + name: (doc, i, name) for doc, i, name in self.entries.live(
                 {"rse": rse, "gen": generation, "states": wd.value}, bk.CODES[wd])}
         ids = sorted([d["_id"] for q in queries
-                      for d in with_retry(lambda: list(self.files.find(q, {"_id": 1})), "files for a new round")]
+                      for d in with_retry(lambda: list(self.base.files.find(q, {"_id": 1})), "files for a new round")]
                      + list(entries))[:limit]
         states = [*RETRIABLE, FileState.WOULD_DELETE] if redo_dry_run else list(RETRIABLE)
         created = []
         for n, start in enumerate(range(0, len(ids), files_per_job), 1):
             chunk = ids[start:start + files_per_job]
             jid = job_id(rse, generation, round_, n)
-            insert_ignoring_duplicates(self.jobs, [{
+            insert_ignoring_duplicates(self.base.jobs, [{
                 "_id": jid, "rse": rse, "gen": generation, "round": round_, "n": n, "state": JobState.PLANNED,
                 "files": len(chunk), "created": time.time(), "span": span(chunk[0], chunk[-1])}])
             assign = {"state": FileState.PLANNED, "job": jid, "attempts": round_}
@@ -160,13 +166,13 @@ class Rounds(Entries):
             if limit is not None:  # rounds no longer take every file: attempts count each file's own tries
                 del rows["$set"]["attempts"]
                 rows["$inc"], assign = {"attempts": 1}, {**assign, "attempts": 2}
-            with_retry(lambda: self.files.update_many(
+            with_retry(lambda: self.base.files.update_many(
                 {"_id": {"$in": [i for i in chunk if i not in entries]}, "state": {"$in": states}}, rows),
                 "assign retry")
-            self._move_to_rows([(entries[i], assign) for i in chunk if i in entries], {"state": {"$in": states}})
+            self.entries.move_to_rows([(entries[i], assign) for i in chunk if i in entries], {"state": {"$in": states}})
             created.append(jid)
         return created
 
     def _has_files(self, job_id_: str) -> bool:
-        return bool(with_retry(lambda: self.files.count_documents({"job": job_id_}, limit=1)
-                               or self.buckets.count_documents({"job": job_id_}, limit=1), "count"))
+        return bool(with_retry(lambda: self.base.files.count_documents({"job": job_id_}, limit=1)
+                               or self.base.buckets.count_documents({"job": job_id_}, limit=1), "count"))

@@ -43,29 +43,33 @@ def describe(hold: Mapping[str, Any]) -> str:
             f"{hold.get('detail') or '-'}); next try, one job, at {when(hold.get('until'))}")
 
 
-def failed(ledger: LedgerBase, rse: str, detail: str, submitted_at: float, config: Config) -> Mapping[str, Any]:
-    """Jobs submitted at `submitted_at` (the latest of them) ended config_error: one more try, and the wait that
-    follows it, unless they went out before the latest try began (they are that try's, counted). Returns the
-    back-off."""
-    now = time.time()
-    hold = current(ledger.rse(rse))
-    if hold is not None and submitted_at < float(hold.get("tried_at") or 0):
-        return hold
-    tries = int(hold["tries"]) + 1 if hold else 1
-    new = {"tries": tries, "since": hold["since"] if hold else now, "tried_at": now,
-           "until": now + wait_s(tries, config), "detail": detail[:500]}
-    with_retry(lambda: ledger.rses.update_one({"_id": rse}, {"$set": {FIELD: new}}), f"back off {rse}")
-    return new
+class SiteBackoff:
+    """An RSE's site backed off, probed and cleared on its document."""
 
+    def __init__(self, base: LedgerBase) -> None:
+        self.base = base
 
-def probing(ledger: LedgerBase, rse: str, hold: Mapping[str, Any], config: Config) -> None:
-    """A probe job goes out: nothing more until its outcome is known, or until the wait after it is over."""
-    now = time.time()
-    new = {f"{FIELD}.tried_at": now, f"{FIELD}.until": now + wait_s(int(hold["tries"]) + 1, config)}
-    with_retry(lambda: ledger.rses.update_one({"_id": rse}, {"$set": new}), f"probe {rse}")
+    def failed(self, rse: str, detail: str, submitted_at: float, config: Config) -> Mapping[str, Any]:
+        """Jobs submitted at `submitted_at` (the latest of them) ended config_error: one more try, and the wait that
+        follows it, unless they went out before the latest try began (they are that try's, counted). Returns the
+        back-off."""
+        now = time.time()
+        hold = current(self.base.rse(rse))
+        if hold is not None and submitted_at < float(hold.get("tried_at") or 0):
+            return hold
+        tries = int(hold["tries"]) + 1 if hold else 1
+        new = {"tries": tries, "since": hold["since"] if hold else now, "tried_at": now,
+               "until": now + wait_s(tries, config), "detail": detail[:500]}
+        with_retry(lambda: self.base.rses.update_one({"_id": rse}, {"$set": {FIELD: new}}), f"back off {rse}")
+        return new
 
+    def probing(self, rse: str, hold: Mapping[str, Any], config: Config) -> None:
+        """A probe job goes out: nothing more until its outcome is known, or until the wait after it is over."""
+        now = time.time()
+        new = {f"{FIELD}.tried_at": now, f"{FIELD}.until": now + wait_s(int(hold["tries"]) + 1, config)}
+        with_retry(lambda: self.base.rses.update_one({"_id": rse}, {"$set": new}), f"probe {rse}")
 
-def cleared(ledger: LedgerBase, rse: str) -> None:
-    """A job got past the site configuration: the RSE is no longer backed off."""
-    with_retry(lambda: ledger.rses.update_one({"_id": rse, FIELD: {"$exists": True}}, {"$unset": {FIELD: ""}}),
-               f"clear back-off {rse}")
+    def cleared(self, rse: str) -> None:
+        """A job got past the site configuration: the RSE is no longer backed off."""
+        with_retry(lambda: self.base.rses.update_one({"_id": rse, FIELD: {"$exists": True}}, {"$unset": {FIELD: ""}}),
+                   f"clear back-off {rse}")

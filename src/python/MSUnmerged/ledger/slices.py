@@ -38,23 +38,6 @@ def is_released(job: Mapping[str, Any], entry: Mapping[str, Any]) -> bool:
     return int(job.get("slice") or 0) <= released(entry)
 
 
-def release_next(ledger: LedgerBase, rse: str, generation: float) -> dict[str, Any]:
-    """Release the generation's next slice when every job of the slices released so far has been submitted;
-    returns the generation's entry as it stands after (its submission reads what is released there). Repeating it
-    before those jobs are submitted changes nothing."""
-    entry = ledger.generation_entry(rse, generation)
-    sizes, done = entry.get("slice_sizes") or [], released(entry)
-    if not sizes or done >= len(sizes):
-        return entry
-    waiting = [j for j in ledger.jobs_in(rse, [JobState.PLANNED], generation) if is_released(j, entry)]
-    if waiting:
-        return entry
-    with_retry(lambda: ledger.rses.update_one(
-        {"_id": rse, "generations": {"$elemMatch": {"gen": generation, "released": done}}},
-        {"$set": {"generations.$.released": done + 1}}), f"release slice {done + 1} of {rse}")
-    return ledger.generation_entry(rse, generation)
-
-
 def cycle_counters(entry: Mapping[str, Any]) -> dict[str, int]:
     """What the RSE's counters say of the throttle: `cycle_files` (the files of the slice released last),
     `slice` (slices released), `slices` (in all) and `unreleased_files` (in the slices not released yet); nothing
@@ -67,9 +50,31 @@ def cycle_counters(entry: Mapping[str, Any]) -> dict[str, int]:
             "unreleased_files": sum(sizes[done:])}
 
 
-def unreleased_jobs(ledger: LedgerBase, rse: str, generation: float, entry: Mapping[str, Any]) -> int:
-    """The generation's planned jobs whose slice is not released yet (0 when it is not throttled)."""
-    if not entry.get("slice_sizes"):
-        return 0
-    return with_retry(lambda: ledger.jobs.count_documents({"rse": rse, "gen": generation, "state": JobState.PLANNED,
-                                                           "slice": {"$gt": released(entry)}}), "unreleased jobs")
+class Slices:
+    """A throttled generation's slices released, and its jobs waiting for theirs."""
+
+    def __init__(self, base: LedgerBase) -> None:
+        self.base = base
+
+    def release_next(self, rse: str, generation: float) -> dict[str, Any]:
+        """Release the generation's next slice when every job of the slices released so far has been submitted;
+        returns the generation's entry as it stands after (its submission reads what is released there). Repeating it
+        before those jobs are submitted changes nothing."""
+        entry = self.base.generation_entry(rse, generation)
+        sizes, done = entry.get("slice_sizes") or [], released(entry)
+        if not sizes or done >= len(sizes):
+            return entry
+        waiting = [j for j in self.base.jobs_in(rse, [JobState.PLANNED], generation) if is_released(j, entry)]
+        if waiting:
+            return entry
+        with_retry(lambda: self.base.rses.update_one(
+            {"_id": rse, "generations": {"$elemMatch": {"gen": generation, "released": done}}},
+            {"$set": {"generations.$.released": done + 1}}), f"release slice {done + 1} of {rse}")
+        return self.base.generation_entry(rse, generation)
+
+    def unreleased_jobs(self, rse: str, generation: float, entry: Mapping[str, Any]) -> int:
+        """The generation's planned jobs whose slice is not released yet (0 when it is not throttled)."""
+        if not entry.get("slice_sizes"):
+            return 0
+        waiting = {"rse": rse, "gen": generation, "state": JobState.PLANNED, "slice": {"$gt": released(entry)}}
+        return with_retry(lambda: self.base.jobs.count_documents(waiting), "unreleased jobs")

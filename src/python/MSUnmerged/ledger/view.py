@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional, Protocol
 
 from bson.int64 import Int64
 
-from MSUnmerged.ledger import history, pending_dirs
+from MSUnmerged.ledger import history
 from MSUnmerged.ledger.base import EVENTS_KEPT
 from MSUnmerged.ledger.states import RETRIABLE, SUBMITTED, DirState, FileState, JobState
 from MSUnmerged.redact import redact, redact_all
@@ -17,7 +17,7 @@ from MSUnmerged.ttlcache import TtlCache
 if TYPE_CHECKING:  # the ledger builds its view (Ledger.view)
     from MSUnmerged.ledger.store import Ledger
 
-# The states an operator may ask for: "submitted" = planned files whose job is live (Ledger.query_files).
+# The states an operator may ask for: "submitted" = planned files whose job is live (Reads.query_files).
 FILE_STATES = (*(s.value for s in FileState), SUBMITTED)
 DIR_STATES = tuple(s.value for s in DirState)
 JOB_STATES = tuple(s.value for s in JobState)
@@ -75,7 +75,7 @@ class LedgerView(Protocol):
         """Every recorded cycle failure by (source, reason)."""
 
     def given_up_dirs(self, rse: str, max_tries: int) -> list[dict[str, Any]]:
-        """Directories the service stopped retrying on this RSE (pending_dirs.given_up), with their last outcome."""
+        """Directories the service stopped retrying on this RSE (PendingDirs.given_up), with their last outcome."""
 
 
 def sources_of(cycle: dict[str, Any]) -> dict[str, int]:
@@ -100,8 +100,9 @@ def health_of(cycles: list[dict[str, Any]], last_good: dict[str, Any], first_sta
     alert = ""
     if last is not None and age is not None and age > stale_after_s:
         what = f"for {age / 60:.0f} min" if good_at is not None else f"since the first cycle {age / 60:.0f} min ago"
+        reasons = ", ".join(sorted(str(f.get("reason")) for f in last.get("failures") or [])) or "none"
         alert = (f"no polling cycle succeeded {what} (alert after {stale_after_s / 60:.0f} min); "
-                 f"last cycle's failures: {', '.join(sorted(str(f.get('reason')) for f in last.get('failures') or [])) or 'none'}")
+                 f"last cycle's failures: {reasons}")
     return {"last_cycle": last, "last_good_cycle_at": good_at, "last_good_age_s": age, "never_good": good_at is None,
             "sources": sources_of(last) if last else {},
             "alert": alert}
@@ -167,7 +168,7 @@ class MongoLedgerView:
         """generation_ttl_s: what every per-file page starts from, an RSE's current generation and a job's document
         (its generation and span), is read at most this often (0: on every page); a page then follows a newly
         recorded generation within that time."""
-        self.db = ledger.db
+        self.db = ledger.base.db  # the daily aggregates (history.py)
         self.ledger = ledger
         self._read: TtlCache[Any] = TtlCache(generation_ttl_s)
         self._finished: dict[str, dict[str, Any]] = {}  # brief documents of recent finished cycles, by _id
@@ -186,27 +187,27 @@ class MongoLedgerView:
         return _shown({"name": doc["_id"], **fields, "plan": entry, "events": events})
 
     def rses(self) -> list[dict[str, Any]]:
-        return [self._rse_summary(d) for d in self.ledger.rse_docs()]
+        return [self._rse_summary(d) for d in self.ledger.reads.rse_docs()]
 
     def rse(self, name: str) -> Optional[dict[str, Any]]:
-        doc = self.ledger.rse(name)
+        doc = self.ledger.base.rse(name)
         return self._rse_summary(doc) if doc else None
 
     # -- files -------------------------------------------------------------------------------
 
     def _generation(self, rse: str) -> tuple[Optional[float], float]:
-        """The RSE's current generation and its pack floor (Ledger.current_generation), read again once
+        """The RSE's current generation and its pack floor (Reads.current_generation), read again once
         generation_ttl_s passed."""
-        return self._read.get(("generation", rse), lambda: self.ledger.current_generation(rse))
+        return self._read.get(("generation", rse), lambda: self.ledger.reads.current_generation(rse))
 
     def _job(self, job: str) -> dict[str, Any]:
         """The job's document ({}: none), read again once generation_ttl_s passed."""
-        return self._read.get(("job", job), lambda: self.ledger.job(job))
+        return self._read.get(("job", job), lambda: self.ledger.base.job(job))
 
     def files(self, rse: Optional[str], state: Optional[str], error_class: Optional[str],
               dir_prefix: Optional[str], job: Optional[str], after: Optional[str],
               limit: int, dirs: bool = False) -> Iterator[dict[str, Any]]:
-        """Pages of Ledger.query_files (one index range each) until `limit` records or the end."""
+        """Pages of Reads.query_files (one index range each) until `limit` records or the end."""
         pack_floor: float = 0  # not known for a job's generation: every ancestor directory's buckets are read
         if job and not rse:
             doc = self._job(job)
@@ -221,9 +222,10 @@ class MongoLedgerView:
             return
         left = limit or None
         while True:
-            page = self.ledger.query_files(rse, state=state, job=job, dir_prefix=dir_prefix, generation=generation,
-                                           after=after, limit=min(left or PAGE, PAGE), error_class=error_class,
-                                           dirs=dirs, read_job=self._job, pack_floor=pack_floor)
+            page = self.ledger.reads.query_files(rse, state=state, job=job, dir_prefix=dir_prefix,
+                                                 generation=generation, after=after, limit=min(left or PAGE, PAGE),
+                                                 error_class=error_class, dirs=dirs, read_job=self._job,
+                                                 pack_floor=pack_floor)
             for doc in page["items"]:
                 # The page's documents are this call's own: a plain one (most) is changed in place, not copied.
                 out = doc if _PLAIN.issuperset(map(type, doc.values())) else _clean(doc)
@@ -245,14 +247,14 @@ class MongoLedgerView:
     # -- jobs and cycles ---------------------------------------------------------------------
 
     def jobs(self, rse: Optional[str], state: Optional[str], limit: int) -> list[dict[str, Any]]:
-        docs = self.ledger.query_jobs(rse, state, limit=limit, newest_first=True)["items"]
+        docs = self.ledger.reads.query_jobs(rse, state, limit=limit, newest_first=True)["items"]
         return [_shown({"id": d.pop("_id"), **d}) for d in docs]  # batch reasons may quote URLs
 
     def cycles(self, limit: int, brief: bool = False, meta: Optional[dict[str, Any]] = None) -> list[dict[str, Any]]:
         """`meta`: the cycles' meta document if read; brief reads keep finished cycles (they no longer change)."""
         out = []
-        cycles = self.ledger.query_cycles(limit, CYCLE_BRIEF, meta, self._finished) if brief else \
-            self.ledger.query_cycles(limit, meta=meta)
+        cycles = self.ledger.cycles.query_cycles(limit, CYCLE_BRIEF, meta, self._finished) if brief else \
+            self.ledger.cycles.query_cycles(limit, meta=meta)
         for d in cycles:
             d = _shown({"id": d.pop("_id"), **d})  # failure details may quote a URL with its credential
             start, end = d.get("started"), d.get("finished")
@@ -262,9 +264,9 @@ class MongoLedgerView:
         return out
 
     def health(self, stale_after_s: float, brief: bool = False) -> dict[str, Any]:
-        meta = self.ledger.cycles_meta()  # read once for the three reads below
-        good = self.ledger.last_good_cycle({"finished": 1}, meta)  # all health_of reads of it: meta keeps it
-        return health_of(self.cycles(5, brief, meta), good, self.ledger.first_cycle_started(meta), stale_after_s,
+        meta = self.ledger.cycles.cycles_meta()  # read once for the three reads below
+        good = self.ledger.cycles.last_good_cycle({"finished": 1}, meta)  # all health_of reads of it: meta keeps it
+        return health_of(self.cycles(5, brief, meta), good, self.ledger.cycles.first_cycle_started(meta), stale_after_s,
                          time.time())
 
     def history(self, rse: Optional[str], days: int) -> list[dict[str, Any]]:
@@ -274,12 +276,12 @@ class MongoLedgerView:
         return history.cycle_failure_totals(self.db)
 
     def given_up_dirs(self, rse: str, max_tries: int) -> list[dict[str, Any]]:
-        return [_shown({k: v for k, v in d.items() if k != "_id"}) for d in pending_dirs.given_up(self.ledger, rse,
+        return [_shown({k: v for k, v in d.items() if k != "_id"}) for d in self.ledger.pending_dirs.given_up(rse,
                                                                                                   max_tries)]
 
     def plan_preview(self, rse: str, limit: int) -> dict[str, Any]:
         """The current generation's plan entry and the files still to delete (planned or to retry)."""
-        doc = self.ledger.rse(rse)
+        doc = self.ledger.base.rse(rse)
         gen = doc.get("generation")
         entry = next((g for g in doc.get("generations") or [] if g.get("gen") == gen), {})
         out: dict[str, Any] = {"rse": rse, "generation": gen, "state": doc.get("state"), "reason": doc.get("reason"),
@@ -287,13 +289,13 @@ class MongoLedgerView:
         if gen is None:
             return out
         states = (FileState.PLANNED, *RETRIABLE)
-        out["files_to_delete"] = self.ledger.count_files(rse, gen, states)
+        out["files_to_delete"] = self.ledger.counters.count_files(rse, gen, states)
         dirs: dict[str, list[str]] = {}
         for state in states:  # one (rse, gen, state, _id) range each
             left = limit - out["shown"]
             if left <= 0:
                 break
-            for f in self.ledger.query_files(rse, state=state, generation=gen, limit=left)["items"]:
+            for f in self.ledger.reads.query_files(rse, state=state, generation=gen, limit=left)["items"]:
                 dirs.setdefault(f["dir"], []).append(f["lfn"])
                 out["shown"] += 1
         out["directories"] = [{"dir": k, "files": sorted(v)} for k, v in sorted(dirs.items())]

@@ -16,10 +16,10 @@ def progress(ledger: Ledger, rse: str, generation: Optional[float], max_attempts
     if generation is None:
         return Progress()
     return Progress(
-        planned_jobs=len(ledger.jobs_in(rse, [JobState.PLANNED], generation)),
-        retriable=ledger.count_files(rse, generation, RETRIABLE, attempts={"$lt": max_attempts}),
-        exhausted=ledger.count_files(rse, generation, RETRIABLE, attempts={"$gte": max_attempts}),
-        would_delete=ledger.count_files(rse, generation, [FileState.WOULD_DELETE]))
+        planned_jobs=len(ledger.base.jobs_in(rse, [JobState.PLANNED], generation)),
+        retriable=ledger.counters.count_files(rse, generation, RETRIABLE, attempts={"$lt": max_attempts}),
+        exhausted=ledger.counters.count_files(rse, generation, RETRIABLE, attempts={"$gte": max_attempts}),
+        would_delete=ledger.counters.count_files(rse, generation, [FileState.WOULD_DELETE]))
 
 
 def decision(ledger: Ledger, config: Config, rse: str, scan: Any, current: Optional[float]) -> Decision:

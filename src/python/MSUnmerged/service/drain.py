@@ -18,7 +18,7 @@ from typing import Callable, Optional, Sequence
 
 from MSUnmerged.config import Config
 from MSUnmerged.jobs.backend import BatchBackend, JobState
-from MSUnmerged.ledger import LIVE_JOB_STATES, Ledger, with_retry
+from MSUnmerged.ledger import LIVE_JOB_STATES, Ledger
 from MSUnmerged.service.jobkeeper import JobKeeper, ProtectedList
 from MSUnmerged.service.result import failure_of, jobs_detail
 from MSUnmerged.sources import Sources
@@ -42,8 +42,7 @@ class Drainer:
 
     def with_jobs(self) -> list[str]:
         """This instance's RSEs that have jobs planned or in the batch system."""
-        states = [JobState.PLANNED.value, *(s.value for s in LIVE_JOB_STATES)]
-        busy = set(with_retry(lambda: self.ledger.jobs.distinct("rse", {"state": {"$in": states}}), "RSEs with jobs"))
+        busy = self.ledger.base.rses_with_jobs([JobState.PLANNED, *LIVE_JOB_STATES])
         return sorted(busy.intersection(self.rses()))
 
     def once(self) -> dict[str, int]:
@@ -57,15 +56,15 @@ class Drainer:
                 try:
                     self.jobs.poll(rse, fetch)
                     self.jobs.revalidate(rse, fetch)  # the jobs still waiting, against the pass's list
-                    gen = self.ledger.rse(rse).get("generation")
+                    gen = self.ledger.base.rse(rse).get("generation")
                     n = 0 if gen is None else self.jobs.top_up(rse, gen, fetch)
                     if n:
                         submitted[rse] = n
                 finally:  # what changed is counted also when nothing more could be submitted
                     if self.jobs.changed(rse):  # collected, re-issued, removed, submitted, ...
-                        self.ledger.refresh_counters(rse)
+                        self.ledger.counters.refresh_counters(rse)
                         live = len(self.jobs.live(rse))
-                        self.ledger.set_jobs_state(rse, live, jobs_detail(live))
+                        self.ledger.base.set_jobs_state(rse, live, jobs_detail(live))
             except Exception as exc:  # one RSE's trouble is the next cycle's to record; the others go on
                 failure = failure_of(exc)
                 log.warning("%s: between cycles: %s: %s", rse, failure.reason, failure.detail)

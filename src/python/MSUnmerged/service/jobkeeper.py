@@ -21,7 +21,7 @@ from MSUnmerged.guards import (GUARD_SCAN_START_MISSING, PLAN_MODIFIED, GuardTri
 from MSUnmerged.jobs.backend import BackendError, BatchBackend, JobState, JobStatus, credential_for
 from MSUnmerged.jobs.router import backend_name
 from MSUnmerged.jobs.spec import CleanupJob, file_dirs, held_dirs, job_dirs, make_job, protected_bases
-from MSUnmerged.ledger import LIVE_JOB_STATES, Leases, Ledger, gen_key, pending_dirs, sitebackoff, slices
+from MSUnmerged.ledger import LIVE_JOB_STATES, Leases, Ledger, gen_key, sitebackoff, slices
 from MSUnmerged.ledger.recording import baseline_of
 from MSUnmerged.ledger.states import BACKEND_JOB_STATES
 from MSUnmerged.lfn import PrefixSet
@@ -116,7 +116,7 @@ class JobKeeper:
         self.leases = leases
         self.backend = backend
         self.hook = hook
-        self.collector = Collector(ledger)
+        self.collector = Collector(ledger.outcomes)
         self._changed: set[str] = set()  # RSEs whose jobs this keeper moved since `changed` was last asked
 
     def changed(self, rse: str) -> bool:
@@ -138,7 +138,7 @@ class JobKeeper:
         """The index of a protected list (WMStats' now, or an operator's), checked with the guards in force
         against the RSE's ledger baseline, and that baseline; GuardTripped when the list cannot be trusted.
         `doc`: the RSE's document when the caller has just read it (the baseline is taken from it)."""
-        baseline = self.ledger.protected_baseline(rse) if doc is None else baseline_of(doc.get("generations", []))
+        baseline = self.ledger.plans.protected_baseline(rse) if doc is None else baseline_of(doc.get("generations", []))
         return check_protection(protected, baseline, self.config.guards.max_protected_shrink), baseline
 
     def fetch_protected(self) -> Fetched:
@@ -155,7 +155,7 @@ class JobKeeper:
 
     def live(self, rse: str) -> list[dict[str, Any]]:
         """The RSE's jobs submitted or being submitted and not yet collected."""
-        return self.ledger.jobs_in(rse, LIVE_JOB_STATES)
+        return self.ledger.base.jobs_in(rse, LIVE_JOB_STATES)
 
     # -- submission ----------------------------------------------------------------------------
 
@@ -166,17 +166,17 @@ class JobKeeper:
         `max_in_flight` leaves room for, in batches (batch_bounds): for each batch intent first, then submit,
         then mark (see `reconcile`). Returns how many were submitted. `fetched`: when `protected` was fetched
         (fetch_protected); `entry`: the generation's entry, when the caller has just read it
-        (slices.release_next); `live`: see `room`; `doc`: the RSE's document, when the caller has read it since
+        (ledger.slices.release_next); `live`: see `room`; `doc`: the RSE's document, when the caller has read it since
         its last poll (the site's back-off is read from it); `sent`: told each batch submitted."""
-        entry = self.ledger.generation_entry(rse, generation) if entry is None else entry
-        doc = self.ledger.rse(rse) if doc is None else doc
+        entry = self.ledger.base.generation_entry(rse, generation) if entry is None else entry
+        doc = self.ledger.base.rse(rse) if doc is None else doc
         if sitebackoff.holds(doc):  # its site's configuration was unusable: its jobs wait, planned
             return 0
         ready = self.ready(rse, generation, entry, live)
         hold = sitebackoff.current(doc)
         if hold is not None and ready:  # the wait is over: one job tries the site again
             ready = ready[:1]
-            sitebackoff.probing(self.ledger, rse, hold, self.config)
+            self.ledger.site_backoff.probing(rse, hold, self.config)
             log.info("%s: one job tries the site configuration again after %d config_error tries", rse, hold["tries"])
         return self._submit_batches(rse, ready, (protected, fetched), intent=True, entries={generation: entry},
                                     sent=sent)
@@ -185,8 +185,8 @@ class JobKeeper:
               live: Optional[int] = None) -> list[dict[str, Any]]:
         """The generation's planned jobs that may be submitted now: of released slices, within max_in_flight
         (`entry`: the generation's entry, when the caller has just read it; `live`: see `room`)."""
-        entry = self.ledger.generation_entry(rse, generation) if entry is None else entry
-        released = [doc for doc in self.ledger.jobs_in(rse, [JobState.PLANNED], generation)
+        entry = self.ledger.base.generation_entry(rse, generation) if entry is None else entry
+        released = [doc for doc in self.ledger.base.jobs_in(rse, [JobState.PLANNED], generation)
                     if slices.is_released(doc, entry)]
         return released[:self.room(rse, len(released), live)]
 
@@ -210,8 +210,8 @@ class JobKeeper:
         def removable(directory: str) -> bool:
             d = directory.encode("utf-8", "surrogateescape")
             return lfn_depth(d) >= floor and not any(s.covers(d) or s.holds_below(d) for s in (protection, excluded))
-        return pending_dirs.plan_jobs(self.ledger, rse, generation, 1 + self.config.jobs.retries,
-                                      self.config.planner.files_per_job, removable)
+        return self.ledger.pending_dirs.plan_jobs(rse, generation, 1 + self.config.jobs.retries,
+                                                  self.config.planner.files_per_job, removable)
 
     def room(self, rse: str, wanted: int, live: Optional[int] = None) -> int:
         """How many of `wanted` jobs the RSE may have submitted now: its `max_in_flight` less its live jobs
@@ -225,18 +225,18 @@ class JobKeeper:
     def reconcile(self, rse: str, sent: Optional[Sent] = None) -> None:
         """Jobs left in `submitting` by a crash: adopt the ones the batch system has, submit the rest (`sent`: told
         each batch submitted)."""
-        pending = self.ledger.jobs_in(rse, [JobState.SUBMITTING])
+        pending = self.ledger.base.jobs_in(rse, [JobState.SUBMITTING])
         if not pending:
             return
         found = self.backend.find([j["_id"] for j in pending])
-        self.ledger.mark_all_submitted(found)
+        self.ledger.rounds.mark_all_submitted(found)
         missing = [j for j in pending if j["_id"] not in found]
         if not missing:
             return
         fetched = self.fetch_protected()
         protection, _ = self.protection(rse, fetched[0])
         for gen in {doc["gen"] for doc in missing}:
-            self.ledger.drop_protected(rse, gen, protection)
+            self.ledger.plans.drop_protected(rse, gen, protection)
         log.info("%s: resubmitting %d jobs whose submission was not confirmed", rse, len(missing))
         self._submit_batches(rse, missing, fetched, intent=False, sent=sent)
 
@@ -253,7 +253,7 @@ class JobKeeper:
                 self.backend.preflight(rse)
                 checked = True
             # Resubmitted too: a job's record says until when its new manifest's list may be used (revalidation).
-            self.ledger.record_job_intent(jobs, backend_name(self.backend, rse), again=not intent)
+            self.ledger.rounds.record_job_intent(jobs, backend_name(self.backend, rse), again=not intent)
             if intent:
                 self.hook("intent", rse)
             n += self._submit(rse, jobs, sent)
@@ -265,19 +265,19 @@ class JobKeeper:
         each batch built when asked for; a job with no file left is closed. The protected list, removable
         directories and site checks are prepared once for all batches, from each generation's entry read once."""
         gens = {doc["gen"] for doc in docs}
-        entries = {gen: entries[gen] if gen in entries else self.ledger.generation_entry(rse, gen) for gen in gens}
+        entries = {gen: entries[gen] if gen in entries else self.ledger.base.generation_entry(rse, gen) for gen in gens}
         removable = {gen: self.removable(rse, gen, entries[gen]) for gen in gens}
         checks = {gen: self._checks(rse, gen, entries[gen]) for gen in gens}
         bases = protected_bases(fetched[0])
         site = ""  # asked once, for the first job that has files (it may ask Rucio)
         for start, end in batch_bounds(len(docs), self.config.jobs.submit_batch):
             jobs = []
-            lfns_of = self.ledger.jobs_lfns([doc["_id"] for doc in docs[start:end]])
+            lfns_of = self.ledger.rounds.jobs_lfns([doc["_id"] for doc in docs[start:end]])
             for doc in docs[start:end]:
                 lfns = lfns_of[doc["_id"]]
                 retry = doc.get("retry_dirs") or []  # a directory job (ledger/pending_dirs.py) holds no file
                 if not lfns and not retry:
-                    self.ledger.close_job(doc["_id"], JobState.FINISHED, "no files left")
+                    self.ledger.outcomes.close_job(doc["_id"], JobState.FINISHED, "no files left")
                     continue
                 site = site or self._site(rse)
                 jobs.append(make_job(doc["_id"], rse, site, lfns, removable[doc["gen"]], bases, self.config,
@@ -296,7 +296,7 @@ class JobKeeper:
                  sum(len(j.step.lfns) for j in jobs), sum(len(j.step.retry_dirs) for j in jobs),
                  backend_name(self.backend, rse), jobs[0].site)
         self.hook("submitted", rse)
-        self.ledger.mark_all_submitted(ids)
+        self.ledger.rounds.mark_all_submitted(ids)
         self.hook("marked", rse)
         return len(ids)
 
@@ -307,7 +307,7 @@ class JobKeeper:
         """The plan's removable directories: dirs.txt read as bytes, split on b"\\n" only, checked against
         the seal's digest recorded with the generation (`entry`, read when not given) and line by line
         (GuardTripped otherwise)."""
-        entry = self.ledger.generation_entry(rse, generation) if entry is None else entry
+        entry = self.ledger.base.generation_entry(rse, generation) if entry is None else entry
         path = Path(entry.get("plan_dir", "")) / seal.DIRS_NAME
         if not entry or not path.exists():
             return set()
@@ -333,7 +333,7 @@ class JobKeeper:
         """Ask the backend about live jobs; collect the finished ones. Returns how many were collected. A job the
         backend holds back until it is revalidated (adopted from an earlier service's queue) is revalidated now
         (`fetch`: see revalidate), so that it may start while the caller waits."""
-        live = [j for j in self.ledger.jobs_in(rse, BACKEND_JOB_STATES) if j.get("batch_id")]
+        live = [j for j in self.ledger.base.jobs_in(rse, BACKEND_JOB_STATES) if j.get("batch_id")]
         if not live:
             return 0
         statuses = self.backend.poll({j["_id"]: j["batch_id"] for j in live})
@@ -344,12 +344,12 @@ class JobKeeper:
             if status.state.terminal:
                 n += self._collect(job, status, sites)
             elif status.state is not JobState(job["state"]) or status.reason != job.get("reason", ""):
-                self.ledger.set_job_state(job["_id"], status.state, status.reason)  # e.g. why it waits
+                self.ledger.rounds.set_job_state(job["_id"], status.state, status.reason)  # e.g. why it waits
                 self._changed.add(rse)
         if True in sites:
-            sitebackoff.cleared(self.ledger, rse)
+            self.ledger.site_backoff.cleared(rse)
         elif False in sites:  # one try however many of its jobs said so
-            hold = sitebackoff.failed(self.ledger, rse, sites[False][1], sites[False][0], self.config)
+            hold = self.ledger.site_backoff.failed(rse, sites[False][1], sites[False][0], self.config)
             log.warning("%s: %s", rse, sitebackoff.describe(hold))
         if n:
             self.hook("collected", rse)
@@ -394,7 +394,7 @@ class JobKeeper:
             self._requeue(job["rse"], {job["_id"]: (job["gen"], why)})
         else:
             report = parse_report(path) if path is not None else None
-            lfns = self.ledger.job_lfns(job["_id"], states=None)
+            lfns = self.ledger.rounds.job_lfns(job["_id"], states=None)
             # The report may speak only of this job's files; the ledger changes only those still assigned to
             # this job, so a late report never overwrites a retry's outcome.
             got = self.collector.collect(job["_id"], lfns, report, status, self._other_dirs(job, lfns, report),
@@ -408,7 +408,7 @@ class JobKeeper:
                             job["_id"], got.reissued, PROTECTION_EXPIRED)
                 self._requeue(job["rse"], {job["_id"]: (job["gen"], f"{PROTECTION_EXPIRED}: {got.reason}")})
             elif job.get("retry_dirs"):
-                pending_dirs.settle(self.ledger, job, held_dirs((), job["retry_dirs"]))
+                self.ledger.pending_dirs.settle(job, held_dirs((), job["retry_dirs"]))
             if got.problems:
                 log.warning("%s: job %s: %s", job["rse"], job["_id"], got.reason)
         try:
@@ -446,12 +446,12 @@ class JobKeeper:
         protection itself, and deletes nothing once its list is too old. Returns (jobs removed for newly protected
         files, files dropped).
         """
-        waiting = [j for j in self.ledger.jobs_in(rse, (JobState.QUEUED, JobState.HELD)) if j.get("batch_id")]
+        waiting = [j for j in self.ledger.base.jobs_in(rse, (JobState.QUEUED, JobState.HELD)) if j.get("batch_id")]
         if not waiting:
             return 0, 0
         protected, fetched = (fetch or self.fetch_protected)()
         protection, _ = self.protection(rse, protected)
-        lfns_of = self.ledger.jobs_lfns([j["_id"] for j in waiting])  # a few queries, not one a job
+        lfns_of = self.ledger.rounds.jobs_lfns([j["_id"] for j in waiting])  # a few queries, not one a job
         hit = {j["_id"]: j["batch_id"] for j in waiting
                if any(protection.holds_below(name.encode("utf-8", "surrogateescape")) for name in lfns_of[j["_id"]])}
         stale = self.renew(rse, [j for j in waiting if j["_id"] not in hit], fetched)
@@ -462,7 +462,7 @@ class JobKeeper:
         removed = self.backend.remove_pending(hit, "revalidation: files became protected")
         requeued, dropped = {}, 0
         for jid in removed:
-            n = self.ledger.drop_protected(rse, gens[jid], protection, job=jid)
+            n = self.ledger.plans.drop_protected(rse, gens[jid], protection, job=jid)
             dropped += n
             requeued[jid] = (gens[jid], f"revalidation: {n} files became protected: the others sent again")
         self._requeue(rse, requeued)
@@ -494,9 +494,9 @@ class JobKeeper:
         if not jobs:
             return
         for jid, (_, reason) in jobs.items():
-            self.ledger.requeue_job(jid, reason)
+            self.ledger.rounds.requeue_job(jid, reason)
         self._changed.add(rse)
-        current = self.ledger.rse(rse).get("generation")
+        current = self.ledger.base.rse(rse).get("generation")
         if current is not None and any(gen < current for gen, _ in jobs.values()):
-            n = self.ledger.supersede(rse, current)
+            n = self.ledger.plans.supersede(rse, current)
             log.info("%s: %d jobs planned again of a generation older than the current one: superseded", rse, n)

@@ -66,7 +66,7 @@ class Service:
             self._record_failed_cycle(slot, failure_of(exc))
             raise
         self.last_rses = names
-        cid = self.ledger.start_cycle(self.instance, slot, names)
+        cid = self.ledger.cycles.start_cycle(self.instance, slot, names)
         log.info("cycle %s: start, %d RSEs (%s)", cid, len(names), "dry run" if self.config.service.dry_run else "real")
         started = time.monotonic()
         stats = StatsRead.read(self.answered)
@@ -86,7 +86,7 @@ class Service:
 
     def _record_result(self, cid: str, rse: str, res: RunResult) -> None:
         """An RSE's result on the cycle's document, as soon as its run ends."""
-        self.ledger.record_cycle_result(cid, rse, res.to_dict())
+        self.ledger.cycles.record_cycle_result(cid, rse, res.to_dict())
         log.info("cycle %s: %s", cid, describe(res))
 
     def _end_cycle(self, cid: str, names: int, results: dict[str, RunResult], pending: Iterable[str],
@@ -94,8 +94,8 @@ class Service:
         """The cycle's end on its document: the runs' failures, the RSEs unfinished, the sources heard from."""
         failures = [Failure(r.source, r.reason, r.detail).entry(r.rse) for r in results.values() if r.source]
         unfinished = sorted(pending)
-        self.ledger.end_cycle(cid, failures=failures, unfinished=unfinished, dry_run=self.config.service.dry_run,
-                              answered=self._answered(results.values()))
+        self.ledger.cycles.end_cycle(cid, failures=failures, unfinished=unfinished, dry_run=self.config.service.dry_run,
+                                     answered=self._answered(results.values()))
         log.info("cycle %s: end after %.0f s: %d of %d RSEs done, %d unfinished, %d failures%s", cid,
                  time.monotonic() - started, len(results), names, len(unfinished), len(failures),
                  f" ({', '.join(sorted({f['reason'] for f in failures}))})" if failures else "")
@@ -125,8 +125,9 @@ class Service:
 
     def _record_failed_cycle(self, slot: int, failure: Failure) -> None:
         """A cycle that could not start records a cycle document with no RSE and the failure."""
-        self.ledger.end_cycle(self.ledger.start_cycle(self.instance, slot, []), failures=[failure.entry()],
-                              dry_run=self.config.service.dry_run, answered=self._answered(()))
+        self.ledger.cycles.end_cycle(self.ledger.cycles.start_cycle(self.instance, slot, []),
+                                     failures=[failure.entry()], dry_run=self.config.service.dry_run,
+                                     answered=self._answered(()))
 
     def serve(self) -> None:
         """Run cycles every service.interval_s until stop(); jobs are collected and topped up in between."""

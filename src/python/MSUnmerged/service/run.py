@@ -30,7 +30,7 @@ from MSUnmerged.dumpreader import iter_chunks
 from MSUnmerged.guards import (PLAN_MODIFIED, PLAN_NOT_IN_CURRENT_DUMP, PLAN_OUTDATED, UNKNOWN_RSE, GuardTripped,
                                check_counts, check_plan_scan, check_scan)
 from MSUnmerged.jobs.backend import BatchBackend, JobState
-from MSUnmerged.ledger import LeaseLost, Ledger, LedgerError, gen_key, pending_dirs, sitebackoff, slices
+from MSUnmerged.ledger import LeaseLost, Ledger, LedgerError, gen_key, sitebackoff, slices
 from MSUnmerged.ledger.base import state_update
 from MSUnmerged.service.decide import decision as decision_of
 from MSUnmerged.service.jobkeeper import JobKeeper, Protected, TopUp
@@ -208,7 +208,7 @@ class Runner:
                 log.exception("%s", rse)
             log.error("%s: %s: %s", rse, failure.reason, failure.detail)
             try:
-                self.ledger.set_rse_state(rse, RSEState.FAILED, failure.reason, failure.detail)
+                self.ledger.base.set_rse_state(rse, RSEState.FAILED, failure.reason, failure.detail)
                 self._refresh_counters(ctx)  # e.g. a preflight refusal after a plan was recorded
             except LedgerError:
                 log.exception("%s: could not record the failure", rse)
@@ -219,7 +219,7 @@ class Runner:
         """The RSE's counters, its jobs per state among them: run_once does not count its jobs again unless the run
         submits more after this (two round trips an RSE). `state`: the RSE's state (state_update), written with
         them."""
-        self.ledger.refresh_counters(ctx.rse, state)
+        self.ledger.counters.refresh_counters(ctx.rse, state)
         ctx.counted = True
 
     def _limits(self, ctx: RunContext) -> RSELimits:
@@ -234,7 +234,7 @@ class Runner:
         if ctx.counted:
             return
         try:
-            self.ledger.refresh_job_counts(ctx.rse)
+            self.ledger.counters.refresh_job_counts(ctx.rse)
         except LedgerError as exc:  # a gauge a run late; the run's own outcome is recorded already
             log.warning("%s: could not count its jobs: %s", ctx.rse, exc)
 
@@ -272,7 +272,7 @@ class Runner:
     def _decide(self, ctx: RunContext) -> Optional[RunResult]:
         """The state machine on its document and scan: skip (its state with its jobs counted, one update), finish
         (then the directories still to remove), or go on with a new generation or round."""
-        ctx.doc = self.ledger.rse(ctx.rse)
+        ctx.doc = self.ledger.base.rse(ctx.rse)
         ctx.scan = scan_of(self.sources, ctx.rse, ctx.stats, self.config.service.stats_reuse_s)
         current = None if ctx.doc.get("recording") is not None else ctx.doc.get("generation")
         decision = ctx.decision = decision_of(self.ledger, self.config, ctx.rse, ctx.scan, current)
@@ -280,7 +280,8 @@ class Runner:
         result.action, result.reason, result.detail = decision.action, decision.reason, decision.detail
         result.generation = decision.generation
         if decision.action is Action.SKIP:
-            self.ledger.refresh_job_counts(ctx.rse, state_update(RSEState.SKIPPED, decision.reason, decision.detail))
+            self.ledger.counters.refresh_job_counts(ctx.rse, state_update(RSEState.SKIPPED, decision.reason,
+                                                                          decision.detail))
             ctx.counted = True
             result.state = RSEState.SKIPPED
             return result
@@ -307,7 +308,7 @@ class Runner:
         directories the generation before did not remove are retried from now on."""
         rse, doc, generation = ctx.rse, ctx.doc, ctx.generation
         if doc.get("generation") is not None:
-            pending_dirs.remember(self.ledger, rse, doc["generation"])
+            self.ledger.pending_dirs.remember(rse, doc["generation"])
         plan_dir = ctx.plan_dir = self.config.state_dir / "plans" / rse / gen_key(generation)
         if doc.get("recording") == generation and (plan_dir / seal.SEAL_NAME).exists():
             try:
@@ -332,24 +333,24 @@ class Runner:
         # (workflows finish); an operator's list at apply never does (the plan's own count is never used).
         baseline = len(checked.index) if ctx.operator_list is None else max(checked.baseline or 0, len(checked.index))
         lines = seal.PlanReader(ctx.plan_dir, ctx.sealed, self.config.planner.max_lfn_length)
-        self.ledger.record_plan(lines, plan, ctx.generation, baseline_count=baseline, scan_started=ctx.scan_started,
-                                floor_depth=self.config.planner.dir_floor_depth)
+        self.ledger.plans.record_plan(lines, plan, ctx.generation, baseline_count=baseline,
+                                      scan_started=ctx.scan_started, floor_depth=self.config.planner.dir_floor_depth)
         return None
 
     def _drop_protected(self, ctx: RunContext) -> None:
         """The generation's files the run's protected list covers now are not deleted (skipped_protected)."""
-        ctx.result.dropped_protected += self.ledger.drop_protected(ctx.rse, ctx.generation, ctx.checked.index)
+        ctx.result.dropped_protected += self.ledger.plans.drop_protected(ctx.rse, ctx.generation, ctx.checked.index)
 
     def _new_round(self, ctx: RunContext) -> None:
         """A new round of the current generation: its files still to delete or to retry, in new jobs."""
         # Jobs a crash left planned between two submission batches go out before a new round starts, so that a
         # file's round (its attempts) counts its tries.
-        if self.ledger.jobs_in(ctx.rse, [JobState.PLANNED], ctx.generation):
+        if self.ledger.base.jobs_in(ctx.rse, [JobState.PLANNED], ctx.generation):
             return
         # A throttled RSE also retries, and deletes what a dry run left, N files a cycle at most.
-        self.ledger.new_round(ctx.rse, ctx.generation, 1 + self.config.jobs.retries,
-                              self.config.planner.files_per_job, redo_dry_run=not self.config.service.dry_run,
-                              limit=self._limits(ctx).max_files_per_cycle or None)
+        self.ledger.rounds.new_round(ctx.rse, ctx.generation, 1 + self.config.jobs.retries,
+                                     self.config.planner.files_per_job, redo_dry_run=not self.config.service.dry_run,
+                                     limit=self._limits(ctx).max_files_per_cycle or None)
 
     def _directory_jobs(self, ctx: RunContext) -> None:
         """Directory jobs for the RSE's directories still to remove from earlier plans."""
@@ -357,7 +358,7 @@ class Runner:
 
     def _release_slice(self, ctx: RunContext) -> None:
         """This cycle's slice of a throttled plan is released (ledger/slices.py)."""
-        ctx.entry = slices.release_next(self.ledger, ctx.rse, ctx.generation)
+        ctx.entry = self.ledger.slices.release_next(ctx.rse, ctx.generation)
 
     def _submit(self, ctx: RunContext) -> None:
         """The released jobs go out, as many as the RSE's max_in_flight leaves room for."""
@@ -375,12 +376,12 @@ class Runner:
         back-off); written now when the run waits for its jobs, else with its counters."""
         result = ctx.result
         submitted = {"detail": jobs_detail(result.submitted), "started": time.time()}
-        hold = None if result.submitted else sitebackoff.current(self.ledger.rse(ctx.rse))
+        hold = None if result.submitted else sitebackoff.current(self.ledger.base.rse(ctx.rse))
         if hold is not None:  # its jobs wait for the site's configuration to be fixed: say so
             result.reason, result.detail = SITE_CONFIG_BACKOFF, sitebackoff.describe(hold)
             submitted.update(reason=result.reason, detail=result.detail)
         if ctx.waits:
-            self.ledger.set_rse_state(ctx.rse, result.state, **submitted)
+            self.ledger.base.set_rse_state(ctx.rse, result.state, **submitted)
         else:
             ctx.state = state_update(result.state, **submitted)
 
@@ -405,8 +406,8 @@ class Runner:
 
     def _already_applied(self, ctx: RunContext) -> Optional[RunResult]:
         """A plan the ledger holds already (and recorded to its end) changes nothing."""
-        ctx.doc = self.ledger.rse(ctx.rse)
-        ctx.entry = self.ledger.generation_entry(ctx.rse, ctx.generation)
+        ctx.doc = self.ledger.base.rse(ctx.rse)
+        ctx.entry = self.ledger.base.generation_entry(ctx.rse, ctx.generation)
         assert ctx.sealed is not None
         if ctx.entry.get("seal") != ctx.sealed.digest or ctx.doc.get("recording") == ctx.generation:
             return None  # another plan, or this one still `recording`: a crash interrupted it
@@ -459,8 +460,8 @@ class Runner:
         those of any generation still to remove (ledger/pending_dirs.py). The RSE keeps its final state; a
         protected list that cannot be had or trusted now only postpones them to a later cycle."""
         rse, generation = ctx.rse, ctx.generation
-        pending_dirs.remember(self.ledger, rse, generation)
-        if not pending_dirs.due(self.ledger, rse, 1 + self.config.jobs.retries):
+        self.ledger.pending_dirs.remember(rse, generation)
+        if not self.ledger.pending_dirs.due(rse, 1 + self.config.jobs.retries):
             return ctx.result
         try:
             checked = self.jobs.protected_now(rse)
@@ -474,7 +475,7 @@ class Runner:
 
     def _guarded(self, ctx: RunContext, reason: str, detail: str) -> RunResult:
         """A guard refused: nothing is submitted for this RSE; the reason is on its document."""
-        self.ledger.set_rse_state(ctx.rse, RSEState.GUARDED, reason, detail)
+        self.ledger.base.set_rse_state(ctx.rse, RSEState.GUARDED, reason, detail)
         result = ctx.result
         result.state, result.reason, result.detail = RSEState.GUARDED, reason, detail
         return result
@@ -486,7 +487,7 @@ class Runner:
                    count_guards: bool = True) -> planner.Plan:
         """Open the RSE's dump and plan it into `out` with the configuration in force (`limits`: the RSE's)."""
         # A throttled RSE releases its oldest dataset directories first: when the ledger first saw each.
-        first_seen = self.ledger.dataset_ages(rse) if limits.max_files_per_cycle else None
+        first_seen = self.ledger.ages.first_seen(rse) if limits.max_files_per_cycle else None
         with self.sources.open_dump(rse) as dump:
             return planner.plan(rse, iter_chunks(dump), protected, self.config, out, stats=scan,
                                 previous_protected_count=baseline, progress=progress, count_guards=count_guards,
@@ -504,7 +505,7 @@ class Runner:
         out = self.preview_dir(rse)
         shutil.rmtree(out, ignore_errors=True)  # a preview never mixes with an older one
         return self._plan_dump(rse, limits_for(self.config, rse), scan, self.sources.protected(),
-                               self.ledger.protected_baseline(rse), out, progress)
+                               self.ledger.plans.protected_baseline(rse), out, progress)
 
     def preview_dir(self, rse: str) -> Path:
         """Where `preview` writes the RSE's plan."""
