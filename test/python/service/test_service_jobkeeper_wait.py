@@ -41,7 +41,8 @@ class Scripted(JobKeeper):
 
     def __init__(self, clock: Clock, live_for: int) -> None:
         sources = SimpleNamespace(protected=lambda: ["/store/unmerged/fresh"])
-        super().__init__(load_config(env={}), cast(Any, None), cast(Any, sources), cast(Any, None), cast(Any, None),
+        ledger = SimpleNamespace(outcomes=None)  # the collector's sink: never reached, poll is scripted
+        super().__init__(load_config(env={}), cast(Any, ledger), cast(Any, sources), cast(Any, None), cast(Any, None),
                          lambda step, rse: None)
         self.clock, self.live_for = clock, live_for
         self.polls: list[float] = []
