@@ -18,7 +18,7 @@ from MSUnmerged.ledger import FileState, Ledger
 from MSUnmerged.rest import app as rest
 from MSUnmerged.samplesite import DEMO_RSE, fill_storage, rescan, write_site
 from MSUnmerged.seal import PlanReader
-from MSUnmerged.sources.offline import DUMPS_DIR, RSES_FILE, OfflineSources, dump_file
+from MSUnmerged.sources.offline import DUMPS_DIR, RSES_FILE, dump_file
 
 
 def seed_rse(db: Database, rse: str, work: Path, dump: list[str], protected: list[str],

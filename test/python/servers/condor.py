@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-import pytest
 
 from servers import built_dir, machine_wide_fixture, run_script, shared_server
 

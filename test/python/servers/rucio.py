@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-import pytest
 import requests
 
 from servers import Process, free_port, run_script, server_dir, server_fixture, wait_port

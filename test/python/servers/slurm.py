@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-import pytest
 
 from MSUnmerged.config import SlurmConfig
 from servers import machine_wide_fixture, run_script, server_dir, shared_dir, shared_server

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Optional, Sequence, TypeVar
 
-import pytest
 
 from servers import Process, run_script, server_dir, server_fixture
 from servers.fault_proxy import pipe

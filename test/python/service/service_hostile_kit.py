@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 from MSUnmerged import sample
 from MSUnmerged.samplesite import AGE_S
-from MSUnmerged.sources.offline import DUMPS_DIR, PROTECTED_FILE, STATS_FILE, OfflineSources, dump_file
+from MSUnmerged.sources.offline import DUMPS_DIR, PROTECTED_FILE, STATS_FILE, dump_file
 
 ERA = "/store/unmerged/Era"
 PLAIN = [f"{ERA}/Plain/AODSIM/Proc-v1/000/001/f{i}.root" for i in range(5)]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Optional, TextIO
+from typing import Optional, TextIO
 
 from MSUnmerged.cli import EXIT_FAILED, EXIT_GUARD, EXIT_OK, BadInput, failed_code, source_code
 from MSUnmerged.cli.output import Progress, table

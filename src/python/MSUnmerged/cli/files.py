@@ -6,7 +6,6 @@ import argparse
 import itertools
 import json
 import sys
-from typing import Any
 
 from MSUnmerged.cli import EXIT_OK, BadInput, at_least
 from MSUnmerged.cli.ledgercli import known_rse, ledger_view
