@@ -7,8 +7,9 @@ Environment (fault injection):
   E2E_MARKS         folder where a file "<step>-<rse>" is created when the hook sees that step
   E2E_PAUSE         "step:rse:occurrence": at that occurrence of the step for that RSE, create the mark
                     "paused" and sleep forever (the test then SIGKILLs the process)
-  E2E_SELFKILL_MS   with E2E_PAUSE "planned:...": instead of pausing, SIGKILL ourselves this many ms after
-                    the step, while record_plan writes to the ledger
+  E2E_KILL_RECORDING  an RSE: SIGKILL ourselves inside record_plan, right after the first batch of that RSE's
+                    buckets is written (before its fences, jobs and the end of `recording`), after creating
+                    the mark "armed"
   E2E_HOLD_RSE      right after submitting jobs of this RSE, condor_hold them (jobs that wait at the site)
   E2E_CONDOR_ROOT   the pool's chroot (for condor_hold)
 """
@@ -60,7 +61,6 @@ def make_hook():
     marks = Path(os.environ.get("E2E_MARKS", "."))
     pause = os.environ.get("E2E_PAUSE", "")
     p_step, p_rse, p_occ = (pause.split(":") + ["", "", "1"])[:3] if pause else ("", "", "1")
-    selfkill_ms = int(os.environ.get("E2E_SELFKILL_MS", "0") or 0)
     hold_rse = os.environ.get("E2E_HOLD_RSE", "")
     seen: dict[tuple[str, str], int] = {}
     lock = threading.Lock()
@@ -79,15 +79,25 @@ def make_hook():
                 condor("condor_on", "-negotiator")
             (marks / f"held-{rse}").touch()
         if step == p_step and rse == p_rse and n == int(p_occ):
-            if selfkill_ms:
-                threading.Timer(selfkill_ms / 1000.0, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
-                (marks / "armed").touch()
-                return
             (marks / "paused").touch()
             while True:
                 time.sleep(60)
 
     return hook
+
+
+def kill_inside_recording(rse: str) -> None:
+    """SIGKILL this process once the first batch of `rse`'s buckets is in the ledger: a crash in the middle of
+    record_plan's writes, wherever the scheduler would have put a timed kill."""
+    from MSUnmerged.ledger import recording
+    write = recording.insert_ignoring_duplicates
+
+    def write_then_die(coll, docs):  # type: ignore[no-untyped-def]
+        write(coll, docs)
+        if coll.name == "buckets" and docs and docs[0].get("rse") == rse:
+            (Path(os.environ.get("E2E_MARKS", ".")) / "armed").touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+    recording.insert_ignoring_duplicates = write_then_die
 
 
 def serve(config_path: str) -> int:
@@ -109,6 +119,8 @@ def serve(config_path: str) -> int:
 
 def once(config_path: str, rse: str, max_runs: int = 60) -> int:
     config = load_config(config_path)
+    if os.environ.get("E2E_KILL_RECORDING"):
+        kill_inside_recording(os.environ["E2E_KILL_RECORDING"])
     with build_service(config) as svc:
         svc.runner.hook = make_hook()
         for _ in range(max_runs):
