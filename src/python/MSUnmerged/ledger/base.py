@@ -115,6 +115,11 @@ class LedgerBase:
             flt["gen"] = generation
         return with_retry(lambda: list(self.jobs.find(flt).sort("_id", ASCENDING)), f"jobs of {rse}")
 
+    def next_round(self, rse: str, generation: float) -> int:
+        """The round a new job of the generation takes: one after the highest of its jobs (1 when it has none)."""
+        rounds = with_retry(lambda: list(self.jobs.find({"rse": rse, "gen": generation}, {"round": 1})), "rounds")
+        return 1 + max((j.get("round", 1) for j in rounds), default=0)
+
     def rses_with_jobs(self, states: Sequence[str]) -> set[str]:
         """The RSEs that have jobs in these states (any generation)."""
         flt = {"state": {"$in": list(states)}}

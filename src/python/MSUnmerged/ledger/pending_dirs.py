@@ -41,9 +41,9 @@ class PendingDirs:
         """Remember the generation's directories its jobs did not remove (once per generation); returns how many."""
         if self.base.generation_entry(rse, generation).get(REMEMBERED):
             return 0
-        docs = with_retry(lambda: list(self.base.dirs.find({"rse": rse, "gen": generation,
-                                                         "state": {"$in": [s.value for s in NOT_REMOVED]}},
-                                                        {"dir": 1, "state": 1, "error": 1})), "directories not removed")
+        not_removed = {"rse": rse, "gen": generation, "state": {"$in": [s.value for s in NOT_REMOVED]}}
+        docs = with_retry(lambda: list(self.base.dirs.find(not_removed, {"dir": 1, "state": 1, "error": 1})),
+                          "directories not removed")
         now = time.time()
         ops = [UpdateOne({"_id": f"{rse}|{d['dir']}"},
                          {"$set": {"rse": rse, "dir": d["dir"], "state": d["state"], "error": d.get("error", ""),
@@ -52,7 +52,7 @@ class PendingDirs:
         if ops:
             with_retry(lambda: self.coll.bulk_write(ops, ordered=False), "remember directories")
         with_retry(lambda: self.base.rses.update_one({"_id": rse, "generations.gen": generation},
-                                                  {"$set": {f"generations.$.{REMEMBERED}": True}}), "remembered")
+                                                     {"$set": {f"generations.$.{REMEMBERED}": True}}), "remembered")
         return len(ops)
 
     def due(self, rse: str, max_tries: int) -> list[dict[str, Any]]:
@@ -83,8 +83,7 @@ class PendingDirs:
         dirs = [e["dir"] for e in entries if e["_id"] not in set(gone)]
         if not dirs:
             return []
-        round_ = 1 + max((j.get("round", 1) for j in with_retry(
-            lambda: list(self.base.jobs.find({"rse": rse, "gen": generation}, {"round": 1})), "rounds")), default=0)
+        round_ = self.base.next_round(rse, generation)
         now = time.time()
         docs = [{"_id": job_id(rse, generation, round_, n), "rse": rse, "gen": generation, "round": round_, "n": n,
                  "state": JobState.PLANNED, "files": 0, "retry_dirs": dirs[start:start + per_job], "created": now,

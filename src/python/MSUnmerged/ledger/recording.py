@@ -13,9 +13,9 @@ from MSUnmerged.config import PlannerConfig
 from MSUnmerged.guards import PLAN_OUTDATED, GuardTripped
 from MSUnmerged.ledger import fences
 from MSUnmerged.ledger import buckets as bk
-from MSUnmerged.ledger.base import BATCH, BUCKET_BATCH, RECORD_BATCH_FILES, insert_ignoring_duplicates, span
 from MSUnmerged.ledger.ages import Ages
-from MSUnmerged.ledger.base import LedgerBase
+from MSUnmerged.ledger.base import (BATCH, BUCKET_BATCH, RECORD_BATCH_FILES, LedgerBase, insert_ignoring_duplicates,
+                                    span)
 from MSUnmerged.ledger.entries import Entries
 from MSUnmerged.ledger.retry import with_retry
 from MSUnmerged.ledger.states import LIVE_JOB_STATES, NOT_DELETED, FileState, JobState
@@ -172,7 +172,8 @@ class Plans:
         """The records of an interrupted recording of another plan of this generation, its entry included; refused
         (GuardTripped plan_outdated) when any of its jobs went further than planned."""
         moved = with_retry(lambda: self.base.jobs.find_one({"rse": rse, "gen": generation,
-                                                       "state": {"$ne": JobState.PLANNED}}, {"_id": 1}), "jobs moved")
+                                                            "state": {"$ne": JobState.PLANNED}}, {"_id": 1}),
+                           "jobs moved")
         if moved is not None:
             raise GuardTripped(PLAN_OUTDATED, f"generation {gen_key(generation)} of {rse} is recorded already with "
                                               f"another plan ({earlier.get('plan_dir')}) whose job {moved['_id']} "

@@ -139,9 +139,7 @@ class Rounds:
             if not self._has_files(job["_id"]):
                 with_retry(lambda: self.base.jobs.delete_one({"_id": job["_id"], "state": JobState.PLANNED}),
                            "drop job")
-        rounds = [j.get("round", 1) for j in with_retry(
-            lambda: list(self.base.jobs.find({"rse": rse, "gen": generation}, {"round": 1})), "rounds")]
-        round_ = max(rounds, default=0) + 1
+        round_ = self.base.next_round(rse, generation)
         queries = [{"rse": rse, "gen": generation, "state": {"$in": list(RETRIABLE)},
                     "attempts": {"$lt": max_attempts}}]
         entries: dict[str, Entry] = {}

@@ -47,7 +47,6 @@ import time
 import uuid
 
 from pymongo import ASCENDING, DESCENDING, ReturnDocument
-
 from pymongo.database import Database
 
 from MSUnmerged.ledger import ages, history, pending_dirs

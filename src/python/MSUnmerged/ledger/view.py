@@ -276,8 +276,8 @@ class MongoLedgerView:
         return history.cycle_failure_totals(self.db)
 
     def given_up_dirs(self, rse: str, max_tries: int) -> list[dict[str, Any]]:
-        return [_shown({k: v for k, v in d.items() if k != "_id"}) for d in self.ledger.pending_dirs.given_up(rse,
-                                                                                                  max_tries)]
+        given_up = self.ledger.pending_dirs.given_up(rse, max_tries)
+        return [_shown({k: v for k, v in d.items() if k != "_id"}) for d in given_up]
 
     def plan_preview(self, rse: str, limit: int) -> dict[str, Any]:
         """The current generation's plan entry and the files still to delete (planned or to retry)."""
