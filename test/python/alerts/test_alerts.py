@@ -22,7 +22,7 @@ from MSUnmerged.alerts import AlertKind, AlertManager, Notifier, evaluate
 from MSUnmerged.alerts.rules import rse_alerts
 from MSUnmerged.config import AlertsConfig, Config
 from MSUnmerged.ledger import Ledger
-from MSUnmerged.ledger.view import MongoLedgerView
+from MSUnmerged.ledger.view import MongoLedgerView, health_of
 from MSUnmerged.rest import metrics
 from servers import free_port
 from servers.alertmanager import AlertManagerServer
@@ -100,10 +100,24 @@ def test_stale_scan_and_refused_mapping() -> None:
 
 
 def test_cycles_failing_is_the_health_alert() -> None:
-    (alert,) = evaluate({"alert": "no polling cycle succeeded for 200 min", "last_good_age_s": 12000.0}, [],
-                        AlertsConfig(), NOW)
+    (alert,) = evaluate({"alert": "no polling cycle succeeded for 200 min", "last_good_age_s": 12000.0,
+                         "age_from": NOW - 12000}, [], AlertsConfig(), NOW)
     assert (alert.kind, alert.severity, alert.rse, alert.since) == (AlertKind.CYCLES_FAILING, "high", "", NOW - 12000)
     assert evaluate({"alert": ""}, [rse()], AlertsConfig(), NOW) == []
+
+
+def test_the_cycles_alert_starts_at_the_same_instant_at_every_push() -> None:
+    """Its start is the recorded time stamp, not `now` minus the page's rounded age: two pushes a moment apart
+    carry the same startsAt (CI once saw it move by 90 ms between two pushes)."""
+    first = 1796286341.2317
+    starts = set()
+    for now in (first + 3600.04, first + 3601.17, first + 3602.96):
+        health = health_of([{"finished": now - 1, "failures": [{"reason": "rucio_http_status"}]}], {}, first,
+                           stale_after_s=600, now=now)
+        assert health["last_good_age_s"] == round(now - first, 1) and health["alert"]
+        (alert,) = evaluate(health, [], AlertsConfig(), now)
+        starts.add(alert.since)
+    assert starts == {first}
 
 
 def test_an_alert_starts_when_its_problem_began() -> None:
@@ -123,7 +137,7 @@ def test_a_pushed_alert_carries_the_labels_of_the_rule_for_the_same_problem() ->
     rules = rule_labels()
     config = alerting_config("http://127.0.0.1:9/api/v2/alerts")
     cfg = AlertsConfig(stall_days=3)
-    firing = evaluate({"alert": "failing", "last_good_age_s": 7200.0},
+    firing = evaluate({"alert": "failing", "last_good_age_s": 7200.0, "age_from": NOW - 7200},
                       [rse(progress_at=NOW - 4 * DAY, counters={"pending": 3}),
                        rse("T2_AL_Stale", state="skipped", reason="scan_stale")], cfg, NOW)
     body = AlertManager(config).payload(firing, [], NOW, {})

@@ -69,9 +69,9 @@ def evaluate(health: Mapping[str, Any], rses: Sequence[Mapping[str, Any]], cfg: 
     """Every alert that fires now: the health's cycle alert (LedgerView.health) and each RSE's."""
     out = []
     if health.get("alert"):
-        age = health.get("last_good_age_s")  # since the last good cycle (before any: the first cycle's start)
+        since = health.get("age_from")  # the last good cycle (before any: the first cycle's start), as recorded
         out.append(Alert(AlertKind.CYCLES_FAILING, "MSUnmerged polling cycles are failing", str(health["alert"]),
-                         since=now - age if isinstance(age, (int, float)) else None))
+                         since=since if isinstance(since, (int, float)) else None))
     for rse in rses:
         out += rse_alerts(rse, cfg, now)
     return out

@@ -63,7 +63,8 @@ class LedgerView(Protocol):
     def health(self, stale_after_s: float, brief: bool = False) -> dict[str, Any]:
         """How the polling goes: `last_cycle` (its `failures`, `ok`, `dry_run`; brief: without `results` and
         `rses`), `last_good_cycle_at` (None: never), `last_good_age_s` (since the last good cycle; before any,
-        since the first cycle started; None before any cycle), `never_good`, `sources` ({source: 1 answered / 0 failed
+        since the first cycle started; None before any cycle), `age_from` (the time stamp that age runs from,
+        unrounded: an alert's start must not move between pushes), `never_good`, `sources` ({source: 1 answered / 0 failed
         in the last finished cycle; a source it did not call is left out: unknown}),
         `alert` (a sentence when no cycle succeeded for `stale_after_s`, counted from the first cycle on a new
         ledger, else "")."""
@@ -103,7 +104,8 @@ def health_of(cycles: list[dict[str, Any]], last_good: dict[str, Any], first_sta
         reasons = ", ".join(sorted(str(f.get("reason")) for f in last.get("failures") or [])) or "none"
         alert = (f"no polling cycle succeeded {what} (alert after {stale_after_s / 60:.0f} min); "
                  f"last cycle's failures: {reasons}")
-    return {"last_cycle": last, "last_good_cycle_at": good_at, "last_good_age_s": age, "never_good": good_at is None,
+    return {"last_cycle": last, "last_good_cycle_at": good_at, "last_good_age_s": age, "age_from": since,
+            "never_good": good_at is None,
             "sources": sources_of(last) if last else {},
             "alert": alert}
 
