@@ -141,13 +141,13 @@ def operator_queries(t: Target) -> list[tuple[str, str, Callable[[MongoLedgerVie
 
 
 def engine_floor(view: MongoLedgerView, t: Target) -> list[tuple[str, Callable[[], Any]]]:
-    """The database alone, no MSUnmerged code: each per-file page's own documents read straight with pymongo,
-    the same run's floor for that page. A page's records come from rows (a document each) and bucket entries
-    (a bucket holds one job's files of a directory, or of neighbouring ones): its floor reads exactly the rows and the buckets its first
-    page's records come from, the buckets in one `_id $in` read, the rows in one index range read when they are
-    all of one state and error class (the failed-files page: its (rse, gen, state, error_class, _id) range from
+    """The database alone, no MSUnmerged code: each per-file page's own documents read straight with pymongo, the same
+    run's floor for that page. A page's records come from rows (a document each) and bucket entries (a bucket holds
+    one job's files of a directory, or of neighbouring ones): its floor reads exactly the rows and the buckets its
+    first page's records come from, the buckets in one `_id $in` read, the rows in one index range read when they
+    are all of one state and error class (the failed-files page: its (rse, gen, state, error_class, _id) range from
     its first to its last row, which SecantusDB answers faster than point look-ups), else one `_id $in` read."""
-    db, out = view.db, []
+    db, out = view.ledger.base.db, []
     for name, _, cli in operator_queries(t):
         if name not in PAGES:
             continue
@@ -169,7 +169,8 @@ def engine_floor(view: MongoLedgerView, t: Target) -> list[tuple[str, Callable[[
             rows = {"rse": t.rse, "gen": gen, "state": state, "error_class": cls,
                     "_id": {"$gte": min(row_ids), "$lte": max(row_ids)}}
 
-        def read(rows: dict[str, Any] = rows, row_ids: list[str] = row_ids, bucket_ids: list[str] = bucket_ids) -> list[Any]:
+        def read(rows: dict[str, Any] = rows, row_ids: list[str] = row_ids,
+                 bucket_ids: list[str] = bucket_ids) -> list[Any]:
             return (list(db.files.find(rows)) if row_ids else []) + \
                 (list(db.buckets.find({"_id": {"$in": bucket_ids}})) if bucket_ids else [])
         out.append((f"floor: {name} ({len(row_ids)} rows, {len(bucket_ids)} buckets)", read))
@@ -295,8 +296,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         ratio = f"{r['p99_ms'] / floor:.2f}" if floor else "-"
         cpu = r.get("cpu_ms") or {}
         cost = " / ".join(str(cpu[k]) if k in cpu else "-" for k in ("db", r["via"], "generator"))
-        out.append(f"| {r['query']} | {r['via']} | {r['clients']} | {r['requests']:,} | {r['errors']} | {r['rps']:.0f} | "
-                   f"{r['p50_ms']} | {r['p99_ms']} | {r['max_ms']} | {ratio} | {cost} |")
+        out.append(f"| {r['query']} | {r['via']} | {r['clients']} | {r['requests']:,} | {r['errors']} | "
+                   f"{r['rps']:.0f} | {r['p50_ms']} | {r['p99_ms']} | {r['max_ms']} | {ratio} | {cost} |")
     return "\n".join(out)
 
 

@@ -18,7 +18,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pymongo import MongoClient
 
-from MSUnmerged.ledger import history
+from MSUnmerged.ledger import Ledger
+from MSUnmerged.ledger.history import day_of
 from golden_kit import BAD, name, rse_doc
 from rest_kit import mounted
 from test_rest_page import render
@@ -36,9 +37,9 @@ def fleet(rest_app: Any, mongo_client: MongoClient) -> Iterator[str]:
     now = time.time()
     db.rses.insert_many([rse_doc(i, now) for i in range(151)])
     for back, deleted, failed in ((6, 741_181, 0), (4, 20_000, 1400), (2, 500_000, 37), (0, 9000, 3)):
-        history.record_job(db, BAD, f"{BAD}:old:{back}", history.day_of(now - back * 86400),
-                           {"states": {"deleted": deleted}, "bytes_freed": deleted * 3_000_000,
-                            "failed_by_class": {"permission_denied": failed} if failed else {}})
+        Ledger(db).history.record_job(BAD, f"{BAD}:old:{back}", day_of(now - back * 86400),
+                                      {"states": {"deleted": deleted}, "bytes_freed": deleted * 3_000_000,
+                                       "failed_by_class": {"permission_denied": failed} if failed else {}})
     yield from mounted(rest_app, db, BASE)
 
 

@@ -12,7 +12,8 @@ from typing import Any, Iterator
 import pytest
 from pymongo import MongoClient
 
-from MSUnmerged.ledger import history
+from MSUnmerged.ledger import Ledger
+from MSUnmerged.ledger.history import day_of
 from rest_kit import mounted, seed_rse
 from test_rest_page import render
 
@@ -34,13 +35,15 @@ def fleet(rest_app: Any, mongo_client: MongoClient, tmp_path_factory: pytest.Tem
     work = tmp_path_factory.mktemp("fleet-plans")
     gen = time.time() - 3600
     for i in range(151):  # every 10th RSE has failures: 16 failing
-        seed_rse(db, name(i), work, [f"/store/unmerged/R/P/RAW/v1/f{n}.root" for n in range(4 + i % 7)] + ["/store/unmerged/R/K/RAW/v1/k.root"], ["/store/unmerged/R/K"], gen,
+        seed_rse(db, name(i), work, [f"/store/unmerged/R/P/RAW/v1/f{n}.root" for n in range(4 + i % 7)]
+                 + ["/store/unmerged/R/K/RAW/v1/k.root"], ["/store/unmerged/R/K"], gen,
                  done_jobs=1, outcome=lambda n, lfn, i=i: {"state": "failed", "error_class": "timeout"}
                  if i % 10 == 0 and n == 0 else {"state": "deleted", "size": 10 ** 6},
                  state="done_with_errors" if i % 10 == 0 else "clean", reason="files_failed" if i % 10 == 0 else "")
     for back, deleted in ((9, 741_181), (8, 12_000), (2, 500_000)):  # a gap of five days between
-        history.record_job(db, name(1), f"{name(1)}:old:{back}", history.day_of(time.time() - back * 86400),
-                           {"states": {"deleted": deleted}, "bytes_freed": deleted * 3_000_000, "failed_by_class": {}})
+        Ledger(db).history.record_job(name(1), f"{name(1)}:old:{back}", day_of(time.time() - back * 86400),
+                                      {"states": {"deleted": deleted}, "bytes_freed": deleted * 3_000_000,
+                                       "failed_by_class": {}})
     yield from mounted(rest_app, db, BASE)
 
 

@@ -17,7 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from pymongo import MongoClient
 
 from MSUnmerged.config import Config
-from MSUnmerged.ledger import Ledger, history
+from MSUnmerged.ledger import Ledger
+from MSUnmerged.ledger.history import day_of
 from MSUnmerged.rest import app as rest
 from MSUnmerged.rest import page
 from rest_kit import seed_rse
@@ -60,13 +61,13 @@ def mounts(rest_app: Any, mongo_client: MongoClient, tmp_path_factory: pytest.Te
              done_jobs=3, outcome=lambda i, lfn: ({"state": "failed", "error_class": "permission_denied"} if i % 5 == 0
                                                   else {"state": "deleted", "size": 2 ** 20}),
              files_per_job=10, state="done_with_errors", reason="files_failed")
+    ledger = Ledger(db)
     # Earlier days of history, written as the ledger writes a collected job's summary.
     for back in (3, 2):
-        day = history.day_of(time.time() - back * DAY)
-        history.record_job(db, REAL_RSE, f"{REAL_RSE}:old:{back}", day,
-                           {"states": {"deleted": 100 * back}, "bytes_freed": back * 2 ** 30,
-                            "failed_by_class": {"timeout": back}})
-    ledger = Ledger(db)
+        day = day_of(time.time() - back * DAY)
+        ledger.history.record_job(REAL_RSE, f"{REAL_RSE}:old:{back}", day,
+                                  {"states": {"deleted": 100 * back}, "bytes_freed": back * 2 ** 30,
+                                   "failed_by_class": {"timeout": back}})
     for slot in (1, 2):  # two cycles that failed before any RSE (Rucio down), none ever good
         ledger.cycles.end_cycle(ledger.cycles.start_cycle("op-test", slot, []), dry_run=True, failures=[
             {"source": "rucio", "reason": "rucio_bad_content", "detail": "<html>login</html>", "rse": ""}])

@@ -12,7 +12,8 @@ from pymongo.database import Database
 
 from MSUnmerged.jobs.local import LocalBackend
 from MSUnmerged.jobs.router import RoutingBackend
-from MSUnmerged.ledger import Ledger, history
+from MSUnmerged.ledger import Ledger
+from MSUnmerged.ledger.history import FAILURE_SOURCES
 from MSUnmerged.ledger.cycles import CYCLES_META
 from MSUnmerged.present import shares, shares_label
 from MSUnmerged.sources.errors import SourceError
@@ -55,7 +56,7 @@ def test_dry_run_is_dry_run_done_then_real_mode_deletes_the_same_generation(tmp_
     assert doc["counters"]["deleted"] == c["to_delete"] and doc["counters"]["would_delete"] == 0
     deleted = {f["lfn"] for f in Ledger(mongo_db).reads.file_records(RSE, state="deleted")}
     assert files_left(tmp_path / "storage" / RSE) == before - deleted
-    days = history.rse_days(mongo_db, RSE)
+    days = Ledger(mongo_db).history.rse_days(RSE)
     assert sum(d["deleted"] for d in days) == len(deleted)
     assert sum(d["would_delete"] for d in days) == c["to_delete"]  # the dry run's findings stay in history
     svc.stop()
@@ -113,7 +114,8 @@ def test_alert_when_the_last_good_cycle_is_too_old(mongo_db: Database) -> None:
     ledger = Ledger(mongo_db)
     cid = ledger.cycles.start_cycle("old", 1, [])
     ledger.cycles.end_cycle(cid)
-    # Ended two hours ago: end_cycle keeps the end on the cycle and on the cycles' meta document (health reads it there).
+    # Ended two hours ago: end_cycle keeps the end on the cycle and on the cycles' meta document (health reads it
+    # there).
     ended = time.time() - 7200
     mongo_db.cycles.update_one({"_id": cid}, {"$set": {"finished": ended}})
     mongo_db.meta.update_one({"_id": CYCLES_META}, {"$set": {"last_good.finished": ended}})
@@ -161,4 +163,4 @@ def test_a_good_cycle_records_the_sources_that_answered(tmp_path: Path, mongo_db
     health = Ledger(mongo_db).view().health(svc.config.service.stale_after_s)
     assert health["last_cycle"]["answered"] == ["backend", "conmon", "internal", "ledger", "rucio", "wmstats"]
     # The state folder's disk has a sample only when a run failed on it (state_disk_full; its free space is a gauge).
-    assert health["sources"] == {s: 1 for s in history.FAILURE_SOURCES if s != "disk"}
+    assert health["sources"] == {s: 1 for s in FAILURE_SOURCES if s != "disk"}

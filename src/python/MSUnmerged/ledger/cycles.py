@@ -6,8 +6,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 from pymongo import ASCENDING, DESCENDING
 
-from MSUnmerged.ledger import history
 from MSUnmerged.ledger.base import LedgerBase
+from MSUnmerged.ledger.history import History
 from MSUnmerged.ledger.retry import with_retry
 
 # The `meta` document naming the latest cycles and the last good one, so that the status page reads a few
@@ -18,8 +18,9 @@ CYCLES_META, RECENT_CYCLES = "cycles", 50
 class Cycles:
     """A cycle started, its RSEs' results, its end; the latest cycles, the last good one and the first."""
 
-    def __init__(self, base: LedgerBase) -> None:
+    def __init__(self, base: LedgerBase, history: History) -> None:
         self.base = base
+        self.history = history
 
     def start_cycle(self, instance: str, slot: int, rses: Sequence[str]) -> str:
         cid = f"{instance}:{slot}:{time.time():.3f}"
@@ -45,7 +46,7 @@ class Cycles:
             {"_id": cycle_id}, {"$set": {"finished": finished, "failures": list(failures), "ok": ok, **fields}}),
             "end cycle") or {}
         started = doc.get("started") or finished
-        history.record_cycle(self.base.db, cycle_id, started, ok, failures)
+        self.history.record_cycle(cycle_id, started, ok, failures)
         if ok:
             good = {"_id": cycle_id, "started": started, "finished": finished, "ok": True}
             newer = {"$or": [{"last_good": {"$exists": False}}, {"last_good.started": {"$lt": started}}]}

@@ -8,9 +8,9 @@ from typing import Any, Iterable, Mapping, Optional
 from pymongo import UpdateMany, UpdateOne
 
 from MSUnmerged.ledger import buckets as bk
-from MSUnmerged.ledger import history
 from MSUnmerged.ledger.base import BATCH, LedgerBase, write_ignoring_duplicates
 from MSUnmerged.ledger.entries import Changes, Entries, Entry
+from MSUnmerged.ledger.history import History, day_of
 from MSUnmerged.ledger.retry import LedgerError, with_retry
 from MSUnmerged.ledger.states import DIR_RANK, OUTCOME_STATES, FileState, JobState
 from MSUnmerged.worker.ids import gen_key
@@ -44,9 +44,10 @@ def _needs_row(state: str, error_class: str, error: str) -> bool:
 class Outcomes:
     """What a job's report and its end change: its files' and directories' records, its summary."""
 
-    def __init__(self, base: LedgerBase, entries: Entries) -> None:
+    def __init__(self, base: LedgerBase, entries: Entries, history: History) -> None:
         self.base = base
         self.entries = entries
+        self.history = history
 
     def record_outcomes(self, job_id_: str, outcomes: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         """Sink for the collector: per-file outcomes of one job, as
@@ -85,10 +86,10 @@ class Outcomes:
             given[prefix + o["lfn"]] = (state, cls, err, size)
         summary["failed_by_message"] = message_tally(by_message)
         self._record_file_outcomes(job_id_, given, now)
-        day = job.get("day") or history.day_of(now)  # a repeated call counts on the first call's day
+        day = job.get("day") or day_of(now)  # a repeated call counts on the first call's day
         with_retry(lambda: self.base.jobs.update_one({"_id": job_id_}, {"$set": {"summary": summary, "day": day}}),
                    "job summary")
-        history.record_job(self.base.db, job["rse"], job_id_, day, summary)
+        self.history.record_job(job["rse"], job_id_, day, summary)
         return summary
 
     def _record_file_outcomes(self, job_id_: str, given: Mapping[str, tuple[str, str, str, Optional[int]]],
@@ -165,6 +166,5 @@ class Outcomes:
         job = with_retry(lambda: self.base.jobs.find_one_and_update({"_id": job_id_}, {"$set": {
             "state": state, "reason": reason, "finished_at": now, **facts}}), f"close {job_id_}") or {}
         if job and n and state != JobState.REMOVED:  # our own removal (revalidation) is no failure
-            history.record_unreported(self.base.db, job["rse"], job_id_, job.get("day") or history.day_of(now),
-                                      error_class, n)
+            self.history.record_unreported(job["rse"], job_id_, job.get("day") or day_of(now), error_class, n)
         return n

@@ -15,12 +15,13 @@ it keeps**; callers write `ledger.<part>.<method>(...)`. The parts:
   slices        (slices.py) a throttled generation's slices released
   site_backoff  (sitebackoff.py) an RSE's site backed off while its configuration is unusable
   ages          (ages.py) when each dataset directory of a throttled RSE was first planned
-Every part holds `base` (composition, no part inherits another); a part that needs another is given it when it
-is made (plans: entries.py's bucket entry writes and ages; rounds, outcomes: the entry writes; counters: slices),
-never the ledger. What a caller sets up for itself is not a part but an object the ledger makes for it, by a method
-taking those settings: `leases(owner, ttl_s)`, `request_ids(window_s)`, `view(generation_ttl_s)`. The ledger's own
-methods are only those that concern it whole: `ensure_indexes`, `instance_id`, `ping`. Nothing outside ledger/
-touches the database.
+  history       (history.py) daily aggregates per RSE and of the cycles, kept beyond the generations
+Every part holds `base` (composition, no part inherits another); a part that needs another is given it when it is
+made (plans: entries.py's bucket entry writes and ages; rounds: the entry writes; outcomes: the entry writes and
+history; counters: slices; cycles: history), never the ledger. What a caller sets up for itself is not a part but an
+object the ledger makes for it, by a method taking those settings: `leases(owner, ttl_s)`, `request_ids(window_s)`,
+`view(generation_ttl_s)`. The ledger's own methods are only those that concern it whole: `ensure_indexes`,
+`instance_id`, `ping`. Nothing outside ledger/ touches the database.
 
 Collections (see docs/ledger.md):
   rses          one document per RSE: state, reason, kept generations, counters, last events
@@ -55,6 +56,7 @@ from MSUnmerged.ledger.base import LedgerBase
 from MSUnmerged.ledger.counters import Counters
 from MSUnmerged.ledger.cycles import Cycles
 from MSUnmerged.ledger.entries import Entries
+from MSUnmerged.ledger.history import History
 from MSUnmerged.ledger.leases import Leases
 from MSUnmerged.ledger.outcomes import Outcomes
 from MSUnmerged.ledger.pending_dirs import PendingDirs
@@ -78,11 +80,12 @@ class Ledger:
         entries = Entries(self.base)
         self.ages = Ages(self.base)
         self.slices = Slices(self.base)
+        self.history = History(self.base)
         self.plans = Plans(self.base, entries, self.ages)
         self.rounds = Rounds(self.base, entries)
-        self.outcomes = Outcomes(self.base, entries)
+        self.outcomes = Outcomes(self.base, entries, self.history)
         self.counters = Counters(self.base, self.slices)
-        self.cycles = Cycles(self.base)
+        self.cycles = Cycles(self.base, self.history)
         self.reads = Reads(self.base)
         self.pending_dirs = PendingDirs(self.base)
         self.site_backoff = SiteBackoff(self.base)

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional, Protocol
 
 from bson.int64 import Int64
 
-from MSUnmerged.ledger import history
 from MSUnmerged.ledger.base import EVENTS_KEPT
+from MSUnmerged.ledger.history import FAILURE_SOURCES
 from MSUnmerged.ledger.states import RETRIABLE, SUBMITTED, DirState, FileState, JobState
 from MSUnmerged.redact import redact, redact_all
 from MSUnmerged.ttlcache import TtlCache
@@ -61,16 +61,15 @@ class LedgerView(Protocol):
         """The recorded plan of the current generation: counts and the first files still to delete by directory."""
 
     def health(self, stale_after_s: float, brief: bool = False) -> dict[str, Any]:
-        """How the polling goes: `last_cycle` (its `failures`, `ok`, `dry_run`; brief: without `results` and
-        `rses`), `last_good_cycle_at` (None: never), `last_good_age_s` (since the last good cycle; before any,
-        since the first cycle started; None before any cycle), `age_from` (the time stamp that age runs from,
-        unrounded: an alert's start must not move between pushes), `never_good`, `sources` ({source: 1 answered / 0 failed
-        in the last finished cycle; a source it did not call is left out: unknown}),
-        `alert` (a sentence when no cycle succeeded for `stale_after_s`, counted from the first cycle on a new
-        ledger, else "")."""
+        """How the polling goes: `last_cycle` (its `failures`, `ok`, `dry_run`; brief: without `results` and `rses`),
+        `last_good_cycle_at` (None: never), `last_good_age_s` (since the last good cycle; before any, since the
+        first cycle started; None before any cycle), `age_from` (the time stamp that age runs from, unrounded: an
+        alert's start must not move between pushes), `never_good`, `sources` ({source: 1 answered / 0 failed in the
+        last finished cycle; a source it did not call is left out: unknown}), `alert` (a sentence when no cycle
+        succeeded for `stale_after_s`, counted from the first cycle on a new ledger, else "")."""
 
     def history(self, rse: Optional[str], days: int) -> list[dict[str, Any]]:
-        """Daily aggregates of the last `days` days, oldest first (history.rse_days)."""
+        """Daily aggregates of the last `days` days, oldest first (ledger.history.rse_days)."""
 
     def failure_totals(self) -> dict[tuple[str, str], int]:
         """Every recorded cycle failure by (source, reason)."""
@@ -84,7 +83,7 @@ def sources_of(cycle: dict[str, Any]) -> dict[str, int]:
     without `answered`, by an older version, counts every source not failed as answered)."""
     failed = {f.get("source") for f in cycle.get("failures") or []}
     answered = cycle.get("answered")
-    return {s: int(s not in failed) for s in history.FAILURE_SOURCES
+    return {s: int(s not in failed) for s in FAILURE_SOURCES
             if s in failed or answered is None or s in answered}
 
 
@@ -170,7 +169,6 @@ class MongoLedgerView:
         """generation_ttl_s: what every per-file page starts from, an RSE's current generation and a job's document
         (its generation and span), is read at most this often (0: on every page); a page then follows a newly
         recorded generation within that time."""
-        self.db = ledger.base.db  # the daily aggregates (history.py)
         self.ledger = ledger
         self._read: TtlCache[Any] = TtlCache(generation_ttl_s)
         self._finished: dict[str, dict[str, Any]] = {}  # brief documents of recent finished cycles, by _id
@@ -272,10 +270,10 @@ class MongoLedgerView:
                          time.time())
 
     def history(self, rse: Optional[str], days: int) -> list[dict[str, Any]]:
-        return history.rse_days(self.db, rse, days)
+        return self.ledger.history.rse_days(rse, days)
 
     def failure_totals(self) -> dict[tuple[str, str], int]:
-        return history.cycle_failure_totals(self.db)
+        return self.ledger.history.cycle_failure_totals()
 
     def given_up_dirs(self, rse: str, max_tries: int) -> list[dict[str, Any]]:
         given_up = self.ledger.pending_dirs.given_up(rse, max_tries)

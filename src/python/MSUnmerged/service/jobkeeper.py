@@ -161,18 +161,20 @@ class JobKeeper:
 
     def submit_planned(self, rse: str, generation: float, protected: Sequence[str], fetched: float,
                        entry: Optional[dict[str, Any]] = None, live: Optional[int] = None,
-                       doc: Optional[Mapping[str, Any]] = None, sent: Optional[Sent] = None) -> int:
+                       doc: Optional[Mapping[str, Any]] = None, sent: Optional[Sent] = None,
+                       ready: Optional[Sequence[dict[str, Any]]] = None) -> int:
         """Submit the generation's planned jobs of the released slices (ledger/slices.py), as many as the RSE's
         `max_in_flight` leaves room for, in batches (batch_bounds): for each batch intent first, then submit,
         then mark (see `reconcile`). Returns how many were submitted. `fetched`: when `protected` was fetched
         (fetch_protected); `entry`: the generation's entry, when the caller has just read it
         (ledger.slices.release_next); `live`: see `room`; `doc`: the RSE's document, when the caller has read it since
-        its last poll (the site's back-off is read from it); `sent`: told each batch submitted."""
+        its last poll (the site's back-off is read from it); `sent`: told each batch submitted; `ready`: what `ready`
+        gave, when the caller has just asked it (with this `entry`)."""
         entry = self.ledger.base.generation_entry(rse, generation) if entry is None else entry
         doc = self.ledger.base.rse(rse) if doc is None else doc
         if sitebackoff.holds(doc):  # its site's configuration was unusable: its jobs wait, planned
             return 0
-        ready = self.ready(rse, generation, entry, live)
+        ready = self.ready(rse, generation, entry, live) if ready is None else ready
         hold = sitebackoff.current(doc)
         if hold is not None and ready:  # the wait is over: one job tries the site again
             ready = ready[:1]
@@ -195,11 +197,13 @@ class JobKeeper:
         --wait` waits), with the protected list `fetch` gives (asked only when a job is ready: a ProtectedList),
         checked against the RSE's baseline (GuardTripped: nothing is submitted); `sent` as submit_planned's. Returns how
         many were submitted."""
-        if not self.ready(rse, generation):
+        entry = self.ledger.base.generation_entry(rse, generation)
+        ready = self.ready(rse, generation, entry)
+        if not ready:
             return 0
         protected, at = fetch()
         self.protection(rse, protected)
-        return self.submit_planned(rse, generation, protected, at, sent=sent)
+        return self.submit_planned(rse, generation, protected, at, entry, sent=sent, ready=ready)
 
     def plan_directory_jobs(self, rse: str, generation: float, protection: PrefixSet) -> list[str]:
         """Directory jobs for the RSE's directories still to remove from earlier plans (ledger/pending_dirs.py);
