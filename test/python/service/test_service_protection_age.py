@@ -19,7 +19,7 @@ from MSUnmerged.service import Service
 from MSUnmerged.service.drain import Drainer
 from MSUnmerged.sources.offline import PROTECTED_FILE, OfflineSources
 from MSUnmerged.worker.ids import MANIFEST_NAME
-from service_kit import LoggedLocalBackend, files_left, write_sources
+from service_kit import Gate, LoggedLocalBackend, files_left, write_sources
 from test_service_run import RSE, make_service
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -67,7 +67,8 @@ def test_the_top_up_drops_files_protected_while_their_job_waits(tmp_path: Path, 
     """Before: the between-cycle top-up checked nothing; a job queued behind another deleted files protected
     meanwhile."""
     src = write_sources(tmp_path / "src", [RSE], files=1200)
-    svc = make_service(tmp_path, mongo_db, src, python=slow_python(tmp_path, 4))
+    gate = Gate(tmp_path)  # the workers wait for it: the first job stays running, the others queued
+    svc = make_service(tmp_path, mongo_db, src, python=gate.python)
     svc.config.jobs.local_parallel = svc.runner.jobs.backend.parallel = 1
     assert svc.runner.run_once(RSE).submitted >= 3
     waiting = sorted(j["_id"] for j in mongo_db.jobs.find())[1:]
@@ -83,6 +84,7 @@ def test_the_top_up_drops_files_protected_while_their_job_waits(tmp_path: Path, 
     shown = list(Ledger(mongo_db).view().files(RSE, "skipped_protected", "protected_since_planning", None, None,
                                                  None, 0))  # what REST's data/files answers
     assert {f["lfn"] for f in shown} == {d["lfn"] for d in dropped}
+    gate.open()
     run_to_clean(svc)
     check_kept(tmp_path, mongo_db, dirs, waited)
 
@@ -154,7 +156,8 @@ def test_a_restart_re_checks_the_jobs_its_predecessor_left_queued(tmp_path: Path
     """Before: after a restart the first cycle found the RSE done for its slot and checked nothing; the jobs the
     stopped service left queued started with files protected since."""
     src = write_sources(tmp_path / "src", [RSE], files=1200)
-    first = make_service(tmp_path, mongo_db, src, python=slow_python(tmp_path, 6))
+    gate = Gate(tmp_path)  # the first service's workers wait for it: its first job runs, the others stay queued
+    first = make_service(tmp_path, mongo_db, src, python=gate.python)
     first.config.jobs.local_parallel = first.runner.jobs.backend.parallel = 1
     slot = int(time.time() // first.config.service.interval_s)
     assert first.cycle([RSE], slot=slot)[RSE].submitted >= 3
@@ -171,6 +174,7 @@ def test_a_restart_re_checks_the_jobs_its_predecessor_left_queued(tmp_path: Path
                       lambda: again.last_rses)
     drainer.once()
     assert Ledger(mongo_db).reads.file_records(RSE, state="skipped_protected")
+    gate.open()
     run_to_clean(again)
     check_kept(tmp_path, mongo_db, dirs, waited)
 
@@ -182,7 +186,8 @@ def test_run_wait_after_a_restart_starts_no_adopted_job_before_revalidation(tmp_
     by its second, before the revalidation after the polls re-checked them: files protected meanwhile were
     deleted. So too for jobs a crash left `submitting` (found on disk by reconciliation, then adopted)."""
     src = write_sources(tmp_path / "src", [RSE], files=1200)
-    first = make_service(tmp_path, mongo_db, src, python=slow_python(tmp_path, 6))
+    gate = Gate(tmp_path)  # the first service's workers wait for it: its first job runs, the others stay queued
+    first = make_service(tmp_path, mongo_db, src, python=gate.python)
     first.config.jobs.local_parallel = first.runner.jobs.backend.parallel = 1
     assert first.runner.run_once(RSE).submitted >= 3
     first.runner.jobs.backend.close()  # the service stops: its queued jobs wait on disk
@@ -198,6 +203,7 @@ def test_run_wait_after_a_restart_starts_no_adopted_job_before_revalidation(tmp_
     again.runner.jobs.backend.parallel = 4  # slots free beside the first service's job still running
     again.runner.run_once(RSE, wait_s=5)  # polls for 5 s, then revalidates
     assert Ledger(mongo_db).reads.file_records(RSE, state="skipped_protected")
+    gate.open()
     run_to_clean(again)
     check_kept(tmp_path, mongo_db, dirs, waited)
 
