@@ -56,7 +56,7 @@ def make_site(base: Path, sources: Path, rse: str, config: Config) -> Path:
     siteconf = write_site(base / "siteconf", storage, site=resolve_site(config.jobs, rse, OfflineSources(sources)),
                           rse=rse, volume=f"{rse}_posix")
     config.jobs.sites.setdefault(rse, SiteConfig()).siteconfig = str(siteconf)
-    rescan(sources, rse)
+    rescan(sources, rse, storage)
     return storage
 
 

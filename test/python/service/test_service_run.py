@@ -122,7 +122,7 @@ def test_failures_are_retried_then_reported_not_clean(mongo_db: Database) -> Non
         (storage / gone.lstrip("/")).unlink()
         chown_tree(storage, NOBODY)
         os.chown(storage / f"{head}/locked".lstrip("/"), 0, 0)
-        rescan(src, RSE)  # a chown changes the files' ctime: the scan must start after it
+        rescan(src, RSE, storage)  # a chown changes the files' ctime: the scan must start after it
         svc.config.jobs.retries = 1
         assert svc.runner.run_once(RSE, wait_s=30).action == "new_generation"
         assert svc.runner.run_once(RSE, wait_s=30).action == "resume"  # one retry round for the failed file
