@@ -7,6 +7,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import Optional
 
 from MSUnmerged.sources.offline import STATS_FILE
 
@@ -16,6 +17,7 @@ DEMO_VOLUME = "Sample_Disk"
 MARKER = ".msunmerged-demo"  # the storage folder is the demo's own: nothing else is ever touched
 # Files are dated this far back: written before the scan that lists them (workers refuse newer files).
 AGE_S = 86400
+SETTLE_S = 5.0  # rescan waits at most this long for the clock to pass the site's newest change
 
 
 def write_site(work: Path, storage: Path, site: str = DEMO_SITE, rse: str = DEMO_RSE,
@@ -59,14 +61,27 @@ def count_files(storage: Path) -> int:
     return sum(1 for p in (storage / "store").rglob("*") if p.is_file())
 
 
-def rescan(sources: Path, rse: str) -> None:
+def newest_change(storage: Path) -> float:
+    """The latest change time (ctime) of the storage folder and anything in it, 0.0 when it does not exist."""
+    if not storage.exists():
+        return 0.0
+    return max([os.lstat(storage).st_ctime] + [os.lstat(p).st_ctime for p in storage.rglob("*")])
+
+
+def rescan(sources: Path, rse: str, storage: Optional[Path] = None) -> None:
     """The RSE's finished scan in `sources`' stats file (one that gives a start_time) starts now, after its site's
     files were made (workers refuse files changed after the scan started, by their ctime, which cannot be dated
-    back like the mtime), and ends no earlier."""
+    back like the mtime), and ends no earlier. With the site's `storage` folder: once the clock is past the newest
+    change time in it (at most SETTLE_S later): the kernel dates files by its own clock reading, and a scan that
+    started at the same moment as a change, by another reading, could start before it (its files refused in
+    every try: done_with_errors)."""
     path = sources / STATS_FILE
     stats = json.loads(path.read_text()) if path.exists() else {}
     scan = stats.get(rse)
     if isinstance(scan, dict) and scan.get("status") == "done" and "start_time" in scan:
+        newest, deadline = newest_change(storage) if storage is not None else 0.0, time.monotonic() + SETTLE_S
+        while time.time() <= newest and time.monotonic() < deadline:
+            time.sleep(0.01)
         scan["start_time"] = time.time()
         scan["end_time"] = max(scan.get("end_time") or 0, scan["start_time"])
         path.write_text(json.dumps(stats))

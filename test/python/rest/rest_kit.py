@@ -86,7 +86,7 @@ def offline_site(work: Path) -> tuple[Path, Path, Path]:
     (sources / RSES_FILE).write_text(json.dumps([DEMO_RSE]))
     storage = work / "storage"
     fill_storage(storage, dump)
-    rescan(sources, DEMO_RSE)  # the scan starts after the site's files are made, as a real one would
+    rescan(sources, DEMO_RSE, storage)  # the scan starts after the site's files are made, as a real one would
     return sources, storage, write_site(work, storage)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -52,11 +53,33 @@ def make_site(base: Path, sources: Path, rse: str, config: Config) -> Path:
     `rescan`ned: it lists files that exist when it starts."""
     storage = base / "storage" / rse
     fill_storage(storage, dump_file(sources, rse))
-    siteconf = write_site(base / "siteconf", storage, site=resolve_site(config.jobs, rse, OfflineSources(sources)), rse=rse,
-                          volume=f"{rse}_posix")
+    siteconf = write_site(base / "siteconf", storage, site=resolve_site(config.jobs, rse, OfflineSources(sources)),
+                          rse=rse, volume=f"{rse}_posix")
     config.jobs.sites.setdefault(rse, SiteConfig()).siteconfig = str(siteconf)
-    rescan(sources, rse)
+    rescan(sources, rse, storage)
     return storage
+
+
+class Gate:
+    """A python3 for LocalBackend whose workers wait until the test opens the gate (at most `hang_s`, a bound on a
+    hang): the first job stays running and those behind it queued for as long as the test needs, however slow the
+    machine (a worker started after a fixed pause may have ended before the service's next step on a busy one).
+    The backend's preflight (`--help`, outside a job folder) does not wait."""
+
+    def __init__(self, base: Path, hang_s: float = 300.0) -> None:
+        self.path = base / "gate-open"
+        self.python = str(base / "gated-python")
+        Path(self.python).write_text(f"""#!/bin/sh
+if [ -f {MANIFEST_NAME} ]; then
+    i=0
+    while [ ! -e '{self.path}' ] && [ $i -lt {int(hang_s * 20)} ]; do sleep 0.05; i=$((i + 1)); done
+fi
+exec {sys.executable} "$@"
+""")
+        Path(self.python).chmod(0o755)
+
+    def open(self) -> None:
+        self.path.touch()
 
 
 def as_nobody(base: Path) -> str:
@@ -92,7 +115,8 @@ def dump_lines(rse: str, files: int) -> tuple[list[str], list[str]]:
     lines = []
     for i in range(files):
         ds = i % 10
-        lines.append(f"/store/unmerged/Run3Era/Primary{ds}/AODSIM/Proc{rse[-3:]}-v1/000/{(i // 10) % 7:03d}/f{i:06d}.root")
+        lines.append(f"/store/unmerged/Run3Era/Primary{ds}/AODSIM/Proc{rse[-3:]}-v1/000/{(i // 10) % 7:03d}/"
+                     f"f{i:06d}.root")
     protected = [f"/store/unmerged/Run3Era/Primary0/AODSIM/Proc{rse[-3:]}-v1",
                  f"/store/unmerged/Run3Era/Primary1/AODSIM/Proc{rse[-3:]}-v1/000/003"]
     return lines, protected

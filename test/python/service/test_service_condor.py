@@ -66,8 +66,8 @@ def make_service(tmp: str, db: Database, src: str, tokens: str, hook: Optional[H
         configure(config)
     ledger = Ledger(db)
     ledger.ensure_indexes()
-    return Service(config, ledger, OfflineSources(src), make_router(config, ledger.instance_id()), instance="condor-test",
-                   hook=hook)
+    return Service(config, ledger, OfflineSources(src), make_router(config, ledger.instance_id()),
+                   instance="condor-test", hook=hook)
 
 
 @pytest.fixture
@@ -83,7 +83,7 @@ def make_site(condor_pool: CondorPool, tmp_path: Path) -> Path:
     storage = condor_pool.inside(STORAGE)
     fill_storage(storage, dump_file(src, RSE))
     chown_tree(storage, JOB_UID)  # jobs run as the pool's submitter account
-    rescan(src, RSE)  # the scan starts after the files exist and are chowned (workers check their ctime)
+    rescan(src, RSE, storage)  # the scan starts after the files exist and are chowned (workers check their ctime)
     return src
 
 

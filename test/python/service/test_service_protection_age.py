@@ -19,7 +19,7 @@ from MSUnmerged.service import Service
 from MSUnmerged.service.drain import Drainer
 from MSUnmerged.sources.offline import PROTECTED_FILE, OfflineSources
 from MSUnmerged.worker.ids import MANIFEST_NAME
-from service_kit import LoggedLocalBackend, files_left, write_sources
+from service_kit import Gate, LoggedLocalBackend, files_left, write_sources
 from test_service_run import RSE, make_service
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -67,7 +67,8 @@ def test_the_top_up_drops_files_protected_while_their_job_waits(tmp_path: Path, 
     """Before: the between-cycle top-up checked nothing; a job queued behind another deleted files protected
     meanwhile."""
     src = write_sources(tmp_path / "src", [RSE], files=1200)
-    svc = make_service(tmp_path, mongo_db, src, python=slow_python(tmp_path, 4))
+    gate = Gate(tmp_path)  # the workers wait for it: the first job stays running, the others queued
+    svc = make_service(tmp_path, mongo_db, src, python=gate.python)
     svc.config.jobs.local_parallel = svc.runner.jobs.backend.parallel = 1
     assert svc.runner.run_once(RSE).submitted >= 3
     waiting = sorted(j["_id"] for j in mongo_db.jobs.find())[1:]
@@ -83,6 +84,7 @@ def test_the_top_up_drops_files_protected_while_their_job_waits(tmp_path: Path, 
     shown = list(Ledger(mongo_db).view().files(RSE, "skipped_protected", "protected_since_planning", None, None,
                                                  None, 0))  # what REST's data/files answers
     assert {f["lfn"] for f in shown} == {d["lfn"] for d in dropped}
+    gate.open()
     run_to_clean(svc)
     check_kept(tmp_path, mongo_db, dirs, waited)
 
@@ -91,7 +93,8 @@ def test_waiting_jobs_are_re_issued_before_their_list_is_too_old(tmp_path: Path,
     """A job waiting with less than half of the bound left is removed and sent again with a fresh manifest, its
     files' tries unchanged."""
     src = write_sources(tmp_path / "src", [RSE], files=1200)
-    svc = make_service(tmp_path, mongo_db, src, python=slow_python(tmp_path, 8))
+    gate = Gate(tmp_path)  # the workers wait for it: the first job stays running, the others queued
+    svc = make_service(tmp_path, mongo_db, src, python=gate.python)
     svc.config.jobs.local_parallel = svc.runner.jobs.backend.parallel = 1
     bound = svc.config.jobs.max_protection_age_s = 20.0
     before = time.time()
@@ -115,6 +118,7 @@ def test_waiting_jobs_are_re_issued_before_their_list_is_too_old(tmp_path: Path,
             for j in renewed for r in Ledger(mongo_db).reads.file_records(job=j["_id"])} == {("planned", 1)}
     svc.config.jobs.max_protection_age_s = 3600.0
     svc.runner.jobs.backend.python = sys.executable
+    gate.open()
     run_to_clean(svc)
     records = Ledger(mongo_db).reads.file_records(RSE)
     assert {(r["state"], r.get("attempts", 1)) for r in records if r["job"] in jobs} == {("deleted", 1)}
@@ -154,7 +158,8 @@ def test_a_restart_re_checks_the_jobs_its_predecessor_left_queued(tmp_path: Path
     """Before: after a restart the first cycle found the RSE done for its slot and checked nothing; the jobs the
     stopped service left queued started with files protected since."""
     src = write_sources(tmp_path / "src", [RSE], files=1200)
-    first = make_service(tmp_path, mongo_db, src, python=slow_python(tmp_path, 6))
+    gate = Gate(tmp_path)  # the first service's workers wait for it: its first job runs, the others stay queued
+    first = make_service(tmp_path, mongo_db, src, python=gate.python)
     first.config.jobs.local_parallel = first.runner.jobs.backend.parallel = 1
     slot = int(time.time() // first.config.service.interval_s)
     assert first.cycle([RSE], slot=slot)[RSE].submitted >= 3
@@ -171,6 +176,7 @@ def test_a_restart_re_checks_the_jobs_its_predecessor_left_queued(tmp_path: Path
                       lambda: again.last_rses)
     drainer.once()
     assert Ledger(mongo_db).reads.file_records(RSE, state="skipped_protected")
+    gate.open()
     run_to_clean(again)
     check_kept(tmp_path, mongo_db, dirs, waited)
 
@@ -182,7 +188,8 @@ def test_run_wait_after_a_restart_starts_no_adopted_job_before_revalidation(tmp_
     by its second, before the revalidation after the polls re-checked them: files protected meanwhile were
     deleted. So too for jobs a crash left `submitting` (found on disk by reconciliation, then adopted)."""
     src = write_sources(tmp_path / "src", [RSE], files=1200)
-    first = make_service(tmp_path, mongo_db, src, python=slow_python(tmp_path, 6))
+    gate = Gate(tmp_path)  # the first service's workers wait for it: its first job runs, the others stay queued
+    first = make_service(tmp_path, mongo_db, src, python=gate.python)
     first.config.jobs.local_parallel = first.runner.jobs.backend.parallel = 1
     assert first.runner.run_once(RSE).submitted >= 3
     first.runner.jobs.backend.close()  # the service stops: its queued jobs wait on disk
@@ -198,6 +205,7 @@ def test_run_wait_after_a_restart_starts_no_adopted_job_before_revalidation(tmp_
     again.runner.jobs.backend.parallel = 4  # slots free beside the first service's job still running
     again.runner.run_once(RSE, wait_s=5)  # polls for 5 s, then revalidates
     assert Ledger(mongo_db).reads.file_records(RSE, state="skipped_protected")
+    gate.open()
     run_to_clean(again)
     check_kept(tmp_path, mongo_db, dirs, waited)
 
@@ -215,8 +223,10 @@ def test_a_reconciled_resubmission_records_until_when_its_new_list_may_be_used(t
     """Before: jobs a crash left `submitting` (intent recorded, never submitted) went out again with a fresh list,
     while the ledger kept their first intent's `protected_until`: a revalidation then re-issued them needlessly."""
     src = write_sources(tmp_path / "src", [RSE], files=1200)
-    first = make_service(tmp_path, mongo_db, src, python=slow_python(tmp_path, 30))  # nothing ends meanwhile
-    first.config.jobs.max_protection_age_s = 8.0
+    gate = Gate(tmp_path)  # nothing ends meanwhile
+    first = make_service(tmp_path, mongo_db, src, python=gate.python)
+    # Half of it (8 s) is what the run's reconciliation may take to its revalidation without a re-issue.
+    first.config.jobs.max_protection_age_s = 16.0
     first.config.jobs.local_parallel = 1  # the jobs after the first wait: revalidated
 
     def crash(step: str, rse: str) -> None:
@@ -229,7 +239,7 @@ def test_a_reconciled_resubmission_records_until_when_its_new_list_may_be_used(t
     first.stop()
     jobs = {j["_id"]: j["protected_until"] for j in mongo_db.jobs.find({"state": "submitting"})}
     assert jobs
-    time.sleep(4.5)  # more than half of the bound: the first intent's list would be re-issued
+    time.sleep(8.5)  # more than half of the bound: the first intent's list would be re-issued
     again = Service(first.config, Ledger(mongo_db), OfflineSources(src),
                     LoggedLocalBackend(first.config, tmp_path / "batch", python=first.runner.jobs.backend.python),
                     instance="test-1")
@@ -241,6 +251,7 @@ def test_a_reconciled_resubmission_records_until_when_its_new_list_may_be_used(t
         backend = again.runner.jobs.backend
         assert all(d["protected_until"] == manifest_until(backend, jid) > jobs[jid] for jid, d in docs.items())
     finally:
+        gate.open()
         again.runner.jobs.backend.close()
 
 
@@ -248,10 +259,11 @@ def test_run_wait_tops_up_with_a_list_no_older_than_half_the_bound(tmp_path: Pat
     """Before: `run --wait` sent every job it topped up with the list of its start: once older than the bound, each
     worker refused (protection_expired), and the job went out again with the same list, until the wait ended."""
     src = write_sources(tmp_path / "src", [RSE], files=1800)
-    svc = make_service(tmp_path, mongo_db, src, python=slow_python(tmp_path, 2))
-    svc.config.jobs.max_protection_age_s = 10.0  # a job sent with a list younger than 5 s starts in time
+    svc = make_service(tmp_path, mongo_db, src, python=slow_python(tmp_path, 4))  # 6 jobs, one at a time: > 24 s
+    # A job sent with a list younger than 10 s starts in time (4 s late, its interpreter's start-up in the rest).
+    svc.config.jobs.max_protection_age_s = 20.0
     svc.config.jobs.sites.setdefault(RSE, SiteConfig()).max_in_flight = 1  # the others go out while it waits
-    result = svc.runner.run_once(RSE, wait_s=40)
+    result = svc.runner.run_once(RSE, wait_s=300)  # bounds a hang: the run returns once its jobs are collected
     assert result.submitted >= 5 and result.state == "clean", result
     docs = list(mongo_db.jobs.find())
     assert {d["state"] for d in docs} == {"finished"} and {d.get("requeued") for d in docs} == {None}, \
@@ -263,7 +275,8 @@ def test_a_top_up_that_only_re_issued_jobs_counts_them(tmp_path: Path, mongo_db:
     """Before: a top-up pass that re-issued waiting jobs but submitted nothing (here: the storage credential went
     missing) left the RSE's job counts and state as they were, until the next cycle."""
     src = write_sources(tmp_path / "src", [RSE], files=1200)
-    svc = make_service(tmp_path, mongo_db, src, python=slow_python(tmp_path, 8))
+    gate = Gate(tmp_path)  # the workers wait for it: the first job stays running, the others queued
+    svc = make_service(tmp_path, mongo_db, src, python=gate.python)
     svc.config.jobs.local_parallel = svc.runner.jobs.backend.parallel = 1
     bound = svc.config.jobs.max_protection_age_s = 6.0
     assert svc.runner.run_once(RSE).submitted >= 3
@@ -280,4 +293,5 @@ def test_a_top_up_that_only_re_issued_jobs_counts_them(tmp_path: Path, mongo_db:
     assert doc["counters"]["jobs_by_state"] == counted
     live = sum(counted.get(s, 0) for s in ("submitting", "queued", "running", "held"))
     assert doc["detail"] == f"{live} jobs in the batch system"
+    gate.open()
     svc.runner.jobs.backend.close()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Optional
@@ -22,8 +21,8 @@ from MSUnmerged.sources.offline import PROTECTED_FILE, STATS_FILE, OfflineSource
 from MSUnmerged.jobs.local import LocalBackend
 from MSUnmerged.jobs.router import RoutingBackend
 from MSUnmerged.samplesite import rescan
-from service_kit import (NOBODY, LoggedLocalBackend, as_nobody, chown_tree, files_left, make_site, world_readable_dir,
-                         write_sources)
+from service_kit import (NOBODY, Gate, LoggedLocalBackend, as_nobody, chown_tree, files_left, make_site,
+                         world_readable_dir, write_sources)
 
 pytestmark = pytest.mark.integration
 RSE = "T2_CH_Test"
@@ -123,7 +122,7 @@ def test_failures_are_retried_then_reported_not_clean(mongo_db: Database) -> Non
         (storage / gone.lstrip("/")).unlink()
         chown_tree(storage, NOBODY)
         os.chown(storage / f"{head}/locked".lstrip("/"), 0, 0)
-        rescan(src, RSE)  # a chown changes the files' ctime: the scan must start after it
+        rescan(src, RSE, storage)  # a chown changes the files' ctime: the scan must start after it
         svc.config.jobs.retries = 1
         assert svc.runner.run_once(RSE, wait_s=30).action == "new_generation"
         assert svc.runner.run_once(RSE, wait_s=30).action == "resume"  # one retry round for the failed file
@@ -159,10 +158,8 @@ def test_new_dump_starts_new_generation_and_old_ones_are_pruned(tmp_path: Path, 
 
 def test_revalidation_removes_queued_jobs_with_newly_protected_files(tmp_path: Path, mongo_db: Database) -> None:
     src = write_sources(tmp_path / "src", [RSE], files=1200)
-    slow = tmp_path / "slow-python"  # each worker starts after 4 s: the first job stays running meanwhile
-    slow.write_text(f'#!/bin/sh\nsleep 4\nexec {sys.executable} "$@"\n')
-    slow.chmod(0o755)
-    svc = make_service(tmp_path, mongo_db, src, python=str(slow))
+    gate = Gate(tmp_path)  # the workers wait for it: the first job stays running, the others queued
+    svc = make_service(tmp_path, mongo_db, src, python=gate.python)
     svc.config.jobs.local_parallel = 1
     svc.runner.jobs.backend.parallel = 1
     first = svc.runner.run_once(RSE)
@@ -180,6 +177,7 @@ def test_revalidation_removes_queued_jobs_with_newly_protected_files(tmp_path: P
     assert (mongo_db.jobs.find_one({"_id": queued})["state"], mongo_db.jobs.find_one({"_id": queued})["requeued"]) \
         == ("planned", 1)
     assert mongo_db.jobs.find_one({"_id": running})["state"] in ("running", "queued")  # started: left alone
+    gate.open()
     for _ in range(6):
         if svc.runner.run_once(RSE, wait_s=60).action == "finish":
             break

@@ -175,8 +175,10 @@ def test_a_protected_list_that_expires_during_the_job_stops_it(site: tuple[Path,
     lfns = [f"{BASE}/00000/f{i:02d}.root" for i in range(12)]
     for lfn in lfns:
         put(storage, lfn)
-    # Paced at 4 operations a second (a look and an unlink a file): two files a second; the list expires after 2 s.
-    rc, lines = run_worker(tmp_path / "job", manifest(lfns, max_ops_per_s=4, protected_until=time.time() + 2), sc)
+    # Paced at 4 operations a second (a look and an unlink a file): two files a second; the list expires 2 s after
+    # the worker read its manifest (made then: its start-up, seconds on a busy machine, would eat the 2 s).
+    rc, lines = run_worker(tmp_path / "job", lambda: manifest(lfns, max_ops_per_s=4, protected_until=time.time() + 2),
+                           sc)
     out = files(lines)
     left = [lfn for lfn in lfns if out[lfn]["outcome"] == "not_attempted"]
     assert rc == 1 and left and len(left) < len(lfns)

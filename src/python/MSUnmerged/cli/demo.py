@@ -80,7 +80,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     sources = write_sources(work / "sources", args.files)
     storage = work / "storage"
     fill_storage(storage, dump_file(sources, DEMO_RSE))
-    rescan(sources, DEMO_RSE)  # the scan lists the files made: it starts after them
+    rescan(sources, DEMO_RSE, storage)  # the scan lists the files made: it starts after them
     siteconf = write_site(work, storage)
     shutil.rmtree(work / "state", ignore_errors=True)  # each demo starts from an empty ledger
     cfg = demo_config(config, work, siteconf, args.apply)
