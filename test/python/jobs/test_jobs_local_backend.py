@@ -20,6 +20,8 @@ from MSUnmerged.jobs.spec import CleanupJob, DeleteFilesStep
 from MSUnmerged.samplesite import write_siteconf
 from MSUnmerged.worker.ids import CLAIM_NAME, LOG_NAME, PID_NAME
 
+from gate_kit import Gate
+
 SITE = RSE = "T2_XX_Local"
 B = "/store/unmerged/Run2024F/JetMET1/AOD/PromptReco-v3"
 
@@ -226,15 +228,12 @@ def test_close_ends_the_supervisor_and_leaves_the_queue_on_disk(tmp_path: Path,
     crashed: list[threading.ExceptHookArgs] = []
     monkeypatch.setattr(threading, "excepthook", crashed.append)
     storage, sc = make_site(tmp_path)
-    gate = tmp_path / "go"
-    held = tmp_path / "python-held"  # the first worker waits for the gate: the other jobs stay queued meanwhile
-    held.write_text(f"#!/bin/sh\nwhile [ ! -e {gate} ]; do sleep 0.05; done\nexec {sys.executable} \"$@\"\n")
-    held.chmod(0o755)
+    gate = Gate(tmp_path)  # the first worker waits for the gate: the other jobs stay queued meanwhile
     cfg = Config()
     cfg.jobs.local_parallel = 1
     jobs = jobs_with_files(storage, 4, 20)
     router = RoutingBackend(cfg, lambda rse: SITE, factory=lambda kind, site: LocalBackend(
-        cfg, tmp_path / "work", siteconfig=str(sc), python=str(held)))
+        cfg, tmp_path / "work", siteconfig=str(sc), python=gate.python))
     before = set(threading.enumerate())
     ids = router.submit(jobs)
     (supervisor,) = [t for t in threading.enumerate() if t not in before and t.name == "local-jobs"]
@@ -246,7 +245,7 @@ def test_close_ends_the_supervisor_and_leaves_the_queue_on_disk(tmp_path: Path,
     states = router.poll(ids)  # a closed backend still answers, and starts nothing
     assert [states[j].state for j in queued] == [JobState.QUEUED] * 3
     assert not any((router.for_rse(RSE).job_dir(j) / CLAIM_NAME).exists() for j in queued)
-    gate.touch()
+    gate.open()
     again = LocalBackend(cfg, tmp_path / "work", siteconfig=str(sc))  # the restarted service's
     found = again.find([j.job_id for j in jobs])
     again.poll(found)
@@ -382,19 +381,16 @@ def test_a_queued_job_removed_before_it_starts_leaves_nothing_to_find(tmp_path: 
     folder stayed whole: a crash between the job's re-issue being recorded and its new folder being written left
     the old manifest to be adopted and run)."""
     storage, sc = make_site(tmp_path)
-    gate = tmp_path / "go"
-    held = tmp_path / "python-held"  # the first worker waits for the gate: the second job stays queued
-    held.write_text(f"#!/bin/sh\nwhile [ ! -e {gate} ]; do sleep 0.05; done\nexec {sys.executable} \"$@\"\n")
-    held.chmod(0o755)
+    gate = Gate(tmp_path)  # the first worker waits for the gate: the second job stays queued
     cfg = Config()
     cfg.jobs.local_parallel = 1
     first, second = jobs_with_files(storage, 2, 3)
-    backend = LocalBackend(cfg, tmp_path / "work", siteconfig=str(sc), python=str(held))
+    backend = LocalBackend(cfg, tmp_path / "work", siteconfig=str(sc), python=gate.python)
     ids = backend.submit([first, second])
     assert backend.remove_pending({second.job_id: ids[second.job_id]}, "revalidated") == [second.job_id]
     assert backend.poll({second.job_id: ids[second.job_id]})[second.job_id].state is JobState.REMOVED
     assert not backend.job_dir(second.job_id).exists()
-    gate.touch()
+    gate.open()
     assert wait_for(backend, {first.job_id: ids[first.job_id]}, timeout=120)[first.job_id].state is JobState.FINISHED
     backend.close()
     again = LocalBackend(cfg, tmp_path / "work", siteconfig=str(sc))  # a restarted service's

@@ -19,7 +19,8 @@ from MSUnmerged.service import Service
 from MSUnmerged.service.drain import Drainer
 from MSUnmerged.sources.offline import PROTECTED_FILE, OfflineSources
 from MSUnmerged.worker.ids import MANIFEST_NAME
-from service_kit import Gate, LoggedLocalBackend, files_left, write_sources
+from gate_kit import Gate
+from service_kit import LoggedLocalBackend, files_left, write_sources
 from test_service_run import RSE, make_service
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

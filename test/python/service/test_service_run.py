@@ -21,7 +21,8 @@ from MSUnmerged.sources.offline import PROTECTED_FILE, STATS_FILE, OfflineSource
 from MSUnmerged.jobs.local import LocalBackend
 from MSUnmerged.jobs.router import RoutingBackend
 from MSUnmerged.samplesite import rescan
-from service_kit import (NOBODY, Gate, LoggedLocalBackend, as_nobody, chown_tree, files_left, make_site,
+from gate_kit import Gate
+from service_kit import (NOBODY, LoggedLocalBackend, as_nobody, chown_tree, files_left, make_site,
                          world_readable_dir, write_sources)
 
 pytestmark = pytest.mark.integration
