@@ -79,7 +79,8 @@ def rescan(sources: Path, rse: str, storage: Optional[Path] = None) -> None:
     stats = json.loads(path.read_text()) if path.exists() else {}
     scan = stats.get(rse)
     if isinstance(scan, dict) and scan.get("status") == "done" and "start_time" in scan:
-        newest, deadline = newest_change(storage) if storage is not None else 0.0, time.monotonic() + SETTLE_S
+        newest = newest_change(storage) if storage is not None else 0.0
+        deadline = time.monotonic() + SETTLE_S
         while time.time() <= newest and time.monotonic() < deadline:
             time.sleep(0.01)
         scan["start_time"] = time.time()
