@@ -1,20 +1,24 @@
 """Seeding for the REST tests, through the ledger's own write methods only (never hand-written documents)."""
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import cherrypy
+import pytest
 
+from pymongo import MongoClient
 from pymongo.database import Database
 
 from MSUnmerged import planner, sample
 from MSUnmerged.config import Config
 from MSUnmerged.jobs.spec import ProtectedBases, make_job
 from MSUnmerged.jobs.backend import JobState
-from MSUnmerged.ledger import FileState, Ledger
+from MSUnmerged.ledger import FileState, Ledger, retry
 from MSUnmerged.rest import app as rest
 from MSUnmerged.samplesite import DEMO_RSE, fill_storage, rescan, write_site
 from MSUnmerged.seal import PlanReader
@@ -100,3 +104,26 @@ def mounted(rest_app: Any, db: Database, base: str) -> Iterator[str]:
         yield rest_app.url.rsplit(rest_app.config.rest.base, 1)[0] + base
     finally:
         del cherrypy.tree.apps[base]
+
+
+SELECTION_LOG = "pymongo.serverSelection"  # pymongo's server selection events (the drivers' logging spec)
+
+
+@contextlib.contextmanager
+def ledger_logged(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """caplog gets the ledger's retries and pymongo's server selections, for `assert_cut_by_the_deadline`."""
+    with caplog.at_level(logging.WARNING, retry.log.name), caplog.at_level(logging.DEBUG, SELECTION_LOG):
+        yield
+
+
+def assert_cut_by_the_deadline(caplog: pytest.LogCaptureFixture, away: MongoClient, timeout_s: float) -> None:
+    """The request's ledger calls ended at its deadline (ledger.retry.deadline), whatever the time they took: no call
+    ran out of its attempts (no retry whose backoff ends past the deadline; else all 6), and each server selection
+    of the `away` client was given at most `timeout_s` (pymongo.timeout; else the client's 2 s)."""
+    retries = [(r.args[2], r.args[3]) for r in caplog.records if r.name == retry.log.name]  # (attempt n, of N)
+    assert all(n < last - 1 for n, last in retries), retries  # the retry after attempt N-1 never announced
+    (host, port), = away.topology_description.server_descriptions()  # its selections name it, others' do not
+    selections = [json.loads(r.getMessage()) for r in caplog.records
+                  if r.name == SELECTION_LOG and f"({host!r}, {port})" in r.getMessage()]
+    given_ms = [s["remainingTimeMS"] for s in selections if "remainingTimeMS" in s]
+    assert given_ms and max(given_ms) <= timeout_s * 1000, given_ms

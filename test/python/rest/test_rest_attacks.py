@@ -29,9 +29,9 @@ from MSUnmerged.ledger.requestids import RequestIds
 from MSUnmerged.rest.auth import CLOSED
 from MSUnmerged.rest.triggers import TriggerRefused
 
-from rest_kit import seed_rse
+from rest_kit import assert_cut_by_the_deadline, ledger_logged, seed_rse
 from test_rest_api import get, operator_headers
-from test_rest_hardening import JSON, assert_cut_by_the_deadline, audit_lines, away, ledger_logged, request  # noqa: F401 (a fixture)
+from test_rest_hardening import JSON, audit_lines, request
 
 pytestmark = pytest.mark.integration
 
@@ -228,16 +228,16 @@ def test_refused_triggers_do_not_use_up_their_request_id(attacked: Any) -> None:
 # -- 6. outages ----------------------------------------------------------------------------------------
 
 
-def test_a_trigger_while_the_ledger_is_down_is_503(attacked: Any, away: MongoClient,  # noqa: F811
+def test_a_trigger_while_the_ledger_is_down_is_503(attacked: Any, mongo_away: MongoClient,
                                                    caplog: pytest.LogCaptureFixture) -> None:
     """Before: 202, and the trigger then stayed `running`. Now nothing is queued: its request_id cannot
     be recorded, and the ledger's calls end at rest.db_timeout_s (the HTTP client's 30 s bounds a hang)."""
-    app = attacked.mount("/ms-unmerged-ledger-away", Ledger(away.msunmerged).view(), db_timeout_s=1.0,
-                         claim=RequestIds(away.msunmerged, 86400.0).claim)
+    app = attacked.mount("/ms-unmerged-ledger-away", Ledger(mongo_away.msunmerged).view(), db_timeout_s=1.0,
+                         claim=RequestIds(mongo_away.msunmerged, 86400.0).claim)
     with ledger_logged(caplog):
         status, body = trigger(app, operator_headers(attacked.key.read_bytes(), "kate"))
     assert status == 503 and body["error"] == "ledger database unavailable", body
-    assert_cut_by_the_deadline(caplog, away, app.root.db_timeout_s)
+    assert_cut_by_the_deadline(caplog, mongo_away, app.root.db_timeout_s)
     assert app.root.data.queue.recent() == []
     assert audit_lines(attacked)[-1]["outcome"] == "refused" and audit_lines(attacked)[-1]["login"] == "kate"
 

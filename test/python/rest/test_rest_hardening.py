@@ -4,7 +4,6 @@ Each test names what the service did before it was hardened; every one of them f
 """
 from __future__ import annotations
 
-import contextlib
 import http.client
 import json
 import logging
@@ -23,11 +22,10 @@ from pymongo.errors import AutoReconnect
 from MSUnmerged.rest import app as rest_app_module
 from MSUnmerged.rest.auth import sign
 from MSUnmerged.rest.server import GuardedServer
-from MSUnmerged.ledger import Ledger, retry
+from MSUnmerged.ledger import Ledger
 from MSUnmerged.ledger.view import MongoLedgerView
 
-from rest_kit import seed_rse
-from servers import free_port
+from rest_kit import assert_cut_by_the_deadline, ledger_logged, seed_rse
 from servers.rest import Mounted
 from test_rest_api import get, operator_headers, post
 
@@ -235,58 +233,22 @@ def test_credentials_never_logged(hard: Any, caplog: pytest.LogCaptureFixture) -
 
 
 @pytest.fixture(scope="module")
-def away() -> Iterator[MongoClient]:
-    """A client of an address where nothing listens. Its server selection would wait 2 s, past the tests'
-    rest.db_timeout_s (1 s), so only the deadline's pymongo.timeout cuts it short; and 2 s is short enough that,
-    without the deadline, a ledger call's 6 attempts end within the HTTP client's 30 s (they fail on their count)."""
-    client: MongoClient = MongoClient(f"mongodb://127.0.0.1:{free_port()}/?directConnection=true",
-                                      serverSelectionTimeoutMS=2000)
-    try:
-        yield client
-    finally:
-        client.close()
-
-
-SELECTION_LOG = "pymongo.serverSelection"  # pymongo's server selection events (the drivers' logging spec)
-
-
-@contextlib.contextmanager
-def ledger_logged(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
-    """caplog gets the ledger's retries and pymongo's server selections, for `assert_cut_by_the_deadline`."""
-    with caplog.at_level(logging.WARNING, retry.log.name), caplog.at_level(logging.DEBUG, SELECTION_LOG):
-        yield
-
-
-def assert_cut_by_the_deadline(caplog: pytest.LogCaptureFixture, away: MongoClient, timeout_s: float) -> None:
-    """The request's ledger calls ended at its deadline (ledger.retry.deadline), whatever the time they took: no call
-    ran out of its attempts (no retry whose backoff ends past the deadline; else all 6), and each server selection
-    of the `away` client was given at most `timeout_s` (pymongo.timeout; else the client's 2 s)."""
-    retries = [(r.args[2], r.args[3]) for r in caplog.records if r.name == retry.log.name]  # (attempt n, of N)
-    assert all(n < last - 1 for n, last in retries), retries  # the retry after attempt N-1 never announced
-    (host, port), = away.topology_description.server_descriptions()  # its selections name it, others' do not
-    selections = [json.loads(r.getMessage()) for r in caplog.records
-                  if r.name == SELECTION_LOG and f"({host!r}, {port})" in r.getMessage()]
-    given_ms = [s["remainingTimeMS"] for s in selections if "remainingTimeMS" in s]
-    assert given_ms and max(given_ms) <= timeout_s * 1000, given_ms
-
-
-@pytest.fixture(scope="module")
-def down(hard: Any, away: MongoClient) -> Mounted:
+def down(hard: Any, mongo_away: MongoClient) -> Mounted:
     """The app over a database address where nothing listens."""
-    return mount(hard, "/ms-unmerged-down", Ledger(away.msunmerged).view(), db_timeout_s=1.0)
+    return mount(hard, "/ms-unmerged-down", Ledger(mongo_away.msunmerged).view(), db_timeout_s=1.0)
 
 
 @pytest.mark.parametrize("path", ["data/status", f"data/info?rse={RSE}", "data/info?rse=ALL_DOCS",
                                   f"data/files?rse={RSE}", f"data/files?rse={RSE}&stream=true", "data/jobs",
                                   "data/cycles", f"data/plan?rse={RSE}", "data/health", "", f"rse?name={RSE}"])
-def test_database_away_is_503_within_the_timeout(down: Mounted, away: MongoClient, path: str,
+def test_database_away_is_503_within_the_timeout(down: Mounted, mongo_away: MongoClient, path: str,
                                                  caplog: pytest.LogCaptureFixture) -> None:
     """Before: 500 after the ledger's retries (~9 s), and stream=true answered 200 then hung. The HTTP client's
     30 s bounds a hang; the time taken is not asserted: a busy machine may take longer than rest.db_timeout_s."""
     with ledger_logged(caplog):
         status, body, _ = get(down, path)
     assert status == 503, body
-    assert_cut_by_the_deadline(caplog, away, down.root.db_timeout_s)
+    assert_cut_by_the_deadline(caplog, mongo_away, down.root.db_timeout_s)
 
 
 def test_database_away_metrics_report_ledger_down(down: Mounted) -> None:

@@ -67,3 +67,16 @@ def mongo_db(mongo_client: MongoClient) -> Iterator[Database]:
     name = f"t_{uuid.uuid4().hex[:12]}"
     yield mongo_client[name]
     mongo_client.drop_database(name)
+
+
+@pytest.fixture(scope="module")
+def mongo_away() -> Iterator[MongoClient]:
+    """A client of an address where nothing listens. Its server selection would wait 2 s, past the tests'
+    rest.db_timeout_s (1 s), so only the deadline's pymongo.timeout cuts it short; and 2 s is short enough that,
+    without the deadline, a ledger call's 6 attempts end within the HTTP client's 30 s (they fail on their count)."""
+    client: MongoClient = MongoClient(f"mongodb://127.0.0.1:{free_port()}/?directConnection=true",
+                                      serverSelectionTimeoutMS=2000)
+    try:
+        yield client
+    finally:
+        client.close()
