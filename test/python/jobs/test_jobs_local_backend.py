@@ -329,8 +329,9 @@ LocalBackend(Config(), root / "work", siteconfig=str(sc)).submit(jobs_with_files
 def test_a_starter_killed_right_after_the_fork_leaves_the_worker_known(tmp_path: Path) -> None:
     """Before: the pid file was the starter's to write after the fork; killed in between, the job was a claim
     without a pid, read after CLAIM_GRACE_S as never started (FAILED, re-planned) while its worker deleted."""
-    src = Path(__file__).resolve().parents[3] / "src" / "python"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")])}
+    here = Path(__file__).resolve()  # the child imports as pytest.ini's pythonpath does: src/python, test/python
+    path = [str(here.parents[3] / "src" / "python"), str(here.parents[1]), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     child = subprocess.run([sys.executable, "-c", STARTER_KILLED_AFTER_FORK, str(tmp_path), "300",
                             str(Path(__file__).parent)], env=env, timeout=120, capture_output=True, text=True)
     assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
